@@ -1,0 +1,303 @@
+"""The `Tool` record, its schema export and the call pipeline.
+
+A Tool is an immutable description of something a model may call: a name, a
+description, a pydantic request model and an async handler, plus hook tuples.
+It is never mutated; `with_hooks()` returns a new one. Built-in tools come
+from plain factory functions (see `lionfactory.tools`); `function_tool()`
+makes one from an ordinary function.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal
+from uuid import UUID
+
+import attrs
+import pydantic_core
+from pydantic import BaseModel, ValidationError
+
+from lionfactory.errors import ToolDenied, ToolError, ToolInputError
+
+__all__ = [
+    "ErrorHook",
+    "PostHook",
+    "PreHook",
+    "SchemaStyle",
+    "Tool",
+    "input_error",
+    "to_result",
+]
+
+SchemaStyle = Literal["openai", "anthropic", "mcp"]
+
+PreHook = Callable[[str, dict[str, Any]], "dict[str, Any] | None | Awaitable[dict[str, Any] | None]"]
+"""`hook(tool_name, arguments) -> dict | None`: a dict replaces the arguments.
+
+Raise `ToolDenied(reason)` to refuse the call."""
+
+PostHook = Callable[
+    [str, dict[str, Any], dict[str, Any]],
+    "dict[str, Any] | None | Awaitable[dict[str, Any] | None]",
+]
+"""`hook(tool_name, arguments, result) -> dict | None`: a dict replaces the result."""
+
+ErrorHook = Callable[
+    [str, dict[str, Any], BaseException],
+    "dict[str, Any] | None | Awaitable[dict[str, Any] | None]",
+]
+"""`hook(tool_name, arguments, exc) -> dict | None`: the first dict becomes the result."""
+
+# The common denominator of the providers' rules for function names
+# (OpenAI allows exactly this set, at most 64 characters).
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _check_name(_instance: Any, _attribute: Any, value: str) -> None:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ValueError(
+            f"a tool name must be 1-64 characters of [A-Za-z0-9_-], got {value!r}"
+        )
+
+
+def _check_request_model(_instance: Any, _attribute: Any, value: Any) -> None:
+    if not (isinstance(value, type) and issubclass(value, BaseModel)):
+        raise TypeError(f"request_model must be a pydantic model class, got {value!r}")
+
+
+def _check_callable(_instance: Any, attribute: Any, value: Any) -> None:
+    if not callable(value):
+        raise TypeError(f"{attribute.name} must be callable, got {value!r}")
+
+
+def _check_hooks(_instance: Any, attribute: Any, value: tuple[Any, ...]) -> None:
+    for hook in value:
+        if not callable(hook):
+            raise TypeError(f"every {attribute.name} hook must be callable, got {hook!r}")
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Drop pydantic's generated `title` keys: noise in a prompt, never meaning.
+
+    Only schema objects lose their title; a *property* called "title" inside a
+    `properties` mapping is a name, not a title, and stays.
+    """
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(
+            value, dict
+        ):
+            out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+        else:
+            out[key] = _strip_titles(value)
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _parameters(model: type[BaseModel]) -> dict[str, Any]:
+    # Cached per class: run() sends the schemas on every turn. Callers get a
+    # deep copy so nobody can edit the cached one.
+    schema = _strip_titles(model.model_json_schema())
+    schema.setdefault("properties", {})
+    return schema  # type: ignore[no-any-return]
+
+
+def _short(value: Any, limit: int = 200) -> Any:
+    """A value a model can read in an error message, cut to `limit` characters."""
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "...[cut]"
+
+
+def input_error(tool: str, exc: ValidationError) -> ToolInputError:
+    """Translate pydantic's `ValidationError` into a `ToolInputError` a model can act on."""
+    errors = [
+        {
+            "loc": [str(part) for part in err["loc"]],
+            "msg": err["msg"],
+            "type": err["type"],
+            "input": _short(err.get("input")),
+        }
+        for err in exc.errors(include_url=False)
+    ]
+    lines = [f"Invalid arguments for tool {tool!r}:"]
+    for err in errors:
+        where = ".".join(err["loc"]) or "(arguments)"
+        lines.append(f"- {where}: {err['msg']} (got {err['input']!r})")
+    lines.append("Fix these arguments and call the tool again.")
+    return ToolInputError(tool, "\n".join(lines), errors)
+
+
+def to_result(value: Any) -> dict[str, Any]:
+    """Turn a handler's return value into the JSON-ready dict a call returns."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return value
+    return {"result": pydantic_core.to_jsonable_python(value, fallback=repr)}
+
+
+async def _run_hook(hook: Callable[..., Any], *args: Any) -> Any:
+    out = hook(*args)
+    if inspect.isawaitable(out):
+        out = await out
+    return out
+
+
+@attrs.frozen
+class Tool:
+    """An immutable description of a callable tool.
+
+    Attributes:
+        name: what the model calls it (1-64 characters of ``[A-Za-z0-9_-]``).
+        description: the whole text the model reads about the tool.
+        request_model: a pydantic model class; its JSON schema is the
+            parameters schema and it validates every call.
+        handler: ``async handler(request) -> BaseModel | dict``. Expected
+            operational failures are returned, not raised.
+        pre: hooks run before validation, in order (`PreHook`).
+        post: hooks run on the result, in order (`PostHook`).
+        on_error: hooks offered an unexpected handler exception (`ErrorHook`).
+        bound_to: the id of the branch a factory closed over, or None for a
+            tool that is safe to share between branches.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    description: str = attrs.field(validator=attrs.validators.instance_of(str))
+    request_model: type[BaseModel] = attrs.field(validator=_check_request_model, repr=False)
+    handler: Callable[[Any], Awaitable[Any]] = attrs.field(validator=_check_callable, repr=False)
+    pre: tuple[PreHook, ...] = attrs.field(
+        default=(), converter=tuple, validator=_check_hooks, repr=False
+    )
+    post: tuple[PostHook, ...] = attrs.field(
+        default=(), converter=tuple, validator=_check_hooks, repr=False
+    )
+    on_error: tuple[ErrorHook, ...] = attrs.field(
+        default=(), converter=tuple, validator=_check_hooks, repr=False
+    )
+    bound_to: UUID | None = None
+
+    def schema(self, style: SchemaStyle = "openai") -> dict[str, Any]:
+        """Return the tool's schema in a provider's format.
+
+        Args:
+            style: ``"openai"`` (``{"type": "function", "function": {...}}``),
+                ``"anthropic"`` (``name``, ``description``, ``input_schema``)
+                or ``"mcp"`` (``name``, ``description``, ``inputSchema``).
+
+        Raises:
+            ValueError: for an unknown style.
+        """
+        parameters = copy.deepcopy(_parameters(self.request_model))
+        if style == "openai":
+            return {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": parameters,
+                },
+            }
+        if style == "anthropic":
+            return {"name": self.name, "description": self.description, "input_schema": parameters}
+        if style == "mcp":
+            return {"name": self.name, "description": self.description, "inputSchema": parameters}
+        raise ValueError(f"style must be 'openai', 'anthropic' or 'mcp', got {style!r}")
+
+    def with_hooks(
+        self,
+        *,
+        pre: Iterable[PreHook] = (),
+        post: Iterable[PostHook] = (),
+        on_error: Iterable[ErrorHook] = (),
+    ) -> Tool:
+        """Return a new Tool with these hooks appended after the existing ones."""
+        return attrs.evolve(
+            self,
+            pre=(*self.pre, *pre),
+            post=(*self.post, *post),
+            on_error=(*self.on_error, *on_error),
+        )
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the call pipeline on a mapping of arguments (see `__call__`)."""
+        args = dict(arguments)
+        try:
+            for hook in self.pre:
+                replaced = await _run_hook(hook, self.name, args)
+                if replaced is not None:
+                    if not isinstance(replaced, Mapping):
+                        raise TypeError(
+                            f"pre hook {hook!r} of tool {self.name!r} must return a dict "
+                            f"or None, got {type(replaced).__name__}"
+                        )
+                    args = dict(replaced)
+        except ToolDenied as exc:
+            exc.tool = exc.tool or self.name
+            raise
+        try:
+            request = self.request_model.model_validate(args)
+        except ValidationError as exc:
+            raise input_error(self.name, exc) from None
+        try:
+            result = to_result(await self.handler(request))
+        except ToolError:
+            # Model-facing errors raised deliberately by a handler (a nested
+            # denial, say) are already in the form Branch.act reports.
+            raise
+        except Exception as exc:
+            for hook in self.on_error:
+                handled = await _run_hook(hook, self.name, args, exc)
+                if handled is not None:
+                    return to_result(handled)
+            raise
+        for hook in self.post:
+            replaced = await _run_hook(hook, self.name, args, result)
+            if replaced is not None:
+                result = to_result(replaced)
+        return result
+
+    async def __call__(self, /, **arguments: Any) -> dict[str, Any]:
+        """Call the tool: pre hooks, validation, handler, post hooks.
+
+        Returns:
+            The JSON-ready response (``response.model_dump(mode="json")``).
+
+        Raises:
+            ToolDenied: a pre hook refused the call.
+            ToolInputError: the arguments failed validation.
+            Exception: an unexpected handler exception no on_error hook handled.
+        """
+        return await self.invoke(arguments)
+
+    def run_sync(self, /, **arguments: Any) -> dict[str, Any]:
+        """Call the tool from synchronous code (a script, a plain notebook cell), on trio.
+
+        Raises:
+            RuntimeError: when called from inside a running event loop; use
+                ``await tool(...)`` there.
+        """
+        import sniffio  # anyio's own dependency; imported here to keep import time low
+        import trio
+
+        try:
+            library: str | None = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            library = None
+        if library is not None:
+            raise RuntimeError(
+                f"run_sync() cannot run inside a running {library} event loop; "
+                f"use `await tool(...)` instead"
+            )
+        return trio.run(functools.partial(self.invoke, arguments))

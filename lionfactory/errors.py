@@ -1,0 +1,121 @@
+"""The exception tree of lionfactory.
+
+Two families, kept apart on purpose. Developer misuse raises at once, at
+factory or registration time, and subclasses the builtin exception a Python
+programmer would expect. Problems the *model* caused are raised by the call
+pipeline and turned into a tool message by `Branch.act`, so a bad tool call
+never crashes an agent loop::
+
+    LionfactoryError
+    ├── RegistrationError (ValueError)   a tool cannot be registered on a branch
+    ├── FactoryError (TypeError)         a factory returned something that is not a Tool
+    ├── CloneError (ValueError)          a registration cannot be rebuilt for a clone
+    ├── ConfigurationError (ValueError)  a branch lacks what an operation needs
+    ├── ScriptExhaustedError (AssertionError)
+    │                                    a ScriptedModel ran out of replies (testing)
+    └── ToolError                        model-facing: Branch.act reports it to the model
+        ├── ToolInputError (ValueError)  the arguments failed validation
+        ├── ToolDenied                   a pre hook refused the call
+        └── UnknownToolError (LookupError)  no tool of that name on the branch
+
+Expected operational failures of a tool (a missing file, a timed-out command,
+an absent binary) are not exceptions at all: the tools return them as typed
+responses with `success=False` or an error `status`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "CloneError",
+    "ConfigurationError",
+    "FactoryError",
+    "LionfactoryError",
+    "RegistrationError",
+    "ScriptExhaustedError",
+    "ToolDenied",
+    "ToolError",
+    "ToolInputError",
+    "UnknownToolError",
+]
+
+
+class LionfactoryError(Exception):
+    """Root of every exception lionfactory raises on purpose."""
+
+
+class RegistrationError(LionfactoryError, ValueError):
+    """A tool or factory cannot be registered on a branch."""
+
+
+class FactoryError(LionfactoryError, TypeError):
+    """A factory returned something other than a `Tool` or a list of Tools."""
+
+
+class CloneError(LionfactoryError, ValueError):
+    """A registration cannot be rebuilt for a clone without sharing state."""
+
+
+class ConfigurationError(LionfactoryError, ValueError):
+    """A branch lacks something an operation needs (for example a chat model)."""
+
+
+class ScriptExhaustedError(LionfactoryError, AssertionError):
+    """A `ScriptedModel` was asked for more replies than its script holds."""
+
+
+class ToolError(LionfactoryError):
+    """Base of the errors a model caused; `Branch.act` shows them to the model."""
+
+    def __init__(self, tool: str, message: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ToolInputError(ToolError, ValueError):
+    """The arguments of a tool call failed validation.
+
+    Attributes:
+        errors: pydantic's error list, trimmed to what a model can act on
+            (`loc`, `msg`, `type`, and a short `input`).
+    """
+
+    def __init__(
+        self, tool: str, message: str, errors: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        super().__init__(tool, message)
+        self.errors: list[dict[str, Any]] = list(errors)
+
+
+class ToolDenied(ToolError):
+    """A pre hook refused the call.
+
+    Hooks raise it with only a reason: ``raise ToolDenied("no sudo here")``;
+    the pipeline fills in the tool name.
+    """
+
+    def __init__(self, reason: str, tool: str = "") -> None:
+        super().__init__(tool, reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        if self.tool:
+            return f"Tool {self.tool!r} denied the call: {self.reason}"
+        return self.reason
+
+
+class UnknownToolError(ToolError, LookupError):
+    """The model asked for a tool that is not registered on the branch."""
+
+    def __init__(self, tool: str, available: Sequence[str]) -> None:
+        names = ", ".join(available) or "none"
+        super().__init__(
+            tool, f"Unknown tool {tool!r}. Call one of the registered tools: {names}."
+        )
+        self.available = tuple(available)
