@@ -1,6 +1,31 @@
-"""lionfactory: built-in tools for LLM agents as plain factory functions."""
+"""lionfactory: built-in tools for LLM agents as plain factory functions.
 
+The core is re-exported here; the built-in factories live in
+`lionfactory.tools` and `lionfactory.coding`, the offline fakes in
+`lionfactory.testing`, the exceptions in `lionfactory.errors`.
+"""
+
+from lionfactory._branch import ActionResult, Branch, Registration
 from lionfactory._call import CallContext, current_call
+from lionfactory._function import function_tool
+from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
+from lionfactory._model import ChatModel, ModelReply
 from lionfactory._tool import Tool
 
-__all__ = ["CallContext", "Tool", "current_call"]
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionResult",
+    "Branch",
+    "CallContext",
+    "ChatModel",
+    "Message",
+    "MessageLog",
+    "ModelReply",
+    "Registration",
+    "Tool",
+    "ToolCall",
+    "current_call",
+    "estimate_tokens",
+    "function_tool",
+]

@@ -35,20 +35,23 @@ __all__ = [
 
 SchemaStyle = Literal["openai", "anthropic", "mcp"]
 
-PreHook = Callable[[str, dict[str, Any]], "dict[str, Any] | None | Awaitable[dict[str, Any] | None]"]
+PreHook = Callable[
+    [str, dict[str, Any]],
+    "dict[str, Any] | Awaitable[dict[str, Any] | None] | None",
+]
 """`hook(tool_name, arguments) -> dict | None`: a dict replaces the arguments.
 
 Raise `ToolDenied(reason)` to refuse the call."""
 
 PostHook = Callable[
     [str, dict[str, Any], dict[str, Any]],
-    "dict[str, Any] | None | Awaitable[dict[str, Any] | None]",
+    "dict[str, Any] | Awaitable[dict[str, Any] | None] | None",
 ]
 """`hook(tool_name, arguments, result) -> dict | None`: a dict replaces the result."""
 
 ErrorHook = Callable[
     [str, dict[str, Any], BaseException],
-    "dict[str, Any] | None | Awaitable[dict[str, Any] | None]",
+    "dict[str, Any] | Awaitable[dict[str, Any] | None] | None",
 ]
 """`hook(tool_name, arguments, exc) -> dict | None`: the first dict becomes the result."""
 
@@ -59,9 +62,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 def _check_name(_instance: Any, _attribute: Any, value: str) -> None:
     if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise ValueError(
-            f"a tool name must be 1-64 characters of [A-Za-z0-9_-], got {value!r}"
-        )
+        raise ValueError(f"a tool name must be 1-64 characters of [A-Za-z0-9_-], got {value!r}")
 
 
 def _check_request_model(_instance: Any, _attribute: Any, value: Any) -> None:

@@ -86,9 +86,7 @@ class ToolInputError(ToolError, ValueError):
             (`loc`, `msg`, `type`, and a short `input`).
     """
 
-    def __init__(
-        self, tool: str, message: str, errors: Sequence[dict[str, Any]] = ()
-    ) -> None:
+    def __init__(self, tool: str, message: str, errors: Sequence[dict[str, Any]] = ()) -> None:
         super().__init__(tool, message)
         self.errors: list[dict[str, Any]] = list(errors)
 
@@ -115,7 +113,5 @@ class UnknownToolError(ToolError, LookupError):
 
     def __init__(self, tool: str, available: Sequence[str]) -> None:
         names = ", ".join(available) or "none"
-        super().__init__(
-            tool, f"Unknown tool {tool!r}. Call one of the registered tools: {names}."
-        )
+        super().__init__(tool, f"Unknown tool {tool!r}. Call one of the registered tools: {names}.")
         self.available = tuple(available)

@@ -1,0 +1,559 @@
+"""`Branch`: one conversation, its tools, and where each tool came from.
+
+A branch records, for every registration, *what* built its tools: a static
+Tool (or list), or a factory and the keyword arguments it was called with.
+`clone()` replays those records against the clone: static tools are reused
+(they are immutable), factories are called again with ``branch=clone``. So no
+tool of a clone closes over its source branch, and a static tool that *is*
+bound to the source is refused loudly instead of being shared (DESIGN §4.3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, cast
+
+import anyio
+import attrs
+
+from lionfactory._call import CallContext, call_context
+from lionfactory._messages import Message, MessageLog, ToolCall
+from lionfactory._model import ChatModel, ModelReply
+from lionfactory._tool import SchemaStyle, Tool
+from lionfactory.errors import (
+    CloneError,
+    ConfigurationError,
+    FactoryError,
+    RegistrationError,
+    ToolError,
+    ToolInputError,
+    UnknownToolError,
+)
+
+__all__ = ["ActionResult", "Branch", "Registration"]
+
+logger = logging.getLogger("lionfactory")
+
+_order = itertools.count()
+
+
+def factory_path(factory: Callable[..., Any]) -> str:
+    """The import path of a factory, ``module:qualname`` (partials unwrapped)."""
+    target = factory
+    while hasattr(target, "func"):  # functools.partial and friends
+        target = target.func
+    module = getattr(target, "__module__", None) or "?"
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}:{qualname}"
+
+
+@attrs.frozen
+class Registration:
+    """The provenance of one `Branch.register` call.
+
+    Attributes:
+        source: the factory, or the tuple of static Tools.
+        kwargs: the keyword arguments the factory was called with (without
+            ``branch``), read-only.
+        tool_names: the names the source produced, in order.
+        order: a global sequence number; later registrations have larger ones.
+    """
+
+    source: Callable[..., Any] | tuple[Tool, ...]
+    kwargs: Mapping[str, Any] = attrs.field(converter=lambda kw: MappingProxyType(dict(kw)))
+    tool_names: tuple[str, ...]
+    order: int = attrs.field(factory=lambda: next(_order))
+
+    @property
+    def is_factory(self) -> bool:
+        """Whether the tools came from a factory (and are rebuilt on clone)."""
+        return not isinstance(self.source, tuple)
+
+    @property
+    def factory_path(self) -> str | None:
+        """``module:qualname`` of the factory, or None for static tools."""
+        return factory_path(self.source) if self.is_factory else None  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class ActionResult:
+    """The outcome of one tool call run by a branch.
+
+    Attributes:
+        call_id: the tool call's id.
+        tool: the tool's name.
+        arguments: the arguments as the model sent them.
+        result: the tool's JSON-ready response, or None on error.
+        error: the error text the model saw, or None.
+        error_type: the error's class name (``ToolInputError``, ...), or None.
+        message: the tool message appended to the log.
+        exception: the exception behind `error`, for developers.
+    """
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    result: dict[str, Any] | None
+    error: str | None
+    error_type: str | None
+    message: Message
+    exception: BaseException | None = attrs.field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the pipeline returned a response (it may still report a typed failure)."""
+        return self.error is None
+
+
+def _accepts_branch(factory: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    param = parameters.get("branch")
+    return param is not None and param.kind is not inspect.Parameter.POSITIONAL_ONLY
+
+
+def _as_tools(produced: Any, factory: Callable[..., Any]) -> list[Tool]:
+    if isinstance(produced, Tool):
+        return [produced]
+    if isinstance(produced, (list, tuple)) and all(isinstance(t, Tool) for t in produced):
+        return list(produced)
+    raise FactoryError(
+        f"factory {factory_path(factory)} must return a Tool or a list of Tools, "
+        f"got {type(produced).__name__}: {produced!r:.200}"
+    )
+
+
+def _summarise(value: Any, depth: int = 0) -> Any:
+    """A JSON-ready, comparable summary of a factory argument."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if depth < 3 and isinstance(value, (list, tuple, frozenset, set)):
+        items = [_summarise(v, depth + 1) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if depth < 3 and isinstance(value, Mapping):
+        return {str(k): _summarise(v, depth + 1) for k, v in value.items()}
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"<{factory_path(value)}>"
+    return f"<{type(value).__name__}>"
+
+
+def _schema_hash(tool: Tool) -> str:
+    text = json.dumps(tool.schema("openai"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@attrs.define(eq=False, init=False, repr=False)
+class Branch:
+    """One conversation: its messages, its tools and their provenance.
+
+    Args:
+        system: the system prompt, pinned at view index 0.
+        name: a display name; clones keep it unless given another.
+        chat_model: what `run()` talks to (see `ChatModel`).
+        metadata: free-form data for the caller; copied (shallowly) on clone.
+
+    Attributes:
+        id: a fresh UUID per branch (clones get their own).
+        messages: the `MessageLog` (record and active view).
+    """
+
+    id: uuid.UUID
+    name: str | None
+    messages: MessageLog
+    chat_model: ChatModel | None
+    metadata: dict[str, Any]
+    _tools: dict[str, Tool]
+    _owners: dict[str, Registration]
+    _registrations: list[Registration]
+
+    def __init__(
+        self,
+        system: str | None = None,
+        *,
+        name: str | None = None,
+        chat_model: ChatModel | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if system is not None and not isinstance(system, str):
+            raise TypeError(f"system must be a string or None, got {system!r}")
+        messages = MessageLog()
+        if system is not None:
+            messages.set_system(system)
+        self.__attrs_init__(
+            id=uuid.uuid4(),
+            name=name,
+            messages=messages,
+            chat_model=chat_model,
+            metadata=dict(metadata or {}),
+            tools={},
+            owners={},
+            registrations=[],
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Branch(name={self.name!r}, id={str(self.id)[:8]}, "
+            f"tools={list(self._tools)}, messages={len(self.messages)}/{self.messages.total})"
+        )
+
+    # -- registration --------------------------------------------------------
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """The registered tools by name, in registration order (read-only, live)."""
+        return MappingProxyType(self._tools)
+
+    @property
+    def registrations(self) -> tuple[Registration, ...]:
+        """The provenance records still providing at least one tool, oldest first."""
+        owners = set(map(id, self._owners.values()))
+        return tuple(r for r in self._registrations if id(r) in owners)
+
+    def provenance(self, name: str) -> Registration:
+        """The registration that provided the tool `name`.
+
+        Raises:
+            KeyError: no tool of that name is registered.
+        """
+        try:
+            return self._owners[name]
+        except KeyError:
+            raise KeyError(f"no tool named {name!r}; registered: {list(self._tools)}") from None
+
+    def register(
+        self,
+        source: Tool | Sequence[Tool] | Callable[..., Tool | Sequence[Tool]],
+        /,
+        *,
+        update: bool = False,
+        **kwargs: Any,
+    ) -> list[Tool]:
+        """Register a Tool, a list of Tools, or a factory, and record where they came from.
+
+        A factory is called at once with ``**kwargs``, plus ``branch=self`` when
+        it has a ``branch`` parameter. Registration is atomic: on any error the
+        branch is unchanged.
+
+        Args:
+            source: the tool(s) or the factory.
+            update: replace tools whose names are already registered.
+            **kwargs: the factory's keyword arguments (factories only).
+
+        Returns:
+            The tools registered, in order.
+
+        Raises:
+            RegistrationError: a duplicate name without ``update``, a tool
+                bound to another branch, or a source that is none of the above.
+            FactoryError: the factory returned something other than Tools.
+            TypeError: keyword arguments given with static tools, or ``branch``
+                given explicitly.
+        """
+        tools, registration = self._build(source, kwargs, target=self)
+        self._install(registration, tools, update=update)
+        return tools
+
+    def unregister(self, name: str) -> Tool:
+        """Remove the tool `name` and return it.
+
+        Raises:
+            KeyError: no tool of that name is registered.
+        """
+        self.provenance(name)
+        del self._owners[name]
+        return self._tools.pop(name)
+
+    def schemas(self, style: SchemaStyle = "openai") -> list[dict[str, Any]]:
+        """The schemas of all registered tools, in registration order."""
+        return [tool.schema(style) for tool in self._tools.values()]
+
+    def manifest(self) -> list[dict[str, Any]]:
+        """A JSON-ready, comparable description of the tool set.
+
+        One entry per tool, in order: ``name``, ``factory`` (import path, or
+        None for a static tool), ``kwargs`` (a summary: JSON values as they
+        are, other objects as ``<TypeName>``), ``schema_hash`` and
+        ``bound_to`` (``"branch"`` when bound to this branch, else None; ids
+        are left out so that clones and test runs compare equal).
+        """
+        entries = []
+        for name, tool in self._tools.items():
+            registration = self._owners[name]
+            entries.append(
+                {
+                    "name": name,
+                    "factory": registration.factory_path,
+                    "kwargs": {k: _summarise(v) for k, v in sorted(registration.kwargs.items())},
+                    "schema_hash": _schema_hash(tool),
+                    "bound_to": "branch" if tool.bound_to is not None else None,
+                }
+            )
+        return entries
+
+    # -- clone ---------------------------------------------------------------
+
+    def clone(self, *, name: str | None = None) -> Branch:
+        """A new branch with this one's messages and tools, rebuilt for the clone.
+
+        The message record and active view are copied by reference (messages
+        are immutable). Registrations are replayed in order: static tools are
+        reused, factories are called again with ``branch=clone`` and the same
+        keyword arguments, so shared resources (an Exchange, a workspace)
+        stay shared and per-branch state is rebuilt.
+
+        Raises:
+            CloneError: a static tool is bound to this branch, or a factory
+                did not rebuild a tool it provided here.
+        """
+        clone = Branch(
+            name=self.name if name is None else name,
+            chat_model=self.chat_model,
+            metadata=self.metadata,
+        )
+        clone.messages = self.messages.copy()
+        for registration in self.registrations:
+            owned = [n for n in registration.tool_names if self._owners.get(n) is registration]
+            if registration.is_factory:
+                factory = cast("Callable[..., Any]", registration.source)
+                built = {t.name: t for t in self._call_factory(factory, registration.kwargs, clone)}
+                missing = [n for n in owned if n not in built]
+                if missing:
+                    raise CloneError(
+                        f"factory {registration.factory_path} did not rebuild tool(s) "
+                        f"{missing} for the clone; a factory must be deterministic in its names"
+                    )
+                tools = [built[n] for n in owned]
+                for tool in tools:
+                    if tool.bound_to is not None and tool.bound_to != clone.id:
+                        raise CloneError(
+                            f"factory {registration.factory_path} returned tool {tool.name!r} "
+                            f"bound to branch {tool.bound_to}, not to the clone; it must build "
+                            f"its tools from its `branch` argument"
+                        )
+            else:
+                static = cast("tuple[Tool, ...]", registration.source)
+                tools = [t for t in static if t.name in owned]
+                for tool in tools:
+                    if tool.bound_to is not None:
+                        raise CloneError(
+                            f"tool {tool.name!r} is bound to branch {tool.bound_to} and was "
+                            f"registered as a static Tool, so the clone cannot rebuild it; "
+                            f"register its factory instead (branch.register(factory, ...))"
+                        )
+            for tool in tools:
+                clone._owners[tool.name] = registration
+                clone._tools[tool.name] = tool
+            clone._registrations.append(registration)
+        # Keep the source's tool order (an update= replacement keeps its slot).
+        clone._tools = {n: clone._tools[n] for n in self._tools}
+        clone.metadata["clone_of"] = str(self.id)
+        return clone
+
+    # -- acting --------------------------------------------------------------
+
+    async def act(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, call_id: str | None = None
+    ) -> ActionResult:
+        """Call a tool as if the model had: log the call and its result.
+
+        Appends an assistant message with the tool call and the tool message
+        with the result. Invalid arguments, a denial, an unknown tool and an
+        unexpected exception become an error the model reads; nothing raises
+        except cancellation.
+        """
+        call = ToolCall(name=name, arguments=dict(arguments or {}))
+        if call_id is not None:
+            call = call.model_copy(update={"id": call_id})
+        self.messages.append(Message(role="assistant", tool_calls=(call,)))
+        result = await self._execute(call)
+        self.messages.append(result.message)
+        return result
+
+    async def act_many(
+        self, calls: Iterable[ToolCall | tuple[str, Mapping[str, Any]]]
+    ) -> list[ActionResult]:
+        """Run several tool calls concurrently in a task group.
+
+        One assistant message carries all the calls; the tool messages are
+        appended in call order once every call has finished.
+        """
+        normalised = [
+            c if isinstance(c, ToolCall) else ToolCall(name=c[0], arguments=dict(c[1]))
+            for c in calls
+        ]
+        self.messages.append(Message(role="assistant", tool_calls=tuple(normalised)))
+        results: list[ActionResult | None] = [None] * len(normalised)
+
+        async def run_one(i: int, call: ToolCall) -> None:
+            results[i] = await self._execute(call)
+
+        async with anyio.create_task_group() as group:
+            for i, call in enumerate(normalised):
+                group.start_soon(run_one, i, call)
+        done = cast("list[ActionResult]", results)
+        for result in done:
+            self.messages.append(result.message)
+        return done
+
+    async def run(self, instruction: str, *, max_turns: int = 20) -> str:
+        """The agent loop: ask the chat model, run its tool calls, repeat.
+
+        Each turn sends the active view and the registered tools to
+        `chat_model`. Tool calls of one reply run one after another, in
+        order, because a model often reads a file and edits it in the same
+        reply. The loop ends when the model answers without tool calls, or
+        after `max_turns` replies.
+
+        Returns:
+            The text of the model's last reply.
+
+        Raises:
+            ConfigurationError: the branch has no chat model.
+            ValueError: `max_turns` is below 1.
+        """
+        if self.chat_model is None:
+            raise ConfigurationError("Branch.run() needs a chat_model; pass one to Branch(...)")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
+        self.messages.append(Message(role="user", content=instruction))
+        text = ""
+        for _ in range(max_turns):
+            reply = await self.chat_model(self.messages.active, list(self._tools.values()))
+            if not isinstance(reply, ModelReply):
+                raise TypeError(f"a chat model must return a ModelReply, got {reply!r:.200}")
+            self.messages.append(
+                Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+            )
+            text = reply.text
+            if not reply.tool_calls:
+                break
+            for call in reply.tool_calls:
+                result = await self._execute(call)
+                self.messages.append(result.message)
+        return text
+
+    # -- internals -----------------------------------------------------------
+
+    @staticmethod
+    def _call_factory(
+        factory: Callable[..., Any], kwargs: Mapping[str, Any], branch: Branch
+    ) -> list[Tool]:
+        call_kwargs = dict(kwargs)
+        if _accepts_branch(factory):
+            call_kwargs["branch"] = branch
+        return _as_tools(factory(**call_kwargs), factory)
+
+    def _build(
+        self, source: Any, kwargs: Mapping[str, Any], *, target: Branch
+    ) -> tuple[list[Tool], Registration]:
+        is_list = isinstance(source, (list, tuple))
+        if isinstance(source, Tool) or (
+            is_list and source and all(isinstance(t, Tool) for t in source)
+        ):
+            if kwargs:
+                raise TypeError(
+                    f"keyword arguments are for factories; got {sorted(kwargs)} with static tools"
+                )
+            tools = [source] if isinstance(source, Tool) else list(source)
+            for tool in tools:
+                if tool.bound_to is not None and tool.bound_to != target.id:
+                    raise RegistrationError(
+                        f"tool {tool.name!r} is bound to another branch ({tool.bound_to}); "
+                        f"register its factory instead so this branch gets its own tool"
+                    )
+            return tools, Registration(
+                source=tuple(tools), kwargs={}, tool_names=tuple(t.name for t in tools)
+            )
+        if is_list or not callable(source):
+            raise RegistrationError(
+                f"register() takes a Tool, a non-empty list of Tools or a factory, "
+                f"got {source!r:.200}"
+            )
+        if "branch" in kwargs:
+            raise TypeError("do not pass branch=...; the branch passes itself to the factory")
+        tools = self._call_factory(source, kwargs, target)
+        for tool in tools:
+            if tool.bound_to is not None and tool.bound_to != target.id:
+                raise RegistrationError(
+                    f"factory {factory_path(source)} returned tool {tool.name!r} bound to "
+                    f"another branch ({tool.bound_to}); it must build its tools from its "
+                    f"`branch` argument"
+                )
+        return tools, Registration(
+            source=source, kwargs=kwargs, tool_names=tuple(t.name for t in tools)
+        )
+
+    def _install(self, registration: Registration, tools: list[Tool], *, update: bool) -> None:
+        names = [t.name for t in tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise RegistrationError(f"the source provides duplicate tool names {duplicates}")
+        if not update:
+            taken = [n for n in names if n in self._tools]
+            if taken:
+                raise RegistrationError(
+                    f"tool name(s) {taken} already registered; pass update=True to replace them"
+                )
+        for tool in tools:
+            self._tools[tool.name] = tool
+            self._owners[tool.name] = registration
+        self._registrations.append(registration)
+
+    async def _execute(self, call: ToolCall) -> ActionResult:
+        context = CallContext(call_id=call.id, tool=call.name, branch_id=self.id)
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        exception: BaseException | None = None
+        tool = self._tools.get(call.name)
+        if tool is None:
+            exception = UnknownToolError(call.name, list(self._tools))
+            error = str(exception)
+        else:
+            with call_context(context):
+                try:
+                    result = await tool.invoke(call.arguments)
+                except ToolError as exc:
+                    exception, error = exc, str(exc)
+                except Exception as exc:
+                    logger.warning("tool %r raised", call.name, exc_info=True)
+                    exception = exc
+                    error = (
+                        f"Tool {call.name!r} failed unexpectedly: {type(exc).__name__}: {exc}. "
+                        f"Try different arguments or another approach."
+                    )
+        if error is None:
+            content = json.dumps(result, ensure_ascii=False, default=str)
+        else:
+            payload: dict[str, Any] = {"error": error, "error_type": type(exception).__name__}
+            if isinstance(exception, ToolInputError):
+                payload["errors"] = exception.errors
+            content = json.dumps(payload, ensure_ascii=False, default=str)
+        message = Message(
+            role="tool",
+            content=content,
+            call_id=call.id,
+            tool=call.name,
+            metadata=dict(context.metadata),
+        )
+        return ActionResult(
+            call_id=call.id,
+            tool=call.name,
+            arguments=dict(call.arguments),
+            result=result,
+            error=error,
+            error_type=None if exception is None else type(exception).__name__,
+            message=message,
+            exception=exception,
+        )

@@ -1,0 +1,353 @@
+"""Messages and the message log: the full record and the active view.
+
+A `Message` is immutable and shared freely, between views and between
+branches: cloning a branch copies references, never messages.
+
+`MessageLog` keeps two things:
+
+* the **record**, every message ever appended, in order, append-only;
+* the **active view**, the ordered subset the model sees.
+
+Evicting and compacting change only the view. Each record entry has an
+*anchor*, its chronological position: an appended message is anchored at its
+own record index, a compaction summary at the first message it replaces. The
+view is always sorted by ``(anchor, record index)``, so restoring a message
+puts it back exactly where it was, and a summary sits where its span was.
+When restoring brings back every message a summary stood for, the summary
+retires from the view (it stays in the record), so compact-then-restore
+round-trips the view.
+
+There is at most one system message. It is pinned at view index 0: it cannot
+be evicted or compacted, and `set_system` replaces it in place.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Message", "MessageLog", "Role", "ToolCall", "estimate_tokens"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ToolCall(BaseModel):
+    """One tool call requested by the model.
+
+    Attributes:
+        id: the call id the model (or the branch) assigned.
+        name: the tool's name.
+        arguments: the arguments, already parsed from JSON.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(BaseModel):
+    """An immutable conversation message; roles map one-to-one onto provider formats.
+
+    Attributes:
+        id: unique id.
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: the text the model sees (JSON text for tool results).
+        tool_calls: calls requested by an assistant message.
+        call_id: for a tool message, the call it answers.
+        tool: for a tool message, the tool's name.
+        sender: who sent it (inter-branch messages).
+        recipient: who it is for (inter-branch messages).
+        channel: the exchange channel it travelled on.
+        created_at: creation time (UTC).
+        metadata: facts the model does not see (file evidence, summaries'
+            coverage). Treat it as read-only: messages are shared.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=_new_id)
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    call_id: str | None = None
+    tool: str | None = None
+    sender: str | None = None
+    recipient: str | None = None
+    channel: str | None = None
+    created_at: datetime = Field(default_factory=_now)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+# Tokens per message for role markers and separators; the figure providers
+# document for chat formats. Characters per token: 4 for English text.
+_MESSAGE_OVERHEAD = 4
+_CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(messages: Iterable[Message]) -> int:
+    """Estimate the tokens `messages` cost a model: deterministic and offline.
+
+    A tokenizer would need a download and differs per provider; four
+    characters per token plus a fixed per-message overhead is within the
+    precision that context budgeting needs.
+    """
+    total = 0
+    for message in messages:
+        chars = len(message.content)
+        for call in message.tool_calls:
+            chars += len(call.name) + len(json.dumps(call.arguments, default=str))
+        total += _MESSAGE_OVERHEAD + -(-chars // _CHARS_PER_TOKEN)
+    return total
+
+
+class MessageLog:
+    """The full record of a conversation and the active view the model sees.
+
+    Positions in the active view are "view indices"; positions in the record
+    are "record indices". Methods say which they take.
+    """
+
+    __slots__ = ("_active", "_anchor", "_index", "_record", "_summaries")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._record: list[Message] = []
+        self._anchor: list[int] = []
+        self._active: list[int] = []
+        self._index: dict[str, int] = {}
+        # summary record index -> record indices it replaced
+        self._summaries: dict[int, tuple[int, ...]] = {}
+        for message in messages:
+            self.append(message)
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def record(self) -> Sequence[Message]:
+        """Every message ever appended, in order (read-only)."""
+        return tuple(self._record)
+
+    @property
+    def active(self) -> list[Message]:
+        """The active view: the messages the model sees, in order (a new list)."""
+        record = self._record
+        return [record[i] for i in self._active]
+
+    @property
+    def system(self) -> Message | None:
+        """The pinned system message, if any."""
+        if self._active and self._record[self._active[0]].role == "system":
+            return self._record[self._active[0]]
+        return None
+
+    def __len__(self) -> int:
+        """The number of messages in the active view."""
+        return len(self._active)
+
+    def __iter__(self) -> Iterator[Message]:
+        """Iterate over the active view."""
+        record = self._record
+        return (record[i] for i in self._active)
+
+    def __getitem__(self, view_index: int) -> Message:
+        return self._record[self._active[view_index]]
+
+    @property
+    def total(self) -> int:
+        """The number of messages in the record."""
+        return len(self._record)
+
+    def get(self, message_id: str) -> Message | None:
+        """The message with this id, active or not."""
+        index = self._index.get(message_id)
+        return None if index is None else self._record[index]
+
+    def record_index(self, message_id: str) -> int:
+        """The record index of a message id (KeyError if unknown)."""
+        return self._index[message_id]
+
+    def is_active(self, message_id: str) -> bool:
+        """Whether the message is in the active view."""
+        index = self._index.get(message_id)
+        if index is None:
+            return False
+        pos = bisect.bisect_left(self._active, self._key(index), key=self._key)
+        return pos < len(self._active) and self._active[pos] == index
+
+    def estimate_tokens(self) -> int:
+        """Estimated tokens of the active view (see `estimate_tokens`)."""
+        return estimate_tokens(self)
+
+    # -- changing ------------------------------------------------------------
+
+    def append(self, message: Message) -> Message:
+        """Append a message to the record and the end of the view.
+
+        Raises:
+            ValueError: for a second system message (use `set_system`) or a
+                message id already in the record.
+        """
+        if message.role == "system" and self._pinned_index() is not None:
+            raise ValueError("the log already has a system message; use set_system() to replace it")
+        if message.id in self._index:
+            raise ValueError(f"message id {message.id!r} is already in the log")
+        index = len(self._record)
+        self._record.append(message)
+        self._anchor.append(index)
+        self._index[message.id] = index
+        if message.role == "system":
+            # Pinned first, whatever came before it.
+            self._anchor[index] = -1
+            self._active.insert(0, index)
+        else:
+            self._active.append(index)
+        return message
+
+    def set_system(self, content: str) -> Message:
+        """Set or replace the system message, keeping it pinned at view index 0.
+
+        The previous system message stays in the record but leaves the view.
+        """
+        message = Message(role="system", content=content)
+        index = len(self._record)
+        self._record.append(message)
+        self._anchor.append(-1)
+        self._index[message.id] = index
+        if self.system is not None:
+            self._active[0] = index
+        else:
+            self._active.insert(0, index)
+        return message
+
+    def evict(self, start: int, end: int | None = None) -> list[Message]:
+        """Remove view span ``[start:end)`` from the active view (the record keeps it).
+
+        Python slice rules apply after clamping; the pinned system message is
+        never evicted (a start of 0 becomes 1 when one exists).
+
+        Returns:
+            The evicted messages, in order.
+        """
+        lo, hi = self._clamp(start, end)
+        removed = self._active[lo:hi]
+        del self._active[lo:hi]
+        return [self._record[i] for i in removed]
+
+    def evict_ids(self, message_ids: Iterable[str]) -> list[Message]:
+        """Remove the given messages from the active view; unknown or inactive ids are skipped."""
+        drop = {self._index[m] for m in message_ids if m in self._index}
+        drop.discard(self._pinned_index())
+        kept: list[int] = []
+        removed: list[Message] = []
+        for index in self._active:
+            if index in drop:
+                removed.append(self._record[index])
+            else:
+                kept.append(index)
+        self._active = kept
+        return removed
+
+    def restore(self, start: int = 0, end: int | None = None) -> list[Message]:
+        """Put record span ``[start:end)`` back into the view, each at its chronological place.
+
+        Superseded system messages are not restored (there is one system
+        message). A summary whose every original is active again retires from
+        the view.
+
+        Returns:
+            The messages that were restored, in record order.
+        """
+        lo, hi, _ = slice(start, end).indices(len(self._record))
+        active = set(self._active)
+        pinned = self._pinned_index()
+        restored: list[Message] = []
+        for index in range(lo, hi):
+            if index in active or (self._record[index].role == "system" and index != pinned):
+                continue
+            bisect.insort(self._active, index, key=self._key)
+            active.add(index)
+            restored.append(self._record[index])
+        retired = [
+            summary
+            for summary, covered in self._summaries.items()
+            if summary in active and all(i in active for i in covered)
+        ]
+        if retired:
+            gone = set(retired)
+            self._active = [i for i in self._active if i not in gone]
+        return restored
+
+    def replace(self, message_ids: Sequence[str], summary: Message) -> Message:
+        """Replace messages in the view with one summary message at the first one's place.
+
+        This is compaction: the originals leave the view and stay in the record.
+
+        Raises:
+            ValueError: nothing to replace, an id not in the view, the system
+                message among them, or a summary with the system role.
+        """
+        if summary.role == "system":
+            raise ValueError("a summary cannot be a system message")
+        if not message_ids:
+            raise ValueError("replace() needs at least one message to replace")
+        indices = []
+        for message_id in message_ids:
+            if not self.is_active(message_id):
+                raise ValueError(f"message {message_id!r} is not in the active view")
+            indices.append(self._index[message_id])
+        if self._pinned_index() in indices:
+            raise ValueError("the system message cannot be compacted")
+        covered = tuple(sorted(indices))
+        gone = set(covered)
+        self._active = [i for i in self._active if i not in gone]
+        index = len(self._record)
+        self._record.append(summary)
+        self._anchor.append(self._anchor[covered[0]])
+        self._index[summary.id] = index
+        self._summaries[index] = covered
+        bisect.insort(self._active, index, key=self._key)
+        return summary
+
+    def view_indices(self, start: int, end: int | None) -> tuple[int, int]:
+        """Clamp a view span like `evict` does (system message excluded)."""
+        return self._clamp(start, end)
+
+    def copy(self) -> MessageLog:
+        """An independent log sharing the (immutable) messages: O(n) reference copies."""
+        clone = MessageLog.__new__(MessageLog)
+        clone._record = self._record.copy()
+        clone._anchor = self._anchor.copy()
+        clone._active = self._active.copy()
+        clone._index = self._index.copy()
+        clone._summaries = self._summaries.copy()
+        return clone
+
+    # -- internals -----------------------------------------------------------
+
+    def _key(self, index: int) -> tuple[int, int]:
+        return (self._anchor[index], index)
+
+    def _pinned_index(self) -> int | None:
+        if self._active and self._record[self._active[0]].role == "system":
+            return self._active[0]
+        return None
+
+    def _clamp(self, start: int, end: int | None) -> tuple[int, int]:
+        lo, hi, _ = slice(start, end).indices(len(self._active))
+        floor = 1 if self._pinned_index() is not None else 0
+        return max(lo, floor), max(hi, floor)

@@ -1,0 +1,52 @@
+"""The chat model protocol the agent loop talks to.
+
+Any object with ``async def __call__(messages, tools) -> ModelReply`` is a
+chat model: a provider adapter, or the offline `ScriptedModel` and
+`FunctionModel` of `lionfactory.testing`. The loop passes `Tool` objects, not
+schemas, so an adapter exports them in its provider's style
+(``tool.schema("openai")``, ``"anthropic"``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import attrs
+
+from lionfactory._messages import Message, ToolCall
+
+if TYPE_CHECKING:
+    from lionfactory._tool import Tool
+
+__all__ = ["ChatModel", "ModelReply"]
+
+
+def _tool_calls(value: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    calls = tuple(value)
+    for call in calls:
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"tool_calls must hold ToolCall objects, got {call!r}")
+    return calls
+
+
+@attrs.frozen
+class ModelReply:
+    """What a chat model answered: text, tool calls, or both.
+
+    Attributes:
+        text: the assistant's text ("" when it only calls tools).
+        tool_calls: the calls it wants run, in order.
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model: the active messages and the tools in, a `ModelReply` out."""
+
+    async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+        """Answer the conversation `messages`, optionally calling some of `tools`."""
+        ...
