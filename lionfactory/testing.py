@@ -31,6 +31,7 @@ from lionfactory.errors import ScriptExhaustedError
 
 __all__ = [
     "FunctionModel",
+    "ModelCall",
     "ScriptedModel",
     "assert_manifest",
     "assert_no_foreign_bindings",
@@ -63,7 +64,7 @@ def _as_call(item: ToolCall | Mapping[str, Any]) -> ToolCall:
     raise TypeError(f"a scripted tool call must be a ToolCall or a dict, got {item!r}")
 
 
-def as_reply(value: Any) -> ModelReply:
+def _as_reply(value: Any) -> ModelReply:
     """Normalise a script entry or a function's answer into a `ModelReply`."""
     if isinstance(value, ModelReply):
         return value
@@ -108,7 +109,7 @@ class ScriptedModel:
     calls: list[ModelCall]
 
     def __init__(self, replies: Iterable[ReplyLike]) -> None:
-        self.__attrs_init__(replies=[as_reply(r) for r in replies], calls=[])
+        self.__attrs_init__(replies=[_as_reply(r) for r in replies], calls=[])
 
     @property
     def remaining(self) -> int:
@@ -145,7 +146,7 @@ class FunctionModel:
         out = self.fn(shown.messages, shown.tools)
         if inspect.isawaitable(out):
             out = await out
-        return as_reply(out)
+        return _as_reply(out)
 
 
 def assert_manifest(
