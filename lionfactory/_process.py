@@ -1,0 +1,269 @@
+"""Run one process: argv only, a deadline, a process-group kill and a capped drain.
+
+Every tool that starts a program goes through `run_process`, the single seam
+between lionfactory and the operating system's process table (STYLE §5).
+
+Guarantees, in the order they matter to an agent:
+
+* **No shell.** The command is an argv list; nothing is parsed or expanded.
+* **No process outlives its call.** The child starts in a new session (so its
+  process id is also its process-group id). When the call ends, for whatever
+  reason (the child exited, the deadline passed, the caller was cancelled),
+  every process still in that group is killed with ``SIGKILL`` and
+  `run_process` waits until the group is gone. Killing leftovers after a
+  normal exit is deliberate: a background process left running by a tool call
+  is invisible to the model and to the user. ``SIGTERM`` first was rejected:
+  a child may ignore it, and a grace period only delays the same outcome.
+* **Bounded memory, no pipe deadlock.** stdout and stderr are drained
+  concurrently to the end; each keeps at most ``max_bytes`` and discards the
+  rest while still reading, so a child writing gigabytes neither blocks on a
+  full pipe nor fills our memory.
+* **Launch failures are distinguishable.** A binary that is missing, not
+  executable or not a valid program, or a working directory that does not
+  exist, raises `LaunchError` instead of returning a result.
+
+The runner uses anyio only (`anyio.open_process`, a task group,
+`move_on_after`), so it runs on trio and on asyncio with no thread per call.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import anyio
+import attrs
+from anyio.abc import ByteReceiveStream
+
+from lionfactory.errors import LionfactoryError
+
+__all__ = ["DEFAULT_MAX_BYTES", "LaunchError", "ProcessResult", "run_process"]
+
+DEFAULT_MAX_BYTES = 100_000
+"""Bytes kept per stream: enough for a test run's summary, small enough for a prompt."""
+
+# How long to wait for a killed group to disappear. Members reparented to init
+# stay zombies until init reaps them, which some container inits do only
+# every second or so; the bound keeps a slow init from hanging the call.
+_GROUP_GONE_GRACE = 3.0
+# How long to wait for our own SIGKILLed child to be reaped before giving up
+# (a process stuck in uninterruptible sleep cannot die until its I/O returns).
+_REAP_GRACE = 5.0
+
+
+class LaunchError(LionfactoryError):
+    """The process could not be started; `message` says why in words a model can use.
+
+    Attributes:
+        program: the program that was to run (``argv[0]``).
+        reason: the operating system's explanation.
+        message: the whole explanation.
+    """
+
+    def __init__(self, program: str, reason: str) -> None:
+        self.program = program
+        self.reason = reason
+        self.message = f"Could not start {program!r}: {reason}."
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@attrs.frozen
+class ProcessResult:
+    """What a finished (or killed) process left behind.
+
+    Attributes:
+        argv: the argv that ran.
+        returncode: the exit status; negative for a signal (``-9`` after a
+            kill); ``None`` only if the child could not be reaped in time.
+        stdout: the kept stdout, decoded as UTF-8 with replacement.
+        stderr: the kept stderr, decoded likewise.
+        stdout_bytes: how many bytes the child wrote to stdout in total.
+        stderr_bytes: how many bytes it wrote to stderr in total.
+        stdout_truncated: stdout was longer than the cap.
+        stderr_truncated: stderr was longer than the cap.
+        timed_out: the deadline passed and the group was killed.
+        pid: the child's process id.
+        pgid: its process-group id (equal to `pid`: the child leads a new session).
+        duration: seconds from launch to the end of the call.
+    """
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    pid: int
+    pgid: int
+    duration: float
+
+    @property
+    def truncated(self) -> bool:
+        """Whether either stream was cut."""
+        return self.stdout_truncated or self.stderr_truncated
+
+
+@attrs.define(eq=False)
+class _Capture:
+    """Keeps the first `limit` bytes of a stream and counts the rest."""
+
+    limit: int
+    chunks: list[bytes] = attrs.Factory(list)
+    kept: int = 0
+    total: int = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.limit - self.kept
+        if room > 0:
+            piece = data[:room]
+            self.chunks.append(piece)
+            self.kept += len(piece)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.kept
+
+    def text(self, name: str, *, announce: bool) -> str:
+        # A cut can split a multi-byte character; a non-final decode drops the
+        # partial tail instead of ending the text with a replacement character.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = decoder.decode(b"".join(self.chunks), final=not self.truncated)
+        if self.truncated and announce:
+            text += f"\n[{name} truncated: showing the first {self.kept:,} of {self.total:,} bytes]"
+        return text
+
+
+async def _drain(stream: ByteReceiveStream | None, capture: _Capture) -> None:
+    if stream is None:
+        return
+    try:
+        while True:
+            capture.feed(await stream.receive())
+    except (anyio.EndOfStream, anyio.ClosedResourceError):
+        return
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the group; return whether any member was there to receive it."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # A member changed its credentials (setuid); it is out of our reach.
+        return True
+    return True
+
+
+async def _wait_group_gone(pgid: int) -> None:
+    """Poll until no process of the group exists, for at most `_GROUP_GONE_GRACE`."""
+    delay = 0.001
+    with anyio.move_on_after(_GROUP_GONE_GRACE):
+        while _signal_group(pgid, 0):
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _launch_reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc)
+        if exc.filename is not None:
+            reason = f"{reason} ({os.fsdecode(exc.filename)})"
+        return reason
+    return str(exc) or type(exc).__name__
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    announce_truncation: bool = True,
+) -> ProcessResult:
+    """Run `argv` to completion or until `timeout`, then make sure its whole group is gone.
+
+    Args:
+        argv: the program and its arguments; never interpreted by a shell.
+        cwd: the working directory of the child.
+        timeout: seconds before the group is killed and `timed_out` is set.
+        env: the child's complete environment; ``None`` inherits ours.
+        max_bytes: bytes kept per stream; the rest is read and discarded.
+        announce_truncation: append a ``[stdout truncated: ...]`` line to a
+            cut stream's text (callers that parse the output turn it off and
+            read the ``*_truncated`` flags instead).
+
+    Returns:
+        The `ProcessResult`. A timeout is a result (``timed_out=True``), not an error.
+
+    Raises:
+        LaunchError: the process could not be started.
+        ValueError: `argv` is empty or `max_bytes` is negative.
+    """
+    args = tuple(os.fspath(arg) for arg in argv)
+    if not args:
+        raise ValueError("argv must name a program, got an empty sequence")
+    if max_bytes < 0:
+        raise ValueError(f"max_bytes must be >= 0, got {max_bytes!r}")
+    started = time.monotonic()
+    try:
+        process = await anyio.open_process(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=Path(cwd),
+            env=env,
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as exc:
+        # ValueError: an argument with a NUL byte never reaches exec().
+        raise LaunchError(args[0], _launch_reason(exc)) from None
+    # start_new_session makes the child a session and group leader.
+    pgid = process.pid
+    out, err = _Capture(max_bytes), _Capture(max_bytes)
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_drain, process.stdout, out)
+                group.start_soon(_drain, process.stderr, err)
+                await process.wait()
+                # The leader is done; whatever it left running in its group
+                # would keep our pipes open (and outlive the call). Kill it so
+                # the drains reach end-of-file now, not at the deadline.
+                _signal_group(pgid, signal.SIGKILL)
+    finally:
+        # Runs on success, timeout and cancellation alike; shielded so that a
+        # cancelled caller still leaves no process and no open pipe behind.
+        with anyio.CancelScope(shield=True):
+            _signal_group(pgid, signal.SIGKILL)
+            with anyio.move_on_after(_REAP_GRACE):
+                await process.aclose()
+            await _wait_group_gone(pgid)
+    return ProcessResult(
+        argv=args,
+        returncode=process.returncode,
+        stdout=out.text("stdout", announce=announce_truncation),
+        stderr=err.text("stderr", announce=announce_truncation),
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        timed_out=deadline.cancelled_caught,
+        pid=process.pid,
+        pgid=pgid,
+        duration=time.monotonic() - started,
+    )

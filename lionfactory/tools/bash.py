@@ -1,0 +1,309 @@
+r"""The ``bash`` tool: run one command, without a shell, inside the workspace.
+
+Despite its name (kept from ADR-0013 so models and prompts recognise it) the
+tool never starts a shell. The command is split with `shlex.split` and the
+resulting argv runs through `lionfactory._process.run_process`: a new process
+group, killed with everything it started when the call ends.
+
+Decisions (DESIGN §9):
+
+* **Operators.** Unquoted ``;``, ``&&``, ``||``, ``|``, ``&``, ``<``, ``>``,
+  backticks, ``$(`` and newlines are refused before anything starts: without a
+  shell they would reach the program as arguments and silently do something
+  else. Quoted (or backslash-escaped) they pass through literally, so
+  ``grep 'a|b' f`` and ``find . -exec ls {} \;`` work. Backticks and ``$(``
+  inside *double* quotes would be substitutions in a real shell; here they are
+  plain text, which is safe because no shell ever sees them.
+* **No expansion.** Globs (``*.py``), variables (``$HOME``) and ``~`` reach
+  the program verbatim. The tool description says so.
+* **Timeout.** Milliseconds. Omitted is 30,000; below 1 is a validation
+  error; above 300,000 is clamped to 300,000 and the response's ``notice``
+  says so. A timed-out command is killed with its whole process group.
+* **Working directory.** ``cwd`` is resolved inside the workspace (default:
+  the root); a path outside it is refused before anything starts.
+* **Environment.** The factory's ``env`` mapping, when given, is the child's
+  *entire* environment; otherwise the child inherits the environment of the
+  Python process at the time of the call.
+* **stdin** is empty (``/dev/null``): nothing can wait for input.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import anyio.to_thread
+import attrs
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
+from lionfactory._tool import Tool
+from lionfactory._workspace import PathRefused, Workspace
+
+__all__ = ["BashRequest", "BashResponse", "bash_tool"]
+
+DEFAULT_TIMEOUT_MS = 30_000
+"""Timeout of a call that names none."""
+
+MAX_TIMEOUT_MS = 300_000
+"""Longest timeout a call may have; longer requests are clamped to it."""
+
+_DESCRIPTION = f"""\
+Run one command (a program and its arguments) in the workspace and return its
+stdout, stderr and exit code.
+
+There is no shell. The command is split like a shell would split words (quotes
+group words, backslash escapes a character), then the program runs directly:
+- One command per call. Unquoted ; && || | & < > ` $( and newlines are refused.
+  Run a second command in a second call. Instead of `cd dir && cmd`, pass
+  cwd="dir". Instead of a pipe or redirect, use the program's own options
+  (e.g. `grep -c` rather than `grep | wc -l`).
+- Quoted text is passed literally: grep 'a|b' file.txt works.
+- Nothing is expanded: no globs (*.py), no $VARIABLES, no ~. Pass real names.
+- stdin is empty; interactive programs get end-of-file at once.
+
+timeout is in milliseconds (default {DEFAULT_TIMEOUT_MS:,}, at most {MAX_TIMEOUT_MS:,};
+larger values are clamped). On timeout the command and every process it started
+are killed and timed_out is true. stdout and stderr each keep at most
+{DEFAULT_MAX_BYTES:,} bytes; a cut stream ends with a line saying so.
+cwd is a directory inside the workspace (default: the workspace root).
+error is set when the command did not run or timed out; return_code is null when
+it did not run."""
+
+
+class BashRequest(BaseModel):
+    """Arguments of one ``bash`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(
+        description=(
+            'One command: a program and its arguments, e.g. "pytest -x tests/test_app.py". '
+            "No shell operators (; && || | & < > ` $( newline) unless quoted."
+        )
+    )
+    timeout: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            f"Timeout in milliseconds; default {DEFAULT_TIMEOUT_MS}, values above "
+            f"{MAX_TIMEOUT_MS} are clamped to {MAX_TIMEOUT_MS}."
+        ),
+    )
+    cwd: str | None = Field(
+        default=None,
+        description=(
+            "Working directory, relative to the workspace root (or absolute inside it); "
+            "default: the workspace root. Use this instead of `cd dir && ...`."
+        ),
+    )
+
+
+class BashResponse(BaseModel):
+    """The outcome of one ``bash`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stdout: str = Field(default="", description="What the command wrote to stdout (capped).")
+    stderr: str = Field(default="", description="What the command wrote to stderr (capped).")
+    return_code: int | None = Field(
+        default=None,
+        description=(
+            "The exit code (0 usually means success; negative means killed by a signal); "
+            "null when the command did not run."
+        ),
+    )
+    timed_out: bool = Field(
+        default=False,
+        description="True when the timeout passed and the command was killed.",
+    )
+    error: str | None = Field(
+        default=None,
+        description="Why the command did not run or did not finish, and what to do instead.",
+    )
+    notice: str | None = Field(
+        default=None,
+        description="Something the caller should know about how the command ran (a clamped "
+        "timeout).",
+    )
+
+
+# One entry per refused operator, longest first so "&&" is named, not "&".
+_OPERATORS = ("&&", "||", "$(", ";", "|", "&", "<", ">", "`", "\n")
+
+
+def _operator_at(command: str, index: int) -> str | None:
+    for operator in _OPERATORS:
+        if command.startswith(operator, index):
+            return operator
+    return None
+
+
+def _find_unquoted_operator(command: str) -> str | None:
+    r"""Return the first shell operator outside quotes in `command`, or None.
+
+    Quote rules follow `shlex` in POSIX mode, so that what this scan calls
+    quoted is exactly what `shlex.split` keeps literal: single quotes take
+    everything up to the next ``'``; inside double quotes a backslash escapes
+    ``"`` and ``\``; outside quotes a backslash escapes any one character.
+    """
+    quote: str | None = None
+    index = 0
+    while index < len(command):
+        char = command[index]
+        if quote is None:
+            if char == "\\":
+                index += 2
+                continue
+            if char in ("'", '"'):
+                quote = char
+            else:
+                operator = _operator_at(command, index)
+                if operator is not None:
+                    return operator
+        elif quote == '"' and char == "\\":
+            index += 2
+            continue
+        elif char == quote:
+            quote = None
+        index += 1
+    return None
+
+
+def _operator_message(operator: str) -> str:
+    shown = "newline" if operator == "\n" else repr(operator)
+    return (
+        f"The command contains an unquoted {shown}, a shell operator. This tool runs a "
+        f"single program without a shell: run one command per call, pass cwd instead "
+        f"of `cd dir && ...`, and use the program's own options instead of pipes or "
+        f"redirects. If you meant the character literally, quote it."
+    )
+
+
+def _split_command(command: str) -> list[str]:
+    """Split a command into argv, refusing unquoted operators.
+
+    Returns:
+        Exactly ``shlex.split(command)``.
+
+    Raises:
+        ValueError: with a message for the model (empty, malformed, an
+            operator, a NUL byte).
+    """
+    if "\x00" in command:
+        raise ValueError("The command contains a NUL byte; remove it.")
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(
+            f"The command cannot be split into words ({exc}); check that every quote "
+            f"is closed and no trailing backslash is left."
+        ) from None
+    operator = _find_unquoted_operator(command)
+    if operator is not None:
+        raise ValueError(_operator_message(operator))
+    if not argv:
+        raise ValueError('The command is empty; give a program to run, e.g. "ls -la".')
+    return argv
+
+
+@attrs.frozen
+class _BashHandler:
+    workspace: Workspace
+    env: Mapping[str, str] | None = attrs.field(repr=False)
+
+    def _directory(self, cwd: str | None) -> Path:
+        directory = self.workspace.resolve("." if cwd is None else cwd)
+        if not directory.is_dir():
+            raise PathRefused(
+                cwd, f"{cwd!r} is not a directory in the workspace; give an existing directory."
+            )
+        return directory
+
+    async def __call__(self, request: BashRequest) -> BashResponse:
+        try:
+            argv = _split_command(request.command)
+        except ValueError as exc:
+            return BashResponse(error=str(exc))
+        notice = None
+        timeout_ms = DEFAULT_TIMEOUT_MS if request.timeout is None else request.timeout
+        if timeout_ms > MAX_TIMEOUT_MS:
+            notice = (
+                f"timeout {timeout_ms} ms exceeds the maximum; it was clamped to "
+                f"{MAX_TIMEOUT_MS} ms."
+            )
+            timeout_ms = MAX_TIMEOUT_MS
+        try:
+            cwd = await anyio.to_thread.run_sync(self._directory, request.cwd)
+        except PathRefused as exc:
+            return BashResponse(error=f"cwd refused: {exc.message}", notice=notice)
+        try:
+            result = await run_process(argv, cwd=cwd, timeout=timeout_ms / 1000, env=self.env)
+        except LaunchError as exc:
+            return BashResponse(
+                error=f"{exc.message} Check the program name (it is looked up on PATH).",
+                notice=notice,
+            )
+        error = None
+        if result.timed_out:
+            error = (
+                f"The command did not finish within {timeout_ms} ms and was killed with "
+                f"every process it started. Use a larger timeout (at most {MAX_TIMEOUT_MS}) "
+                f"or a smaller task."
+            )
+        return BashResponse(
+            stdout=result.stdout,
+            stderr=result.stderr,
+            return_code=result.returncode,
+            timed_out=result.timed_out,
+            error=error,
+            notice=notice,
+        )
+
+
+def _check_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    if env is None:
+        return None
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env must be a mapping of str to str or None, got {env!r}")
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"env must map str to str, got {key!r}: {value!r}")
+        if not key or "=" in key or "\x00" in key or "\x00" in value:
+            raise ValueError(f"env has an invalid entry, got {key!r}: {value!r}")
+    return dict(env)
+
+
+def bash_tool(
+    *,
+    workspace_root: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    protected_names: Iterable[str] | None = None,
+) -> Tool:
+    """Build the ``bash`` tool.
+
+    Args:
+        workspace_root: the directory commands run in and ``cwd`` must stay
+            inside; the current directory when None. Resolved once, now.
+        env: the child's complete environment (copied now); when None the
+            child inherits ``os.environ`` as it is at the time of each call.
+        protected_names: fnmatch patterns of names ``cwd`` may not pass
+            through; the workspace defaults when None.
+
+    Returns:
+        The ``bash`` Tool (safe to share: it is bound to no branch).
+
+    Raises:
+        ValueError: the workspace root is not a directory, or `env` has an
+            invalid entry.
+        TypeError: an option of the wrong type.
+    """
+    workspace = Workspace.at(workspace_root, protected=protected_names)
+    return Tool(
+        name="bash",
+        description=_DESCRIPTION,
+        request_model=BashRequest,
+        handler=_BashHandler(workspace, _check_env(env)),
+    )

@@ -1,0 +1,223 @@
+"""The process runner: deadlines, group kills, capped drains, launch errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import trio
+
+from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
+
+PY = sys.executable
+
+# Starts a grandchild (which inherits our pipes), reports the group id, then
+# hangs: only a kill of the whole group ends it.
+SPAWN_AND_HANG = (
+    "import os, subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+    "print(os.getpgid(0), flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def read_fifo(path: Path) -> str:
+    with open(path) as fifo:
+        return fifo.read()
+
+
+async def test_returns_output_and_exit_code(tmp_path: Path) -> None:
+    result = await run_process(
+        [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert (result.stdout, result.stderr, result.returncode) == ("out\n", "err\n", 3)
+    assert not result.timed_out
+    assert not result.truncated
+
+
+async def test_runs_in_the_given_directory(tmp_path: Path) -> None:
+    result = await run_process(
+        [PY, "-c", "import os; print(os.getcwd())"], cwd=tmp_path, timeout=30
+    )
+    assert result.stdout.strip() == str(tmp_path)
+
+
+async def test_child_leads_its_own_process_group(tmp_path: Path) -> None:
+    result = await run_process(
+        [PY, "-c", "import os; print(os.getpgid(0))"], cwd=tmp_path, timeout=30
+    )
+    assert int(result.stdout) == result.pgid == result.pid
+    assert result.pgid != os.getpgid(0)
+
+
+async def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+    result = await run_process([PY, "-c", SPAWN_AND_HANG], cwd=tmp_path, timeout=1)
+    assert result.timed_out
+    assert result.returncode == -9
+    assert int(result.stdout) == result.pgid
+    assert not group_exists(result.pgid)
+
+
+async def test_leftover_background_process_is_killed_after_a_normal_exit(tmp_path: Path) -> None:
+    detach = (
+        "import os, subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+        "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(os.getpgid(0))\n"
+    )
+    result = await run_process([PY, "-c", detach], cwd=tmp_path, timeout=30)
+    assert not result.timed_out
+    assert result.returncode == 0
+    assert not group_exists(result.pgid)
+
+
+async def test_grandchild_holding_the_pipes_does_not_outlast_its_parent(tmp_path: Path) -> None:
+    """The leader exits at once; a grandchild keeps stdout open but is killed, no timeout."""
+    keep_pipe = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('leader done')\n"
+    )
+    result = await run_process([PY, "-c", keep_pipe], cwd=tmp_path, timeout=30)
+    assert not result.timed_out
+    assert result.stdout == "leader done\n"
+    assert result.duration < 20
+
+
+async def test_cancellation_kills_the_whole_group(tmp_path: Path) -> None:
+    fifo = tmp_path / "pgid"
+    os.mkfifo(fifo)
+    script = (
+        "import os, subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "with open(sys.argv[1], 'w') as f:\n"
+        "    f.write(str(os.getpgid(0)))\n"
+        "time.sleep(60)\n"
+    )
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: run_process([PY, "-c", script, str(fifo)], cwd=tmp_path, timeout=60)
+            )
+            pgid = int(await trio.to_thread.run_sync(read_fifo, fifo, abandon_on_cancel=True))
+            assert group_exists(pgid)
+            nursery.cancel_scope.cancel()
+    assert not group_exists(pgid)
+
+
+async def test_huge_output_is_capped_on_both_streams_with_bounded_memory(tmp_path: Path) -> None:
+    """50 MB on each stream, interleaved: no deadlock, 100,000 bytes kept, memory bounded."""
+    flood = (
+        "import sys\n"
+        "chunk = b'x' * 1_000_000\n"
+        "for _ in range(50):\n"
+        "    sys.stdout.buffer.write(chunk)\n"
+        "    sys.stderr.buffer.write(chunk.replace(b'x', b'y'))\n"
+    )
+    tracemalloc.start()
+    try:
+        result = await run_process([PY, "-c", flood], cwd=tmp_path, timeout=120)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.returncode == 0
+    assert (result.stdout_bytes, result.stderr_bytes) == (50_000_000, 50_000_000)
+    assert result.stdout_truncated and result.stderr_truncated
+    out_kept, out_notice = result.stdout.split("\n", 1)
+    err_kept, err_notice = result.stderr.split("\n", 1)
+    assert out_kept == "x" * DEFAULT_MAX_BYTES
+    assert err_kept == "y" * DEFAULT_MAX_BYTES
+    assert "stdout truncated" in out_notice and "50,000,000" in out_notice
+    assert "stderr truncated" in err_notice
+    assert peak < 5_000_000
+
+
+async def test_truncation_notice_can_be_left_out(tmp_path: Path) -> None:
+    result = await run_process(
+        [PY, "-c", "print('a' * 50)"],
+        cwd=tmp_path,
+        timeout=30,
+        max_bytes=10,
+        announce_truncation=False,
+    )
+    assert result.stdout == "a" * 10
+    assert result.stdout_truncated
+
+
+async def test_a_cut_multibyte_character_is_dropped_not_replaced(tmp_path: Path) -> None:
+    result = await run_process(
+        [PY, "-c", "print('é' * 10)"],
+        cwd=tmp_path,
+        timeout=30,
+        max_bytes=5,
+        announce_truncation=False,
+    )
+    assert result.stdout == "éé"
+
+
+async def test_stdin_is_empty(tmp_path: Path) -> None:
+    result = await run_process(
+        [PY, "-c", "import sys; print(repr(sys.stdin.read()))"], cwd=tmp_path, timeout=30
+    )
+    assert result.stdout == "''\n"
+
+
+async def test_env_replaces_the_environment(tmp_path: Path) -> None:
+    result = await run_process(
+        [PY, "-c", "import os; print(sorted(k for k in os.environ if k != 'LC_CTYPE'))"],
+        cwd=tmp_path,
+        timeout=30,
+        env={"ONLY_THIS": "1"},
+    )
+    assert result.stdout.strip() == "['ONLY_THIS']"
+
+
+async def test_missing_program_is_a_launch_error(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError) as info:
+        await run_process([str(tmp_path / "no-such-program")], cwd=tmp_path, timeout=30)
+    assert info.value.program == str(tmp_path / "no-such-program")
+    assert "No such file" in info.value.message
+
+
+async def test_non_executable_program_is_a_launch_error(tmp_path: Path) -> None:
+    script = tmp_path / "garbage"
+    script.write_bytes(b"\x00\x01 not a program")
+    script.chmod(0o755)
+    with pytest.raises(LaunchError, match="Exec format error"):
+        await run_process([str(script)], cwd=tmp_path, timeout=30)
+
+
+async def test_missing_working_directory_is_a_launch_error(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError, match="missing"):
+        await run_process([PY, "-c", "pass"], cwd=tmp_path / "missing", timeout=30)
+
+
+async def test_empty_argv_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        await run_process([], cwd=tmp_path, timeout=30)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+async def test_no_file_descriptor_leaks(tmp_path: Path) -> None:
+    async def run_some() -> None:
+        for _ in range(5):
+            await run_process([PY, "-c", "print(1)"], cwd=tmp_path, timeout=30)
+        await run_process([PY, "-c", "import time; time.sleep(60)"], cwd=tmp_path, timeout=0.2)
+
+    await run_some()  # warm up lazily opened descriptors (trio's wakeup fds, ...)
+    before = len(os.listdir("/proc/self/fd"))
+    await run_some()
+    assert len(os.listdir("/proc/self/fd")) == before

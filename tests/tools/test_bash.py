@@ -1,0 +1,288 @@
+"""The bash tool: operators, quoting, timeouts, cwd containment, env, process groups."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from lionfactory.errors import ToolInputError
+from lionfactory.tools.bash import BashRequest, BashResponse, bash_tool
+
+PY = shlex.quote(sys.executable)
+
+
+def group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+async def bash(workspace: Path, **arguments: Any) -> dict[str, Any]:
+    return await bash_tool(workspace_root=workspace)(**arguments)
+
+
+# Each command would create `marker` if it ran at all (touch gets the rest as
+# extra file names), so the marker proves nothing started.
+REFUSED = {
+    ";": "touch marker ; echo x",
+    "&&": "touch marker && echo x",
+    "||": "touch marker || echo x",
+    "|": "touch marker | cat",
+    "&": "touch marker &",
+    "<": "touch marker < input",
+    ">": "touch marker > output",
+    "`": "touch marker `echo x`",
+    "$(": "touch marker $(echo x)",
+    "newline": "touch marker\necho x",
+    "glued": "touch marker;echo x",
+    "redirect-fd": "touch marker 2>&1",
+}
+
+
+@pytest.mark.parametrize("command", REFUSED.values(), ids=REFUSED.keys())
+async def test_unquoted_operator_is_refused_and_nothing_runs(workspace: Path, command: str) -> None:
+    result = await bash(workspace, command=command)
+    assert result["return_code"] is None
+    assert "one command per call" in result["error"]
+    assert "cwd" in result["error"]
+    assert os.listdir(workspace) == []
+
+
+LITERAL = ["a;b", "a&&b", "a||b", "a|b", "a&b", "a<b", "a>b", "a`b`", "a$(b)", "a\nb"]
+
+
+@pytest.mark.parametrize("text", LITERAL)
+async def test_operator_in_single_quotes_is_passed_literally(workspace: Path, text: str) -> None:
+    result = await bash(workspace, command=f"printf %s '{text}'")
+    assert (result["stdout"], result["return_code"], result["error"]) == (text, 0, None)
+
+
+@pytest.mark.parametrize("text", LITERAL)
+async def test_operator_in_double_quotes_is_passed_literally(workspace: Path, text: str) -> None:
+    result = await bash(workspace, command=f'printf %s "{text}"')
+    assert (result["stdout"], result["return_code"], result["error"]) == (text, 0, None)
+
+
+async def test_backslash_escaped_operator_is_passed_literally(workspace: Path) -> None:
+    result = await bash(workspace, command="printf %s a\\;b")
+    assert result["stdout"] == "a;b"
+
+
+async def test_find_exec_with_escaped_semicolon_runs(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("x")
+    result = await bash(workspace, command="find . -name f.txt -exec echo found {} \\;")
+    assert result["stdout"] == "found ./f.txt\n"
+
+
+async def test_grep_alternation_in_quotes_runs(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("one\na|b\n")
+    result = await bash(workspace, command="grep 'a|b' f.txt")
+    assert (result["stdout"], result["return_code"]) == ("a|b\n", 0)
+
+
+async def test_python_comparison_in_double_quotes_runs(workspace: Path) -> None:
+    result = await bash(workspace, command=f'{PY} -c "print(1>0)"')
+    assert result["stdout"] == "True\n"
+
+
+async def test_argv_is_exactly_shlex_split(workspace: Path) -> None:
+    command = (
+        f"{PY} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "
+        'plain \'single quoted\' "double \\"quoted\\"" back\\ slash \'$HOME\' *.py ~ "a\\nb"'
+    )
+    result = await bash(workspace, command=command)
+    assert json.loads(result["stdout"]) == shlex.split(command)[3:]
+
+
+@pytest.mark.parametrize("command", ["", "   ", "\t"])
+async def test_empty_command_is_a_typed_error(workspace: Path, command: str) -> None:
+    result = await bash(workspace, command=command)
+    assert result["return_code"] is None
+    assert "empty" in result["error"]
+
+
+@pytest.mark.parametrize("command", ["echo 'open", 'echo "open', "echo trailing\\"])
+async def test_malformed_command_is_a_typed_error(workspace: Path, command: str) -> None:
+    result = await bash(workspace, command=command)
+    assert result["return_code"] is None
+    assert "quote" in result["error"]
+
+
+async def test_nul_byte_is_a_typed_error(workspace: Path) -> None:
+    result = await bash(workspace, command="echo a\x00b")
+    assert "NUL" in result["error"]
+
+
+async def test_nonzero_exit_code_is_reported_without_error(workspace: Path) -> None:
+    result = await bash(workspace, command=f"{PY} -c 'import sys; sys.exit(3)'")
+    assert (result["return_code"], result["error"], result["timed_out"]) == (3, None, False)
+
+
+async def test_missing_program_is_a_typed_error(workspace: Path) -> None:
+    result = await bash(workspace, command="no-such-program-lionfactory --help")
+    assert result["return_code"] is None
+    assert "Could not start 'no-such-program-lionfactory'" in result["error"]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, -30_000])
+async def test_timeout_below_one_is_rejected(workspace: Path, timeout: int) -> None:
+    with pytest.raises(ToolInputError, match="timeout"):
+        await bash(workspace, command="true", timeout=timeout)
+
+
+async def test_timeout_above_maximum_is_clamped_and_announced(workspace: Path) -> None:
+    result = await bash(workspace, command="true", timeout=900_000)
+    assert result["return_code"] == 0
+    assert "clamped to 300000 ms" in result["notice"]
+
+
+async def test_default_timeout_has_no_notice(workspace: Path) -> None:
+    result = await bash(workspace, command="true")
+    assert (result["return_code"], result["notice"]) == (0, None)
+
+
+async def test_timeout_kills_the_command_and_its_children(workspace: Path) -> None:
+    script = (
+        "import os, subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(os.getpgid(0), flush=True); time.sleep(60)"
+    )
+    result = await bash(workspace, command=f'{PY} -c "{script}"', timeout=1000)
+    assert result["timed_out"]
+    assert "did not finish within 1000 ms" in result["error"]
+    assert not group_exists(int(result["stdout"]))
+
+
+async def test_cancelling_a_call_kills_its_process_group(tmp_path: Path, workspace: Path) -> None:
+    fifo = tmp_path / "pgid"
+    os.mkfifo(fifo)
+    script = (
+        "import os, subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "f = open(sys.argv[1], 'w'); f.write(str(os.getpgid(0))); f.close(); time.sleep(60)"
+    )
+    tool = bash_tool(workspace_root=workspace)
+
+    def read_pgid() -> int:
+        with open(fifo) as reader:
+            return int(reader.read())
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: tool(command=f'{PY} -c "{script}" {fifo}', timeout=60_000))
+            pgid = await trio.to_thread.run_sync(read_pgid, abandon_on_cancel=True)
+            assert group_exists(pgid)
+            nursery.cancel_scope.cancel()
+    assert not group_exists(pgid)
+
+
+async def test_huge_output_is_capped_with_a_notice_and_bounded_memory(workspace: Path) -> None:
+    script = (
+        "import sys; c = b'x' * 1_000_000; "
+        "[(sys.stdout.buffer.write(c), sys.stderr.buffer.write(c)) for _ in range(50)]"
+    )
+    tracemalloc.start()
+    try:
+        result = await bash(workspace, command=f'{PY} -c "{script}"', timeout=120_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result["return_code"] == 0
+    for stream in ("stdout", "stderr"):
+        kept, notice = result[stream].split("\n", 1)
+        assert kept == "x" * 100_000
+        assert "truncated" in notice and "50,000,000" in notice
+    assert peak < 5_000_000
+
+
+async def test_cwd_inside_the_workspace_is_used(workspace: Path) -> None:
+    (workspace / "sub").mkdir()
+    result = await bash(workspace, command="pwd", cwd="sub")
+    assert result["stdout"].strip() == str(workspace / "sub")
+
+
+async def test_default_cwd_is_the_workspace_root(workspace: Path) -> None:
+    result = await bash(workspace, command="pwd")
+    assert result["stdout"].strip() == str(workspace)
+
+
+@pytest.mark.parametrize("cwd", ["..", "/", "sub/../..", "~"])
+async def test_cwd_outside_the_workspace_is_refused_before_running(
+    tmp_path: Path, workspace: Path, cwd: str
+) -> None:
+    (workspace / "sub").mkdir()
+    result = await bash(workspace, command="touch marker", cwd=cwd)
+    assert result["return_code"] is None
+    assert result["error"].startswith("cwd refused")
+    assert "marker" not in os.listdir(tmp_path)
+    assert "marker" not in os.listdir("/")
+
+
+async def test_cwd_through_a_protected_name_is_refused(workspace: Path) -> None:
+    (workspace / ".env").mkdir()
+    result = await bash(workspace, command="ls", cwd=".env")
+    assert "protected" in result["error"]
+
+
+async def test_cwd_that_is_a_file_is_a_typed_error(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("x")
+    result = await bash(workspace, command="ls", cwd="f.txt")
+    assert "not a directory" in result["error"]
+
+
+async def test_factory_env_is_the_whole_environment(workspace: Path) -> None:
+    tool = bash_tool(workspace_root=workspace, env={"ONLY_THIS": "yes"})
+    result = await tool(
+        command=f"{PY} -c 'import os; print(sorted(k for k in os.environ if k != \"LC_CTYPE\"))'"
+    )
+    assert result["stdout"].strip() == "['ONLY_THIS']"
+
+
+async def test_without_env_the_process_environment_is_inherited(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = bash_tool(workspace_root=workspace)
+    monkeypatch.setenv("LIONFACTORY_PROBE", "inherited")
+    result = await tool(command=f"{PY} -c 'import os; print(os.environ[\"LIONFACTORY_PROBE\"])'")
+    assert result["stdout"] == "inherited\n"
+
+
+async def test_unknown_argument_is_rejected(workspace: Path) -> None:
+    with pytest.raises(ToolInputError, match="shell"):
+        await bash(workspace, command="true", shell=True)
+
+
+def test_factory_rejects_a_bad_env() -> None:
+    with pytest.raises(TypeError, match="1"):
+        bash_tool(env={"A": 1})  # type: ignore[dict-item]
+
+
+def test_factory_rejects_a_missing_workspace(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="missing"):
+        bash_tool(workspace_root=tmp_path / "missing")
+
+
+def test_tool_schema_names_the_fields() -> None:
+    tool = bash_tool()
+    assert tool.name == "bash"
+    assert tool.request_model is BashRequest
+    properties = tool.schema()["function"]["parameters"]["properties"]
+    assert set(properties) == {"command", "timeout", "cwd"}
+    assert all(field.description for field in BashResponse.model_fields.values())
