@@ -1,0 +1,349 @@
+"""Document conversion for the reader's ``open`` action: docling, a cache, remote fetch.
+
+docling is imported lazily, on the first ``open``, so importing
+`lionfactory.tools` stays cheap and works without the ``documents`` extra.
+Conversion runs in a worker thread. The document's bytes are read through one
+``O_NOFOLLOW`` descriptor and handed to docling as a `DocumentStream`, so
+docling never opens a path a symlink could have been swapped into.
+
+PDFs: docling's standard PDF pipeline needs layout models from a model hub,
+which cannot be fetched offline (and needs torch). ``pdf_pipeline="auto"``
+uses it only when its models are already on this machine, and otherwise
+docling's model-free `NativePdfPipeline` (text cells, no layout analysis).
+
+The cache is per factory call: converted Markdown keyed by the resolved path,
+mtime and size (remote documents by URL and content hash), expiring after the
+factory's ``cache_ttl`` by an injectable clock, bounded in entries and bytes.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import importlib.util
+import io
+import os
+import re
+import stat
+import threading
+import time
+import types
+from collections.abc import Callable, Hashable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio.to_thread
+import attrs
+
+from lionfactory._workspace import open_nofollow
+from lionfactory.tools import _remote
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "INSTALL_HINT",
+    "MAX_DOCUMENT_BYTES",
+    "SUPPORTED_SUFFIXES",
+    "DocumentError",
+    "DocumentOpener",
+    "looks_like_url",
+]
+
+SUPPORTED_SUFFIXES = frozenset({".pdf", ".pptx", ".docx", ".html", ".htm"})
+MAX_DOCUMENT_BYTES = 50 * 1024 * 1024
+INSTALL_HINT = "pip install 'lionfactory[documents]'"
+
+CACHE_MAX_ENTRIES = 32
+CACHE_MAX_BYTES = 64 * 1024 * 1024
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# The default layout model of the standard PDF pipeline (docling 2.142).
+_LAYOUT_REPO = "docling-project/docling-layout-heron"
+
+PdfPipeline = Literal["auto", "standard", "native"]
+
+
+class DocumentError(Exception):
+    """A document cannot be opened; `message` tells the model what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def looks_like_url(target: str) -> bool:
+    """Whether `target` is a URL (any scheme) rather than a workspace path."""
+    return bool(_URL.match(target.strip()))
+
+
+def import_docling() -> types.SimpleNamespace:
+    """Import the parts of docling the converter uses (raises ImportError if absent)."""
+    from docling.datamodel.base_models import ConversionStatus, DocumentStream, InputFormat
+    from docling.datamodel.pipeline_options import NativePdfPipelineOptions, PdfPipelineOptions
+    from docling.document_converter import (
+        DocumentConverter,
+        NativePdfFormatOption,
+        PdfFormatOption,
+    )
+
+    return types.SimpleNamespace(
+        ConversionStatus=ConversionStatus,
+        DocumentConverter=DocumentConverter,
+        DocumentStream=DocumentStream,
+        InputFormat=InputFormat,
+        NativePdfFormatOption=NativePdfFormatOption,
+        NativePdfPipelineOptions=NativePdfPipelineOptions,
+        PdfFormatOption=PdfFormatOption,
+        PdfPipelineOptions=PdfPipelineOptions,
+    )
+
+
+def standard_pdf_models_available() -> bool:
+    """Whether docling's standard PDF pipeline could run here without a download.
+
+    It needs torch and the layout model's weights, either under docling's
+    ``artifacts_path`` or in the model hub's local cache. `find_spec` looks
+    for the packages without importing them (importing torch takes seconds).
+    """
+    if importlib.util.find_spec("torch") is None:
+        return False
+    artifacts = os.environ.get("DOCLING_ARTIFACTS_PATH")
+    if artifacts and (Path(artifacts) / _LAYOUT_REPO.replace("/", "--")).is_dir():
+        return True
+    if importlib.util.find_spec("huggingface_hub") is None:
+        return False
+    from huggingface_hub import try_to_load_from_cache  # type: ignore[import-not-found]
+
+    return isinstance(try_to_load_from_cache(_LAYOUT_REPO, "config.json"), str)
+
+
+@attrs.define(eq=False)
+class _Converter:
+    """One docling `DocumentConverter`, built on first use and reused."""
+
+    load: Callable[[], Any]
+    pdf_pipeline: PdfPipeline
+    _docling: Any = None
+    _converter: Any = None
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def _build(self) -> None:
+        try:
+            docling = self.load()
+        except ImportError as exc:
+            raise DocumentError(
+                f"Opening documents needs docling, which is not installed ({exc}). "
+                f"Install it with: {INSTALL_HINT}"
+            ) from None
+        pipeline = self.pdf_pipeline
+        if pipeline == "auto":
+            pipeline = "standard" if standard_pdf_models_available() else "native"
+        if pipeline == "native":
+            pdf_option = docling.NativePdfFormatOption(
+                pipeline_options=docling.NativePdfPipelineOptions(
+                    generate_page_images=False, generate_picture_images=False
+                )
+            )
+        else:
+            pdf_option = docling.PdfFormatOption(pipeline_options=docling.PdfPipelineOptions())
+        self._converter = docling.DocumentConverter(
+            format_options={docling.InputFormat.PDF: pdf_option}
+        )
+        self._docling = docling
+
+    def convert(self, name: str, data: bytes, shown: str) -> bytes:
+        """Convert one document to Markdown (blocking; call in a worker thread)."""
+        # One conversion at a time per converter: docling's pipelines are not
+        # documented as thread-safe, and two cores gain nothing from racing.
+        with self._lock:
+            if self._converter is None:
+                self._build()
+            docling = self._docling
+            source = docling.DocumentStream(name=name, stream=io.BytesIO(data))
+            try:
+                result = self._converter.convert(source, raises_on_error=False)
+            except Exception as exc:  # docling's reasons come as many exception types
+                raise DocumentError(
+                    f"Could not convert {shown!r}: {_reason(exc)}. Check that the file is a "
+                    f"valid {Path(name).suffix or 'document'}, or inspect it with bash."
+                ) from None
+        if result.status not in (
+            docling.ConversionStatus.SUCCESS,
+            docling.ConversionStatus.PARTIAL_SUCCESS,
+        ):
+            errors = "; ".join(str(err.error_message) for err in result.errors) or str(
+                result.status
+            )
+            raise DocumentError(
+                f"Could not convert {shown!r}: {errors}. Check that the file is a valid "
+                f"{Path(name).suffix or 'document'}, or inspect it with bash."
+            )
+        markdown: str = result.document.export_to_markdown()
+        return markdown.encode("utf-8")
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 500 else text[:500] + "…"
+
+
+@attrs.define(eq=False)
+class _Cache:
+    """Converted Markdown per key, expiring after `ttl` seconds of `clock`.
+
+    One entry per document identity (a path or a URL): a newer version
+    replaces the older one instead of waiting for it to expire.
+    """
+
+    ttl: float
+    clock: Callable[[], float]
+    max_entries: int = CACHE_MAX_ENTRIES
+    max_bytes: int = CACHE_MAX_BYTES
+    _entries: collections.OrderedDict[str, tuple[Hashable, float, bytes]] = attrs.field(
+        factory=collections.OrderedDict
+    )
+    _bytes: int = 0
+    # Worker threads look entries up while the event loop stores them.
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def get(self, identity: str, version: Hashable) -> bytes | None:
+        """The cached Markdown of this version of `identity`, or None."""
+        with self._lock:
+            return self._get(identity, version)
+
+    def put(self, identity: str, version: Hashable, data: bytes) -> None:
+        """Store `data` for this version of `identity` (no-op when the cache is off)."""
+        with self._lock:
+            self._put(identity, version, data)
+
+    def _get(self, identity: str, version: Hashable) -> bytes | None:
+        entry = self._entries.get(identity)
+        if entry is None:
+            return None
+        stored_version, expires, data = entry
+        if stored_version != version or self.clock() >= expires:
+            self._drop(identity)
+            return None
+        self._entries.move_to_end(identity)
+        return data
+
+    def _put(self, identity: str, version: Hashable, data: bytes) -> None:
+        if self.ttl <= 0 or len(data) > self.max_bytes:
+            return
+        self._drop(identity)
+        self._entries[identity] = (version, self.clock() + self.ttl, data)
+        self._bytes += len(data)
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, identity: str) -> None:
+        entry = self._entries.pop(identity, None)
+        if entry is not None:
+            self._bytes -= len(entry[2])
+
+
+def _read_local(path: Path, shown: str, cache: _Cache) -> tuple[Hashable, bytes, bool]:
+    """Read a local document: (version, bytes, whether the bytes are cached Markdown).
+
+    The cache is consulted between fstat and read, on the same descriptor, so
+    a cached conversion skips reading up to 50 MiB again.
+    """
+    if path.suffix.casefold() not in SUPPORTED_SUFFIXES:
+        kinds = ", ".join(sorted(SUPPORTED_SUFFIXES))
+        raise DocumentError(
+            f"{shown!r} is not a document 'open' converts ({kinds}); use action 'read' "
+            f"for text files."
+        )
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise DocumentError(
+            f"Document not found: {shown!r}. Use action 'list_dir' to find the right path."
+        ) from None
+    except OSError as exc:
+        raise DocumentError(
+            f"Cannot open {shown!r} ({(exc.strerror or str(exc)).lower()}); "
+            f"symbolic links are not followed, use the target's path."
+        ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise DocumentError(f"{shown!r} is not a regular file; give a document's path.")
+    with os.fdopen(fd, "rb") as stream:
+        if st.st_size > MAX_DOCUMENT_BYTES:
+            raise DocumentError(_too_large(shown, st.st_size))
+        version = (st.st_mtime_ns, st.st_size)
+        cached = cache.get(str(path), version)
+        if cached is not None:
+            return version, cached, True
+        data = stream.read(MAX_DOCUMENT_BYTES + 1)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise DocumentError(_too_large(shown, len(data)))
+    return version, data, False
+
+
+def _too_large(shown: str, size: int) -> str:
+    return (
+        f"{shown!r} is {size:,} bytes; 'open' converts documents up to "
+        f"{MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB. Split it, or extract text with bash."
+    )
+
+
+@attrs.define(eq=False)
+class DocumentOpener:
+    """Opens local and remote documents as Markdown bytes, with a cache."""
+
+    converter: _Converter
+    cache: _Cache
+    fetcher: _remote.Fetcher
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        allowed_hosts: Iterable[str],
+        cache_ttl: float,
+        pdf_pipeline: PdfPipeline,
+        transport: httpx.AsyncBaseTransport | None,
+        resolver: Callable[[str], list[str]] | None,
+        clock: Callable[[], float] | None,
+        load_docling: Callable[[], Any] | None,
+    ) -> DocumentOpener:
+        """Validate the options and build the opener (no I/O)."""
+        return cls(
+            converter=_Converter(load=load_docling or import_docling, pdf_pipeline=pdf_pipeline),
+            cache=_Cache(ttl=cache_ttl, clock=clock or time.monotonic),
+            fetcher=_remote.Fetcher.build(
+                allowed_hosts=allowed_hosts, transport=transport, resolver=resolver
+            ),
+        )
+
+    async def open(self, target: str | Path, *, shown: str | None = None) -> bytes:
+        """Return the Markdown of a resolved local path or an https URL.
+
+        Raises:
+            DocumentError: with a message for the model.
+        """
+        if isinstance(target, str):
+            try:
+                name, data = await self.fetcher.fetch(target)
+            except _remote.FetchRefused as exc:
+                raise DocumentError(exc.message) from None
+            identity = target
+            version: Hashable = hashlib.sha256(data).hexdigest()
+            shown = target
+            cached = self.cache.get(identity, version)
+            if cached is not None:
+                return cached
+        else:
+            shown = shown or str(target)
+            version, data, is_cached = await anyio.to_thread.run_sync(
+                _read_local, target, shown, self.cache
+            )
+            if is_cached:
+                return data
+            name, identity = target.name, str(target)
+        markdown = await anyio.to_thread.run_sync(self.converter.convert, name, data, shown)
+        self.cache.put(identity, version, markdown)
+        return markdown

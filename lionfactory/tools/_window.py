@@ -1,0 +1,219 @@
+"""A numbered-line window over a byte stream, in bounded memory.
+
+The reader shows files (and converted documents) as ``<line>TAB<text>`` rows.
+Instead of loading the file (the baseline's flaw, DESIGN §9) it streams: lines
+before the window are skipped by counting newlines in 1 MiB chunks, only the
+window's rows are kept, each row keeps at most `MAX_LINE_CHARS` characters of
+its line, and the rows stop at `MAX_OUTPUT_BYTES`. After the window the rest
+of the stream is still counted (cheaply, with ``bytes.count``) so the model
+learns the total number of lines and where to continue.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import BinaryIO, Protocol
+
+import attrs
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_LINE_CHARS",
+    "MAX_OUTPUT_BYTES",
+    "Window",
+    "read_window",
+]
+
+DEFAULT_LIMIT = 2000
+"""Rows returned when the model gives no positive limit (the ADR's budget)."""
+
+MAX_LINE_CHARS = 2000
+"""Characters kept of one line; the rest is replaced by a marker."""
+
+MAX_OUTPUT_BYTES = 256 * 1024
+"""UTF-8 bytes of rows returned by one call; `next_offset` says where to go on."""
+
+_CHUNK = 1 << 20
+# Enough bytes for MAX_LINE_CHARS characters of up to 4 bytes each, plus one
+# character to tell "exactly at the limit" from "over it".
+_KEEP_BYTES = (MAX_LINE_CHARS + 1) * 4
+# Deleting UTF-8 continuation bytes leaves one byte per character, which
+# counts the characters of a long line without decoding it.
+_CONTINUATION = bytes(range(0x80, 0xC0))
+
+
+class _Hasher(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+@attrs.frozen
+class Window:
+    """The rows of one window and what was left out.
+
+    Attributes:
+        content: the rows, ``<one-based line number>TAB<text>``, joined by newlines.
+        rows: how many rows `content` holds.
+        total_lines: the number of lines in the whole stream.
+        next_offset: the offset to continue from, or None when the window
+            reached the end.
+        cut_lines: how many rows had their line cut to `MAX_LINE_CHARS`.
+        output_capped: whether the rows stopped at `MAX_OUTPUT_BYTES`.
+        replaced: whether invalid UTF-8 in the window was replaced by U+FFFD.
+        past_end: whether the offset lies beyond the last line.
+    """
+
+    content: str
+    rows: int
+    total_lines: int
+    next_offset: int | None
+    cut_lines: int = 0
+    output_capped: bool = False
+    replaced: bool = False
+    past_end: bool = False
+
+    @property
+    def truncated(self) -> bool:
+        """Whether anything of the requested text was left out."""
+        return self.next_offset is not None or self.cut_lines > 0
+
+
+class _Lines:
+    """Line access to a binary stream with a bounded buffer."""
+
+    def __init__(self, raw: BinaryIO, hasher: _Hasher | None) -> None:
+        self._raw = raw
+        self._hasher = hasher
+        self._buf = b""
+
+    def _fill(self) -> bool:
+        chunk = self._raw.read(_CHUNK)
+        if not chunk:
+            return False
+        if self._hasher is not None:
+            self._hasher.update(chunk)
+        self._buf = chunk
+        return True
+
+    def skip(self, count: int) -> int:
+        """Skip up to `count` lines; return how many were skipped."""
+        skipped = 0
+        mid_line = False
+        while skipped < count:
+            if not self._buf and not self._fill():
+                if mid_line:  # a last line without a final newline
+                    skipped += 1
+                break
+            newlines = self._buf.count(b"\n")
+            if skipped + newlines < count:
+                skipped += newlines
+                mid_line = not self._buf.endswith(b"\n")
+                self._buf = b""
+                continue
+            index = -1
+            for _ in range(count - skipped):
+                index = self._buf.index(b"\n", index + 1)
+            self._buf = self._buf[index + 1 :]
+            skipped = count
+        return skipped
+
+    def next_line(self) -> tuple[bytes, int, int] | None:
+        """The next line without its newline: (head bytes, byte length, characters)."""
+        head = bytearray()
+        length = 0
+        chars = 0
+        while True:
+            if not self._buf and not self._fill():
+                return (bytes(head), length, chars) if length else None
+            end = self._buf.find(b"\n")
+            part = self._buf if end < 0 else self._buf[:end]
+            if len(head) < _KEEP_BYTES:
+                head += part[: _KEEP_BYTES - len(head)]
+            length += len(part)
+            chars += len(part.translate(None, _CONTINUATION))
+            if end >= 0:
+                self._buf = self._buf[end + 1 :]
+                return bytes(head), length, chars
+            self._buf = b""
+
+    def count_rest(self) -> int:
+        """Count the lines left in the stream (consumes it)."""
+        count = 0
+        last = b"\n"
+        while self._buf or self._fill():
+            count += self._buf.count(b"\n")
+            last = self._buf[-1:]
+            self._buf = b""
+        return count + (last != b"\n")
+
+
+def _decode(head: bytes, length: int, chars: int) -> tuple[str, bool, bool]:
+    """Decode one line's head: (text, cut, replaced)."""
+    cut = length > len(head) or chars > MAX_LINE_CHARS
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:
+        # final=False: a cut head may end inside a multi-byte character,
+        # which is not an encoding error.
+        text = decoder.decode(head, final=not cut)
+        replaced = False
+    except UnicodeDecodeError:
+        text = head.decode("utf-8", "replace")
+        replaced = True
+    if not cut:
+        if text.endswith("\r"):  # CRLF: show the text, not the terminator
+            text = text[:-1]
+        return text, False, replaced
+    marker = f" … [line cut: {MAX_LINE_CHARS:,} of {chars:,} characters shown]"
+    return text[:MAX_LINE_CHARS] + marker, True, replaced
+
+
+def read_window(
+    stream: BinaryIO, *, offset: int, limit: int, hasher: _Hasher | None = None
+) -> Window:
+    """Return the rows for lines ``offset + 1 .. offset + limit`` of `stream`.
+
+    Args:
+        stream: a binary stream positioned at its start; read to its end.
+        offset: lines to skip (already clamped to >= 0).
+        limit: rows to return at most (already > 0).
+        hasher: fed every byte of the stream, for file evidence.
+
+    Returns:
+        The window; its `total_lines` counts the whole stream.
+    """
+    lines = _Lines(stream, hasher)
+    skipped = lines.skip(offset)
+    if skipped < offset:
+        return Window(content="", rows=0, total_lines=skipped, next_offset=None, past_end=True)
+    rows: list[str] = []
+    out_bytes = 0
+    cut_lines = 0
+    replaced = False
+    capped = False
+    unshown = 0
+    number = offset
+    while len(rows) < limit:
+        line = lines.next_line()
+        if line is None:
+            break
+        text, cut, bad = _decode(*line)
+        row = f"{number + 1}\t{text}"
+        size = len(row.encode("utf-8", "replace")) + 1
+        if rows and out_bytes + size > MAX_OUTPUT_BYTES:
+            capped = True
+            unshown = 1  # this line was consumed but not shown
+            break
+        number += 1
+        out_bytes += size
+        rows.append(row)
+        cut_lines += cut
+        replaced = replaced or bad
+    rest = unshown + lines.count_rest()
+    return Window(
+        content="\n".join(rows),
+        rows=len(rows),
+        total_lines=number + rest,
+        next_offset=number if rest else None,
+        cut_lines=cut_lines,
+        output_capped=capped,
+        replaced=replaced,
+    )

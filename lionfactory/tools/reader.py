@@ -1,0 +1,409 @@
+"""The ``reader`` tool: read text files, list directories, open documents.
+
+`reader_tool()` builds a Tool with three actions (ADR-0013 D2 "Reader"):
+
+* ``read`` streams a window of a UTF-8 text file as numbered rows;
+* ``list_dir`` lists the files under a directory;
+* ``open`` converts a PDF, PPTX, DOCX or HTML document (local, or remote
+  over https from allow-listed hosts) to Markdown with docling and shows it
+  through the same numbered window.
+
+Every path goes through the workspace (`lionfactory._workspace`), so nothing
+outside the root, no symlink and no protected name is ever read or listed.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._tool import Tool
+from lionfactory._workspace import PathRefused, Workspace, open_nofollow
+from lionfactory.tools import _documents
+from lionfactory.tools._evidence import FileEvidence, evidence_wanted, record_evidence
+from lionfactory.tools._window import DEFAULT_LIMIT, MAX_OUTPUT_BYTES, Window, read_window
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["ReaderRequest", "ReaderResponse", "reader_tool"]
+
+MAX_LIST_ROWS = 1000
+"""Rows of one ``list_dir`` answer; the total is reported when more match."""
+
+_BINARY_SNIFF = 8192
+_BINARY_DOCUMENTS = frozenset({".pdf", ".docx", ".pptx"})
+
+
+class ReaderRequest(BaseModel):
+    """Arguments of one ``reader`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["read", "open", "list_dir"] = Field(
+        description=(
+            "'read' shows a text file as numbered lines; 'list_dir' lists the files in a "
+            "directory; 'open' converts a PDF, PPTX, DOCX or HTML document (a workspace path, "
+            "or an https URL on an allowed host) to Markdown and shows it as numbered lines."
+        )
+    )
+    path: str = Field(
+        description=(
+            "A path relative to the workspace root (or absolute inside it); for 'open' also "
+            "an https:// URL. Use '.' for the workspace root."
+        )
+    )
+    offset: int | None = Field(
+        default=None,
+        description=(
+            "read/open: how many lines to skip before the first row shown (0 = start of file). "
+            "To continue a cut answer, pass the `next_offset` it returned."
+        ),
+    )
+    limit: int | None = Field(
+        default=None,
+        description=f"read/open: the most rows to show (default {DEFAULT_LIMIT}).",
+    )
+    recursive: bool | None = Field(
+        default=None,
+        description="list_dir: also list files in subdirectories (default false).",
+    )
+    file_types: list[str] | None = Field(
+        default=None,
+        description="list_dir: only files with these extensions, e.g. ['py', '.md'].",
+    )
+
+
+class ReaderResponse(BaseModel):
+    """The result of one ``reader`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(description="Whether the action worked; if not, read `error`.")
+    content: str | None = Field(
+        default=None,
+        description=(
+            "read/open: rows '<line number>\\t<text>'; list_dir: one path per line, relative "
+            "to the workspace root (directories end with '/')."
+        ),
+    )
+    error: str | None = Field(default=None, description="What went wrong and what to do instead.")
+    truncated: bool = Field(
+        default=False,
+        description="Whether something was left out: more lines, cut long lines, more files.",
+    )
+    next_offset: int | None = Field(
+        default=None,
+        description="read/open: pass this as `offset` to see the lines after this window.",
+    )
+    total_lines: int | None = Field(
+        default=None, description="read/open: the number of lines in the whole text."
+    )
+    total: int | None = Field(
+        default=None, description="list_dir: how many entries matched, including those cut."
+    )
+    notice: str | None = Field(
+        default=None,
+        description="Notes about the answer: what was cut, replaced characters, where to go on.",
+    )
+
+
+def _failure(message: str) -> ReaderResponse:
+    return ReaderResponse(success=False, error=message)
+
+
+def _window_response(window: Window, offset: int, what: str) -> ReaderResponse:
+    notes: list[str] = []
+    if window.past_end:
+        notes.append(
+            f"offset {offset} is past the end of the {what} ({window.total_lines} lines); "
+            f"use a smaller offset."
+        )
+    elif window.total_lines == 0:
+        notes.append(f"The {what} is empty.")
+    if window.cut_lines:
+        notes.append(f"{window.cut_lines} long line(s) were cut (see the markers).")
+    if window.replaced:
+        notes.append(
+            "The text is not valid UTF-8; undecodable bytes are shown as U+FFFD. "
+            "Use bash (e.g. `file`, `iconv`) to inspect the encoding."
+        )
+    if window.next_offset is not None:
+        reason = f" (output limit {MAX_OUTPUT_BYTES // 1024} KiB)" if window.output_capped else ""
+        notes.append(
+            f"Showing lines {offset + 1}-{window.next_offset} of {window.total_lines}{reason}; "
+            f"call again with offset={window.next_offset} to continue."
+        )
+    return ReaderResponse(
+        success=True,
+        content=window.content,
+        truncated=window.truncated,
+        next_offset=window.next_offset,
+        total_lines=window.total_lines,
+        notice=" ".join(notes) or None,
+    )
+
+
+def _read_file(
+    path: Path, shown: str, offset: int, limit: int, want_evidence: bool
+) -> tuple[ReaderResponse, FileEvidence | None]:
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        return _failure(_open_error(exc, shown)), None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return _failure(f"{shown!r} is a directory; use action 'list_dir' to see it."), None
+        return _failure(f"{shown!r} is not a regular file; the reader reads files."), None
+    with os.fdopen(fd, "rb") as stream:
+        if b"\x00" in stream.read(_BINARY_SNIFF):
+            return _failure(
+                f"{shown!r} looks binary (it contains NUL bytes); the reader shows text only. "
+                f"Use bash (e.g. `file` or `xxd | head`) to inspect it, or action 'open' for "
+                f"PDF/PPTX/DOCX documents."
+            ), None
+        stream.seek(0)
+        digest = hashlib.sha256() if want_evidence else None
+        window = read_window(stream, offset=offset, limit=limit, hasher=digest)
+    evidence = None
+    if digest is not None:
+        whole = offset == 0 and window.next_offset is None and window.cut_lines == 0
+        evidence = FileEvidence.of(path, st, digest, whole_file=whole)
+    return _window_response(window, offset, "file"), evidence
+
+
+def _open_error(exc: OSError, shown: str) -> str:
+    if exc.errno == errno.ENOENT:
+        return (
+            f"File not found: {shown!r}. Use action 'list_dir' (or the search tool) "
+            f"to find the right path."
+        )
+    if exc.errno == errno.ELOOP:
+        return f"{shown!r} is a symbolic link; tools do not follow links. Use the target's path."
+    if exc.errno == errno.EACCES:
+        return f"Permission denied reading {shown!r}; choose another file."
+    reason = (exc.strerror or str(exc)).lower()
+    return f"Cannot open {shown!r} ({reason}); check the path."
+
+
+def _normalise_types(file_types: Iterable[str]) -> tuple[str, ...]:
+    return tuple(
+        "." + kind.strip().lstrip(".").casefold() for kind in file_types if kind.strip(". ")
+    )
+
+
+def _list_dir(
+    workspace: Workspace, path: Path, shown: str, recursive: bool, types: tuple[str, ...]
+) -> ReaderResponse:
+    if not path.exists():
+        return _failure(
+            f"Directory not found: {shown!r}. Use action 'list_dir' on a parent directory "
+            f"(e.g. '.') to see what exists."
+        )
+    if not path.is_dir():
+        return _failure(f"{shown!r} is a file, not a directory; use action 'read' to see it.")
+    entries: list[str] = []
+    for file in workspace.iter_files(path, recursive=recursive):
+        if not types or file.name.casefold().endswith(types):
+            entries.append(workspace.relative(file))
+    if not recursive and not types:
+        # A flat listing that hid subdirectories would leave the model blind
+        # to most of a tree; they are marked with a trailing slash.
+        entries.extend(workspace.relative(sub) + "/" for sub in _subdirectories(workspace, path))
+    entries.sort()
+    total = len(entries)
+    notice = None
+    if total > MAX_LIST_ROWS:
+        notice = (
+            f"Showing the first {MAX_LIST_ROWS} of {total} entries; list a subdirectory "
+            f"or filter with file_types to see the rest."
+        )
+    elif total == 0:
+        notice = "No matching files."
+    return ReaderResponse(
+        success=True,
+        content="\n".join(entries[:MAX_LIST_ROWS]),
+        truncated=total > MAX_LIST_ROWS,
+        total=total,
+        notice=notice,
+    )
+
+
+def _subdirectories(workspace: Workspace, path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as scan:
+            return [
+                Path(entry.path)
+                for entry in scan
+                if entry.is_dir(follow_symlinks=False)
+                and entry.name != ".git"
+                and not workspace.is_protected(entry.name)
+            ]
+    except OSError:
+        return []
+
+
+class _ReaderHandler:
+    """The ``reader`` handler: one workspace, one document opener."""
+
+    def __init__(self, workspace: Workspace, opener: _documents.DocumentOpener) -> None:
+        self.workspace = workspace
+        self.opener = opener
+
+    def __repr__(self) -> str:
+        return f"<reader handler root={str(self.workspace.root)!r}>"
+
+    async def __call__(self, request: ReaderRequest) -> ReaderResponse:
+        offset = max(request.offset or 0, 0)
+        limit = request.limit if request.limit and request.limit > 0 else DEFAULT_LIMIT
+        if _documents.looks_like_url(request.path):
+            if request.action == "open":
+                return await self._open(request.path, offset, limit)
+            return _failure(
+                f"{request.path!r} is a URL; only action 'open' fetches URLs (https, allowed "
+                f"hosts). For workspace files give a path."
+            )
+        try:
+            path = self.workspace.resolve(request.path)
+        except PathRefused as exc:
+            return _failure(exc.message)
+        if request.action == "read":
+            if path.suffix.casefold() in _BINARY_DOCUMENTS:
+                return _failure(
+                    f"{request.path!r} is a {path.suffix} document; use action 'open' to read "
+                    f"it as Markdown."
+                )
+            context = evidence_wanted()
+            response, evidence = await anyio.to_thread.run_sync(
+                _read_file, path, request.path, offset, limit, context is not None
+            )
+            record_evidence(context, evidence)
+            return response
+        if request.action == "list_dir":
+            types = _normalise_types(request.file_types or ())
+            return await anyio.to_thread.run_sync(
+                _list_dir, self.workspace, path, request.path, bool(request.recursive), types
+            )
+        return await self._open(path, offset, limit, shown=request.path)
+
+    async def _open(
+        self, target: str | Path, offset: int, limit: int, *, shown: str | None = None
+    ) -> ReaderResponse:
+        try:
+            markdown = await self.opener.open(target, shown=shown)
+        except _documents.DocumentError as exc:
+            return _failure(exc.message)
+        window = await anyio.to_thread.run_sync(_window_of_text, markdown, offset, limit)
+        return _window_response(window, offset, "document")
+
+
+def _window_of_text(markdown: bytes, offset: int, limit: int) -> Window:
+    import io
+
+    return read_window(io.BytesIO(markdown), offset=offset, limit=limit)
+
+
+_DESCRIPTION = f"""\
+Read files, list directories and open documents inside the workspace.
+
+Actions:
+- read: show a UTF-8 text file as rows '<line number>\\t<text>' (line numbers start at 1;
+  the number and the tab are not part of the file). At most `limit` rows (default
+  {DEFAULT_LIMIT}) from `offset`; lines over 2,000 characters are cut with a marker and one
+  answer holds at most {MAX_OUTPUT_BYTES // 1024} KiB. When `next_offset` is set, call again
+  with offset=next_offset to continue. Binary files are refused (use bash for those).
+- list_dir: list the files under `path` (set recursive=true for subdirectories, file_types
+  to filter by extension). Paths are relative to the workspace root; at most
+  {MAX_LIST_ROWS} rows, with the total when more match.
+- open: convert a .pdf, .pptx, .docx, .html or .htm document (a workspace path, or an
+  https:// URL on an allowed host) to Markdown and show it like 'read'.
+
+Paths are relative to the workspace root. Paths outside it, symbolic links and secret
+files (.env, .netrc, private keys, ...) are refused.
+"""
+
+
+def reader_tool(
+    *,
+    workspace_root: str | os.PathLike[str] | None = None,
+    allowed_hosts: Iterable[str] = (),
+    cache_ttl: float = 300.0,
+    protected_names: Iterable[str] | None = None,
+    pdf_pipeline: Literal["auto", "standard", "native"] = "auto",
+    transport: httpx.AsyncBaseTransport | None = None,
+    resolver: Callable[[str], list[str]] | None = None,
+    clock: Callable[[], float] | None = None,
+    _load_docling: Callable[[], Any] | None = None,
+) -> Tool:
+    """Build the ``reader`` tool.
+
+    Args:
+        workspace_root: the directory every path is resolved in; the current
+            directory when None. Resolved once, now.
+        allowed_hosts: host names ``open`` may fetch https URLs from. Empty
+            (the default) refuses every URL. Names only, matched exactly
+            (case-insensitive); no wildcards, ports or IP addresses.
+        cache_ttl: seconds a converted document stays cached (keyed by
+            resolved path, mtime and size); 0 disables the cache.
+        protected_names: fnmatch patterns of names never read or listed;
+            the workspace defaults (``.env``, ``.env.*``, private keys, ...)
+            when None.
+        pdf_pipeline: ``"standard"`` uses docling's layout-model PDF pipeline
+            (its models must be available locally), ``"native"`` the
+            model-free `NativePdfPipeline`, ``"auto"`` the standard one when
+            its models are present locally and the native one otherwise.
+        transport: the httpx transport remote ``open`` sends requests
+            through (a seam for tests: ``httpx.MockTransport``); httpx's own
+            when None.
+        resolver: ``resolver(host) -> list of IP address strings``, the DNS
+            seam for remote ``open``; ``socket.getaddrinfo`` when None. Every
+            address must be public; the request goes to the checked address.
+        clock: a monotonic clock in seconds for cache expiry (a seam for
+            tests); `time.monotonic` when None.
+        _load_docling: private test seam replacing the lazy docling import.
+
+    Returns:
+        The ``reader`` Tool (safe to share: it is bound to no branch).
+
+    Raises:
+        ValueError: a bad option value (the message shows it).
+        TypeError: an option of the wrong type.
+    """
+    if isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float)):
+        raise TypeError(f"cache_ttl must be a number of seconds, got {cache_ttl!r}")
+    if not cache_ttl >= 0:
+        raise ValueError(f"cache_ttl must be >= 0 seconds, got {cache_ttl!r}")
+    if pdf_pipeline not in ("auto", "standard", "native"):
+        raise ValueError(
+            f"pdf_pipeline must be 'auto', 'standard' or 'native', got {pdf_pipeline!r}"
+        )
+    if resolver is not None and not callable(resolver):
+        raise TypeError(f"resolver must be callable, got {resolver!r}")
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be callable, got {clock!r}")
+    workspace = Workspace.at(workspace_root, protected=protected_names)
+    opener = _documents.DocumentOpener.build(
+        allowed_hosts=allowed_hosts,
+        cache_ttl=float(cache_ttl),
+        pdf_pipeline=pdf_pipeline,
+        transport=transport,
+        resolver=resolver,
+        clock=clock,
+        load_docling=_load_docling,
+    )
+    return Tool(
+        name="reader",
+        description=_DESCRIPTION,
+        request_model=ReaderRequest,
+        handler=_ReaderHandler(workspace, opener),
+    )

@@ -1,0 +1,384 @@
+"""reader: read (streamed window), list_dir, refusals, file evidence."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lionfactory._call import CallContext, call_context
+from lionfactory.errors import ToolInputError
+from lionfactory.tools.reader import ReaderRequest, ReaderResponse, reader_tool
+
+
+@pytest.fixture
+def reader(workspace: Path):
+    return reader_tool(workspace_root=workspace)
+
+
+def rows_of(content: str) -> list[str]:
+    return [row.split("\t", 1)[1] for row in content.split("\n")] if content else []
+
+
+async def test_read_returns_numbered_rows(reader, workspace: Path):
+    (workspace / "a.txt").write_text("alpha\nbeta\n")
+    result = await reader(action="read", path="a.txt")
+    assert result["success"] is True
+    assert result["content"] == "1\talpha\n2\tbeta"
+    assert result["total_lines"] == 2
+    assert result["truncated"] is False
+    assert result["next_offset"] is None
+
+
+async def test_read_window_uses_offset_and_limit(reader, workspace: Path):
+    (workspace / "a.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    result = await reader(action="read", path="a.txt", offset=3, limit=2)
+    assert result["content"] == "4\tline 4\n5\tline 5"
+    assert result["next_offset"] == 5
+    assert result["truncated"] is True
+    assert "offset=5" in result["notice"]
+
+
+async def test_negative_offset_is_zero(reader, workspace: Path):
+    (workspace / "a.txt").write_text("x\ny\n")
+    result = await reader(action="read", path="a.txt", offset=-7)
+    assert result["content"].startswith("1\tx")
+
+
+@pytest.mark.parametrize("limit", [None, 0, -5])
+async def test_missing_or_non_positive_limit_is_2000(reader, workspace: Path, limit):
+    (workspace / "a.txt").write_text("".join(f"{i}\n" for i in range(2500)))
+    result = await reader(action="read", path="a.txt", limit=limit)
+    assert len(result["content"].split("\n")) == 2000
+    assert result["next_offset"] == 2000
+    assert result["total_lines"] == 2500
+
+
+async def test_last_line_without_newline_is_a_line(reader, workspace: Path):
+    (workspace / "a.txt").write_bytes(b"one\ntwo")
+    result = await reader(action="read", path="a.txt")
+    assert result["content"] == "1\tone\n2\ttwo"
+    assert result["total_lines"] == 2
+
+
+async def test_crlf_rows_show_the_text_without_the_terminator(reader, workspace: Path):
+    (workspace / "a.txt").write_bytes(b"one\r\ntwo\r\n")
+    result = await reader(action="read", path="a.txt")
+    assert result["content"] == "1\tone\n2\ttwo"
+
+
+async def test_offset_past_the_end_says_so(reader, workspace: Path):
+    (workspace / "a.txt").write_text("x\n")
+    result = await reader(action="read", path="a.txt", offset=10)
+    assert result["success"] is True
+    assert result["content"] == ""
+    assert "past the end" in result["notice"]
+    assert "smaller offset" in result["notice"]
+
+
+async def test_empty_file_is_read_as_empty(reader, workspace: Path):
+    (workspace / "empty.txt").write_bytes(b"")
+    result = await reader(action="read", path="empty.txt")
+    assert result["success"] is True
+    assert result["content"] == ""
+    assert result["total_lines"] == 0
+
+
+async def test_long_lines_are_cut_with_a_marker(reader, workspace: Path):
+    (workspace / "a.txt").write_text("é" * 5000 + "\nshort\n")
+    result = await reader(action="read", path="a.txt")
+    first, second = result["content"].split("\n")
+    assert first.startswith("1\t" + "é" * 2000 + " … [line cut: 2,000 of 5,000 characters shown]")
+    assert second == "2\tshort"
+    assert result["truncated"] is True
+    assert "cut" in result["notice"]
+
+
+async def test_line_of_exactly_2000_characters_is_not_cut(reader, workspace: Path):
+    (workspace / "a.txt").write_text("z" * 2000 + "\n")
+    result = await reader(action="read", path="a.txt")
+    assert result["content"] == "1\t" + "z" * 2000
+    assert result["truncated"] is False
+
+
+async def test_output_stops_at_256_kib_with_next_offset(reader, workspace: Path):
+    line = "w" * 1000
+    (workspace / "a.txt").write_text((line + "\n") * 1000)
+    result = await reader(action="read", path="a.txt")
+    shown = result["content"].split("\n")
+    assert len(result["content"].encode()) <= 256 * 1024
+    assert result["next_offset"] == len(shown) < 1000
+    assert result["total_lines"] == 1000
+    assert "256 KiB" in result["notice"]
+    more = await reader(action="read", path="a.txt", offset=result["next_offset"])
+    assert more["content"].startswith(f"{len(shown) + 1}\t")
+
+
+async def test_invalid_utf8_is_replaced_and_said_so(reader, workspace: Path):
+    (workspace / "a.txt").write_bytes(b"ok\n\xff\xfebad\n")
+    result = await reader(action="read", path="a.txt")
+    assert result["content"] == "1\tok\n2\t\ufffd\ufffdbad"
+    assert "not valid UTF-8" in result["notice"]
+
+
+async def test_window_at_the_end_of_a_50_mb_file(reader, workspace: Path):
+    lines = [f"{i:08d} " + "abcdefghij" * 9 for i in range(520_000)]
+    (workspace / "big.txt").write_text("\n".join(lines) + "\n")
+    assert (workspace / "big.txt").stat().st_size > 50_000_000
+    result = await reader(action="read", path="big.txt", offset=len(lines) - 25, limit=100)
+    assert rows_of(result["content"]) == lines[-25:]
+    assert result["content"].split("\t", 1)[0] == str(len(lines) - 24)
+    assert result["total_lines"] == len(lines)
+    assert result["next_offset"] is None
+
+
+async def test_missing_file_is_refused_with_advice(reader):
+    result = await reader(action="read", path="nope.txt")
+    assert result["success"] is False
+    assert "File not found" in result["error"]
+    assert "list_dir" in result["error"]
+
+
+async def test_directory_is_refused_with_list_dir_hint(reader, workspace: Path):
+    (workspace / "sub").mkdir()
+    result = await reader(action="read", path="sub")
+    assert result["success"] is False
+    assert "use action 'list_dir'" in result["error"]
+
+
+async def test_symlink_is_refused(reader, workspace: Path):
+    (workspace / "real.txt").write_text("x\n")
+    (workspace / "link.txt").symlink_to(workspace / "real.txt")
+    result = await reader(action="read", path="link.txt")
+    assert result["success"] is False
+    assert "symbolic link" in result["error"]
+
+
+async def test_binary_file_is_refused_with_bash_hint(reader, workspace: Path):
+    (workspace / "blob.bin").write_bytes(b"abc\x00def" + b"x" * 100)
+    result = await reader(action="read", path="blob.bin")
+    assert result["success"] is False
+    assert "binary" in result["error"]
+    assert "Use bash" in result["error"]
+
+
+async def test_nul_after_the_first_8_kib_is_not_sniffed(reader, workspace: Path):
+    (workspace / "late.txt").write_bytes(b"a" * 9000 + b"\x00\n")
+    result = await reader(action="read", path="late.txt")
+    assert result["success"] is True
+
+
+async def test_reading_a_pdf_points_to_open(reader, workspace: Path):
+    (workspace / "doc.pdf").write_bytes(b"%PDF-1.4\n")
+    result = await reader(action="read", path="doc.pdf")
+    assert result["success"] is False
+    assert "action 'open'" in result["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("../x.txt", "outside the workspace"),
+        ("/etc/hostname", "outside the workspace"),
+        ("~/x.txt", "outside the workspace"),
+        ("a\x00b", "NUL byte"),
+        (".env", "protected"),
+        ("conf/.env.local", "protected"),
+        ("keys/id_rsa", "protected"),
+    ],
+)
+async def test_paths_outside_or_protected_are_refused(reader, path: str, expected: str):
+    result = await reader(action="read", path=path)
+    assert result["success"] is False
+    assert expected in result["error"]
+
+
+async def test_a_url_for_read_points_to_open(reader):
+    result = await reader(action="read", path="https://example.com/a.txt")
+    assert result["success"] is False
+    assert "only action 'open'" in result["error"]
+
+
+async def test_read_records_whole_file_evidence_in_the_call_context(reader, workspace: Path):
+    data = b"one\ntwo\n"
+    target = workspace / "a.txt"
+    target.write_bytes(data)
+    with call_context(CallContext(call_id="c1", tool="reader")) as ctx:
+        result = await reader(action="read", path="a.txt")
+    st = target.stat()
+    assert ctx.metadata["file_evidence"] == {
+        "path": str(target),
+        "mtime_ns": st.st_mtime_ns,
+        "size": st.st_size,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "whole_file": True,
+    }
+    assert "file_evidence" not in result and "sha256" not in str(result)
+
+
+async def test_a_partial_window_is_not_whole_file_evidence(reader, workspace: Path):
+    data = b"".join(b"%d\n" % i for i in range(10))
+    (workspace / "a.txt").write_bytes(data)
+    with call_context(CallContext(call_id="c1", tool="reader")) as ctx:
+        await reader(action="read", path="a.txt", limit=3)
+    evidence = ctx.metadata["file_evidence"]
+    assert evidence["whole_file"] is False
+    assert evidence["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+async def test_a_failed_read_records_no_evidence(reader):
+    with call_context(CallContext(call_id="c1", tool="reader")) as ctx:
+        await reader(action="read", path="missing.txt")
+    assert ctx.metadata == {}
+
+
+@pytest.fixture
+def tree(workspace: Path) -> Path:
+    for rel in [
+        "README.md",
+        "setup.cfg",
+        "src/app.py",
+        "src/util.PY",
+        "src/data/table.csv",
+        "docs/guide.md",
+        ".env",
+        "src/.env.local",
+        "keys/id_rsa",
+        ".git/HEAD",
+        ".git/objects/ab/cdef",
+    ]:
+        path = workspace / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    (workspace / "src" / "link.py").symlink_to(workspace / "src" / "app.py")
+    return workspace
+
+
+async def test_list_dir_lists_files_and_subdirectories(reader, tree: Path):
+    result = await reader(action="list_dir", path=".")
+    assert result["content"].split("\n") == ["README.md", "docs/", "keys/", "setup.cfg", "src/"]
+    assert result["total"] == 5
+
+
+async def test_list_dir_recursive_hides_protected_names_git_and_links(reader, tree: Path):
+    result = await reader(action="list_dir", path=".", recursive=True)
+    assert result["content"].split("\n") == [
+        "README.md",
+        "docs/guide.md",
+        "setup.cfg",
+        "src/app.py",
+        "src/data/table.csv",
+        "src/util.PY",
+    ]
+
+
+async def test_list_dir_paths_are_relative_to_the_workspace_root(reader, tree: Path):
+    result = await reader(action="list_dir", path="src/data")
+    assert result["content"] == "src/data/table.csv"
+
+
+@pytest.mark.parametrize("types", [["py"], [".py"], ["PY"], [".Py"]])
+async def test_file_types_match_case_insensitively_with_or_without_dot(reader, tree, types):
+    result = await reader(action="list_dir", path=".", recursive=True, file_types=types)
+    assert result["content"].split("\n") == ["src/app.py", "src/util.PY"]
+
+
+async def test_list_dir_is_capped_at_1000_rows_with_the_total(reader, workspace: Path):
+    for i in range(1005):
+        (workspace / f"f{i:04d}.txt").write_text("")
+    result = await reader(action="list_dir", path=".")
+    rows = result["content"].split("\n")
+    assert len(rows) == 1000
+    assert rows[0] == "f0000.txt"
+    assert rows[-1] == "f0999.txt"
+    assert result["truncated"] is True
+    assert result["total"] == 1005
+    assert "first 1000 of 1005" in result["notice"]
+
+
+async def test_list_dir_of_a_file_points_to_read(reader, tree: Path):
+    result = await reader(action="list_dir", path="README.md")
+    assert result["success"] is False
+    assert "use action 'read'" in result["error"]
+
+
+async def test_list_dir_of_a_missing_directory_says_what_to_do(reader):
+    result = await reader(action="list_dir", path="nowhere")
+    assert result["success"] is False
+    assert "list_dir' on a parent directory" in result["error"]
+
+
+async def test_list_dir_of_a_protected_directory_is_refused(reader, workspace: Path):
+    (workspace / ".env").mkdir()
+    result = await reader(action="list_dir", path=".env")
+    assert result["success"] is False
+    assert "protected" in result["error"]
+
+
+async def test_unknown_action_is_an_input_error(reader):
+    with pytest.raises(ToolInputError, match="action"):
+        await reader(action="delete", path="a.txt")
+
+
+async def test_unknown_argument_is_an_input_error(reader):
+    with pytest.raises(ToolInputError, match="Extra inputs"):
+        await reader(action="read", path="a.txt", encoding="latin-1")
+
+
+def test_every_schema_field_has_a_description():
+    for model in (ReaderRequest, ReaderResponse):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name}"
+
+
+def test_tool_is_named_reader_and_bound_to_no_branch(reader):
+    assert reader.name == "reader"
+    assert reader.bound_to is None
+    assert "list_dir" in reader.description
+
+
+def test_root_is_resolved_at_factory_time(workspace: Path, monkeypatch, tmp_path: Path):
+    (workspace / "here.txt").write_text("here\n")
+    monkeypatch.chdir(workspace)
+    tool = reader_tool()
+    monkeypatch.chdir(tmp_path)
+    assert tool.run_sync(action="read", path="here.txt")["content"] == "1\there"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "shown"),
+    [
+        ({"cache_ttl": -1}, ValueError, "got -1"),
+        ({"cache_ttl": "5"}, TypeError, "got '5'"),
+        ({"pdf_pipeline": "fast"}, ValueError, "got 'fast'"),
+        ({"allowed_hosts": "example.com"}, TypeError, "got 'example.com'"),
+        ({"allowed_hosts": ["https://example.com"]}, ValueError, "got 'https://example.com'"),
+        ({"allowed_hosts": ["10.0.0.1"]}, ValueError, "got '10.0.0.1'"),
+        ({"allowed_hosts": ["*.example.com"]}, ValueError, "got '*.example.com'"),
+        ({"resolver": "dns"}, TypeError, "got 'dns'"),
+    ],
+)
+def test_factory_misuse_fails_at_once_showing_the_value(workspace, kwargs, error, shown):
+    with pytest.raises(error, match=re.escape(shown)):
+        reader_tool(workspace_root=workspace, **kwargs)
+
+
+def test_importing_the_tools_imports_neither_docling_nor_httpx():
+    code = (
+        "import sys, lionfactory.tools, lionfactory.tools.reader; "
+        "print(sorted(m for m in ('docling', 'httpx') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert out.stdout.strip() == "[]"
