@@ -2,12 +2,16 @@
 
 from lionfactory.tools.bash import BashRequest, BashResponse, bash_tool
 from lionfactory.tools.reader import ReaderRequest, ReaderResponse, reader_tool
+from lionfactory.tools.search import SearchRequest, SearchResponse, search_tool
 
 __all__ = [
     "BashRequest",
     "BashResponse",
     "ReaderRequest",
     "ReaderResponse",
+    "SearchRequest",
+    "SearchResponse",
     "bash_tool",
     "reader_tool",
+    "search_tool",
 ]

@@ -1,0 +1,81 @@
+"""Find helper programs: the running environment's scripts folder first, then PATH.
+
+Tools that drive a binary (ruff, ast-grep, grep, find) look it up through a
+`BinaryFinder`, the seam tests replace to point at a fake or missing program.
+The environment comes first because the ``code`` extra installs ruff and
+ast-grep next to the interpreter (``.venv/bin``), and a virtual environment
+that was not activated does not put that folder on PATH; a system-wide copy
+of another version is then only a fallback.
+
+Lookups happen at call time, never in a factory (factories do no I/O).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+
+__all__ = ["BinaryFinder", "environment_dirs"]
+
+
+def environment_dirs() -> tuple[Path, ...]:
+    """The folders the running Python environment installs scripts into.
+
+    ``sysconfig``'s scripts path, then the folder of `sys.executable` (they
+    differ for some layouts, such as a venv created by a Python whose prefix
+    has another scheme). The executable is not resolved: in a virtual
+    environment it is a symlink whose *own* folder is the one we want.
+    """
+    dirs: list[Path] = []
+    scripts = sysconfig.get_path("scripts")
+    if scripts:
+        dirs.append(Path(scripts))
+    if sys.executable:
+        dirs.append(Path(sys.executable).parent)
+    return tuple(dict.fromkeys(dirs))
+
+
+def _paths(dirs: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    return tuple(Path(d) for d in dirs)
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+@attrs.frozen
+class BinaryFinder:
+    """Where to look for a program.
+
+    Attributes:
+        env_dirs: folders searched first (default: `environment_dirs()`).
+        path: a PATH-style string searched next; ``None`` reads the
+            ``PATH`` environment variable at lookup time.
+    """
+
+    env_dirs: tuple[Path, ...] = attrs.field(factory=environment_dirs, converter=_paths)
+    path: str | None = None
+
+    def _search_dirs(self) -> list[Path]:
+        path = os.environ.get("PATH", os.defpath) if self.path is None else self.path
+        dirs = [*self.env_dirs, *(Path(d) for d in path.split(os.pathsep) if d)]
+        return list(dict.fromkeys(dirs))
+
+    def candidates(self, name: str) -> list[str]:
+        """Every executable called `name`, in lookup order, without duplicates."""
+        found: list[str] = []
+        for directory in self._search_dirs():
+            candidate = directory / name
+            if _is_executable(candidate) and str(candidate) not in found:
+                found.append(str(candidate))
+        return found
+
+    def find(self, name: str) -> str | None:
+        """The first executable called `name`, or None."""
+        candidates = self.candidates(name)
+        return candidates[0] if candidates else None

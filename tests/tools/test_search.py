@@ -1,0 +1,257 @@
+"""The search tool: grep and find against real files with the real binaries."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lionfactory._binaries import BinaryFinder
+from lionfactory.errors import ToolInputError
+from lionfactory.tools.search import SearchRequest, SearchResponse, search_tool
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "docs").mkdir()
+    (root / "src" / "app.py").write_text("def load_config():\n    return save_state()\n")
+    (root / "src" / "pkg" / "util.py").write_text("def save_state():\n    pass\n# load later\n")
+    (root / "docs" / "notes.md").write_text("load the config, then save it\n")
+    (root / "bin.dat").write_bytes(b"load\x00binary")
+    (root / ".env").write_text("load_secret=1\n")
+    (root / ".ENV.production").write_text("load_secret=2\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("load_from_git\n")
+    return root
+
+
+async def search(workspace: Path, **arguments: Any) -> dict[str, Any]:
+    return await search_tool(workspace_root=workspace)(**arguments)
+
+
+def fake_binary(directory: Path, name: str, body: str) -> Path:
+    directory.mkdir(exist_ok=True)
+    program = directory / name
+    program.write_text(body)
+    program.chmod(0o755)
+    return program
+
+
+async def test_grep_matches_an_extended_regex(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="def (load|save)_")
+    assert result == {
+        "success": True,
+        "content": "src/app.py:1:def load_config():\nsrc/pkg/util.py:1:def save_state():",
+        "count": 2,
+        "total": 2,
+        "truncated": False,
+        "error": None,
+    }
+
+
+async def test_grep_include_filters_by_file_name(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="load", include="*.md")
+    assert result["content"] == "docs/notes.md:1:load the config, then save it"
+
+
+async def test_grep_in_a_subdirectory_reports_paths_from_the_root(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="load", path="src/pkg")
+    assert result["content"] == "src/pkg/util.py:3:# load later"
+
+
+async def test_grep_in_a_single_file_names_the_file(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="save", path="src/app.py")
+    assert result["content"] == "src/app.py:2:    return save_state()"
+
+
+async def test_grep_pattern_starting_with_a_dash_is_a_pattern(workspace: Path) -> None:
+    (workspace / "flags.txt").write_text("use --verbose here\n")
+    result = await search(workspace, action="grep", pattern="--verbose")
+    assert result["content"] == "flags.txt:1:use --verbose here"
+
+
+async def test_grep_without_matches_is_a_success(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="nothing_like_this")
+    assert (result["success"], result["count"], result["total"]) == (True, 0, 0)
+    assert result["content"] == "No matches found."
+
+
+async def test_grep_skips_binary_files(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="binary")
+    assert result["total"] == 0
+
+
+async def test_grep_never_searches_protected_files_or_git(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="load")
+    assert ".env" not in result["content"].lower()
+    assert "secret" not in result["content"]
+    assert ".git" not in result["content"]
+    assert result["total"] == 3
+
+
+async def test_grep_cuts_very_long_lines(workspace: Path) -> None:
+    (workspace / "long.txt").write_text("needle" + "x" * 5000 + "\n")
+    result = await search(workspace, action="grep", pattern="needle")
+    assert result["content"].endswith("...[line cut]")
+    assert len(result["content"]) < 600
+
+
+async def test_grep_cap_reports_total_and_truncated(workspace: Path) -> None:
+    (workspace / "many.txt").write_text("hit\n" * 30)
+    result = await search(workspace, action="grep", pattern="hit", max_results=10)
+    assert (result["count"], result["total"], result["truncated"]) == (10, 30, True)
+    assert result["content"].splitlines()[-1].startswith("[showing 10 of 30 matches")
+
+
+async def test_grep_default_shows_50(workspace: Path) -> None:
+    (workspace / "many.txt").write_text("hit\n" * 120)
+    result = await search(workspace, action="grep", pattern="hit")
+    assert (result["count"], result["total"], result["truncated"]) == (50, 120, True)
+
+
+async def test_grep_invalid_regex_exit_2_is_an_error(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="(unclosed")
+    assert result["success"] is False
+    assert "exit 2" in result["error"]
+
+
+async def test_grep_launch_failure_is_an_error(tmp_path: Path, workspace: Path) -> None:
+    fake_binary(tmp_path / "bin", "grep", "\x00\x01 not a program")
+    tool = search_tool(
+        workspace_root=workspace, _binaries=BinaryFinder(env_dirs=(), path=str(tmp_path / "bin"))
+    )
+    result = await tool(action="grep", pattern="load")
+    assert result["success"] is False
+    assert "Could not start" in result["error"]
+
+
+async def test_missing_grep_is_an_error(tmp_path: Path, workspace: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    tool = search_tool(
+        workspace_root=workspace, _binaries=BinaryFinder(env_dirs=(), path=str(tmp_path / "empty"))
+    )
+    result = await tool(action="grep", pattern="load")
+    assert result["success"] is False
+    assert "not installed" in result["error"]
+
+
+async def test_find_matches_a_glob_on_names(workspace: Path) -> None:
+    result = await search(workspace, action="find", pattern="*.py")
+    assert result["content"] == "src/app.py\nsrc/pkg/util.py"
+    assert (result["count"], result["total"]) == (2, 2)
+
+
+async def test_find_marks_directories(workspace: Path) -> None:
+    result = await search(workspace, action="find", pattern="pkg")
+    assert result["content"] == "src/pkg/"
+
+
+async def test_find_never_lists_protected_files_or_git(workspace: Path) -> None:
+    result = await search(workspace, action="find", pattern="*")
+    listed = result["content"].splitlines()
+    assert listed == [
+        "bin.dat",
+        "docs/",
+        "docs/notes.md",
+        "src/",
+        "src/app.py",
+        "src/pkg/",
+        "src/pkg/util.py",
+    ]
+
+
+async def test_find_explicit_protected_glob_lists_nothing(workspace: Path) -> None:
+    result = await search(workspace, action="find", pattern=".env*")
+    assert (result["success"], result["total"]) == (True, 0)
+
+
+async def test_find_does_not_list_symlinks(workspace: Path) -> None:
+    (workspace / "link.py").symlink_to(workspace / "src" / "app.py")
+    result = await search(workspace, action="find", pattern="*.py")
+    assert "link.py" not in result["content"]
+
+
+async def test_find_cap_reports_total_and_truncated(workspace: Path) -> None:
+    for index in range(120):
+        (workspace / "docs" / f"page{index:03}.txt").write_text("")
+    result = await search(workspace, action="find", pattern="page*")
+    assert (result["count"], result["total"], result["truncated"]) == (100, 120, True)
+    assert result["content"].splitlines()[0] == "docs/page000.txt"
+
+
+async def test_find_pattern_with_a_slash_is_an_error(workspace: Path) -> None:
+    result = await search(workspace, action="find", pattern="src/*.py")
+    assert result["success"] is False
+    assert "path='src'" in result["error"]
+
+
+async def test_include_with_find_is_an_error(workspace: Path) -> None:
+    result = await search(workspace, action="find", pattern="*", include="*.py")
+    assert result["success"] is False
+
+
+@pytest.mark.parametrize("max_results", [0, -1, 1001])
+async def test_max_results_out_of_range_is_rejected(workspace: Path, max_results: int) -> None:
+    with pytest.raises(ToolInputError, match="max_results"):
+        await search(workspace, action="grep", pattern="x", max_results=max_results)
+
+
+async def test_empty_pattern_is_rejected(workspace: Path) -> None:
+    with pytest.raises(ToolInputError, match="pattern"):
+        await search(workspace, action="find", pattern="")
+
+
+async def test_unknown_action_is_rejected(workspace: Path) -> None:
+    with pytest.raises(ToolInputError, match="action"):
+        await search(workspace, action="list", pattern="x")
+
+
+@pytest.mark.parametrize(
+    "path", ["..", "/", "../other", "src/../../", "~", ".env", ".git", "a\x00b"]
+)
+@pytest.mark.parametrize("action", ["grep", "find"])
+async def test_escape_attempts_are_refused_before_launch(
+    tmp_path: Path, workspace: Path, path: str, action: str
+) -> None:
+    marker = tmp_path / "launched"
+    bindir = tmp_path / "bin"
+    fake_binary(bindir, "grep", f"#!/bin/sh\ntouch {marker}\n")
+    fake_binary(bindir, "find", f"#!/bin/sh\ntouch {marker}\n")
+    tool = search_tool(
+        workspace_root=workspace, _binaries=BinaryFinder(env_dirs=(), path=str(bindir))
+    )
+    result = await tool(action=action, pattern="x", path=path)
+    assert result["success"] is False
+    assert "launched" not in os.listdir(tmp_path)
+
+
+async def test_missing_path_is_an_error(workspace: Path) -> None:
+    result = await search(workspace, action="grep", pattern="x", path="nope")
+    assert result["success"] is False
+    assert "does not exist" in result["error"]
+
+
+async def test_default_workspace_is_the_cwd_at_factory_time(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workspace)
+    tool = search_tool()
+    monkeypatch.chdir(tmp_path)
+    result = await tool(action="find", pattern="app.py")
+    assert result["content"] == "src/app.py"
+
+
+def test_tool_schema_states_the_defaults() -> None:
+    tool = search_tool()
+    assert tool.name == "search"
+    assert tool.request_model is SearchRequest
+    description = tool.schema()["function"]["parameters"]["properties"]["max_results"][
+        "description"
+    ]
+    assert "default 50 for grep and 100 for find" in description
+    assert "default 50 for grep, 100 for find" in tool.description
+    assert all(field.description for field in SearchResponse.model_fields.values())
