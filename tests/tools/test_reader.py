@@ -370,7 +370,7 @@ def test_factory_misuse_fails_at_once_showing_the_value(workspace, kwargs, error
 
 def test_importing_the_tools_imports_neither_docling_nor_httpx():
     code = (
-        "import sys, lionfactory.tools, lionfactory.tools.reader; "
+        "import sys, lionfactory.tools, lionfactory.tools.reader, lionfactory.tools.editor; "
         "print(sorted(m for m in ('docling', 'httpx') if m in sys.modules))"
     )
     out = subprocess.run(

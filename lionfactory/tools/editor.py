@@ -1,0 +1,394 @@
+"""The ``editor`` tool: write files and replace exact strings in them.
+
+`editor_tool()` builds a Tool with two actions (ADR-0013 D2 "Editor"):
+
+* ``write`` replaces (or creates) a whole file;
+* ``edit`` replaces an exact ``old_string`` with ``new_string``.
+
+Fixes over the baseline (DESIGN §9): the file is read and written as bytes and
+decoded strictly as UTF-8, so CRLF, mixed line endings, a BOM and a missing
+final newline survive an edit and a non-UTF-8 file is refused untouched; an
+empty ``old_string`` is refused; every write is atomic (a temporary file in
+the same directory, fsync, `os.replace`, the old mode kept); edits of one
+path are serialised by a per-path lock shared by every editor in the process;
+the success snippet is centred on the edit site.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+import anyio.to_thread
+import attrs
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._tool import Tool
+from lionfactory._workspace import PathRefused, Workspace, open_nofollow
+from lionfactory.tools._evidence import FileEvidence, evidence_wanted, record_evidence
+from lionfactory.tools._files import DEFAULT_STEPS, WriteSteps, atomic_write, path_lock
+
+__all__ = ["EditorRequest", "EditorResponse", "editor_tool"]
+
+_SNIPPET_CONTEXT = 3
+_SNIPPET_MAX_LINES = 30
+_SNIPPET_LINE_CHARS = 2000
+_NUMBERED = re.compile(r"^\s*\d+\t")
+
+
+class EditorRequest(BaseModel):
+    """Arguments of one ``editor`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["write", "edit"] = Field(
+        description=(
+            "'write' replaces the whole file with `content` (creating it and its parent "
+            "directories if needed); 'edit' replaces `old_string` with `new_string`."
+        )
+    )
+    file_path: str = Field(
+        description="The file, relative to the workspace root (or absolute inside it)."
+    )
+    content: str | None = Field(
+        default=None, description="write: the complete new content of the file."
+    )
+    old_string: str | None = Field(
+        default=None,
+        description=(
+            "edit: the exact text to replace, character for character, including whitespace "
+            "and indentation, without the line-number prefixes the reader shows. It must "
+            "occur exactly once unless replace_all is true."
+        ),
+    )
+    new_string: str | None = Field(
+        default=None, description="edit: the replacement text ('' deletes old_string)."
+    )
+    replace_all: bool = Field(
+        default=False, description="edit: replace every occurrence instead of exactly one."
+    )
+
+
+class EditorResponse(BaseModel):
+    """The result of one ``editor`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(description="Whether the file was changed; if not, read `error`.")
+    content: str | None = Field(
+        default=None,
+        description="What changed, with numbered lines around the edit site.",
+    )
+    error: str | None = Field(default=None, description="What went wrong and what to do instead.")
+
+
+# --- operations (blocking; run in worker threads) -------------------------------
+
+_Outcome = tuple[EditorResponse, FileEvidence | None]
+
+
+def _failure(message: str) -> _Outcome:
+    return EditorResponse(success=False, error=message), None
+
+
+def _evidence(path: Path, data: bytes) -> FileEvidence:
+    st = os.stat(path, follow_symlinks=False)
+    return FileEvidence.of(path, st, hashlib.sha256(data), whole_file=True)
+
+
+def _lines(data: bytes) -> int:
+    return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
+
+
+def _write(path: Path, shown: str, content: str, steps: WriteSteps) -> _Outcome:
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return _failure(f"content cannot be encoded as UTF-8 ({exc.reason}); fix the text.")
+    with path_lock(path):
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            return _failure(_os_error("write", shown, exc))
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            return _failure(f"{shown!r} is a directory; give a file path.")
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            return _failure(f"{shown!r} is not a regular file; the editor writes files only.")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(
+                path, data, mode=None if st is None else stat.S_IMODE(st.st_mode), steps=steps
+            )
+        except OSError as exc:
+            return _failure(_os_error("write", shown, exc))
+        evidence = _evidence(path, data)
+    verb = "Created" if st is None else "Wrote"
+    message = f"{verb} {shown!r} ({len(data):,} bytes, {_lines(data)} lines)."
+    return EditorResponse(success=True, content=message), evidence
+
+
+def _os_error(what: str, shown: str, exc: OSError) -> str:
+    reason = (exc.strerror or str(exc)).lower()
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        return f"Cannot {what} {shown!r}: a parent path is a file, not a directory."
+    return f"Cannot {what} {shown!r} ({reason}); the file was left unchanged."
+
+
+def _read_text(path: Path, shown: str) -> tuple[str, int] | str:
+    """The file's text and mode, or a refusal message."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return (
+            f"File not found: {shown!r}. To create it, use action 'write' with the full "
+            f"content; to find an existing file, use the reader's list_dir."
+        )
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{shown!r} is a symbolic link; edit the file it points to instead."
+        return _os_error("read", shown, exc)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return f"{shown!r} is a directory; give a file path."
+        if not stat.S_ISREG(st.st_mode):
+            return f"{shown!r} is not a regular file; the editor edits files only."
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            data = stream.read()
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8"), stat.S_IMODE(st.st_mode)
+    except UnicodeDecodeError as exc:
+        return (
+            f"{shown!r} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}); the editor changes UTF-8 text only and left the file untouched. "
+            f"Use bash for other encodings."
+        )
+
+
+def _edit(
+    path: Path, shown: str, old: str, new: str, replace_all: bool, steps: WriteSteps
+) -> _Outcome:
+    with path_lock(path):
+        read = _read_text(path, shown)
+        if isinstance(read, str):
+            return _failure(read)
+        text, mode = read
+        count = text.count(old)
+        if not count and "\r\n" in text and "\n" in old and "\r" not in old:
+            # The model writes "\n"; a CRLF file keeps its CRLF endings.
+            old = old.replace("\n", "\r\n")
+            new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+            count = text.count(old)
+        if not count:
+            return _failure(_not_found(text, old, shown))
+        if count > 1 and not replace_all:
+            where = ", ".join(str(n) for n in _match_lines(text, old, 10))
+            return _failure(
+                f"old_string occurs {count} times in {shown!r} (lines {where}"
+                f"{', ...' if count > 10 else ''}); include more surrounding lines to make it "
+                f"unique, or set replace_all=true to replace every occurrence."
+            )
+        site = text.find(old)
+        if replace_all:
+            updated = text.replace(old, new)
+        else:
+            updated = text[:site] + new + text[site + len(old) :]
+        try:
+            data = updated.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return _failure(f"new_string cannot be encoded as UTF-8 ({exc.reason}); fix it.")
+        try:
+            atomic_write(path, data, mode=mode, steps=steps)
+        except OSError as exc:
+            return _failure(_os_error("write", shown, exc))
+        evidence = _evidence(path, data)
+    done = f"{count} occurrences" if count > 1 else "1 occurrence"
+    snippet = _snippet(updated, site, len(new))
+    message = f"Edited {shown!r}: replaced {done}. Around the edit:\n{snippet}"
+    return EditorResponse(success=True, content=message), evidence
+
+
+def _match_lines(text: str, needle: str, most: int) -> list[int]:
+    lines: list[int] = []
+    start = text.find(needle)
+    while start >= 0 and len(lines) < most:
+        lines.append(text.count("\n", 0, start) + 1)
+        start = text.find(needle, start + len(needle))
+    return lines
+
+
+def _not_found(text: str, old: str, shown: str) -> str:
+    hints: list[str] = []
+    old_lines = old.split("\n")
+    filled = [line for line in old_lines if line.strip()]
+    if filled and all(_NUMBERED.match(line) for line in filled):
+        stripped = "\n".join(_NUMBERED.sub("", line, count=1) for line in old_lines)
+        found = " (without them it matches)" if stripped and stripped in text else ""
+        hints.append(
+            f"old_string seems to include the reader's line-number prefixes ('12<TAB>'); "
+            f"remove them{found}."
+        )
+    else:
+        line = _loose_match(text, old)
+        if line is not None:
+            hints.append(
+                f"A match exists at line {line} if surrounding whitespace is ignored; copy "
+                f"the exact indentation and spacing from the file."
+            )
+        elif " ".join(old.split()) and " ".join(old.split()) in " ".join(text.split()):
+            hints.append(
+                "A match exists if whitespace is ignored; copy the exact spacing and line "
+                "breaks from the file."
+            )
+    hints.append("Read the file again (it may have changed) and copy old_string exactly.")
+    return f"old_string was not found in {shown!r}. " + " ".join(hints)
+
+
+def _loose_match(text: str, old: str) -> int | None:
+    """The line where `old` matches line by line, ignoring each line's outer whitespace."""
+    wanted = [line.strip() for line in old.strip("\r\n").split("\n")]
+    if not any(wanted):
+        return None
+    lines = [line.strip() for line in text.split("\n")]
+    for start in range(len(lines) - len(wanted) + 1):
+        window = lines[start : start + len(wanted)]
+        if len(wanted) == 1:
+            if wanted[0] and wanted[0] in window[0]:
+                return start + 1
+        elif window == wanted:
+            return start + 1
+    return None
+
+
+def _snippet(text: str, site: int, length: int) -> str:
+    """Numbered lines around the edit at `site`, as the reader shows them."""
+    first = text.count("\n", 0, site)
+    last = first + text.count("\n", site, site + length)
+    lines = text.split("\n")
+    start = max(first - _SNIPPET_CONTEXT, 0)
+    end = min(last + _SNIPPET_CONTEXT, len(lines) - 1, start + _SNIPPET_MAX_LINES - 1)
+    rows = []
+    for index in range(start, end + 1):
+        line = lines[index].removesuffix("\r")
+        if len(line) > _SNIPPET_LINE_CHARS:
+            line = line[:_SNIPPET_LINE_CHARS] + " … [line cut]"
+        rows.append(f"{index + 1}\t{line}")
+    return "\n".join(rows)
+
+
+# --- the tool -------------------------------------------------------------------
+
+
+@attrs.frozen
+class _EditorHandler:
+    """The ``editor`` handler: one workspace, one set of write steps."""
+
+    workspace: Workspace
+    steps: WriteSteps = attrs.field(default=DEFAULT_STEPS, repr=False)
+
+    async def __call__(self, request: EditorRequest) -> EditorResponse:
+        try:
+            path = self.workspace.resolve(request.file_path)
+        except PathRefused as exc:
+            return EditorResponse(success=False, error=exc.message)
+        context = evidence_wanted()
+        if request.action == "write":
+            if request.content is None:
+                return EditorResponse(
+                    success=False,
+                    error="action 'write' needs `content`: the complete new file content.",
+                )
+            response, evidence = await anyio.to_thread.run_sync(
+                _write, path, request.file_path, request.content, self.steps
+            )
+        else:
+            checked = _check_edit(request)
+            if isinstance(checked, str):
+                return EditorResponse(success=False, error=checked)
+            old, new = checked
+            response, evidence = await anyio.to_thread.run_sync(
+                _edit,
+                path,
+                request.file_path,
+                old,
+                new,
+                request.replace_all,
+                self.steps,
+            )
+        record_evidence(context, evidence)
+        return response
+
+
+def _check_edit(request: EditorRequest) -> tuple[str, str] | str:
+    """The edit's (old, new) strings, or why they cannot be used."""
+    if not request.old_string:
+        return (
+            "action 'edit' needs a non-empty `old_string` (the exact text to replace). "
+            "To create or overwrite a whole file, use action 'write'."
+        )
+    if request.new_string is None:
+        return "action 'edit' needs `new_string` (use '' to delete old_string)."
+    if request.old_string == request.new_string:
+        return "old_string and new_string are identical; there is nothing to change."
+    return request.old_string, request.new_string
+
+
+_DESCRIPTION = """\
+Write and edit text files inside the workspace.
+
+Actions:
+- write: replace the whole file at `file_path` with `content` (the file and its parent
+  directories are created if missing). The replacement is atomic.
+- edit: replace `old_string` with `new_string` in an existing UTF-8 file. old_string must
+  match the file exactly, including indentation and whitespace, and must not contain the
+  '<line number><TAB>' prefixes the reader shows. It must occur exactly once unless
+  replace_all is true; add surrounding lines to make it unique. new_string '' deletes it.
+  Line endings (CRLF or LF), a byte-order mark and a missing final newline are kept.
+
+Read a file before editing it. Paths outside the workspace, symbolic links and secret files
+(.env, .netrc, private keys, ...) are refused.
+"""
+
+
+def editor_tool(
+    *,
+    workspace_root: str | os.PathLike[str] | None = None,
+    protected_names: Iterable[str] | None = None,
+    _write_steps: WriteSteps | None = None,
+) -> Tool:
+    """Build the ``editor`` tool.
+
+    Args:
+        workspace_root: the directory every path is resolved in; the current
+            directory when None. Resolved once, now.
+        protected_names: fnmatch patterns of names never written; the
+            workspace defaults (``.env``, ``.env.*``, private keys, ...) when None.
+        _write_steps: private test seam replacing the steps of the atomic write.
+
+    Returns:
+        The ``editor`` Tool (safe to share: it is bound to no branch).
+
+    Raises:
+        ValueError: the root is not an existing directory, or a protected
+            name is not a single path component.
+        TypeError: the root is not a path.
+    """
+    if _write_steps is not None and not isinstance(_write_steps, WriteSteps):
+        raise TypeError(f"_write_steps must be a WriteSteps, got {_write_steps!r}")
+    workspace = Workspace.at(workspace_root, protected=protected_names)
+    return Tool(
+        name="editor",
+        description=_DESCRIPTION,
+        request_model=EditorRequest,
+        handler=_EditorHandler(workspace, _write_steps or DEFAULT_STEPS),
+    )
