@@ -22,12 +22,13 @@ transport and the resolver are seams, so tests need no network.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio.to_thread
 import attrs
@@ -282,9 +283,14 @@ async def _read_capped(response: httpx.Response, url: str) -> bytes:
         raise too_large
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise too_large
-        chunks.append(chunk)
+    # aclosing: leaving the loop early closes httpx's outer generator now
+    # rather than at garbage collection (`aiter_bytes` is an async generator,
+    # though typed as an iterator).
+    stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+    async with contextlib.aclosing(stream) as body:
+        async for chunk in body:
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise too_large
+            chunks.append(chunk)
     return b"".join(chunks)
