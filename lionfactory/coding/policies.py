@@ -1,0 +1,298 @@
+"""Policy hooks: pre hooks that refuse tool calls a careful reviewer would refuse.
+
+`deny_destructive_commands` is the example policy the coding toolkit ships.
+It guards the ``bash`` tool against commands that destroy work or the machine
+and cannot be undone: ``rm -rf``, ``git reset --hard``, a forced ``git push``,
+``git clean -f``, ``sudo`` and friends, formatting or overwriting disks.
+
+It is a guard against accidents, not a sandbox. It reads the command the way
+the ``bash`` tool runs it (one program and its arguments, split with `shlex`)
+and looks through the usual wrappers (``env``, ``timeout``, ``nice``,
+``xargs``, ``find -exec``, ``sh -c '...'``), but a program can always delete
+files its own way (``python -c "shutil.rmtree(...)"``, a git alias, a script
+in the repository). Run untrusted agents in a container, or in the toolkit's
+``sandbox`` (a git worktree), when that matters.
+
+Writing another policy hook
+---------------------------
+A pre hook is any callable, sync or async, with the signature
+``hook(tool_name: str, arguments: dict) -> dict | None`` (DESIGN §3.2). It
+runs before the arguments are validated, so it sees them exactly as the model
+sent them and must not assume a key exists or has the right type:
+
+* return ``None`` to let the call through unchanged;
+* return a new dict to replace the arguments (for example to add a default
+  ``timeout``); do not mutate the one you were given;
+* raise ``ToolDenied(reason)`` to refuse the call. The model reads the reason
+  as the tool's answer, so say what was refused and what to do instead.
+
+A hook that guards one tool should ignore the others (check `tool_name`), so
+it can also be registered under ``"*"``. Attach hooks either through the
+toolkit, which attaches them to the tools it builds for each branch::
+
+    branch.register(coding_toolkit, hooks={"bash": {"pre": [deny_destructive_commands]}})
+
+or to any single tool, which returns a new Tool (tools are never mutated)::
+
+    guarded = bash_tool(workspace_root=repo).with_hooks(pre=[deny_destructive_commands])
+    branch.register(guarded)
+
+A denial reaches the model through `Branch.act` as an error message
+(``Tool 'bash' denied the call: ...``); the loop goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from lionfactory.coding._shellwords import (
+    has_long,
+    long_flags,
+    parse_command,
+    program_name,
+    short_flags,
+    split_commands,
+)
+from lionfactory.errors import ToolDenied
+
+__all__ = ["deny_destructive_commands"]
+
+_ELEVATORS = frozenset({"sudo", "doas", "su", "pkexec", "run0"})
+_DISK_TOOLS = frozenset(
+    {"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "sgdisk"}
+    | {"blkdiscard", "shred"}
+)
+_POWER = frozenset({"shutdown", "reboot", "halt", "poweroff"})
+_GIT_OPTIONS_WITH_VALUE = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
+)
+_WORLD_WRITABLE = frozenset({"a+rwx", "ugo+rwx", "a=rwx", "ugo=rwx", "a+w", "o+w", "o+rwx"})
+_HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+_MAX_DEPTH = 8  # nested `sh -c` scripts; deeper nesting is denied, not parsed
+
+
+def deny_destructive_commands(tool_name: str, arguments: dict[str, Any]) -> None:
+    """Pre hook: refuse destructive ``bash`` commands with a reason the model can act on.
+
+    Denied (in any spelling shlex accepts, with or without a path such as
+    ``/bin/rm``, and behind ``env``/``timeout``/``xargs``/``find -exec``/``sh -c``):
+
+    * ``rm`` with both recursive and force flags (``-rf``, ``-fr``, ``-r -f``,
+      ``--recursive --force``), or with ``--no-preserve-root``;
+    * ``git reset --hard``; ``git push`` with ``--force``, ``-f``,
+      ``--force-with-lease``, ``--mirror`` or a ``+refspec``; ``git clean``
+      with ``-f`` (unless it is a dry run, ``-n``);
+    * ``sudo``, ``doas``, ``su``, ``pkexec``, ``run0``;
+    * ``mkfs*``, ``wipefs``, ``fdisk`` and other disk tools, ``shred``;
+      ``dd`` writing to a device (``of=/dev/sda``);
+    * recursive ``chmod``/``chown``/``chgrp`` on a system-level path (``/``,
+      ``/etc``, ``/usr/lib``) or to mode 777;
+    * ``shutdown``, ``reboot``, ``halt``, ``poweroff``.
+
+    Calls of other tools pass through, and so does a missing or non-string
+    ``command`` (validation reports it). A command with an unclosed quote is
+    checked word by word.
+
+    Args:
+        tool_name: the tool being called; only ``"bash"`` is inspected.
+        arguments: the call's arguments as the model sent them.
+
+    Raises:
+        ToolDenied: the command is destructive; the reason says what to do instead.
+    """
+    if tool_name != "bash":
+        return
+    command = arguments.get("command")
+    if not isinstance(command, str):
+        return
+    reason = _check_script(command, depth=0)
+    if reason is not None:
+        raise ToolDenied(f"{reason} (policy: deny_destructive_commands)")
+
+
+def _check_script(script: str, *, depth: int) -> str | None:
+    if depth > _MAX_DEPTH:
+        return "The command nests shells too deeply to be checked; run the inner command directly."
+    for argv in split_commands(script):
+        reason = _check_argv(argv, depth=depth)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _check_argv(argv: Sequence[str], *, depth: int) -> str | None:
+    """Check one simple command: the scripts it runs, then the program itself."""
+    command = parse_command(argv)
+    for script in command.scripts:
+        reason = _check_script(script, depth=depth + 1)
+        if reason is not None:
+            return reason
+    if command.program is None:
+        return None
+    checker = _CHECKERS.get(command.name)
+    if checker is None:
+        return _disk_reason(command.program) if command.name.startswith("mkfs") else None
+    return checker(command.program, list(command.args), depth)
+
+
+def _rm(token: str, args: list[str], _depth: int) -> str | None:
+    short = short_flags(args)
+    # Among rm's long options, three characters are unambiguous.
+    recursive = bool(short & {"r", "R"}) or has_long(args, "--recursive", shortest=3)
+    force = "f" in short or has_long(args, "--force", shortest=3)
+    if "--no-preserve-root" in long_flags(args):
+        return (
+            f"`{token} --no-preserve-root` can delete the whole filesystem and is denied. "
+            f"Delete the specific files you created instead."
+        )
+    if recursive and force:
+        shown = shlex.join([token, *args])
+        return (
+            f"`{shown}` deletes a directory tree recursively without confirmation, which "
+            f"cannot be undone, and is denied. Delete the specific files you created with "
+            f"`rm <file>` (no -r/-f), or ask the user to remove the directory."
+        )
+    return None
+
+
+def _git_subcommand(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    index = 0
+    while index < len(args):
+        token = args[index]
+        if token in _GIT_OPTIONS_WITH_VALUE:
+            index += 2
+        elif token.startswith("-"):
+            index += 1
+        else:
+            return token, list(args[index + 1 :])
+    return None, []
+
+
+def _git(token: str, args: list[str], _depth: int) -> str | None:
+    subcommand, rest = _git_subcommand(args)
+    short = short_flags(rest)
+    if subcommand == "reset" and has_long(rest, "--hard", shortest=4):
+        return (
+            "`git reset --hard` throws away uncommitted changes and is denied. Use "
+            "`git stash` to set changes aside, `git restore <file>` for one file, or "
+            "`git reset --soft`/`--mixed` to move the branch and keep the work."
+        )
+    if subcommand == "push":
+        forced = (
+            "f" in short
+            or has_long(rest, "--force", shortest=5)
+            or has_long(rest, "--force-with-lease", shortest=5)
+            or has_long(rest, "--mirror", shortest=4)
+            or any(arg.startswith("+") for arg in rest)
+        )
+        if forced:
+            return (
+                "A forced `git push` (--force, -f, --force-with-lease, --mirror or a "
+                "+refspec) rewrites history others may rely on and is denied. Push without "
+                "force after integrating the remote changes (`git pull --rebase`), or ask "
+                "the user to force-push."
+            )
+    if subcommand == "clean":
+        forced = "f" in short or has_long(rest, "--force", shortest=3)
+        dry_run = "n" in short or has_long(rest, "--dry-run", shortest=3)
+        if forced and not dry_run:
+            return (
+                "`git clean -f` deletes untracked files permanently and is denied. See what "
+                "it would remove with `git clean -n`, then delete specific files with "
+                "`rm <file>`."
+            )
+    return None
+
+
+def _elevate(token: str, _args: list[str], _depth: int) -> str | None:
+    return (
+        f"`{program_name(token)}` runs a command with elevated privileges and is denied. Run "
+        f"the command without it (work inside the workspace as the current user), or ask "
+        f"the user to run it."
+    )
+
+
+def _disk_reason(token: str) -> str:
+    return (
+        f"`{program_name(token)}` formats, partitions or overwrites disks or files beyond "
+        f"recovery and is denied. Ask the user if this is really needed."
+    )
+
+
+def _disk(token: str, _args: list[str], _depth: int) -> str | None:
+    return _disk_reason(token)
+
+
+def _dd(token: str, args: list[str], _depth: int) -> str | None:
+    for arg in args:
+        target = arg.removeprefix("of=")
+        if target == arg or not target.startswith("/dev/"):
+            continue
+        if target not in _HARMLESS_DEVICES and not target.startswith("/dev/fd/"):
+            return (
+                f"`dd {arg}` overwrites a device and is denied. Write to a regular file in "
+                f"the workspace instead."
+            )
+    return None
+
+
+def _is_system_path(arg: str) -> bool:
+    """``/``, ``~`` or a path at most two levels below ``/`` (``/etc``, ``/usr/lib``)."""
+    if arg.startswith("~"):
+        return len(PurePosixPath(arg).parts) <= 1
+    path = PurePosixPath(os.path.normpath(arg)) if arg.startswith("/") else None
+    return path is not None and len(path.parts) <= 3
+
+
+def _chmod(token: str, args: list[str], _depth: int) -> str | None:
+    recursive = "R" in short_flags(args) or has_long(args, "--recursive", shortest=5)
+    if not recursive:
+        return None
+    operands = [a for a in args if not a.startswith("-")]
+    world_writable = token.endswith("chmod") and any(
+        a.lstrip("0") == "777" or a in _WORLD_WRITABLE for a in operands[:1]
+    )
+    if world_writable or any(_is_system_path(a) for a in operands):
+        return (
+            f"`{shlex.join([token, *args])}` changes permissions or owners of a whole system "
+            f"tree (or makes a tree world-writable) and is denied. Change the specific "
+            f"files inside the workspace that need it."
+        )
+    return None
+
+
+def _power(token: str, _args: list[str], _depth: int) -> str | None:
+    return f"`{program_name(token)}` stops or restarts the machine and is denied."
+
+
+def _find(token: str, args: list[str], depth: int) -> str | None:
+    # `find ... -exec CMD ... ;` runs CMD for every match.
+    for i, arg in enumerate(args):
+        if arg in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = next(
+                (j for j in range(i + 1, len(args)) if args[j] in (";", "+")),
+                len(args),
+            )
+            reason = _check_argv(args[i + 1 : end], depth=depth)
+            if reason is not None:
+                return reason
+    return None
+
+
+_Checker = Callable[[str, list[str], int], "str | None"]
+_CHECKERS: dict[str, _Checker] = {
+    "rm": _rm,
+    "git": _git,
+    "dd": _dd,
+    "chmod": _chmod,
+    "chown": _chmod,
+    "chgrp": _chmod,
+    "find": _find,
+    **dict.fromkeys(_ELEVATORS, _elevate),
+    **dict.fromkeys(_DISK_TOOLS, _disk),
+    **dict.fromkeys(_POWER, _power),
+}
