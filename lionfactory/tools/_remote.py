@@ -40,6 +40,7 @@ __all__ = ["MAX_REDIRECTS", "FetchRefused", "Fetcher", "is_public_address"]
 
 MAX_REDIRECTS = 5
 TIMEOUT_SECONDS = 30.0
+TOTAL_SECONDS = 120.0
 MAX_BODY_BYTES = 50 * 1024 * 1024
 _INSTALL_HINT = "pip install 'lionfactory[documents]'"
 
@@ -171,6 +172,13 @@ class Fetcher:
                 "Download the document into the workspace and open its path instead."
             )
         logical = self._parse(httpx, url)
+        # httpx's timeout bounds each read; this bounds the whole fetch, so a
+        # server dripping one byte at a time cannot hold the call forever.
+        with anyio.move_on_after(TOTAL_SECONDS):
+            return await self._fetch(httpx, url, logical)
+        raise FetchRefused(f"Fetching {url!r} took over {TOTAL_SECONDS:.0f} s; gave up.")
+
+    async def _fetch(self, httpx: Any, url: str, logical: httpx.URL) -> tuple[str, bytes]:
         async with httpx.AsyncClient(
             transport=self.transport,
             trust_env=False,  # a proxy from the environment would bypass the address check

@@ -333,6 +333,14 @@ files (.env, .netrc, private keys, ...) are refused.
 """
 
 
+def _description(allowed_hosts: frozenset[str]) -> str:
+    if not allowed_hosts:
+        remote = "Remote URLs are disabled for this reader: open only workspace paths."
+    else:
+        remote = f"'open' fetches https URLs only from: {', '.join(sorted(allowed_hosts))}."
+    return _DESCRIPTION + remote + "\n"
+
+
 def reader_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
@@ -403,7 +411,7 @@ def reader_tool(
     )
     return Tool(
         name="reader",
-        description=_DESCRIPTION,
+        description=_description(opener.fetcher.allowed_hosts),
         request_model=ReaderRequest,
         handler=_ReaderHandler(workspace, opener),
     )

@@ -317,3 +317,28 @@ async def test_a_transport_failure_is_reported(workspace: Path):
 )
 def test_is_public_address(address: str, public: bool):
     assert is_public_address(ipaddress.ip_address(address)) is public
+
+
+async def test_a_server_that_never_answers_is_given_up(workspace: Path, autojump_clock):
+    import trio
+
+    async def stall(request: httpx.Request) -> httpx.Response:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    reader = reader_tool(
+        workspace_root=workspace,
+        allowed_hosts=["docs.example.com"],
+        transport=httpx.MockTransport(stall),
+        resolver=lambda host: [PUBLIC],
+    )
+    result = await reader(action="open", path="https://docs.example.com/a.html")
+    assert result["success"] is False
+    assert "took over 120 s" in result["error"]
+
+
+def test_the_description_names_the_allowed_hosts(workspace: Path):
+    open_reader = reader_tool(workspace_root=workspace, allowed_hosts=["B.example.com", "a.org"])
+    closed_reader = reader_tool(workspace_root=workspace)
+    assert "only from: a.org, b.example.com." in open_reader.description
+    assert "Remote URLs are disabled" in closed_reader.description
