@@ -1,0 +1,33 @@
+"""The coding toolkit: the standalone tools composed with one branch's policy.
+
+`coding_toolkit(branch, ...)` returns reader, editor, bash, search,
+code_check, code_nav, ast_search and context (plus the opt-in sandbox and
+subagent), guarded by read-before-edit evidence that follows the branch's
+active view, with hooks and nudges. See `lionfactory.coding._toolkit`.
+"""
+
+from lionfactory.coding._nudges import (
+    BashFailureStreak,
+    CallRecord,
+    ContextUsage,
+    EditsWithoutCheck,
+    NudgeRule,
+    NudgeSnapshot,
+    default_nudge_rules,
+)
+from lionfactory.coding._toolkit import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
+from lionfactory.coding.policies import deny_destructive_commands
+
+__all__ = [
+    "ALL_CODING_TOOLS",
+    "DEFAULT_CODING_TOOLS",
+    "BashFailureStreak",
+    "CallRecord",
+    "ContextUsage",
+    "EditsWithoutCheck",
+    "NudgeRule",
+    "NudgeSnapshot",
+    "coding_toolkit",
+    "default_nudge_rules",
+    "deny_destructive_commands",
+]

@@ -1,0 +1,243 @@
+"""Nudges: short system notes added to a tool result when a pattern calls for one.
+
+A nudge rule is a callable ``rule(snapshot) -> str | None``. After every
+toolkit call the nudge post hook builds a `NudgeSnapshot` and asks each rule;
+the texts that come back are joined into a ``system`` field of the result.
+A rule that raises is logged and skipped: a nudge never breaks a result.
+
+Each `coding_toolkit()` call builds fresh rules and a fresh call history, so
+nothing accumulates across branches (the baseline stacked hooks on rebind).
+
+Writing a rule::
+
+    def remind_tests(snapshot: NudgeSnapshot) -> str | None:
+        if snapshot.tool == "editor" and snapshot.succeeded:
+            return "Run the tests after this change."
+        return None
+
+    coding_toolkit(branch, nudge_rules=[*default_nudge_rules(), remind_tests])
+
+Stateful rules are fine; give each toolkit its own instance (pass a factory's
+result, not a shared object, if the rule must not see other branches' calls).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from lionfactory._branch import Branch
+
+__all__ = [
+    "BashFailureStreak",
+    "CallRecord",
+    "ContextUsage",
+    "EditsWithoutCheck",
+    "NudgeRule",
+    "NudgeSnapshot",
+    "default_nudge_rules",
+    "succeeded",
+]
+
+logger = logging.getLogger("lionfactory.nudges")
+
+_HISTORY = 50
+
+
+def succeeded(result: Any) -> bool:
+    """Whether a tool result reports success, judged by its response type.
+
+    ``success`` (reader, editor, search, context, ...) when present;
+    ``return_code`` and ``timed_out`` for bash; ``status`` for code_check and
+    ast_search (``ok``, ``diagnostics`` and ``matches`` are successful runs).
+    A dict with none of these keys counts as success.
+    """
+    if not isinstance(result, dict):
+        return True
+    if "success" in result:
+        return bool(result["success"])
+    if "return_code" in result:
+        return (
+            result["return_code"] == 0 and not result.get("timed_out") and not result.get("error")
+        )
+    if "status" in result:
+        return result["status"] in ("ok", "diagnostics", "matches")
+    return True
+
+
+@attrs.frozen
+class CallRecord:
+    """One toolkit call, as the nudges remember it."""
+
+    tool: str
+    action: str | None
+    succeeded: bool
+
+
+@attrs.frozen
+class NudgeSnapshot:
+    """What a nudge rule sees after one call.
+
+    Attributes:
+        tool: the tool just called.
+        arguments: its arguments.
+        result: its result (do not modify).
+        succeeded: whether the result reports success (see `succeeded`).
+        estimated_tokens: the estimated tokens of the branch's active view.
+        max_tokens: the toolkit's ``notify_max_tokens``.
+        threshold: the toolkit's ``notify_threshold`` (a fraction).
+        recent_calls: this toolkit's recent calls, oldest first, this one last.
+        files_with_evidence: paths this toolkit may edit without a new read.
+    """
+
+    tool: str
+    arguments: dict[str, Any]
+    result: dict[str, Any]
+    succeeded: bool
+    estimated_tokens: int
+    max_tokens: int
+    threshold: float
+    recent_calls: tuple[CallRecord, ...]
+    files_with_evidence: tuple[str, ...]
+
+    @property
+    def usage(self) -> float:
+        """The estimated share of the token budget the active view uses."""
+        return self.estimated_tokens / self.max_tokens
+
+
+NudgeRule = Callable[[NudgeSnapshot], "str | None"]
+
+
+@attrs.define(eq=False)
+class ContextUsage:
+    """Nudge when the context uses `threshold` of the budget or more.
+
+    It speaks when usage first reaches the threshold, then again only after
+    usage grew by `step` more, or after it dropped below and came back, so it
+    informs without repeating itself on every call.
+    """
+
+    step: float = 0.05
+    _last: float | None = None
+
+    def __call__(self, snapshot: NudgeSnapshot) -> str | None:
+        usage = snapshot.usage
+        if usage < snapshot.threshold:
+            self._last = None
+            return None
+        if self._last is not None and usage < self._last + self.step:
+            return None
+        self._last = usage
+        return (
+            f"Context usage is about {usage:.0%} of {snapshot.max_tokens:,} tokens "
+            f"({snapshot.estimated_tokens:,} estimated). Free space with the context tool: "
+            f"compact old tool calls (action='compact') or evict results you no longer need "
+            f"(action='evict_action_results')."
+        )
+
+
+@attrs.define(eq=False)
+class BashFailureStreak:
+    """Nudge after `limit` failed bash calls in a row."""
+
+    limit: int = 3
+
+    def __call__(self, snapshot: NudgeSnapshot) -> str | None:
+        if snapshot.tool != "bash" or snapshot.succeeded:
+            return None
+        streak = 0
+        for call in reversed(snapshot.recent_calls):
+            if call.tool != "bash":
+                continue
+            if call.succeeded:
+                break
+            streak += 1
+        if streak and streak % self.limit == 0:
+            return (
+                f"{streak} bash commands failed in a row. Stop and read their stderr; check the "
+                f"working directory (cwd), the program's arguments, and that one command per "
+                f"call is used (no pipes or &&)."
+            )
+        return None
+
+
+@attrs.define(eq=False)
+class EditsWithoutCheck:
+    """Nudge after `limit` successful edits or writes with no code_check since."""
+
+    limit: int = 3
+
+    def __call__(self, snapshot: NudgeSnapshot) -> str | None:
+        if snapshot.tool != "editor" or not snapshot.succeeded:
+            return None
+        edits = 0
+        for call in reversed(snapshot.recent_calls):
+            if call.tool == "code_check":
+                break
+            if call.tool == "editor" and call.succeeded:
+                edits += 1
+        if edits and edits % self.limit == 0:
+            return (
+                f"{edits} edits since the last code_check. Run code_check on the files you "
+                f"changed before going further."
+            )
+        return None
+
+
+def default_nudge_rules() -> list[NudgeRule]:
+    """Fresh instances of the default rules (context usage, bash failures, unchecked edits)."""
+    return [ContextUsage(), BashFailureStreak(), EditsWithoutCheck()]
+
+
+@attrs.define(eq=False)
+class NudgeHook:
+    """The post hook that runs the rules and adds a ``system`` field to dict results."""
+
+    branch: Branch
+    rules: tuple[NudgeRule, ...]
+    max_tokens: int
+    threshold: float
+    files_with_evidence: Callable[[], Sequence[str]]
+    history: deque[CallRecord] = attrs.field(factory=lambda: deque(maxlen=_HISTORY))
+
+    def __call__(
+        self, tool: str, arguments: dict[str, Any], result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        ok = succeeded(result)
+        action = arguments.get("action") if isinstance(arguments, dict) else None
+        self.history.append(CallRecord(tool, action if isinstance(action, str) else None, ok))
+        if not isinstance(result, dict) or not self.rules:
+            return None
+        try:
+            snapshot = NudgeSnapshot(
+                tool=tool,
+                arguments=dict(arguments),
+                result=result,
+                succeeded=ok,
+                estimated_tokens=self.branch.messages.estimate_tokens(),
+                max_tokens=self.max_tokens,
+                threshold=self.threshold,
+                recent_calls=tuple(self.history),
+                files_with_evidence=tuple(self.files_with_evidence()),
+            )
+        except Exception:
+            logger.warning("could not build the nudge snapshot", exc_info=True)
+            return None
+        notes = []
+        for rule in self.rules:
+            try:
+                note = rule(snapshot)
+            except Exception:
+                logger.warning("nudge rule %r failed", rule, exc_info=True)
+                continue
+            if note:
+                notes.append(str(note))
+        if not notes:
+            return None
+        return {**result, "system": "\n".join(notes)}

@@ -1,0 +1,380 @@
+"""`coding_toolkit()`: the standalone tools, composed with one branch's policy.
+
+There is one implementation of every operation (DESIGN §7.1). The toolkit
+calls the standalone factories (`reader_tool`, `editor_tool`, ...) and wraps
+each resulting tool's *handler* with branch policy:
+
+* the read-before-edit guard in front of the editor (`_guard`);
+* evidence bookkeeping for calls made outside `Branch.act`;
+* images returned by the reader as data URLs (the one operation only the
+  toolkit offers; the standalone reader refuses binary files);
+* retargeting to a sandbox worktree while one is active;
+* user hooks and the nudge post hook.
+
+The request models, defaults, keys and error texts are the standalone tools'
+own, because the standalone handler does the work. Everything stateful lives
+in one `_Toolkit` object made per factory call, so two branches built from
+the same arguments share nothing, and a clone (which calls the factory again)
+starts clean and derives its evidence from its own copied view.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import inspect
+import mimetypes
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+import attrs
+
+from lionfactory._call import CallContext, call_context, current_call
+from lionfactory._tool import Tool
+from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.coding._guard import EvidenceStore, check_evidence
+from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
+from lionfactory.tools._evidence import EVIDENCE_KEY
+from lionfactory.tools.ast_search import ast_search_tool
+from lionfactory.tools.bash import bash_tool
+from lionfactory.tools.code_check import code_check_tool
+from lionfactory.tools.code_nav import code_nav_tool
+from lionfactory.tools.context import context_tool
+from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
+from lionfactory.tools.reader import ReaderRequest, ReaderResponse, reader_tool
+from lionfactory.tools.search import search_tool
+
+if TYPE_CHECKING:
+    from lionfactory._branch import Branch
+
+__all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
+
+ALL_CODING_TOOLS: tuple[str, ...] = (
+    "reader",
+    "editor",
+    "bash",
+    "search",
+    "code_check",
+    "code_nav",
+    "ast_search",
+    "context",
+    "sandbox",
+    "subagent",
+)
+"""Every tool the toolkit can build, in the order it returns them."""
+
+DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
+"""The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
+
+# The tools that work on files and follow an active sandbox into its worktree.
+_WORKSPACE_FACTORIES: dict[str, Callable[[Path], Tool]] = {
+    # The toolkit's reader fetches nothing remote: an agent editing code has
+    # no business reaching the network through its file reader.
+    "reader": lambda root: reader_tool(workspace_root=root, allowed_hosts=()),
+    "editor": lambda root: editor_tool(workspace_root=root),
+    "bash": lambda root: bash_tool(workspace_root=root),
+    "search": lambda root: search_tool(workspace_root=root),
+    "code_check": lambda root: code_check_tool(workspace_root=root),
+    "code_nav": lambda root: code_nav_tool(workspace_root=root),
+    "ast_search": lambda root: ast_search_tool(workspace_root=root),
+}
+
+_HOOK_KINDS = ("pre", "post", "on_error")
+
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+"""Images above this size are refused: a data URL of 5 MiB is already ~7 MB of context."""
+
+Hooks = Mapping[str, Mapping[str, Callable[..., Any] | Sequence[Callable[..., Any]]]]
+
+_EDITOR_RULE = (
+    "\n\nIn this toolkit, `edit` and a `write` over an existing file need this conversation to "
+    "have read the file's current content first (a `write` over an existing file needs a read "
+    "of the whole file). A read that was evicted or compacted out of the context no longer "
+    "counts."
+)
+_READER_IMAGES = (
+    "\n\nIn this toolkit, `read` of a .png, .jpg, .jpeg, .gif or .webp file (up to 5 MiB) "
+    "returns the image as a base64 data URL in `content`."
+)
+
+
+def _normalise_hooks(hooks: Hooks | None) -> dict[str, dict[str, tuple[Callable[..., Any], ...]]]:
+    if hooks is None:
+        return {}
+    if not isinstance(hooks, Mapping):
+        raise TypeError(f"hooks must map tool names to hook kinds, got {hooks!r}")
+    out: dict[str, dict[str, tuple[Callable[..., Any], ...]]] = {}
+    for name, kinds in hooks.items():
+        if name != "*" and name not in ALL_CODING_TOOLS:
+            raise ValueError(
+                f"hooks key must be '*' or one of {', '.join(ALL_CODING_TOOLS)}; got {name!r}"
+            )
+        if not isinstance(kinds, Mapping):
+            raise TypeError(
+                f"hooks[{name!r}] must map 'pre'/'post'/'on_error' to hooks, got {kinds!r}"
+            )
+        entry: dict[str, tuple[Callable[..., Any], ...]] = {}
+        for kind, value in kinds.items():
+            if kind not in _HOOK_KINDS:
+                raise ValueError(f"hook kind must be 'pre', 'post' or 'on_error'; got {kind!r}")
+            funcs = (value,) if callable(value) else tuple(value)
+            for func in funcs:
+                if not callable(func):
+                    raise TypeError(f"hooks[{name!r}][{kind!r}] holds a non-callable: {func!r}")
+            entry[kind] = funcs
+        out[name] = entry
+    return out
+
+
+@attrs.define(eq=False)
+class _Toolkit:
+    """The per-branch state of one `coding_toolkit()` call."""
+
+    branch: Branch
+    workspace: Workspace
+    names: tuple[str, ...]
+    home: dict[str, Tool]
+    store: EvidenceStore = attrs.field(factory=EvidenceStore)
+    active: Workspace = attrs.field(default=None)
+    tools: dict[str, Tool] = attrs.field(default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self.active = self.active or self.workspace
+        self.tools = self.tools or self.home
+
+    def switch(self, root: Path | None) -> None:
+        """Retarget the file tools to a sandbox worktree, or back home with None."""
+        if root is None:
+            self.active, self.tools = self.workspace, self.home
+            return
+        self.active = Workspace.at(root, protected=self.workspace.protected)
+        self.tools = {
+            name: _WORKSPACE_FACTORIES[name](self.active.root)
+            for name in self.home
+            if name in _WORKSPACE_FACTORIES
+        }
+
+    async def call(self, name: str, request: Any) -> Any:
+        """Run the current standalone handler for `name`, keeping evidence outside act."""
+        handler = self.tools[name].handler
+        if current_call() is not None:
+            # Under Branch.act the evidence lands on the tool message.
+            return await handler(request)
+        local = CallContext(call_id="", tool=name, branch_id=self.branch.id)
+        with call_context(local):
+            response = await handler(request)
+        self.store.record(local.metadata.get(EVIDENCE_KEY))
+        return response
+
+    def evidence_paths(self) -> list[str]:
+        """Paths with evidence in the active view or the local store (for nudges)."""
+        paths = {
+            str(m.metadata[EVIDENCE_KEY]["path"])
+            for m in self.branch.messages
+            if m.role == "tool" and EVIDENCE_KEY in m.metadata
+        }
+        return sorted(paths | set(self.store.by_path))
+
+
+@attrs.frozen
+class _Delegate:
+    """A toolkit handler that runs the standalone handler of the active root."""
+
+    kit: _Toolkit
+    name: str
+
+    async def __call__(self, request: Any) -> Any:
+        return await self.kit.call(self.name, request)
+
+
+@attrs.frozen
+class _GuardedEditor:
+    """The editor handler behind the read-before-edit guard."""
+
+    kit: _Toolkit
+
+    async def __call__(self, request: EditorRequest) -> Any:
+        try:
+            path = self.kit.active.resolve(request.file_path)
+        except PathRefused:
+            path = None  # the editor itself explains the refusal
+        if path is not None:
+            refusal = await anyio.to_thread.run_sync(self._check, path, request)
+            if refusal is not None:
+                return EditorResponse(success=False, error=refusal)
+        return await self.kit.call("editor", request)
+
+    def _check(self, path: Path, request: EditorRequest) -> str | None:
+        if not path.is_file():
+            # A new file needs no evidence; a missing file for edit, or a
+            # directory, gets the editor's own error.
+            return None
+        return check_evidence(
+            self.kit.branch,
+            self.kit.store,
+            path,
+            whole_file=request.action == "write",
+            display=request.file_path,
+        )
+
+
+@attrs.frozen
+class _ImageReader:
+    """The reader handler, plus images as data URLs (recording no evidence)."""
+
+    kit: _Toolkit
+
+    async def __call__(self, request: ReaderRequest) -> Any:
+        if request.action == "read" and Path(request.path).suffix.lower() in IMAGE_SUFFIXES:
+            try:
+                path = self.kit.active.resolve(request.path)
+            except PathRefused as exc:
+                return ReaderResponse(success=False, error=exc.message)
+            return await anyio.to_thread.run_sync(_read_image, path, request.path)
+        return await self.kit.call("reader", request)
+
+
+def _read_image(path: Path, shown: str) -> ReaderResponse:
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            return ReaderResponse(success=False, error=f"{shown!r} is not a file.")
+        if size > MAX_IMAGE_BYTES:
+            return ReaderResponse(
+                success=False,
+                error=(
+                    f"{shown!r} is {size:,} bytes; images above {MAX_IMAGE_BYTES:,} bytes are not "
+                    f"returned. Use bash (e.g. `file` or an image tool) to inspect it."
+                ),
+            )
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return ReaderResponse(success=False, error=f"{shown!r} does not exist.")
+    except OSError as exc:
+        return ReaderResponse(success=False, error=f"Cannot read {shown!r}: {exc.strerror}.")
+    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    encoded = base64.b64encode(data).decode("ascii")
+    return ReaderResponse(success=True, content=f"data:{mime};base64,{encoded}")
+
+
+def coding_toolkit(
+    branch: Branch,
+    *,
+    workspace_root: str | Path | None = None,
+    tools: Sequence[str] | None = None,
+    hooks: Hooks | None = None,
+    notify: bool = True,
+    notify_threshold: float = 0.7,
+    notify_max_tokens: int = 200_000,
+    nudge_rules: Sequence[NudgeRule] | None = None,
+) -> list[Tool]:
+    """Build the coding tools for one branch: standalone tools plus branch policy.
+
+    Args:
+        branch: the branch the tools serve (its active view holds the
+            read-before-edit evidence; nudges read its token estimate).
+        workspace_root: the workspace (default: the current directory,
+            resolved now).
+        tools: which tools to build, any of `ALL_CODING_TOOLS`; default
+            `DEFAULT_CODING_TOOLS`. They come back in `ALL_CODING_TOOLS` order.
+        hooks: ``{tool name or "*": {"pre"|"post"|"on_error": hook or [hooks]}}``;
+            ``"*"`` hooks run before a tool's own.
+        notify: add nudges (a ``system`` field) to results.
+        notify_threshold: context usage (a fraction of `notify_max_tokens`)
+            at which the context nudge speaks.
+        notify_max_tokens: the token budget the context nudge measures against.
+        nudge_rules: the rules to run (default: `default_nudge_rules()`,
+            fresh for this call).
+
+    Returns:
+        The tools, each bound to `branch`.
+
+    Raises:
+        ValueError: an unknown tool or hook name, or an out-of-range setting.
+        TypeError: a malformed `hooks` mapping.
+    """
+    selected = DEFAULT_CODING_TOOLS if tools is None else tuple(tools)
+    if isinstance(tools, str):
+        raise TypeError(f"tools must be a list of names, got the string {tools!r}")
+    unknown = [name for name in selected if name not in ALL_CODING_TOOLS]
+    if unknown:
+        raise ValueError(
+            f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
+        )
+    if not 0 < notify_threshold <= 1:
+        raise ValueError(f"notify_threshold must be in (0, 1], got {notify_threshold!r}")
+    if not isinstance(notify_max_tokens, int) or notify_max_tokens < 1:
+        raise ValueError(f"notify_max_tokens must be a positive int, got {notify_max_tokens!r}")
+    hook_map = _normalise_hooks(hooks)
+    names = tuple(name for name in ALL_CODING_TOOLS if name in selected)
+    workspace = Workspace.at(workspace_root)
+    home = {
+        name: _WORKSPACE_FACTORIES[name](workspace.root)
+        for name in names
+        if name in _WORKSPACE_FACTORIES
+    }
+    kit = _Toolkit(branch=branch, workspace=workspace, names=names, home=home)
+
+    built: dict[str, Tool] = {}
+    for name, tool in home.items():
+        handler: Callable[[Any], Any] = _Delegate(kit, name)
+        description = tool.description
+        if name == "editor":
+            handler, description = _GuardedEditor(kit), description + _EDITOR_RULE
+        elif name == "reader":
+            handler, description = _ImageReader(kit), description + _READER_IMAGES
+        built[name] = attrs.evolve(tool, handler=handler, description=description)
+    if "context" in names:
+        built["context"] = context_tool(branch)
+    if "sandbox" in names:
+        from lionfactory.coding.sandbox import sandbox_tool
+
+        built["sandbox"] = sandbox_tool(workspace_root=workspace.root, on_switch=kit.switch)
+    if "subagent" in names:
+        from lionfactory.coding.subagent import subagent_tool
+
+        built["subagent"] = subagent_tool(
+            branch,
+            factory=coding_toolkit,
+            factory_kwargs={
+                "hooks": hooks,
+                "notify": notify,
+                "notify_threshold": notify_threshold,
+                "notify_max_tokens": notify_max_tokens,
+                "nudge_rules": nudge_rules,
+            },
+            workspace_root=workspace.root,
+        )
+
+    nudge = (
+        NudgeHook(
+            branch=branch,
+            # Shallow copies: a stateful rule object passed in kwargs is replayed
+            # on every clone, and its state must not cross branches.
+            rules=tuple(
+                default_nudge_rules()
+                if nudge_rules is None
+                else [r if inspect.isroutine(r) else copy.copy(r) for r in nudge_rules]
+            ),
+            max_tokens=notify_max_tokens,
+            threshold=notify_threshold,
+            files_with_evidence=kit.evidence_paths,
+        )
+        if notify
+        else None
+    )
+    result = []
+    for name in names:
+        tool = built[name]
+        extra = {kind: [] for kind in _HOOK_KINDS}
+        for key in ("*", name):
+            for kind, funcs in hook_map.get(key, {}).items():
+                extra[kind].extend(funcs)
+        if nudge is not None:
+            extra["post"].append(nudge)
+        tool = tool.with_hooks(pre=extra["pre"], post=extra["post"], on_error=extra["on_error"])
+        result.append(attrs.evolve(tool, bound_to=branch.id))
+    return result

@@ -1,0 +1,347 @@
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import attrs
+import pytest
+
+from lionfactory import Branch
+from lionfactory.coding import (
+    ALL_CODING_TOOLS,
+    DEFAULT_CODING_TOOLS,
+    coding_toolkit,
+    deny_destructive_commands,
+)
+from lionfactory.errors import ToolDenied
+from lionfactory.testing import assert_no_foreign_bindings
+from lionfactory.tools.ast_search import ast_search_tool
+from lionfactory.tools.bash import bash_tool
+from lionfactory.tools.code_check import code_check_tool
+from lionfactory.tools.code_nav import code_nav_tool
+from lionfactory.tools.editor import editor_tool
+from lionfactory.tools.reader import reader_tool
+from lionfactory.tools.search import search_tool
+
+
+def kit_branch(workspace: Path, **kwargs) -> Branch:
+    branch = Branch("You write code.")
+    branch.register(coding_toolkit, workspace_root=workspace, **kwargs)
+    return branch
+
+
+def test_default_tools_and_order(workspace):
+    branch = kit_branch(workspace)
+    assert list(branch.tools) == list(DEFAULT_CODING_TOOLS)
+    assert all(t.bound_to == branch.id for t in branch.tools.values())
+    everything = kit_branch(workspace, tools=list(reversed(ALL_CODING_TOOLS)), update=False)
+    assert list(everything.tools) == list(ALL_CODING_TOOLS)
+
+
+def test_unknown_tool_names_are_refused_with_the_valid_ones(workspace):
+    with pytest.raises(ValueError, match=r"\['nope'\].*reader, editor"):
+        coding_toolkit(Branch(), workspace_root=workspace, tools=["reader", "nope"])
+    with pytest.raises(TypeError):
+        coding_toolkit(Branch(), workspace_root=workspace, tools="reader")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"notify_threshold": 0},
+        {"notify_threshold": 1.5},
+        {"notify_max_tokens": 0},
+        {"hooks": {"bogus": {"pre": []}}},
+        {"hooks": {"bash": {"before": []}}},
+    ],
+)
+def test_bad_settings_fail_at_factory_time(workspace, kwargs):
+    with pytest.raises(ValueError, match="got"):
+        coding_toolkit(Branch(), workspace_root=workspace, **kwargs)
+
+
+# -- one implementation: the toolkit answers exactly like the standalone tools
+
+
+def _standalone(workspace: Path) -> dict:
+    return {
+        "reader": reader_tool(workspace_root=workspace),
+        "editor": editor_tool(workspace_root=workspace),
+        "bash": bash_tool(workspace_root=workspace),
+        "search": search_tool(workspace_root=workspace),
+        "code_check": code_check_tool(workspace_root=workspace),
+        "code_nav": code_nav_tool(workspace_root=workspace),
+        "ast_search": ast_search_tool(workspace_root=workspace),
+    }
+
+
+PARITY_CASES = [
+    ("reader", {"action": "read", "path": "mod.py"}),
+    ("reader", {"action": "read", "path": "mod.py", "offset": 1, "limit": 1}),
+    ("reader", {"action": "read", "path": "missing.py"}),
+    ("reader", {"action": "read", "path": "."}),
+    ("reader", {"action": "read", "path": "../outside"}),
+    ("reader", {"action": "read", "path": ".env"}),
+    ("reader", {"action": "list_dir", "path": ".", "recursive": True}),
+    ("editor", {"action": "edit", "file_path": "missing.py", "old_string": "a", "new_string": "b"}),
+    ("editor", {"action": "write", "file_path": "../escape.py", "content": "x"}),
+    ("editor", {"action": "write", "file_path": "new_{n}.py", "content": "x = 1\n"}),
+    ("bash", {"command": "echo hello"}),
+    ("bash", {"command": "echo a && echo b"}),
+    ("bash", {"command": "ls", "cwd": "../"}),
+    ("bash", {"command": "false"}),
+    ("search", {"action": "grep", "pattern": "import"}),
+    ("search", {"action": "find", "pattern": "*.py"}),
+    ("search", {"action": "grep", "pattern": "x", "path": "/etc"}),
+    ("code_check", {"paths": []}),
+    ("code_check", {"paths": ["mod.py"], "max_diagnostics": 1}),
+    ("code_nav", {"action": "outline", "path": "mod.py"}),
+    ("code_nav", {"action": "find_references", "path": "mod.py", "symbol": "os"}),
+    ("code_nav", {"action": "outline", "path": "missing.py"}),
+    ("ast_search", {"pattern": "print($A)"}),
+    ("ast_search", {"pattern": "print($A)", "path": "../"}),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments"), PARITY_CASES, ids=lambda v: str(v)[:40])
+async def test_toolkit_answers_exactly_like_the_standalone_tool(workspace, name, arguments):
+    (workspace / "mod.py").write_text("import os\nimport sys\n\nprint(sys.argv)\n")
+    (workspace / ".env").write_text("SECRET=1\n")
+    standalone = _standalone(workspace)[name]
+    toolkit = {t.name: t for t in coding_toolkit(Branch(), workspace_root=workspace, notify=False)}
+    first = {k: (v.format(n=1) if isinstance(v, str) else v) for k, v in arguments.items()}
+    second = {k: (v.format(n=2) if isinstance(v, str) else v) for k, v in arguments.items()}
+    expected = await standalone(**first)
+    actual = await toolkit[name](**second)
+    # Only the file name placeholder differs between the two calls.
+    assert json.loads(json.dumps(actual).replace("new_2", "new_1")) == expected
+
+
+async def test_toolkit_schemas_are_the_standalone_schemas(workspace):
+    standalone = _standalone(workspace)
+    for tool in coding_toolkit(Branch(), workspace_root=workspace):
+        if tool.name in standalone:
+            mine = tool.schema()["function"]
+            theirs = standalone[tool.name].schema()["function"]
+            assert mine["parameters"] == theirs["parameters"]
+            assert mine["description"].startswith(theirs["description"])
+
+
+# -- the read-before-edit guard, through Branch.act
+
+
+def _ok(result) -> dict:
+    assert result.ok, result.error
+    return result.result
+
+
+async def test_unread_edit_is_refused_and_read_then_edit_works(workspace):
+    (workspace / "a.py").write_text("x = 1\n")
+    branch = kit_branch(workspace)
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    refused = _ok(await branch.act("editor", edit))
+    assert refused["success"] is False
+    assert "Read the file first" in refused["error"]
+    assert (workspace / "a.py").read_text() == "x = 1\n"
+    _ok(await branch.act("reader", {"action": "read", "path": "a.py"}))
+    assert _ok(await branch.act("editor", edit))["success"] is True
+    assert (workspace / "a.py").read_text() == "x = 2\n"
+    # The edit's own evidence allows the next edit without another read.
+    edit2 = {"action": "edit", "file_path": "a.py", "old_string": "x = 2", "new_string": "x = 3"}
+    assert _ok(await branch.act("editor", edit2))["success"] is True
+
+
+async def test_external_change_forces_a_reread_but_touch_does_not(workspace):
+    target = workspace / "a.py"
+    target.write_text("x = 1\n")
+    branch = kit_branch(workspace)
+    await branch.act("reader", {"action": "read", "path": "a.py"})
+    # Touch: new mtime, same bytes -> the hash keeps the evidence valid.
+    st = target.stat()
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert _ok(await branch.act("editor", edit))["success"] is True
+    # Changed content of the same size, outside the conversation.
+    target.write_text("y = 2\n")
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "y = 2", "new_string": "y = 3"}
+    refused = _ok(await branch.act("editor", edit))
+    assert refused["success"] is False
+    assert "changed since it was last read" in refused["error"]
+    assert "Read it again" in refused["error"]
+    await branch.act("reader", {"action": "read", "path": "a.py"})
+    assert _ok(await branch.act("editor", edit))["success"] is True
+
+
+def _evict_tool_messages(branch: Branch, tool: str) -> None:
+    ids = [m.id for m in branch.messages if m.role == "tool" and m.tool == tool]
+    branch.messages.evict_ids(ids)
+
+
+async def test_evicting_the_read_withdraws_the_evidence(workspace):
+    (workspace / "a.py").write_text("x = 1\n")
+    branch = kit_branch(workspace)
+    await branch.act("reader", {"action": "read", "path": "a.py"})
+    _evict_tool_messages(branch, "reader")
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert _ok(await branch.act("editor", edit))["success"] is False
+
+
+async def test_evicting_read_and_edit_results_withdraws_mutation_evidence(workspace):
+    (workspace / "a.py").write_text("x = 1\n")
+    branch = kit_branch(workspace)
+    await branch.act("reader", {"action": "read", "path": "a.py"})
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert _ok(await branch.act("editor", edit))["success"] is True
+    _evict_tool_messages(branch, "reader")
+    _evict_tool_messages(branch, "editor")
+    edit2 = {"action": "edit", "file_path": "a.py", "old_string": "x = 2", "new_string": "x = 3"}
+    assert _ok(await branch.act("editor", edit2))["success"] is False
+
+
+async def test_compacting_the_read_away_withdraws_the_evidence(workspace):
+    (workspace / "a.py").write_text("x = 1\n")
+    branch = kit_branch(workspace)
+    branch.messages.append(branch.messages[0].model_copy(update={"role": "user", "id": "u1"}))
+    await branch.act("reader", {"action": "read", "path": "a.py"})
+    compacted = _ok(await branch.act("context", {"action": "compact", "summary": "read a.py"}))
+    assert compacted["success"] is True, compacted
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert _ok(await branch.act("editor", edit))["success"] is False
+
+
+async def test_a_clone_edits_what_its_view_shows_and_its_evictions_stay_its_own(workspace):
+    (workspace / "a.py").write_text("x = 1\n")
+    (workspace / "b.py").write_text("y = 1\n")
+    source = kit_branch(workspace)
+    await source.act("reader", {"action": "read", "path": "a.py"})
+    await source.act("reader", {"action": "read", "path": "b.py"})
+    clone = source.clone()
+    assert_no_foreign_bindings(clone)
+    assert_no_foreign_bindings(source)
+    edit_a = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert _ok(await clone.act("editor", edit_a))["success"] is True
+    # The clone forgets its read of b.py; the source still remembers its own.
+    ids = [m.id for m in clone.messages if m.role == "tool" and "b.py" in json.dumps(m.metadata)]
+    clone.messages.evict_ids(ids)
+    edit_b = {"action": "edit", "file_path": "b.py", "old_string": "y = 1", "new_string": "y = 2"}
+    assert _ok(await clone.act("editor", edit_b))["success"] is False
+    assert _ok(await source.act("editor", edit_b))["success"] is True
+
+
+async def test_partial_read_allows_edit_but_not_overwrite(workspace):
+    (workspace / "a.py").write_text("".join(f"v{i} = {i}\n" for i in range(10)))
+    branch = kit_branch(workspace)
+    await branch.act("reader", {"action": "read", "path": "a.py", "offset": 2, "limit": 2})
+    write = {"action": "write", "file_path": "a.py", "content": "new\n"}
+    refused = _ok(await branch.act("editor", write))
+    assert refused["success"] is False
+    assert "whole file" in refused["error"]
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "v3 = 3", "new_string": "v3 = 33"}
+    assert _ok(await branch.act("editor", edit))["success"] is True
+    await branch.act("reader", {"action": "read", "path": "a.py"})
+    assert _ok(await branch.act("editor", write))["success"] is True
+
+
+async def test_a_new_file_needs_no_evidence(workspace):
+    branch = kit_branch(workspace)
+    write = {"action": "write", "file_path": "pkg/new.py", "content": "x = 1\n"}
+    assert _ok(await branch.act("editor", write))["success"] is True
+    assert (workspace / "pkg" / "new.py").read_text() == "x = 1\n"
+
+
+async def test_calls_outside_act_keep_evidence_in_the_toolkit(workspace):
+    (workspace / "a.py").write_text("x = 1\n")
+    tools = {t.name: t for t in coding_toolkit(Branch(), workspace_root=workspace)}
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert (await tools["editor"](**edit))["success"] is False
+    await tools["reader"](action="read", path="a.py")
+    assert (await tools["editor"](**edit))["success"] is True
+
+
+async def test_two_branches_from_the_same_arguments_share_nothing(workspace):
+    (workspace / "a.py").write_text("x = 1\n")
+    a, b = kit_branch(workspace), kit_branch(workspace)
+    assert_no_foreign_bindings(a)
+    assert_no_foreign_bindings(b)
+    await a.act("reader", {"action": "read", "path": "a.py"})
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert _ok(await b.act("editor", edit))["success"] is False
+    assert _ok(await a.act("editor", edit))["success"] is True
+
+
+async def test_reader_returns_images_as_data_urls_without_evidence(workspace):
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+    )
+    (workspace / "dot.png").write_bytes(png)
+    branch = kit_branch(workspace)
+    result = _ok(await branch.act("reader", {"action": "read", "path": "dot.png"}))
+    assert result["success"] is True
+    assert result["content"] == "data:image/png;base64," + base64.b64encode(png).decode()
+    assert "file_evidence" not in branch.messages[-1].metadata
+    standalone = await reader_tool(workspace_root=workspace)(action="read", path="dot.png")
+    assert standalone["success"] is False  # binary: only the toolkit shows images
+    (workspace / "big.png").write_bytes(b"\x89PNG" + b"\0" * (6 * 1024 * 1024))
+    big = _ok(await branch.act("reader", {"action": "read", "path": "big.png"}))
+    assert big["success"] is False
+    assert "bytes" in big["error"]
+
+
+# -- hooks
+
+
+async def test_a_denying_pre_hook_blocks_rm_rf_with_a_readable_error(workspace):
+    (workspace / "x").mkdir()
+    branch = kit_branch(workspace, hooks={"bash": {"pre": [deny_destructive_commands]}})
+    result = await branch.act("bash", {"command": "rm -rf x"})
+    assert result.error_type == "ToolDenied"
+    assert "rm" in result.error
+    assert (workspace / "x").is_dir()
+    assert json.loads(branch.messages[-1].content)["error_type"] == "ToolDenied"
+
+
+async def test_star_hooks_run_before_a_tools_own_and_all_kinds_attach(workspace):
+    order = []
+
+    def star(name, args):
+        order.append(("*", name))
+
+    def own(name, args):
+        order.append(("own", name))
+
+    def post(name, args, result):
+        return {**result, "post_saw": name}
+
+    def on_error(name, args, exc):
+        return {"recovered": f"{type(exc).__name__}: {exc}"}
+
+    hooks = {"*": {"pre": [star], "on_error": on_error}, "bash": {"pre": own, "post": [post]}}
+    tools = {t.name: t for t in coding_toolkit(Branch(), workspace_root=workspace, hooks=hooks)}
+    result = await tools["bash"](command="true")
+    assert order == [("*", "bash"), ("own", "bash")]
+    assert result["post_saw"] == "bash"
+    # Simulate an unexpected crash inside the standalone handler the toolkit
+    # delegates to: the on_error hook must see it.
+    kit = tools["bash"].handler.kit
+
+    async def crash(request):
+        raise RuntimeError("standalone handler crashed")
+
+    kit.tools["bash"] = attrs.evolve(kit.tools["bash"], handler=crash)
+    assert await tools["bash"](command="true") == {
+        "recovered": "RuntimeError: standalone handler crashed"
+    }
+
+
+async def test_pre_hook_denial_raised_directly(workspace):
+    tools = {
+        t.name: t
+        for t in coding_toolkit(
+            Branch(), workspace_root=workspace, hooks={"*": {"pre": [deny_destructive_commands]}}
+        )
+    }
+    with pytest.raises(ToolDenied):
+        await tools["bash"](command="sudo ls")
+    assert (await tools["reader"](action="list_dir", path="."))["success"] is True
