@@ -232,6 +232,66 @@ class Branch:
         except KeyError:
             raise KeyError(f"no tool named {name!r}; registered: {list(self._tools)}") from None
 
+    def provenance_or_none(self, name: str) -> Registration | None:
+        """The registration that provided `name`, or None."""
+        return self._owners.get(name)
+
+    def reorder(self, names: Sequence[str]) -> None:
+        """Put the tools in this order; tools not named keep their order after them.
+
+        Raises:
+            KeyError: a name is not registered.
+        """
+        for name in names:
+            self.provenance(name)
+        rest = [n for n in self._tools if n not in set(names)]
+        self._tools = {n: self._tools[n] for n in [*names, *rest]}
+
+    # -- persistence ---------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The branch as JSON-ready data: messages, name, metadata, registrations.
+
+        Live factory arguments (an Exchange, a chat model) and static tools
+        are stored by name; `from_dict` needs them back as ``resources``.
+        See `lionfactory._persist` for the format.
+
+        Raises:
+            ConfigurationError: `metadata` is not JSON-ready.
+        """
+        from lionfactory._persist import branch_to_dict
+
+        return branch_to_dict(self)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """`to_dict()` as JSON with sorted keys, so saved branches diff well."""
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, resources: Mapping[str, Any] | None = None
+    ) -> Branch:
+        """Restore a branch saved with `to_dict`, calling its factories again.
+
+        Args:
+            data: what `to_dict` returned.
+            resources: the live objects stored by name: factory arguments
+                under their argument names (``"exchange"``), static tools as
+                ``"tool:<name>"``, and optionally ``"chat_model"``.
+
+        Raises:
+            ConfigurationError: a factory cannot be imported or a resource is
+                missing; the message lists everything needed.
+        """
+        from lionfactory._persist import branch_from_dict
+
+        return branch_from_dict(cls, data, resources)
+
+    @classmethod
+    def from_json(cls, text: str, *, resources: Mapping[str, Any] | None = None) -> Branch:
+        """Restore a branch from `to_json()` output."""
+        return cls.from_dict(json.loads(text), resources=resources)
+
     def register(
         self,
         source: Tool | Sequence[Tool] | Callable[..., Tool | Sequence[Tool]],

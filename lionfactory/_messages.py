@@ -337,6 +337,41 @@ class MessageLog:
         clone._summaries = self._summaries.copy()
         return clone
 
+    def state(self) -> tuple[list[Message], list[int], list[int], dict[int, tuple[int, ...]]]:
+        """The log's internal state, for persistence: record, anchors, view, summaries."""
+        return (
+            self._record.copy(),
+            self._anchor.copy(),
+            self._active.copy(),
+            dict(self._summaries),
+        )
+
+    @classmethod
+    def from_state(
+        cls,
+        record: list[Message],
+        anchor: list[int],
+        active: list[int],
+        summaries: dict[int, tuple[int, ...]],
+    ) -> MessageLog:
+        """Rebuild a log from `state()`.
+
+        Raises:
+            ValueError: the parts are inconsistent (lengths, indices, order).
+        """
+        n = len(record)
+        if len(anchor) != n or any(not 0 <= i < n for i in active):
+            raise ValueError("inconsistent message log state: anchors or view out of range")
+        log = cls.__new__(cls)
+        log._record = list(record)
+        log._anchor = list(anchor)
+        log._index = {m.id: i for i, m in enumerate(record)}
+        if len(log._index) != n:
+            raise ValueError("inconsistent message log state: duplicate message ids")
+        log._active = sorted(set(active), key=log._key)
+        log._summaries = {int(k): tuple(v) for k, v in summaries.items()}
+        return log
+
     # -- internals -----------------------------------------------------------
 
     def _key(self, index: int) -> tuple[int, int]:
