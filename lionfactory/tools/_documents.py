@@ -103,8 +103,10 @@ def standard_pdf_models_available() -> bool:
     """Whether docling's standard PDF pipeline could run here without a download.
 
     It needs torch and the layout model's weights, either under docling's
-    ``artifacts_path`` or in the model hub's local cache. `find_spec` looks
-    for the packages without importing them (importing torch takes seconds).
+    artifacts folder (``DOCLING_ARTIFACTS_PATH``) or in the model hub's local
+    cache. `find_spec` looks for the packages without importing them
+    (importing torch takes seconds). OCR and table models are not checked:
+    a machine that has the layout model normally has docling's full set.
     """
     if importlib.util.find_spec("torch") is None:
         return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -308,8 +309,6 @@ class _ReaderHandler:
 
 
 def _window_of_text(markdown: bytes, offset: int, limit: int) -> Window:
-    import io
-
     return read_window(io.BytesIO(markdown), offset=offset, limit=limit)
 
 
