@@ -5,11 +5,13 @@ The core is re-exported here; the built-in factories live in
 `lionfactory.testing`, the exceptions in `lionfactory.errors`.
 """
 
-from lionfactory._branch import ActionResult, Branch, Registration
+from lionfactory._branch import Branch
 from lionfactory._call import CallContext, current_call
+from lionfactory._exchange import Exchange
 from lionfactory._function import function_tool
 from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
 from lionfactory._model import ChatModel, ModelReply
+from lionfactory._registration import ActionResult, Registration
 from lionfactory._tool import Tool
 
 __version__ = "0.1.0"
@@ -19,6 +21,7 @@ __all__ = [
     "Branch",
     "CallContext",
     "ChatModel",
+    "Exchange",
     "Message",
     "MessageLog",
     "ModelReply",

@@ -10,12 +10,8 @@ bound to the source is refused loudly instead of being shared (DESIGN §4.3).
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import itertools
 import json
 import logging
-import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -27,131 +23,28 @@ import attrs
 from lionfactory._call import CallContext, call_context
 from lionfactory._messages import Message, MessageLog, ToolCall
 from lionfactory._model import ChatModel, ModelReply
+from lionfactory._registration import (
+    ActionResult,
+    Registration,
+    accepts_branch,
+    as_tools,
+    factory_path,
+    schema_hash,
+    summarise,
+)
 from lionfactory._tool import SchemaStyle, Tool
 from lionfactory.errors import (
     CloneError,
     ConfigurationError,
-    FactoryError,
     RegistrationError,
     ToolError,
     ToolInputError,
     UnknownToolError,
 )
 
-__all__ = ["ActionResult", "Branch", "Registration"]
+__all__ = ["Branch"]
 
 logger = logging.getLogger("lionfactory")
-
-_order = itertools.count()
-
-
-def factory_path(factory: Callable[..., Any]) -> str:
-    """The import path of a factory, ``module:qualname`` (partials unwrapped)."""
-    target = factory
-    while hasattr(target, "func"):  # functools.partial and friends
-        target = target.func
-    module = getattr(target, "__module__", None) or "?"
-    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
-    return f"{module}:{qualname}"
-
-
-@attrs.frozen
-class Registration:
-    """The provenance of one `Branch.register` call.
-
-    Attributes:
-        source: the factory, or the tuple of static Tools.
-        kwargs: the keyword arguments the factory was called with (without
-            ``branch``), read-only.
-        tool_names: the names the source produced, in order.
-        order: a global sequence number; later registrations have larger ones.
-    """
-
-    source: Callable[..., Any] | tuple[Tool, ...]
-    kwargs: Mapping[str, Any] = attrs.field(converter=lambda kw: MappingProxyType(dict(kw)))
-    tool_names: tuple[str, ...]
-    order: int = attrs.field(factory=lambda: next(_order))
-
-    @property
-    def is_factory(self) -> bool:
-        """Whether the tools came from a factory (and are rebuilt on clone)."""
-        return not isinstance(self.source, tuple)
-
-    @property
-    def factory_path(self) -> str | None:
-        """``module:qualname`` of the factory, or None for static tools."""
-        return factory_path(self.source) if self.is_factory else None  # type: ignore[arg-type]
-
-
-@attrs.frozen
-class ActionResult:
-    """The outcome of one tool call run by a branch.
-
-    Attributes:
-        call_id: the tool call's id.
-        tool: the tool's name.
-        arguments: the arguments as the model sent them.
-        result: the tool's JSON-ready response, or None on error.
-        error: the error text the model saw, or None.
-        error_type: the error's class name (``ToolInputError``, ...), or None.
-        message: the tool message appended to the log.
-        exception: the exception behind `error`, for developers.
-    """
-
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
-    result: dict[str, Any] | None
-    error: str | None
-    error_type: str | None
-    message: Message
-    exception: BaseException | None = attrs.field(default=None, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        """Whether the pipeline returned a response (it may still report a typed failure)."""
-        return self.error is None
-
-
-def _accepts_branch(factory: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-    param = parameters.get("branch")
-    return param is not None and param.kind is not inspect.Parameter.POSITIONAL_ONLY
-
-
-def _as_tools(produced: Any, factory: Callable[..., Any]) -> list[Tool]:
-    if isinstance(produced, Tool):
-        return [produced]
-    if isinstance(produced, (list, tuple)) and all(isinstance(t, Tool) for t in produced):
-        return list(produced)
-    raise FactoryError(
-        f"factory {factory_path(factory)} must return a Tool or a list of Tools, "
-        f"got {type(produced).__name__}: {produced!r:.200}"
-    )
-
-
-def _summarise(value: Any, depth: int = 0) -> Any:
-    """A JSON-ready, comparable summary of a factory argument."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if depth < 3 and isinstance(value, (list, tuple, frozenset, set)):
-        items = [_summarise(v, depth + 1) for v in value]
-        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
-    if depth < 3 and isinstance(value, Mapping):
-        return {str(k): _summarise(v, depth + 1) for k, v in value.items()}
-    if callable(value) and hasattr(value, "__qualname__"):
-        return f"<{factory_path(value)}>"
-    return f"<{type(value).__name__}>"
-
-
-def _schema_hash(tool: Tool) -> str:
-    text = json.dumps(tool.schema("openai"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @attrs.define(eq=False, init=False, repr=False)
@@ -355,8 +248,8 @@ class Branch:
                 {
                     "name": name,
                     "factory": registration.factory_path,
-                    "kwargs": {k: _summarise(v) for k, v in sorted(registration.kwargs.items())},
-                    "schema_hash": _schema_hash(tool),
+                    "kwargs": {k: summarise(v) for k, v in sorted(registration.kwargs.items())},
+                    "schema_hash": schema_hash(tool),
                     "bound_to": "branch" if tool.bound_to is not None else None,
                 }
             )
@@ -511,9 +404,9 @@ class Branch:
         factory: Callable[..., Any], kwargs: Mapping[str, Any], branch: Branch
     ) -> list[Tool]:
         call_kwargs = dict(kwargs)
-        if _accepts_branch(factory):
+        if accepts_branch(factory):
             call_kwargs["branch"] = branch
-        return _as_tools(factory(**call_kwargs), factory)
+        return as_tools(factory(**call_kwargs), factory)
 
     def _build(
         self, source: Any, kwargs: Mapping[str, Any], *, target: Branch

@@ -1,0 +1,136 @@
+"""Registration records: where a branch's tools came from, and what a call produced.
+
+`Registration` is the provenance `Branch.clone()` and persistence replay;
+`ActionResult` is what `Branch.act` returns. The helpers here turn factories
+and their arguments into comparable, JSON-ready summaries for `manifest()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import json
+import os
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from lionfactory._messages import Message
+from lionfactory._tool import Tool
+from lionfactory.errors import FactoryError
+
+__all__ = ["ActionResult", "Registration", "factory_path"]
+
+_order = itertools.count()
+
+
+def factory_path(factory: Callable[..., Any]) -> str:
+    """The import path of a factory, ``module:qualname`` (partials unwrapped)."""
+    target = factory
+    while hasattr(target, "func"):  # functools.partial and friends
+        target = target.func
+    module = getattr(target, "__module__", None) or "?"
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}:{qualname}"
+
+
+@attrs.frozen
+class Registration:
+    """The provenance of one `Branch.register` call.
+
+    Attributes:
+        source: the factory, or the tuple of static Tools.
+        kwargs: the keyword arguments the factory was called with (without
+            ``branch``), read-only.
+        tool_names: the names the source produced, in order.
+        order: a global sequence number; later registrations have larger ones.
+    """
+
+    source: Callable[..., Any] | tuple[Tool, ...]
+    kwargs: Mapping[str, Any] = attrs.field(converter=lambda kw: MappingProxyType(dict(kw)))
+    tool_names: tuple[str, ...]
+    order: int = attrs.field(factory=lambda: next(_order))
+
+    @property
+    def is_factory(self) -> bool:
+        """Whether the tools came from a factory (and are rebuilt on clone)."""
+        return not isinstance(self.source, tuple)
+
+    @property
+    def factory_path(self) -> str | None:
+        """``module:qualname`` of the factory, or None for static tools."""
+        return factory_path(self.source) if self.is_factory else None  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class ActionResult:
+    """The outcome of one tool call run by a branch.
+
+    Attributes:
+        call_id: the tool call's id.
+        tool: the tool's name.
+        arguments: the arguments as the model sent them.
+        result: the tool's JSON-ready response, or None on error.
+        error: the error text the model saw, or None.
+        error_type: the error's class name (``ToolInputError``, ...), or None.
+        message: the tool message appended to the log.
+        exception: the exception behind `error`, for developers.
+    """
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    result: dict[str, Any] | None
+    error: str | None
+    error_type: str | None
+    message: Message
+    exception: BaseException | None = attrs.field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the pipeline returned a response (it may still report a typed failure)."""
+        return self.error is None
+
+
+def accepts_branch(factory: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    param = parameters.get("branch")
+    return param is not None and param.kind is not inspect.Parameter.POSITIONAL_ONLY
+
+
+def as_tools(produced: Any, factory: Callable[..., Any]) -> list[Tool]:
+    if isinstance(produced, Tool):
+        return [produced]
+    if isinstance(produced, (list, tuple)) and all(isinstance(t, Tool) for t in produced):
+        return list(produced)
+    raise FactoryError(
+        f"factory {factory_path(factory)} must return a Tool or a list of Tools, "
+        f"got {type(produced).__name__}: {produced!r:.200}"
+    )
+
+
+def summarise(value: Any, depth: int = 0) -> Any:
+    """A JSON-ready, comparable summary of a factory argument."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if depth < 3 and isinstance(value, (list, tuple, frozenset, set)):
+        items = [summarise(v, depth + 1) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if depth < 3 and isinstance(value, Mapping):
+        return {str(k): summarise(v, depth + 1) for k, v in value.items()}
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"<{factory_path(value)}>"
+    return f"<{type(value).__name__}>"
+
+
+def schema_hash(tool: Tool) -> str:
+    text = json.dumps(tool.schema("openai"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
