@@ -1,0 +1,289 @@
+"""The ``ast_search`` tool: structural code search with ast-grep.
+
+Decisions (ADR-0013 D2, DESIGN §9):
+
+* The binary is ``ast-grep`` (PyPI ``ast-grep-cli``), looked up in the running
+  environment first, then PATH (`lionfactory._binaries`). ``sg`` is accepted
+  too, but only when its ``--version`` says ast-grep: on Linux
+  ``/usr/bin/sg`` is the unrelated "execute as another group" command. Every
+  candidate is verified at call time (one short process), so installing or
+  removing ast-grep takes effect without rebuilding the tool. None found is
+  ``unavailable`` with an install hint.
+* It runs ``ast-grep run --pattern=... --lang ... --json=stream`` from the
+  workspace root with a 30-second timeout; both the stream and the array
+  JSON forms are parsed. Exit 0 is matches, exit 1 with no output is no
+  match (ast-grep's warnings, such as a pattern that did not parse, go into
+  the summary); anything else, a timeout or a launch failure is ``error``.
+* ast-grep skips hidden and git-ignored files on its own; matches in
+  protected names or ``.git`` are also dropped here. The search path is
+  contained in the workspace before anything starts.
+* Matches are sorted by file, line and column (ast-grep searches in
+  parallel, so its own order varies). ``line`` and ``col`` are one-based;
+  ``col`` counts characters. ``max_results`` is 1-500 (default 50);
+  ``total`` counts the matches before the cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio.to_thread
+import attrs
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._binaries import BinaryFinder
+from lionfactory._process import LaunchError, ProcessResult, run_process
+from lionfactory._tool import Tool
+from lionfactory._workspace import PathRefused, Workspace
+
+__all__ = ["AstSearchMatch", "AstSearchRequest", "AstSearchResponse", "ast_search_tool"]
+
+TIMEOUT_SECONDS = 30.0
+DEFAULT_RESULTS = 50
+MAX_RESULTS = 500
+INSTALL_HINT = "pip install 'lionfactory[code]'"
+
+_VERSION_TIMEOUT = 10.0
+_OUTPUT_CAP = 16_000_000
+_STDERR_CAP = 300
+_TEXT_CAP = 500
+
+Language = Literal["python", "rust", "typescript", "javascript", "go", "c", "cpp"]
+
+_DESCRIPTION = f"""\
+Search code by syntax tree with ast-grep: the pattern is code with
+metavariables, matched structurally (whitespace and formatting do not matter).
+$NAME matches one node (print($A) matches print(x) but not print(a, b)); $$$NAME
+matches any number of nodes (print($$$ARGS) matches every call of print).
+`lang` picks the language of the pattern and of the files searched. `path` is a
+directory or file relative to the workspace root (default "."). Hidden and
+git-ignored files are skipped. At most `max_results` matches are returned
+(default {DEFAULT_RESULTS}, at most {MAX_RESULTS}); `total` says how many there were.
+status is "matches", "ok" (no match), "unavailable" (ast-grep is not installed)
+or "error" (see summary)."""
+
+
+class AstSearchRequest(BaseModel):
+    """Arguments of one ``ast_search`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str = Field(
+        min_length=1,
+        description="Code to match, with metavariables: e.g. 'print($A)' or "
+        "'def $NAME($$$PARAMS): $$$BODY'.",
+    )
+    path: str = Field(
+        default=".",
+        description="Directory or file to search, relative to the workspace root (default '.').",
+    )
+    lang: Language = Field(default="python", description="Language of the pattern and files.")
+    max_results: int = Field(
+        default=DEFAULT_RESULTS,
+        ge=1,
+        le=MAX_RESULTS,
+        description=f"Most matches to return (default {DEFAULT_RESULTS}, at most {MAX_RESULTS}).",
+    )
+
+
+class AstSearchMatch(BaseModel):
+    """One structural match."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str = Field(description="The file, relative to the workspace root.")
+    line: int = Field(description="One-based line where the match starts.")
+    col: int = Field(description="One-based column (in characters) where it starts.")
+    text: str = Field(description="The matched code (long matches are cut).")
+
+
+class AstSearchResponse(BaseModel):
+    """The outcome of one ``ast_search`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["ok", "matches", "unavailable", "error"] = Field(
+        description="'matches': see the list; 'ok': nothing matched; 'unavailable': "
+        "ast-grep is not installed; 'error': the search could not run (see summary)."
+    )
+    matches: list[AstSearchMatch] = Field(
+        default_factory=list, description="The matches, at most max_results of them."
+    )
+    summary: str = Field(default="", description="One or two sentences on the outcome.")
+    total: int = Field(default=0, description="How many matches there were before the cap.")
+    truncated: bool = Field(
+        default=False, description="True when some matches were left out (see total)."
+    )
+
+
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"
+
+
+def _error(summary: str) -> AstSearchResponse:
+    return AstSearchResponse(status="error", summary=summary)
+
+
+def _entries(stdout: str, cut: bool) -> list[Any]:
+    """Parse ast-grep's JSON: an array, or one object per line (the last may be cut)."""
+    text = stdout.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        parsed = json.loads(text)
+        if not isinstance(parsed, list):
+            raise TypeError(f"expected a JSON array, got {type(parsed).__name__}")
+        return parsed
+    lines = [line for line in text.splitlines() if line.strip()]
+    if cut:
+        lines = lines[:-1]
+    return [json.loads(line) for line in lines]
+
+
+async def _is_ast_grep(binary: str, cwd: Path) -> bool:
+    try:
+        result = await run_process([binary, "--version"], cwd=cwd, timeout=_VERSION_TIMEOUT)
+    except LaunchError:
+        return False
+    return result.returncode == 0 and "ast-grep" in (result.stdout + result.stderr).lower()
+
+
+@attrs.frozen
+class _AstSearchHandler:
+    workspace: Workspace
+    binaries: BinaryFinder
+
+    def _target(self, path: str) -> str:
+        resolved = self.workspace.resolve(path)
+        relative = self.workspace.relative(resolved)
+        if self.workspace.is_hidden(relative):
+            raise PathRefused(path, f"{path!r} is inside .git; search the working tree instead.")
+        if not resolved.exists():
+            raise PathRefused(path, f"{path!r} does not exist; search '.' or an existing folder.")
+        return "." if relative == "." else f"./{relative}"
+
+    def _candidates(self) -> list[str]:
+        return self.binaries.candidates("ast-grep") + self.binaries.candidates("sg")
+
+    async def _binary(self) -> str | None:
+        for candidate in await anyio.to_thread.run_sync(self._candidates):
+            if await _is_ast_grep(candidate, self.workspace.root):
+                return candidate
+        return None
+
+    def _match(self, entry: dict[str, Any]) -> AstSearchMatch | None:
+        start = entry.get("range", {}).get("start", {})
+        path = Path(os.path.normpath(self.workspace.root / str(entry.get("file", ""))))
+        if not self.workspace.contains(path):
+            return None
+        relative = self.workspace.relative(path)
+        if self.workspace.is_hidden(relative):
+            return None
+        text = str(entry.get("text", ""))
+        if len(text) > _TEXT_CAP:
+            text = text[:_TEXT_CAP] + "...[cut]"
+        return AstSearchMatch(
+            file=relative,
+            line=int(start.get("line", 0)) + 1,
+            col=int(start.get("column", 0)) + 1,
+            text=text,
+        )
+
+    def _response(self, result: ProcessResult, limit: int) -> AstSearchResponse:
+        stderr = result.stderr.strip()[:_STDERR_CAP]
+        try:
+            entries = _entries(result.stdout, result.stdout_truncated)
+            found = [self._match(entry) for entry in entries]
+        except (ValueError, TypeError, AttributeError) as exc:
+            return _error(f"ast-grep printed output that is not its JSON report ({exc}).")
+        matches = sorted((m for m in found if m is not None), key=lambda m: (m.file, m.line, m.col))
+        if not matches:
+            summary = "No matches."
+            if stderr:
+                summary += f" ast-grep said: {stderr}"
+            return AstSearchResponse(status="ok", summary=summary)
+        shown = matches[:limit]
+        files = len({m.file for m in matches})
+        summary = f"{_count(len(matches), 'match', 'matches')} in {_count(files, 'file', 'files')}."
+        if len(shown) < len(matches):
+            summary += f" Showing the first {len(shown)}; raise max_results to see more."
+        if result.stdout_truncated:
+            summary += f" ast-grep printed more than {_OUTPUT_CAP:,} bytes; total is a lower bound."
+        return AstSearchResponse(
+            status="matches",
+            matches=shown,
+            summary=summary,
+            total=len(matches),
+            truncated=len(shown) < len(matches) or result.stdout_truncated,
+        )
+
+    async def __call__(self, request: AstSearchRequest) -> AstSearchResponse:
+        try:
+            target = await anyio.to_thread.run_sync(self._target, request.path)
+        except PathRefused as exc:
+            return _error(exc.message)
+        binary = await self._binary()
+        if binary is None:
+            return AstSearchResponse(
+                status="unavailable",
+                summary=f"ast-grep is not installed; install it with {INSTALL_HINT} "
+                f"(or pip install ast-grep-cli).",
+            )
+        argv = [binary, "run", f"--pattern={request.pattern}", "--lang", request.lang]
+        argv += ["--json=stream", "--", target]
+        try:
+            result = await run_process(
+                argv,
+                cwd=self.workspace.root,
+                timeout=TIMEOUT_SECONDS,
+                max_bytes=_OUTPUT_CAP,
+                announce_truncation=False,
+            )
+        except LaunchError as exc:
+            return _error(exc.message)
+        if result.timed_out:
+            return _error(
+                f"ast-grep did not finish within {TIMEOUT_SECONDS:.0f} s; search a smaller path."
+            )
+        if result.returncode not in (0, 1) or (result.returncode == 1 and result.stdout.strip()):
+            detail = result.stderr.strip()[:_STDERR_CAP] or "no message"
+            return _error(f"ast-grep failed (exit {result.returncode}): {detail}")
+        return self._response(result, request.max_results)
+
+
+def ast_search_tool(
+    *,
+    workspace_root: str | os.PathLike[str] | None = None,
+    protected_names: Iterable[str] | None = None,
+    _binaries: BinaryFinder | None = None,
+) -> Tool:
+    """Build the ``ast_search`` tool.
+
+    Args:
+        workspace_root: the directory searched and every path must stay
+            inside; the current directory when None. Resolved once, now.
+        protected_names: fnmatch patterns of names never searched; the
+            workspace defaults when None.
+        _binaries: private test seam: where ``ast-grep`` (and ``sg``) are
+            looked up (the running environment, then PATH, by default).
+
+    Returns:
+        The ``ast_search`` Tool (safe to share: it is bound to no branch).
+
+    Raises:
+        ValueError: the workspace root is not a directory.
+        TypeError: an option of the wrong type.
+    """
+    if _binaries is not None and not isinstance(_binaries, BinaryFinder):
+        raise TypeError(f"_binaries must be a BinaryFinder or None, got {_binaries!r}")
+    workspace = Workspace.at(workspace_root, protected=protected_names)
+    return Tool(
+        name="ast_search",
+        description=_DESCRIPTION,
+        request_model=AstSearchRequest,
+        handler=_AstSearchHandler(workspace, _binaries or BinaryFinder()),
+    )

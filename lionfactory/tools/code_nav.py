@@ -1,0 +1,343 @@
+"""The ``code_nav`` tool: outline a Python file, find a definition or the references.
+
+It parses one contained file with the standard library's `ast` (in a worker
+thread) and never imports or runs it. It is syntactic, not semantic:
+
+* ``outline`` lists classes, functions and methods in source order, with
+  dotted names (``Greeter.hello``, ``outer.inner``) and their signatures.
+  Kinds are ``class``, ``function``, ``async function``, ``method`` and
+  ``async method`` (a function defined directly in a class body, also inside
+  an ``if`` there, is a method). Signatures keep positional-only ``/``,
+  keyword-only ``*`` markers, defaults, annotations and return annotations.
+* ``find_definition`` matches classes, functions and methods by bare or
+  dotted name, and names bound by assignment or annotated assignment (kind
+  ``variable``). It does not follow imports.
+* ``find_references`` lists every ``Name`` with that identifier (reads and
+  writes alike, kind ``name``) and every attribute access ending in it (kind
+  ``attribute``); the signature field holds the source line. A dotted symbol
+  (``Config.load``) looks for its last part (``load``).
+
+Lines and columns are one-based; columns count characters, not bytes. A file
+that is not valid text in its declared encoding, or not valid Python, is a
+typed failure (``success=False``), as is a file over 5 MB.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import tokenize
+from collections.abc import Iterable, Iterator
+from typing import Literal
+
+import anyio.to_thread
+import attrs
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._tool import Tool
+from lionfactory._workspace import PathRefused, Workspace
+
+__all__ = ["NavItem", "NavRequest", "NavResponse", "code_nav_tool"]
+
+MAX_FILE_BYTES = 5_000_000
+"""Largest file parsed; bigger ones are refused rather than parsed for seconds."""
+
+_LINE_CAP = 200
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+_DESCRIPTION = """\
+Navigate one Python file without running it (syntax only, no import resolution):
+- outline: classes, functions and methods with their signatures, in source order.
+  Names are dotted (Class.method); kinds are class, function, async function,
+  method, async method.
+- find_definition: where `symbol` (a bare name or Class.method) is defined as a
+  class, function, method or assigned variable.
+- find_references: every use of `symbol` as a name or attribute (x, obj.x),
+  reads and writes alike, with the source line.
+Lines and columns are one-based. To search many files, use the search or
+ast_search tool."""
+
+_Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+class NavRequest(BaseModel):
+    """Arguments of one ``code_nav`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["outline", "find_definition", "find_references"] = Field(
+        description="'outline' lists the definitions; 'find_definition' and "
+        "'find_references' look up `symbol`."
+    )
+    path: str = Field(description="The Python file, relative to the workspace root.")
+    symbol: str | None = Field(
+        default=None,
+        description="find_definition/find_references: the identifier, e.g. 'load' or "
+        "'Config.load'.",
+    )
+
+
+class NavItem(BaseModel):
+    """One definition or reference."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(
+        description="class, function, async function, method, async method, variable, "
+        "name or attribute."
+    )
+    name: str = Field(description="The (dotted, for definitions) name.")
+    line: int = Field(description="One-based line.")
+    col: int = Field(description="One-based column, in characters.")
+    signature: str | None = Field(
+        default=None,
+        description="The signature of a definition, the statement of a variable, or the "
+        "source line of a reference.",
+    )
+
+
+class NavResponse(BaseModel):
+    """The outcome of one ``code_nav`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(description="Whether the file could be parsed and the action ran.")
+    items: list[NavItem] = Field(
+        default_factory=list, description="The definitions or references, in source order."
+    )
+    error: str | None = Field(default=None, description="Why it failed, and what to do.")
+
+
+class _NavFailure(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _cut(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _LINE_CAP else text[:_LINE_CAP] + "..."
+
+
+def _param(arg: ast.arg, default: ast.expr | None = None) -> str:
+    text = arg.arg
+    if arg.annotation is not None:
+        text += f": {ast.unparse(arg.annotation)}"
+    if default is not None:
+        text += f" = {ast.unparse(default)}" if arg.annotation else f"={ast.unparse(default)}"
+    return text
+
+
+def _parameters(args: ast.arguments) -> str:
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
+    defaults += args.defaults
+    parts = []
+    for index, (arg, default) in enumerate(zip(positional, defaults, strict=True)):
+        parts.append(_param(arg, default))
+        if index == len(args.posonlyargs) - 1:
+            parts.append("/")
+    if args.vararg is not None:
+        parts.append("*" + _param(args.vararg))
+    elif args.kwonlyargs:
+        parts.append("*")
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        parts.append(_param(arg, kw_default))
+    if args.kwarg is not None:
+        parts.append("**" + _param(args.kwarg))
+    return ", ".join(parts)
+
+
+def _signature(node: _Definition) -> str:
+    if isinstance(node, ast.ClassDef):
+        bases = [ast.unparse(b) for b in node.bases]
+        bases += [ast.unparse(k) for k in node.keywords]
+        return f"class {node.name}({', '.join(bases)})" if bases else f"class {node.name}"
+    prefix = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+    returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
+    return f"{prefix} {node.name}({_parameters(node.args)}){returns}"
+
+
+def _definitions(
+    node: ast.AST, prefix: str, in_class: bool
+) -> Iterator[tuple[str, str, _Definition]]:
+    """Yield (kind, dotted name, node) for every class and function, in source order."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef):
+            name = prefix + child.name
+            yield "class", name, child
+            yield from _definitions(child, name + ".", True)
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            name = prefix + child.name
+            kind = "method" if in_class else "function"
+            if isinstance(child, ast.AsyncFunctionDef):
+                kind = f"async {kind}"
+            yield kind, name, child
+            yield from _definitions(child, name + ".", False)
+        elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            # if/try/with/for/match bodies: `if TYPE_CHECKING: def ...` still counts.
+            yield from _definitions(child, prefix, in_class)
+
+
+def _assigned_names(target: ast.expr) -> Iterator[ast.Name]:
+    if isinstance(target, ast.Name):
+        yield target
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _assigned_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from _assigned_names(target.value)
+
+
+@attrs.frozen
+class _Source:
+    tree: ast.Module
+    lines: list[str]
+
+    def col(self, line: int, byte_offset: int) -> int:
+        """One-based character column from ast's zero-based UTF-8 byte offset."""
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace")) + 1
+
+    def line_text(self, line: int) -> str:
+        return _cut(self.lines[line - 1]) if 0 < line <= len(self.lines) else ""
+
+    def item(self, kind: str, name: str, node: ast.AST, signature: str | None) -> NavItem:
+        line, offset = getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
+        return NavItem(
+            kind=kind, name=name, line=line, col=self.col(line, offset), signature=signature
+        )
+
+
+def _outline(source: _Source) -> list[NavItem]:
+    return [
+        source.item(kind, name, node, _signature(node))
+        for kind, name, node in _definitions(source.tree, "", False)
+    ]
+
+
+def _find_definition(source: _Source, symbol: str) -> list[NavItem]:
+    items = [
+        source.item(kind, name, node, _signature(node))
+        for kind, name, node in _definitions(source.tree, "", False)
+        if symbol in (name, node.name)
+    ]
+    for node in ast.walk(source.tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            for name in _assigned_names(target):
+                if name.id == symbol:
+                    items.append(source.item("variable", symbol, name, _cut(ast.unparse(node))))
+    return sorted(items, key=lambda item: (item.line, item.col))
+
+
+def _find_references(source: _Source, symbol: str) -> list[NavItem]:
+    items = []
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Name) and node.id == symbol:
+            items.append(source.item("name", symbol, node, source.line_text(node.lineno)))
+        elif isinstance(node, ast.Attribute) and node.attr == symbol:
+            line = node.end_lineno or node.lineno
+            # The attribute name ends the node; its own position is not recorded.
+            end = node.end_col_offset or 0
+            col = source.col(line, end - len(symbol.encode("utf-8")))
+            items.append(
+                NavItem(
+                    kind="attribute",
+                    name=symbol,
+                    line=line,
+                    col=col,
+                    signature=source.line_text(line),
+                )
+            )
+    return sorted(items, key=lambda item: (item.line, item.col))
+
+
+@attrs.frozen
+class _NavHandler:
+    workspace: Workspace
+
+    def _parse(self, path: str) -> _Source:
+        try:
+            resolved = self.workspace.resolve(path)
+        except PathRefused as exc:
+            raise _NavFailure(exc.message) from None
+        if not resolved.is_file():
+            raise _NavFailure(f"{path!r} is not a file in the workspace; give a Python file.")
+        try:
+            if resolved.stat().st_size > MAX_FILE_BYTES:
+                raise _NavFailure(
+                    f"{path!r} is larger than {MAX_FILE_BYTES:,} bytes; use search on it instead."
+                )
+            data = resolved.read_bytes()
+        except OSError as exc:
+            raise _NavFailure(f"{path!r} cannot be read ({exc.strerror or exc}).") from None
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+            text = data.decode(encoding)
+        except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+            raise _NavFailure(
+                f"{path!r} is not readable Python source text ({exc}); is it a Python file?"
+            ) from None
+        try:
+            tree = ast.parse(data, filename=path)
+        except SyntaxError as exc:
+            raise _NavFailure(
+                f"{path!r} is not valid Python: {exc.msg} at line {exc.lineno}; fix the syntax "
+                f"or use search instead."
+            ) from None
+        except ValueError as exc:  # a NUL byte in the source
+            raise _NavFailure(f"{path!r} is not valid Python: {exc}.") from None
+        return _Source(tree=tree, lines=_NEWLINE.split(text))
+
+    def _navigate(self, request: NavRequest) -> list[NavItem]:
+        source = self._parse(request.path)
+        if request.action == "outline":
+            return _outline(source)
+        if not request.symbol:
+            raise _NavFailure(f"{request.action} needs a symbol, e.g. symbol='load'.")
+        if request.action == "find_definition":
+            return _find_definition(source, request.symbol)
+        return _find_references(source, request.symbol.rpartition(".")[2])
+
+    async def __call__(self, request: NavRequest) -> NavResponse:
+        try:
+            items = await anyio.to_thread.run_sync(self._navigate, request)
+        except _NavFailure as exc:
+            return NavResponse(success=False, error=exc.message)
+        return NavResponse(success=True, items=items)
+
+
+def code_nav_tool(
+    *,
+    workspace_root: str | os.PathLike[str] | None = None,
+    protected_names: Iterable[str] | None = None,
+) -> Tool:
+    """Build the ``code_nav`` tool.
+
+    Args:
+        workspace_root: the directory every path must stay inside; the
+            current directory when None. Resolved once, now.
+        protected_names: fnmatch patterns of names never read; the
+            workspace defaults when None.
+
+    Returns:
+        The ``code_nav`` Tool (safe to share: it is bound to no branch).
+
+    Raises:
+        ValueError: the workspace root is not a directory.
+        TypeError: an option of the wrong type.
+    """
+    workspace = Workspace.at(workspace_root, protected=protected_names)
+    return Tool(
+        name="code_nav",
+        description=_DESCRIPTION,
+        request_model=NavRequest,
+        handler=_NavHandler(workspace),
+    )

@@ -1,0 +1,162 @@
+"""The code_check tool, with the real ruff binary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lionfactory._binaries import BinaryFinder
+from lionfactory.errors import ToolInputError
+from lionfactory.tools.code_check import (
+    CodeCheckRequest,
+    CodeCheckResponse,
+    CodeDiagnostic,
+    code_check_tool,
+)
+
+pytestmark = pytest.mark.skipif(
+    BinaryFinder().find("ruff") is None, reason="ruff is not installed (the code extra)"
+)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "unused.py").write_text("import os\n\nprint('hello')\n")
+    (root / "clean.py").write_text("print('clean')\n")
+    return root
+
+
+async def check(workspace: Path, **arguments: Any) -> dict[str, Any]:
+    return await code_check_tool(workspace_root=workspace)(**arguments)
+
+
+def fake_ruff(directory: Path, body: str) -> BinaryFinder:
+    directory.mkdir()
+    program = directory / "ruff"
+    program.write_text(body)
+    program.chmod(0o755)
+    return BinaryFinder(env_dirs=(), path=str(directory))
+
+
+async def test_finds_an_unused_import(workspace: Path) -> None:
+    result = await check(workspace, paths=["pkg/unused.py"])
+    assert result["status"] == "diagnostics"
+    assert result["diagnostics"] == [
+        {
+            "file": "pkg/unused.py",
+            "line": 1,
+            "col": 8,
+            "end_line": 1,
+            "end_col": 10,
+            "severity": result["diagnostics"][0]["severity"],
+            "code": "F401",
+            "message": "`os` imported but unused",
+            "source": "ruff",
+            "fixable": True,
+        }
+    ]
+    assert (result["total"], result["truncated"]) == (1, False)
+    assert "1 diagnostic in 1 file" in result["summary"]
+
+
+async def test_empty_paths_check_the_workspace_root(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process runs elsewhere, with a lint error of its own nearby.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "other.py").write_text("import sys\n")
+    monkeypatch.chdir(elsewhere)
+    result = await check(workspace)
+    assert [d["file"] for d in result["diagnostics"]] == ["pkg/unused.py"]
+
+
+async def test_clean_code_is_ok(workspace: Path) -> None:
+    result = await check(workspace, paths=["clean.py"])
+    assert (result["status"], result["diagnostics"], result["total"]) == ("ok", [], 0)
+
+
+async def test_syntax_error_is_an_error_diagnostic(workspace: Path) -> None:
+    (workspace / "broken.py").write_text("def f(:\n")
+    result = await check(workspace, paths=["broken.py"])
+    assert result["status"] == "diagnostics"
+    assert result["diagnostics"][0]["severity"] == "error"
+    assert result["diagnostics"][0]["file"] == "broken.py"
+
+
+async def test_cap_reports_total_and_truncated(workspace: Path) -> None:
+    (workspace / "many.py").write_text("".join(f"import m{i}\n" for i in range(7)))
+    result = await check(workspace, paths=["many.py"], max_diagnostics=3)
+    assert len(result["diagnostics"]) == 3
+    assert (result["total"], result["truncated"]) == (7, True)
+    assert "max_diagnostics" in result["summary"]
+
+
+async def test_a_check_never_modifies_files(workspace: Path) -> None:
+    (workspace / "pyproject.toml").write_text("[tool.ruff]\nfix = true\n")
+    await check(workspace, paths=["pkg/unused.py"])
+    assert (workspace / "pkg" / "unused.py").read_text() == "import os\n\nprint('hello')\n"
+
+
+@pytest.mark.parametrize("path", ["..", "/etc", "../other.py", ".env", "missing.py"])
+async def test_paths_outside_or_missing_are_errors(workspace: Path, path: str) -> None:
+    (workspace / ".env").write_text("A=1\n")
+    result = await check(workspace, paths=[path])
+    assert result["status"] == "error"
+    assert result["summary"]
+
+
+async def test_missing_ruff_is_unavailable_with_an_install_hint(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    tool = code_check_tool(
+        workspace_root=workspace, _binaries=BinaryFinder(env_dirs=(), path=str(tmp_path / "empty"))
+    )
+    result = await tool()
+    assert result["status"] == "unavailable"
+    assert "pip install 'lionfactory[code]'" in result["summary"]
+
+
+async def test_ruff_crash_without_output_is_an_error(workspace: Path, tmp_path: Path) -> None:
+    finder = fake_ruff(tmp_path / "bin", "#!/bin/sh\necho 'bad config' >&2\nexit 2\n")
+    result = await code_check_tool(workspace_root=workspace, _binaries=finder)()
+    assert result["status"] == "error"
+    assert "exit 2" in result["summary"] and "bad config" in result["summary"]
+
+
+async def test_ruff_output_that_is_not_json_is_an_error(workspace: Path, tmp_path: Path) -> None:
+    finder = fake_ruff(tmp_path / "bin", "#!/bin/sh\necho 'not json'\nexit 1\n")
+    result = await code_check_tool(workspace_root=workspace, _binaries=finder)()
+    assert result["status"] == "error"
+
+
+async def test_ruff_launch_failure_is_an_error(workspace: Path, tmp_path: Path) -> None:
+    finder = fake_ruff(tmp_path / "bin", "\x00\x01 not a program")
+    result = await code_check_tool(workspace_root=workspace, _binaries=finder)()
+    assert result["status"] == "error"
+    assert "Could not start" in result["summary"]
+
+
+@pytest.mark.parametrize("max_diagnostics", [0, -1, 501])
+async def test_max_diagnostics_out_of_range_is_rejected(
+    workspace: Path, max_diagnostics: int
+) -> None:
+    with pytest.raises(ToolInputError, match="max_diagnostics"):
+        await check(workspace, max_diagnostics=max_diagnostics)
+
+
+async def test_only_ruff_is_accepted(workspace: Path) -> None:
+    with pytest.raises(ToolInputError, match="tool"):
+        await check(workspace, tool="mypy")
+
+
+def test_models_describe_every_field() -> None:
+    tool = code_check_tool()
+    assert (tool.name, tool.request_model) == ("code_check", CodeCheckRequest)
+    for model in (CodeCheckRequest, CodeCheckResponse, CodeDiagnostic):
+        assert all(field.description for field in model.model_fields.values())
