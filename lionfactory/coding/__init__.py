@@ -31,3 +31,7 @@ __all__ = [
     "default_nudge_rules",
     "deny_destructive_commands",
 ]
+
+# Report the public import path in manifests and saved branches (as trio does
+# for its public API): `lionfactory.coding:coding_toolkit`.
+coding_toolkit.__module__ = __name__
