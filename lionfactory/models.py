@@ -1,0 +1,428 @@
+"""Chat model adapters for real model servers.
+
+`OpenAICompatible` speaks the OpenAI Chat Completions API with tools, which
+OpenAI and the common local servers (llama.cpp's ``llama-server``, vLLM,
+Ollama, LM Studio) all serve at ``<base_url>/chat/completions``. It is a
+`ChatModel`: give it to ``Branch(chat_model=...)``.
+
+Importing this module imports httpx (the ``models`` extra); importing
+`lionfactory` does not.
+
+Errors::
+
+    LionfactoryError
+    └── ModelError                       the request failed: HTTP error, no connection, bad reply
+        └── ModelTimeoutError (TimeoutError)  no answer within the timeout, on every attempt
+
+`Branch.run` does not catch them: a model that cannot be reached is the
+caller's problem, not something the model could act on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+import attrs
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "lionfactory.models needs httpx; install it with `pip install 'lionfactory[models]'`"
+    ) from exc
+
+from lionfactory._messages import Message, ToolCall
+from lionfactory._model import ModelReply
+from lionfactory.errors import LionfactoryError
+
+if TYPE_CHECKING:
+    from lionfactory._tool import Tool
+
+__all__ = ["MALFORMED_ARGUMENTS_KEY", "ModelError", "ModelTimeoutError", "OpenAICompatible"]
+
+MALFORMED_ARGUMENTS_KEY = "arguments_not_valid_json"
+"""The one argument a tool call carries when the model's arguments were not a JSON object.
+
+Its value says what was wrong and quotes what the model sent. Every request
+model in lionfactory forbids unknown fields, so validation rejects the call
+and the model reads, in the tool message, that its JSON was malformed."""
+
+# Retried: rate limits, request timeouts and server errors, which a later
+# attempt may not meet. Any other 4xx is the request's fault and is final.
+_RETRY_STATUSES = frozenset({408, 429})
+# A server's Retry-After is honoured up to this many seconds, and so is the
+# exponential backoff: a retry loop must stay bounded whatever a server says.
+_MAX_DELAY = 30.0
+_BODY_EXCERPT = 1000
+_RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream"})
+
+
+class ModelError(LionfactoryError):
+    """A chat model request failed: an HTTP error status, no connection, or an unusable reply.
+
+    Attributes:
+        status: the HTTP status of the last response, or None when none arrived.
+        body: the start of that response's body (at most 1,000 characters).
+        attempts: how many requests were made before giving up.
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, body: str = "", attempts: int = 1
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.attempts = attempts
+
+
+class ModelTimeoutError(ModelError, TimeoutError):
+    """The chat model did not answer within the timeout, on every attempt."""
+
+
+def _check_positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+@attrs.define(eq=False, init=False, repr=False)
+class OpenAICompatible:
+    """A `ChatModel` over an OpenAI-compatible Chat Completions endpoint.
+
+    Each call posts the active messages and the tools' ``openai``-style
+    schemas to ``<base_url>/chat/completions`` and returns the first
+    choice's text and tool calls. Tool-call arguments arrive as JSON text; a
+    call whose text is not a JSON object still reaches the branch, carrying
+    only `MALFORMED_ARGUMENTS_KEY`, so the model is told its JSON was broken
+    instead of the loop crashing.
+
+    Rate limits (429), 408 and 5xx answers, lost connections and timeouts are
+    retried up to `max_retries` times, after ``backoff * 2**n`` seconds (or
+    the server's Retry-After), each wait capped at 30 seconds. Other 4xx
+    answers raise at once.
+
+    Connections: used as is, the adapter opens an HTTP client for each call
+    and closes it afterwards, so it is safe to share between event loops (a
+    notebook's asyncio loop, successive ``trio.run`` calls). Inside
+    ``async with model:`` one client and its connection pool serve every
+    call until the block ends; that client belongs to the event loop that
+    entered the block. A `transport` you pass stays yours: the adapter never
+    closes it.
+
+    Args:
+        base_url: the API root including its version, for example
+            ``"http://127.0.0.1:8080/v1"`` or ``"https://api.openai.com/v1"``.
+        model: the model name the server expects.
+        api_key: sent as ``Authorization: Bearer <api_key>``; local servers
+            usually need none.
+        transport: an ``httpx.AsyncBaseTransport`` to send requests through
+            (a proxy, a test double); by default httpx's own.
+        timeout: seconds one attempt may take, from sending the request to
+            the end of the response.
+        max_retries: how many times a retryable failure is retried.
+        backoff: the first retry's delay in seconds; it doubles each retry.
+        headers: extra HTTP headers for every request.
+        params: extra request fields for every request (``temperature``,
+            ``max_tokens``, ``tool_choice``, ...).
+
+    Raises:
+        ValueError: a malformed `base_url` or `model`, a non-positive
+            `timeout`, a negative `max_retries` or `backoff`, or `params`
+            that set ``model``, ``messages``, ``tools`` or ``stream``.
+        TypeError: a `transport` that is not an ``httpx.AsyncBaseTransport``.
+    """
+
+    base_url: str
+    model: str
+    timeout: float
+    max_retries: int
+    backoff: float
+    headers: Mapping[str, str]
+    params: Mapping[str, Any]
+    _api_key: str | None
+    _transport: httpx.AsyncBaseTransport | None
+    _client: httpx.AsyncClient | None
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 600.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"model must be a non-empty model name, got {model!r}")
+        if api_key is not None and not isinstance(api_key, str):
+            raise TypeError(f"api_key must be a string or None, got {type(api_key).__name__}")
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError(f"transport must be an httpx.AsyncBaseTransport, got {transport!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
+            raise ValueError(f"backoff must be a number of seconds >= 0, got {backoff!r}")
+        reserved = sorted(_RESERVED_PARAMS.intersection(params or {}))
+        if reserved:
+            raise ValueError(f"params cannot set {reserved}; the adapter sends those itself")
+        self.__attrs_init__(
+            base_url=base_url.rstrip("/"),
+            model=model,
+            timeout=_check_positive("timeout", timeout),
+            max_retries=max_retries,
+            backoff=float(backoff),
+            headers=dict(headers or {}),
+            params=dict(params or {}),
+            api_key=api_key,
+            transport=transport,
+            client=None,
+        )
+
+    def __repr__(self) -> str:
+        # The api_key stays out: reprs end up in logs and tracebacks.
+        return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r})"
+
+    @property
+    def url(self) -> str:
+        """The endpoint every request goes to."""
+        return f"{self.base_url}/chat/completions"
+
+    async def __aenter__(self) -> Self:
+        """Open one HTTP client for every call until the block ends (connection reuse)."""
+        if self._client is not None:
+            raise RuntimeError(f"{self!r} is already open; enter it once at a time")
+        self._client = self._new_client()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Close the client opened by `__aenter__`."""
+        client, self._client = self._client, None
+        if client is not None:
+            await self._close(client)
+
+    async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+        """Ask the model: post the conversation and the tools, return its reply.
+
+        Raises:
+            ModelError: an HTTP error status (after retries for 408, 429 and
+                5xx), no connection after retries, or a reply that is not a
+                chat completion.
+            ModelTimeoutError: every attempt outlasted `timeout`.
+        """
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_to_openai(m) for m in messages],
+            **self.params,
+        }
+        if tools:
+            # Some servers reject an empty list; no key means "no tools".
+            body["tools"] = [tool.schema("openai") for tool in tools]
+        if self._client is not None:
+            data = await self._post(self._client, body)
+        else:
+            client = self._new_client()
+            try:
+                data = await self._post(client, body)
+            finally:
+                await self._close(client)
+        return self._parse(data)
+
+    # -- internals -----------------------------------------------------------
+
+    def _new_client(self) -> httpx.AsyncClient:
+        headers = {"Accept": "application/json"}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        headers.update(self.headers)
+        # httpx's own timeouts are off: one anyio deadline per attempt covers
+        # connecting, waiting and reading, whereas httpx's read timeout
+        # restarts on every chunk and a trickling server would never time out.
+        return httpx.AsyncClient(headers=headers, transport=self._transport, timeout=None)
+
+    async def _close(self, client: httpx.AsyncClient) -> None:
+        if self._transport is not None:
+            # Closing the client would close the caller's transport, and a
+            # client on a given transport holds nothing else to release.
+            return
+        # Shielded so a cancelled call still releases its sockets.
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
+        attempts = 0
+        while True:
+            attempts += 1
+            retry_after: float | None = None
+            failure: ModelError
+            try:
+                with anyio.fail_after(self.timeout):
+                    response = await client.post(self.url, json=body)
+            except TimeoutError:
+                failure = ModelTimeoutError(
+                    f"the chat model at {self.url} did not answer within {self.timeout:g} s "
+                    f"({attempts} attempt(s))",
+                    attempts=attempts,
+                )
+            except httpx.TransportError as exc:
+                failure = ModelError(
+                    f"could not talk to the chat model at {self.url} "
+                    f"({attempts} attempt(s)): {type(exc).__name__}: {exc}",
+                    attempts=attempts,
+                )
+            else:
+                if response.is_success:
+                    return self._decode(response, attempts)
+                status = response.status_code
+                excerpt = response.text[:_BODY_EXCERPT]
+                retryable = status in _RETRY_STATUSES or status >= 500
+                failure = ModelError(
+                    f"the chat model at {self.url} answered HTTP {status} "
+                    f"({attempts} attempt(s){'' if retryable else ', not retried'}): "
+                    f"{excerpt[:300]}",
+                    status=status,
+                    body=excerpt,
+                    attempts=attempts,
+                )
+                if not retryable:
+                    raise failure
+                retry_after = _retry_after(response)
+            if attempts > self.max_retries:
+                raise failure
+            delay = self.backoff * 2 ** (attempts - 1)
+            if retry_after is not None:
+                delay = max(delay, retry_after)
+            await anyio.sleep(min(delay, _MAX_DELAY))
+
+    def _decode(self, response: httpx.Response, attempts: int) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise ModelError(
+                f"the chat model at {self.url} answered HTTP {response.status_code} "
+                f"with a body that is not JSON: {response.text[:300]!r}",
+                status=response.status_code,
+                body=response.text[:_BODY_EXCERPT],
+                attempts=attempts,
+            ) from None
+
+    def _parse(self, data: Any) -> ModelReply:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, dict) else None
+        if not isinstance(message, dict):
+            text = json.dumps(data, default=str)
+            raise ModelError(
+                f"the chat model at {self.url} answered without choices[0].message: {text[:300]}",
+                status=200,
+                body=text[:_BODY_EXCERPT],
+            )
+        calls = message.get("tool_calls")
+        calls = calls if isinstance(calls, list) else []
+        return ModelReply(
+            text=_text(message.get("content")),
+            tool_calls=tuple(_parse_call(c) for c in calls if isinstance(c, dict)),
+        )
+
+
+def _to_openai(message: Message) -> dict[str, Any]:
+    """One `Message` in Chat Completions form."""
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.call_id or "", "content": message.content}
+    if message.role == "assistant" and message.tool_calls:
+        return {
+            "role": "assistant",
+            "content": message.content or None,
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        # Always valid JSON, even for a malformed call: servers
+                        # that render a chat template parse these arguments.
+                        "arguments": json.dumps(call.arguments, ensure_ascii=False, default=str),
+                    },
+                }
+                for call in message.tool_calls
+            ],
+        }
+    return {"role": message.role, "content": message.content}
+
+
+def _text(content: Any) -> str:
+    """The reply text: a string, None, or (some servers) a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _parse_call(raw: dict[str, Any]) -> ToolCall:
+    function = raw.get("function")
+    function = function if isinstance(function, dict) else {}
+    name = function.get("name")
+    call_id = raw.get("id")
+    # A call without a name still reaches the branch, which tells the model
+    # that no tool of that name exists; a missing id gets a fresh one.
+    extra = {"id": call_id} if isinstance(call_id, str) and call_id else {}
+    return ToolCall(
+        name=name if isinstance(name, str) else "",
+        arguments=_parse_arguments(function.get("arguments")),
+        **extra,
+    )
+
+
+def _parse_arguments(raw: Any) -> dict[str, Any]:
+    """The arguments as a dict; text that is not a JSON object becomes `MALFORMED_ARGUMENTS_KEY`."""
+    if isinstance(raw, dict):  # a few servers send the object itself
+        return raw
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}  # "" is how some servers spell "no arguments"
+    if not isinstance(raw, str):
+        problem = f"expected a JSON object, got {type(raw).__name__}"
+        shown = repr(raw)
+    else:
+        shown = raw
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            # json's messages quote with ' ("Expecting ',' delimiter"); the
+            # tool's error text shows values with repr(), which would escape
+            # every one of them, so they become ".
+            problem = f"{exc.msg} at line {exc.lineno} column {exc.colno}".replace("'", '"')
+        else:
+            if isinstance(parsed, dict):
+                return parsed
+            problem = f"expected a JSON object, got a JSON {type(parsed).__name__}"
+    # Problem first: the tool's error text shortens long values.
+    return {MALFORMED_ARGUMENTS_KEY: f"{problem}; you sent: {shown[:500]}"}
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The server's Retry-After in seconds, when it gives a number (dates are ignored)."""
+    value = response.headers.get("Retry-After")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
