@@ -150,7 +150,7 @@ def function_tool(
         fields.append((field_name, param.name, param.kind))
     tool_name = name or getattr(fn, "__name__", None) or type(fn).__name__
     model_name = "".join(part.title() for part in re.split(r"[^A-Za-z0-9]", tool_name)) or "Tool"
-    request_model = create_model(  # type: ignore[call-overload]
+    request_model = create_model(
         f"{model_name}Request",
         __config__=ConfigDict(extra="forbid", populate_by_name=True, arbitrary_types_allowed=True),
         __module__=getattr(target, "__module__", __name__),

@@ -173,7 +173,7 @@ def branch_from_dict(
             continue
         kwargs = {k: _decode(v, resources, missing) for k, v in entry["kwargs"].items()}
         try:
-            factory = _import(entry["factory"])
+            factory: Callable[..., Any] | None = _import(entry["factory"])
         except (ImportError, AttributeError) as exc:
             problems.append(f"factory {entry['factory']} cannot be imported ({exc})")
             continue
@@ -194,11 +194,11 @@ def branch_from_dict(
     branch.id = uuid.UUID(data["id"])
     branch.metadata = dict(data.get("metadata") or {})
     branch.messages = log
-    for factory, kwargs, names in plan:
-        if factory is None:
+    for maybe_factory, kwargs, names in plan:
+        if maybe_factory is None:
             branch.register([resources[f"tool:{name}"] for name in names])
             continue
-        tools = branch.register(factory, **kwargs)
+        tools = branch.register(maybe_factory, **kwargs)
         for tool in tools:
             if tool.name not in names:
                 branch.unregister(tool.name)

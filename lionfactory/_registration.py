@@ -37,6 +37,10 @@ def factory_path(factory: Callable[..., Any]) -> str:
     return f"{module}:{qualname}"
 
 
+def _read_only(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(kwargs))
+
+
 @attrs.frozen
 class Registration:
     """The provenance of one `Branch.register` call.
@@ -50,7 +54,7 @@ class Registration:
     """
 
     source: Callable[..., Any] | tuple[Tool, ...]
-    kwargs: Mapping[str, Any] = attrs.field(converter=lambda kw: MappingProxyType(dict(kw)))
+    kwargs: Mapping[str, Any] = attrs.field(converter=_read_only)
     tool_names: tuple[str, ...]
     order: int = attrs.field(factory=lambda: next(_order))
 

@@ -81,6 +81,10 @@ def _check_hooks(_instance: Any, attribute: Any, value: tuple[Any, ...]) -> None
             raise TypeError(f"every {attribute.name} hook must be callable, got {hook!r}")
 
 
+def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
 def _strip_titles(schema: Any) -> Any:
     """Drop pydantic's generated `title` keys: noise in a prompt, never meaning.
 
@@ -179,13 +183,13 @@ class Tool:
     request_model: type[BaseModel] = attrs.field(validator=_check_request_model, repr=False)
     handler: Callable[[Any], Awaitable[Any]] = attrs.field(validator=_check_callable, repr=False)
     pre: tuple[PreHook, ...] = attrs.field(
-        default=(), converter=tuple, validator=_check_hooks, repr=False
+        default=(), converter=_as_tuple, validator=_check_hooks, repr=False
     )
     post: tuple[PostHook, ...] = attrs.field(
-        default=(), converter=tuple, validator=_check_hooks, repr=False
+        default=(), converter=_as_tuple, validator=_check_hooks, repr=False
     )
     on_error: tuple[ErrorHook, ...] = attrs.field(
-        default=(), converter=tuple, validator=_check_hooks, repr=False
+        default=(), converter=_as_tuple, validator=_check_hooks, repr=False
     )
     bound_to: UUID | None = None
 
@@ -226,9 +230,9 @@ class Tool:
         """Return a new Tool with these hooks appended after the existing ones."""
         return attrs.evolve(
             self,
-            pre=(*self.pre, *pre),
-            post=(*self.post, *post),
-            on_error=(*self.on_error, *on_error),
+            pre=self.pre + tuple(pre),
+            post=self.post + tuple(post),
+            on_error=self.on_error + tuple(on_error),
         )
 
     async def invoke(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -258,15 +262,15 @@ class Tool:
             # denial, say) are already in the form Branch.act reports.
             raise
         except Exception as exc:
-            for hook in self.on_error:
-                handled = await _run_hook(hook, self.name, args, exc)
+            for on_error in self.on_error:
+                handled = await _run_hook(on_error, self.name, args, exc)
                 if handled is not None:
                     return to_result(handled)
             raise
-        for hook in self.post:
-            replaced = await _run_hook(hook, self.name, args, result)
-            if replaced is not None:
-                result = to_result(replaced)
+        for post in self.post:
+            rewritten = await _run_hook(post, self.name, args, result)
+            if rewritten is not None:
+                result = to_result(rewritten)
         return result
 
     async def __call__(self, /, **arguments: Any) -> dict[str, Any]:

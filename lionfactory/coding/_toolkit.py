@@ -369,7 +369,7 @@ def coding_toolkit(
     result = []
     for name in names:
         tool = built[name]
-        extra = {kind: [] for kind in _HOOK_KINDS}
+        extra: dict[str, list[Callable[..., Any]]] = {kind: [] for kind in _HOOK_KINDS}
         for key in ("*", name):
             for kind, funcs in hook_map.get(key, {}).items():
                 extra[kind].extend(funcs)
