@@ -14,7 +14,21 @@ from lionfactory.tools.code_check import (
     code_check_tool,
 )
 from lionfactory.tools.code_nav import NavItem, NavRequest, NavResponse, code_nav_tool
+from lionfactory.tools.context import (
+    ContextMessage,
+    ContextRequest,
+    ContextResponse,
+    context_tool,
+)
 from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
+from lionfactory.tools.messenger import (
+    MessengerEvent,
+    MessengerRequest,
+    MessengerResponse,
+    ReceivedMessage,
+    RecipientResult,
+    messenger_tool,
+)
 from lionfactory.tools.reader import ReaderRequest, ReaderResponse, reader_tool
 from lionfactory.tools.search import SearchRequest, SearchResponse, search_tool
 
@@ -27,20 +41,30 @@ __all__ = [
     "CodeCheckRequest",
     "CodeCheckResponse",
     "CodeDiagnostic",
+    "ContextMessage",
+    "ContextRequest",
+    "ContextResponse",
     "EditorRequest",
     "EditorResponse",
+    "MessengerEvent",
+    "MessengerRequest",
+    "MessengerResponse",
     "NavItem",
     "NavRequest",
     "NavResponse",
     "ReaderRequest",
     "ReaderResponse",
+    "ReceivedMessage",
+    "RecipientResult",
     "SearchRequest",
     "SearchResponse",
     "ast_search_tool",
     "bash_tool",
     "code_check_tool",
     "code_nav_tool",
+    "context_tool",
     "editor_tool",
+    "messenger_tool",
     "reader_tool",
     "search_tool",
 ]
