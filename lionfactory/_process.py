@@ -243,7 +243,10 @@ async def run_process(
                 await process.wait()
                 # The leader is done; whatever it left running in its group
                 # would keep our pipes open (and outlive the call). Kill it so
-                # the drains reach end-of-file now, not at the deadline.
+                # the drains reach end-of-file now, not at the deadline. The
+                # leader is reaped, but its id stays the group's id while any
+                # member lives, and Linux hands out pids sequentially, so the
+                # number cannot name a new group this soon.
                 _signal_group(pgid, signal.SIGKILL)
     finally:
         # Runs on success, timeout and cancellation alike; shielded so that a
