@@ -470,7 +470,16 @@ class Branch:
         error: str | None = None
         exception: BaseException | None = None
         tool = self._tools.get(call.name)
-        if tool is None:
+        if call.arguments_error is not None:
+            exception = ToolInputError(
+                call.name,
+                f"The arguments of your call to {call.name!r} were not valid JSON: "
+                f"{call.arguments_error}. Call the tool again with its arguments as one "
+                f"JSON object.",
+                [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
+            )
+            error = str(exception)
+        elif tool is None:
             exception = UnknownToolError(call.name, list(self._tools))
             error = str(exception)
         else:

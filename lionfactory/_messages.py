@@ -52,6 +52,9 @@ class ToolCall(BaseModel):
         id: the call id the model (or the branch) assigned.
         name: the tool's name.
         arguments: the arguments, already parsed from JSON.
+        arguments_error: why the model's arguments could not be parsed (a
+            chat model adapter sets it for malformed JSON; the branch then
+            answers the call with a `ToolInputError` instead of running it).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -59,6 +62,7 @@ class ToolCall(BaseModel):
     id: str = Field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments_error: str | None = None
 
 
 class Message(BaseModel):

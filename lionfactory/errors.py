@@ -13,6 +13,8 @@ never crashes an agent loop::
     ├── ConfigurationError (ValueError)  a branch lacks what an operation needs
     ├── ScriptExhaustedError (AssertionError)
     │                                    a ScriptedModel ran out of replies (testing)
+    ├── ModelError                       a chat model request failed (lionfactory.models)
+    │   └── ModelTimeoutError (TimeoutError)
     └── ToolError                        model-facing: Branch.act reports it to the model
         ├── ToolInputError (ValueError)  the arguments failed validation
         ├── ToolDenied                   a pre hook refused the call

@@ -42,9 +42,7 @@ from lionfactory.errors import LionfactoryError
 if TYPE_CHECKING:
     from lionfactory._tool import Tool
 
-__all__ = ["MALFORMED_ARGUMENTS_KEY", "ModelError", "ModelTimeoutError", "OpenAICompatible"]
-
-MALFORMED_ARGUMENTS_KEY = "arguments_not_valid_json"
+__all__ = ["ModelError", "ModelTimeoutError", "OpenAICompatible"]
 """The one argument a tool call carries when the model's arguments were not a JSON object.
 
 Its value says what was wrong and quotes what the model sent. Every request
@@ -96,9 +94,9 @@ class OpenAICompatible:
     Each call posts the active messages and the tools' ``openai``-style
     schemas to ``<base_url>/chat/completions`` and returns the first
     choice's text and tool calls. Tool-call arguments arrive as JSON text; a
-    call whose text is not a JSON object still reaches the branch, carrying
-    only `MALFORMED_ARGUMENTS_KEY`, so the model is told its JSON was broken
-    instead of the loop crashing.
+    call whose text is not a JSON object still reaches the branch, with
+    `ToolCall.arguments_error` set, so the model is told its JSON was broken
+    (a `ToolInputError` tool message) instead of the loop crashing.
 
     Rate limits (429), 408 and 5xx answers, lost connections and timeouts are
     retried up to `max_retries` times, after ``backoff * 2**n`` seconds (or
@@ -385,19 +383,21 @@ def _parse_call(raw: dict[str, Any]) -> ToolCall:
     # A call without a name still reaches the branch, which tells the model
     # that no tool of that name exists; a missing id gets a fresh one.
     extra = {"id": call_id} if isinstance(call_id, str) and call_id else {}
+    arguments, problem = _parse_arguments(function.get("arguments"))
     return ToolCall(
         name=name if isinstance(name, str) else "",
-        arguments=_parse_arguments(function.get("arguments")),
+        arguments=arguments,
+        arguments_error=problem,
         **extra,
     )
 
 
-def _parse_arguments(raw: Any) -> dict[str, Any]:
-    """The arguments as a dict; text that is not a JSON object becomes `MALFORMED_ARGUMENTS_KEY`."""
+def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """The arguments as a dict, or ``({}, problem)`` when they are not a JSON object."""
     if isinstance(raw, dict):  # a few servers send the object itself
-        return raw
+        return raw, None
     if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}  # "" is how some servers spell "no arguments"
+        return {}, None  # "" is how some servers spell "no arguments"
     if not isinstance(raw, str):
         problem = f"expected a JSON object, got {type(raw).__name__}"
         shown = repr(raw)
@@ -412,10 +412,9 @@ def _parse_arguments(raw: Any) -> dict[str, Any]:
             problem = f"{exc.msg} at line {exc.lineno} column {exc.colno}".replace("'", '"')
         else:
             if isinstance(parsed, dict):
-                return parsed
+                return parsed, None
             problem = f"expected a JSON object, got a JSON {type(parsed).__name__}"
-    # Problem first: the tool's error text shortens long values.
-    return {MALFORMED_ARGUMENTS_KEY: f"{problem}; you sent: {shown[:500]}"}
+    return {}, f"{problem}; you sent: {shown[:500]}"
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -358,3 +358,24 @@ def test_foreign_binding_detector_finds_a_closure_over_another_branch():
     assert found and "closure branch" in found[0]
     with pytest.raises(AssertionError, match="reach other branches"):
         assert_no_foreign_bindings(b)
+
+
+async def test_a_call_with_unparseable_arguments_is_answered_with_an_input_error():
+    from lionfactory import ToolCall
+
+    ran = []
+
+    def record(a: int = 0) -> int:
+        ran.append(a)
+        return a
+
+    model = ScriptedModel(
+        [ToolCall(name="record", arguments={}, arguments_error="Expecting value"), "ok"]
+    )
+    branch = Branch(chat_model=model)
+    branch.register(function_tool(record))
+    await branch.run("go")
+    assert ran == []
+    payload = json.loads(model.calls[1].messages[-1].content)
+    assert payload["error_type"] == "ToolInputError"
+    assert "were not valid JSON: Expecting value" in payload["error"]

@@ -29,7 +29,6 @@ import trio
 from lionfactory import Branch, ChatModel, Message, ModelReply, ToolCall, function_tool
 from lionfactory.errors import LionfactoryError
 from lionfactory.models import (
-    MALFORMED_ARGUMENTS_KEY,
     ModelError,
     ModelTimeoutError,
     OpenAICompatible,
@@ -289,7 +288,7 @@ async def test_malformed_tool_call_json_becomes_an_error_the_model_sees(server):
     assert tool_message["tool_call_id"] == "call_bad"
     error = json.loads(tool_message["content"])
     assert error["error_type"] == "ToolInputError"
-    assert MALFORMED_ARGUMENTS_KEY in error["error"]
+    assert "were not valid JSON" in error["error"]
     assert 'Expecting "," delimiter at line 1 column 9' in error["error"]
     assert '{"a": 2 "b": 3}' in error["error"]
 
@@ -297,7 +296,8 @@ async def test_malformed_tool_call_json_becomes_an_error_the_model_sees(server):
 async def test_tool_call_arguments_that_are_not_an_object_are_malformed(server):
     server.play(completion(None, ("c", "add", "[2, 3]")))
     reply = await model_for(server)([Message(role="user", content="go")], [])
-    problem = reply.tool_calls[0].arguments[MALFORMED_ARGUMENTS_KEY]
+    assert reply.tool_calls[0].arguments == {}
+    problem = reply.tool_calls[0].arguments_error
     assert problem == "expected a JSON object, got a JSON list; you sent: [2, 3]"
 
 

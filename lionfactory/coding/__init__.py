@@ -20,10 +20,10 @@ from lionfactory.coding.policies import deny_destructive_commands
 
 __all__ = [
     "ALL_CODING_TOOLS",
-    "DEFAULT_CODING_TOOLS",
     "BashFailureStreak",
     "CallRecord",
     "ContextUsage",
+    "DEFAULT_CODING_TOOLS",
     "EditsWithoutCheck",
     "NudgeRule",
     "NudgeSnapshot",
