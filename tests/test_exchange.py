@@ -235,3 +235,24 @@ async def test_ten_owners_exchange_a_thousand_messages_concurrently_exactly_once
             indices = [i for s, i in received[owner] if s == str(sender)]
             assert indices == sorted(indices)
         assert exchange.peek(owner) == []
+
+
+def test_wait_works_under_asyncio_across_separate_event_loops():
+    import asyncio
+
+    a, b = owners(2)
+    exchange = exchange_of(a, b)
+
+    async def wait_then_deliver() -> bool:
+        async def deliver() -> None:
+            await asyncio.sleep(0)
+            exchange.send(a, b, "hi")
+
+        task = asyncio.ensure_future(deliver())
+        woke = await exchange.wait(b, timeout=5)
+        await task
+        return woke
+
+    assert asyncio.run(exchange.wait(b, timeout=0.01)) is False  # timed out in loop 1
+    assert asyncio.run(wait_then_deliver()) is True  # a fresh event in loop 2
+    assert [m.content for m in exchange.receive(b)] == ["hi"]

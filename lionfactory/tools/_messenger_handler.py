@@ -15,6 +15,7 @@ from lionfactory._messages import Message
 from lionfactory.tools.messenger import (
     EventCallback,
     EventKind,
+    MessengerAction,
     MessengerEvent,
     MessengerRequest,
     MessengerResponse,
@@ -208,7 +209,9 @@ class _MessengerHandler:
             results.append(RecipientResult(name=name, delivered=True, message_id=message.id))
         return results, sent
 
-    def _delivery_response(self, action: str, results: list[RecipientResult]) -> MessengerResponse:
+    def _delivery_response(
+        self, action: MessengerAction, results: list[RecipientResult]
+    ) -> MessengerResponse:
         delivered = [r.name for r in results if r.delivered]
         failed = [f"{r.name} ({r.error})" for r in results if not r.delivered]
         parts = [f"Delivered to {', '.join(delivered)}."] if delivered else []

@@ -63,6 +63,7 @@ __all__ = [
 
 logger = logging.getLogger("lionfactory")
 
+MessengerAction = Literal["send", "receive", "done", "finished", "wakeup", "help"]
 EventKind = Literal["done", "finished", "wakeup", "help"]
 _EVENT_KINDS: tuple[str, ...] = ("done", "finished", "wakeup", "help")
 _LINEAGE_KEY = "lionfactory.messenger.lineage"
@@ -100,7 +101,7 @@ class MessengerRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    action: Literal["send", "receive", "done", "finished", "wakeup", "help"] = Field(
+    action: MessengerAction = Field(
         description=(
             "'send': write `content` to the names in `to`; 'receive': take the messages "
             "waiting for you; 'done': your part is done; 'finished': the whole task is "
@@ -164,7 +165,7 @@ class MessengerResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     success: bool = Field(description="Whether the action fully worked; if not, read `error`.")
-    action: str = Field(description="The action this answers.")
+    action: MessengerAction = Field(description="The action this answers.")
     content: str | None = Field(default=None, description="A readable summary of the result.")
     error: str | None = Field(default=None, description="What went wrong and what to do next.")
     results: list[RecipientResult] = Field(
