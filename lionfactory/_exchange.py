@@ -30,25 +30,9 @@ import anyio
 import attrs
 
 from lionfactory._messages import Message
-from lionfactory.errors import LionfactoryError
+from lionfactory.errors import UnknownOwnerError
 
-__all__ = ["Exchange", "UnknownOwnerError"]
-
-
-class UnknownOwnerError(LionfactoryError, LookupError):
-    """An exchange call named an owner that is not registered.
-
-    A message to an unknown recipient is an error, never silently dropped.
-
-    Attributes:
-        owner: the unknown id.
-    """
-
-    def __init__(self, owner: uuid.UUID, role: str) -> None:
-        super().__init__(
-            f"{role} {owner} is not registered on this exchange; call exchange.register(id) first"
-        )
-        self.owner = owner
+__all__ = ["Exchange"]
 
 
 @attrs.define(eq=False)

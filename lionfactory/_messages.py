@@ -321,7 +321,9 @@ class MessageLog:
         self._active = [i for i in self._active if i not in gone]
         index = len(self._record)
         self._record.append(summary)
-        self._anchor.append(self._anchor[covered[0]])
+        # The summary sits where the earliest replaced message sat, even when
+        # that is an older summary whose record index is larger.
+        self._anchor.append(min(self._anchor[i] for i in covered))
         self._index[summary.id] = index
         self._summaries[index] = covered
         bisect.insort(self._active, index, key=self._key)

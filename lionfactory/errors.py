@@ -11,6 +11,7 @@ never crashes an agent loop::
     ├── FactoryError (TypeError)         a factory returned something that is not a Tool
     ├── CloneError (ValueError)          a registration cannot be rebuilt for a clone
     ├── ConfigurationError (ValueError)  a branch lacks what an operation needs
+    ├── UnknownOwnerError (LookupError)  an Exchange call named an unregistered owner
     ├── ScriptExhaustedError (AssertionError)
     │                                    a ScriptedModel ran out of replies (testing)
     ├── ModelError                       a chat model request failed (lionfactory.models)
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 __all__ = [
     "CloneError",
@@ -40,6 +42,7 @@ __all__ = [
     "ToolDenied",
     "ToolError",
     "ToolInputError",
+    "UnknownOwnerError",
     "UnknownToolError",
 ]
 
@@ -62,6 +65,22 @@ class CloneError(LionfactoryError, ValueError):
 
 class ConfigurationError(LionfactoryError, ValueError):
     """A branch lacks something an operation needs (for example a chat model)."""
+
+
+class UnknownOwnerError(LionfactoryError, LookupError):
+    """An exchange call named an owner that is not registered.
+
+    A message to an unknown recipient is an error, never silently dropped.
+
+    Attributes:
+        owner: the unknown id.
+    """
+
+    def __init__(self, owner: UUID, role: str) -> None:
+        super().__init__(
+            f"{role} {owner} is not registered on this exchange; call exchange.register(id) first"
+        )
+        self.owner = owner
 
 
 class ScriptExhaustedError(LionfactoryError, AssertionError):

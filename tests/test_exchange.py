@@ -8,8 +8,7 @@ import pytest
 import trio.testing
 
 from lionfactory import Branch, Exchange
-from lionfactory._exchange import UnknownOwnerError
-from lionfactory.errors import LionfactoryError
+from lionfactory.errors import LionfactoryError, UnknownOwnerError
 
 
 def owners(n: int) -> list[uuid.UUID]:

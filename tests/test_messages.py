@@ -109,3 +109,12 @@ def test_duplicate_message_id_is_refused():
     log, msgs = log_with(1)
     with pytest.raises(ValueError, match="already in the log"):
         log.append(msgs[0])
+
+
+def test_a_summary_of_a_summary_takes_the_earliest_place():
+    log, msgs = log_with(5)
+    first = log.replace([msgs[0].id, msgs[1].id], Message(role="assistant", content="S1"))
+    log.replace([first.id, msgs[2].id], Message(role="assistant", content="S2"))
+    assert contents(log) == ["sys", "S2", "m3", "m4"]
+    log.restore()
+    assert contents(log) == ["sys", "m0", "m1", "m2", "m3", "m4"]

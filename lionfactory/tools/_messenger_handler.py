@@ -10,8 +10,9 @@ from typing import Any, Literal
 
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
-from lionfactory._exchange import Exchange, UnknownOwnerError
+from lionfactory._exchange import Exchange
 from lionfactory._messages import Message
+from lionfactory.errors import UnknownOwnerError
 from lionfactory.tools.messenger import (
     EventCallback,
     EventKind,
