@@ -1,0 +1,314 @@
+"""The ``lionfactory`` command line: list the built-ins, call one, serve them over MCP.
+
+::
+
+    lionfactory tools [--json] [--workspace DIR]
+    lionfactory call TOOL key=value ... [--workspace DIR] [--json]
+    lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
+                          [--transport stdio|http] [--host H] [--port N]
+
+Built with the standard library's argparse: three subcommands do not pay for
+a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
+(the same rule the MCP server uses for ``isError``, `call_failed`), and 2 on
+invalid input, showing the validation errors. The ``mcp`` subcommand imports
+the ``mcp`` SDK only when it runs, so the rest works without the extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from lionfactory._tool import Tool
+from lionfactory.errors import ToolError, ToolInputError
+
+__all__ = ["BUILTIN_TOOLS", "build_parser", "call_failed", "main", "parse_assignments"]
+
+BUILTIN_TOOLS: tuple[str, ...] = (
+    "reader",
+    "editor",
+    "bash",
+    "search",
+    "code_check",
+    "code_nav",
+    "ast_search",
+)
+"""The built-ins the command line lists and calls: those that need only a workspace."""
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def call_failed(result: Mapping[str, Any]) -> bool:
+    """Whether a tool's response reports a failure.
+
+    A typed failure is ``success`` False, a ``status`` of ``"error"`` or
+    ``"unavailable"``, or (the bash tool) a non-zero or missing
+    ``return_code`` or ``timed_out``. The MCP server sets ``isError`` by the
+    same rule and ``lionfactory call`` exits 1 on it.
+    """
+    if result.get("success") is False:
+        return True
+    if result.get("status") in ("error", "unavailable"):
+        return True
+    if "return_code" in result and (result["return_code"] != 0 or result.get("timed_out")):
+        return True
+    return bool(result.get("timed_out"))
+
+
+def builtin_tool(name: str, workspace: Path | None) -> Tool:
+    """Build the standalone built-in `name` for `workspace` (imports lazily).
+
+    Raises:
+        KeyError: `name` is not one of `BUILTIN_TOOLS`.
+    """
+    factory = _factories()[name]
+    return factory(workspace_root=workspace)
+
+
+def _factories() -> dict[str, Callable[..., Tool]]:
+    # Imported here: `lionfactory --help` should not pay for every tool module.
+    from lionfactory.tools.ast_search import ast_search_tool
+    from lionfactory.tools.bash import bash_tool
+    from lionfactory.tools.code_check import code_check_tool
+    from lionfactory.tools.code_nav import code_nav_tool
+    from lionfactory.tools.editor import editor_tool
+    from lionfactory.tools.reader import reader_tool
+    from lionfactory.tools.search import search_tool
+
+    return {
+        "reader": reader_tool,
+        "editor": editor_tool,
+        "bash": bash_tool,
+        "search": search_tool,
+        "code_check": code_check_tool,
+        "code_nav": code_nav_tool,
+        "ast_search": ast_search_tool,
+    }
+
+
+def _accepts_only_text(schema: Mapping[str, Any]) -> bool:
+    """Whether a property schema takes a string and nothing JSON could turn it into."""
+    if schema.get("type") == "string":
+        return True
+    options = schema.get("anyOf")
+    if isinstance(options, list):
+        types = {o.get("type") for o in options if isinstance(o, Mapping)}
+        return "string" in types and types <= {"string", "null"}
+    return False
+
+
+def parse_assignments(
+    items: Sequence[str], properties: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Turn ``key=value`` words into tool arguments.
+
+    A value is parsed as JSON when it parses (``10``, ``true``, ``null``,
+    ``["a", "b"]``, ``{"k": 1}``), else it is the plain string. A property
+    whose schema accepts only a string keeps the text as typed, so
+    ``path=2024`` stays ``"2024"`` and ``content=true`` stays ``"true"``.
+
+    Args:
+        items: the words, each ``key=value`` (the value may be empty).
+        properties: the tool's ``inputSchema["properties"]``, if known.
+
+    Raises:
+        ValueError: a word has no ``=``, an empty key, or repeats a key.
+    """
+    properties = properties or {}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"arguments are key=value words, got {item!r}")
+        if key in out:
+            raise ValueError(f"argument {key!r} given twice")
+        schema = properties.get(key)
+        if isinstance(schema, Mapping) and _accepts_only_text(schema):
+            out[key] = text
+            continue
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``lionfactory`` command."""
+    parser = argparse.ArgumentParser(
+        prog="lionfactory",
+        description="Built-in tools for LLM agents: list them, call one, or serve them over MCP.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tools = commands.add_parser("tools", help="list the built-in tools and their schemas")
+    tools.add_argument("--json", action="store_true", help="print the MCP-style schemas as JSON")
+    tools.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
+
+    call = commands.add_parser(
+        "call",
+        help="run one tool call and print its response",
+        description=(
+            "Run one call of a built-in tool. Arguments are key=value words; values that parse "
+            "as JSON (numbers, true/false, null, lists, objects) are passed as JSON, others as "
+            "text, and a field that only takes text always gets the text. Exit status: 0 on "
+            "success, 1 when the tool reports a failure, 2 on invalid input."
+        ),
+    )
+    call.add_argument("tool", metavar="TOOL", help=f"one of: {', '.join(BUILTIN_TOOLS)}")
+    call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="the tool's arguments")
+    call.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
+    call.add_argument("--json", action="store_true", help="print the whole response as JSON")
+
+    mcp = commands.add_parser("mcp", help="Model Context Protocol server (needs the mcp extra)")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True, metavar="COMMAND")
+    serve = mcp_commands.add_parser(
+        "serve",
+        help="serve the tools over MCP",
+        description=(
+            "Serve the coding toolkit (or a chosen set of tools) over MCP. Every client session "
+            "gets its own branch, so read-before-edit evidence never crosses sessions."
+        ),
+    )
+    serve.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
+    serve.add_argument(
+        "--toolkit",
+        choices=("coding", "standalone"),
+        default="coding",
+        help="'coding' (default): the coding toolkit with its read-before-edit guard; "
+        "'standalone': the plain built-ins, no guard",
+    )
+    serve.add_argument(
+        "--tools",
+        default=None,
+        help="comma-separated tool names (default: the toolkit's defaults, or every built-in)",
+    )
+    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="http only (default: 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=int, default=8000, help="http only; 0 picks a free port (default: 8000)"
+    )
+    serve.add_argument("--name", default="lionfactory", help="the server name clients see")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return its exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    workspace: Path | None = args.workspace
+    if workspace is not None and not workspace.is_dir():
+        print(
+            f"lionfactory: --workspace must be a directory, got {str(workspace)!r}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    if args.command == "tools":
+        return _list_tools(workspace, as_json=args.json, out=sys.stdout)
+    if args.command == "call":
+        return _call(args.tool, args.arguments, workspace, as_json=args.json)
+    return _serve(args, workspace)
+
+
+def _list_tools(workspace: Path | None, *, as_json: bool, out: TextIO) -> int:
+    tools = [builtin_tool(name, workspace) for name in BUILTIN_TOOLS]
+    if as_json:
+        json.dump([t.schema("mcp") for t in tools], out, indent=2, ensure_ascii=False)
+        out.write("\n")
+        return EXIT_OK
+    width = max(len(t.name) for t in tools)
+    for tool in tools:
+        out.write(f"{tool.name:<{width}}  {_summary(tool.description)}\n")
+    out.write("\nRun `lionfactory tools --json` for the full descriptions and schemas.\n")
+    return EXIT_OK
+
+
+def _summary(description: str, limit: int = 100) -> str:
+    """The first sentence of a description on one line, cut at a word near `limit`."""
+    paragraph = " ".join(description.strip().split("\n\n")[0].split())
+    sentence = re.match(r"(.+?)[.:](?:\s|$)", paragraph)
+    text = sentence.group(1) if sentence else paragraph
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def _call(name: str, words: Sequence[str], workspace: Path | None, *, as_json: bool) -> int:
+    if name not in BUILTIN_TOOLS:
+        print(
+            f"lionfactory: unknown tool {name!r}; choose one of: {', '.join(BUILTIN_TOOLS)}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    tool = builtin_tool(name, workspace)
+    try:
+        arguments = parse_assignments(words, tool.schema("mcp")["inputSchema"]["properties"])
+    except ValueError as exc:
+        print(f"lionfactory: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = tool.run_sync(**arguments)
+    except ToolInputError as exc:
+        if as_json:
+            payload = {"error": exc.message, "error_type": "ToolInputError", "errors": exc.errors}
+            print(json.dumps(payload, indent=2, ensure_ascii=False))
+        print(exc.message, file=sys.stderr)
+        return EXIT_USAGE
+    except ToolError as exc:
+        print(f"lionfactory: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    failed = call_failed(result)
+    if as_json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        _print_result(result)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _print_result(result: Mapping[str, Any]) -> None:
+    """A human rendering: the text a tool produced, else the response as JSON."""
+    content = result.get("content")
+    if isinstance(content, str) and content:
+        print(content)
+    elif "stdout" in result:
+        sys.stdout.write(result.get("stdout") or "")
+        sys.stderr.write(result.get("stderr") or "")
+    elif not result.get("error"):
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    for key in ("error", "notice", "system"):
+        value = result.get(key)
+        if value:
+            print(f"{key}: {value}", file=sys.stderr)
+
+
+def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
+    try:
+        from lionfactory.mcp import serve_mcp
+        from lionfactory.mcp._serve import cli_factories
+    except ImportError as exc:
+        print(f"lionfactory: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    names = None if args.tools is None else [n.strip() for n in args.tools.split(",") if n.strip()]
+    try:
+        factories = cli_factories(args.toolkit, names, workspace)
+    except ValueError as exc:
+        print(f"lionfactory: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    serve_mcp(
+        factories,
+        transport=args.transport,
+        host=args.host,
+        port=args.port,
+        name=args.name,
+        on_ready=lambda url: print(
+            f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
+        ),
+    )
+    return EXIT_OK

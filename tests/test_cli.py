@@ -1,0 +1,233 @@
+"""The ``lionfactory`` command line: ``tools``, ``call`` and their exit statuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lionfactory._cli import BUILTIN_TOOLS, call_failed, main, parse_assignments
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m lionfactory`` as a real subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "lionfactory", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def readme(workspace: Path) -> Path:
+    path = workspace / "README.md"
+    path.write_text("# Title\nsecond line\n", encoding="utf-8")
+    return path
+
+
+def test_call_reader_json_prints_the_numbered_lines(workspace: Path, readme: Path) -> None:
+    done = run_cli("call", "reader", "action=read", "path=README.md", "--json", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["success"] is True
+    assert result["content"] == "1\t# Title\n2\tsecond line"
+
+
+def test_invalid_input_exits_2_with_the_validation_errors(workspace: Path, readme: Path) -> None:
+    done = run_cli("call", "reader", "action=reed", "path=README.md", cwd=workspace)
+    assert done.returncode == 2
+    assert "Invalid arguments for tool 'reader'" in done.stderr
+    assert "- action: Input should be 'read', 'open' or 'list_dir' (got 'reed')" in done.stderr
+    assert done.stdout == ""
+
+
+def test_invalid_input_with_json_also_prints_the_errors_as_json(
+    workspace: Path, readme: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["call", "reader", "path=README.md", "--workspace", str(workspace), "--json"])
+    out = capsys.readouterr()
+    assert code == 2
+    payload = json.loads(out.out)
+    assert payload["error_type"] == "ToolInputError"
+    assert [e["loc"] for e in payload["errors"]] == [["action"]]
+    assert "action: Field required" in out.err
+
+
+def test_a_typed_failure_exits_1_and_shows_the_error(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["call", "reader", "action=read", "path=missing.md", "--workspace", str(workspace)])
+    out = capsys.readouterr()
+    assert code == 1
+    assert "error: File not found: 'missing.md'" in out.err
+
+
+def test_a_failing_bash_command_exits_1(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["call", "bash", "command=false", "--workspace", str(workspace), "--json"])
+    assert code == 1
+    assert json.loads(capsys.readouterr().out)["return_code"] == 1
+
+
+def test_call_without_json_prints_the_content(
+    workspace: Path, readme: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["call", "reader", "action=read", "path=README.md", "--workspace", str(workspace)])
+    assert code == 0
+    assert capsys.readouterr().out == "1\t# Title\n2\tsecond line\n"
+
+
+def test_call_bash_without_json_prints_stdout(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["call", "bash", "command=echo hi", "--workspace", str(workspace)])
+    assert code == 0
+    assert capsys.readouterr().out == "hi\n"
+
+
+def test_json_values_are_parsed_and_limit_applies(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (workspace / "a.txt").write_text("1\n2\n3\n", encoding="utf-8")
+    argv = ["call", "reader", "action=read", "path=a.txt", "offset=1", "limit=1", "--json"]
+    code = main([*argv, "--workspace", str(workspace)])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert result["content"] == "2\t2"
+    assert result["next_offset"] == 2
+
+
+def test_the_workspace_option_sets_the_root(tmp_path: Path, workspace: Path, readme: Path) -> None:
+    done = run_cli(
+        "call", "reader", "action=read", "path=README.md", "--workspace", str(workspace),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("1\t# Title")
+
+
+def test_unknown_tool_exits_2_listing_the_tools(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["call", "nope", "--workspace", str(workspace)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "unknown tool 'nope'" in err
+    assert "reader, editor, bash" in err
+
+
+def test_a_word_without_equals_exits_2(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["call", "reader", "action", "--workspace", str(workspace)])
+    assert code == 2
+    assert "key=value" in capsys.readouterr().err
+
+
+def test_a_missing_workspace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["call", "reader", "action=read", "path=x", "--workspace", str(tmp_path / "no")])
+    assert code == 2
+    assert "--workspace must be a directory" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "usage: lionfactory" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["call", "--help"]) == 0
+    assert "Exit status: 0 on success" in " ".join(capsys.readouterr().out.split())
+
+
+def test_tools_lists_every_builtin_with_a_summary(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tools", "--workspace", str(workspace)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[: len(BUILTIN_TOOLS)]] == list(BUILTIN_TOOLS)
+    assert lines[0].startswith("reader      Read files")
+
+
+def test_tools_json_prints_mcp_schemas(workspace: Path) -> None:
+    done = run_cli("tools", "--json", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    schemas = json.loads(done.stdout)
+    assert [s["name"] for s in schemas] == list(BUILTIN_TOOLS)
+    reader = schemas[0]
+    assert set(reader) == {"name", "description", "inputSchema"}
+    assert reader["inputSchema"]["required"] == ["action", "path"]
+
+
+def test_the_console_script_is_installed(workspace: Path, readme: Path) -> None:
+    script = Path(sys.executable).with_name("lionfactory")
+    assert script.exists(), "run `pip install -e .` so the console script exists"
+    done = subprocess.run(
+        [str(script), "call", "reader", "action=read", "path=README.md"],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("1\t# Title")
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (["limit=10"], {"limit": 10}),
+        (["flag=true", "none=null"], {"flag": True, "none": None}),
+        (['types=[".py", ".md"]'], {"types": [".py", ".md"]}),
+        (["text=hello world"], {"text": "hello world"}),
+        (["empty="], {"empty": ""}),
+        (["eq=a=b"], {"eq": "a=b"}),
+    ],
+)
+def test_values_parse_as_json_when_they_parse(
+    words: list[str], expected: dict[str, object]
+) -> None:
+    assert parse_assignments(words) == expected
+
+
+def test_a_text_only_field_keeps_its_text() -> None:
+    properties = {
+        "path": {"type": "string"},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    }
+    assert parse_assignments(["path=2024", "note=true"], properties) == {
+        "path": "2024",
+        "note": "true",
+    }
+
+
+def test_a_repeated_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="'a' given twice"):
+        parse_assignments(["a=1", "a=2"])
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        ({"success": True}, False),
+        ({"success": False, "error": "x"}, True),
+        ({"status": "ok"}, False),
+        ({"status": "diagnostics"}, False),
+        ({"status": "error"}, True),
+        ({"status": "unavailable"}, True),
+        ({"return_code": 0, "timed_out": False}, False),
+        ({"return_code": 2, "timed_out": False}, True),
+        ({"return_code": None, "timed_out": False, "error": "refused"}, True),
+        ({"return_code": None, "timed_out": True}, True),
+    ],
+)
+def test_call_failed_follows_the_typed_failure_rule(
+    result: dict[str, object], failed: bool
+) -> None:
+    assert call_failed(result) is failed
