@@ -1,0 +1,371 @@
+"""The ``sandbox`` tool: try changes on a git worktree, then merge or discard them.
+
+``create`` checks out the workspace repository's HEAD into a new worktree on a
+new branch (``lionfactory/sandbox-<id>``), in a temporary directory outside the
+workspace, and calls ``on_switch(path)`` so the coding toolkit points its file,
+shell and search tools at the worktree. ``diff`` shows what the sandbox changed
+since it was created (committed or not, untracked files included), ``commit``
+records the changes on the sandbox branch, ``merge`` merges that branch into
+the base branch in the workspace and removes the sandbox, ``discard`` removes
+it unmerged. Both call ``on_switch(None)`` to send the tools home.
+
+Decisions:
+
+* **One sandbox per factory call.** The toolkit calls `sandbox_tool` once per
+  branch (and again for a clone), so each branch has its own slot.
+* **The user's index is never touched.** ``diff`` stages into a scratch index
+  (``GIT_INDEX_FILE``) in the sandbox's temporary directory, so untracked
+  files appear as new files without ``git add -N`` anywhere.
+* **Merge refuses rather than guesses**: a detached HEAD in the workspace, a
+  different branch checked out than the one the sandbox came from, uncommitted
+  changes in the sandbox (commit or discard them), uncommitted changes to
+  tracked files in the workspace (a conflicted merge could not be undone
+  cleanly around them). A conflicting merge is aborted and the sandbox stays.
+* **Cleanup is idempotent.** Each step (remove the worktree, delete the
+  branch, delete the temporary directory) is skipped when already done, and
+  the slot is cleared only when all succeeded, so a failed ``discard`` can be
+  called again.
+* **Identity.** Commits use the repository's ``user.name``/``user.email``;
+  when it has none, ``lionfactory sandbox <sandbox@lionfactory.invalid>`` is
+  passed with ``-c`` for that call only.
+* The sandbox starts from the last commit: uncommitted changes in the
+  workspace are not in it (``create`` says so in its ``notice``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Literal
+
+import anyio.to_thread
+import attrs
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._tool import Tool
+from lionfactory._workspace import Workspace
+from lionfactory.coding import _sandbox_ops as ops
+from lionfactory.coding._git import Git, GitError, Runner
+from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
+
+__all__ = ["SandboxRequest", "SandboxResponse", "sandbox_tool"]
+
+OnSwitch = Callable[[Path | None], "Awaitable[None] | None"]
+
+_DESCRIPTION = f"""\
+Work on a private copy of the repository (a git worktree on a new branch), then
+merge it into the current branch or throw it away.
+
+Actions:
+- create: start a sandbox from the last commit of the current branch. While it
+  is active, reader, editor, bash, search, code_check, code_nav and ast_search
+  work inside the sandbox, not in the workspace. Uncommitted workspace changes
+  are not copied. Only one sandbox can be active.
+- diff: show every change since create (committed or not, new files included).
+  Long diffs are cut at {MAX_DIFF_CHARS:,} characters; `files` lists all paths.
+- commit: commit all changes in the sandbox. Needs `message`.
+- merge: merge the sandbox's commits into the branch it came from, then remove
+  the sandbox. Commit first; refused if the workspace is on another branch or
+  has a detached HEAD. Optional `message` for the merge commit. On a conflict
+  the merge is undone and the sandbox stays active.
+- discard: remove the sandbox and its branch without merging. If it fails,
+  call it again."""
+
+
+class SandboxRequest(BaseModel):
+    """Arguments of one ``sandbox`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["create", "diff", "commit", "merge", "discard"] = Field(
+        description=(
+            "create: start a sandbox; diff: show its changes; commit: commit them "
+            "(needs message); merge: merge into the base branch and end the sandbox; "
+            "discard: end the sandbox without merging."
+        )
+    )
+    message: str | None = Field(
+        default=None,
+        description=(
+            "commit: the commit message (required). merge: the merge commit's message "
+            "(optional; unused for a fast-forward)."
+        ),
+    )
+
+
+class SandboxResponse(BaseModel):
+    """The outcome of one ``sandbox`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(description="Whether the action was carried out.")
+    action: str = Field(description="The action that was asked for.")
+    content: str = Field(
+        default="", description="What happened, in words; for diff, the unified diff."
+    )
+    error: str | None = Field(
+        default=None, description="Why the action failed, and what to do next."
+    )
+    active: bool = Field(default=False, description="Whether a sandbox is active after this call.")
+    branch: str | None = Field(default=None, description="The sandbox's git branch.")
+    worktree: str | None = Field(
+        default=None,
+        description="The sandbox directory the tools work in while it is active.",
+    )
+    base_branch: str | None = Field(
+        default=None, description="The branch the sandbox was created from and merges into."
+    )
+    base_commit: str | None = Field(
+        default=None, description="The commit the sandbox started from."
+    )
+    commit: str | None = Field(
+        default=None,
+        description="commit: the new commit; merge: the base branch's new head.",
+    )
+    files: list[str] = Field(
+        default_factory=list,
+        description=(
+            "diff: every changed path; commit: the committed paths; merge: the merged "
+            "paths, or the conflicting ones when it failed."
+        ),
+    )
+    truncated: bool = Field(default=False, description="Whether the diff was cut.")
+    notice: str | None = Field(
+        default=None, description="Something worth knowing that is not an error."
+    )
+
+
+def _state(session: Session | None) -> dict[str, object]:
+    if session is None:
+        return {"active": False}
+    return {
+        "active": True,
+        "branch": session.branch,
+        "worktree": str(session.workspace),
+        "base_branch": session.base_branch,
+        "base_commit": session.base_commit,
+    }
+
+
+@attrs.define(eq=False)
+class _Sandbox:
+    """The handler: one sandbox slot and the actions on it."""
+
+    workspace: Workspace
+    on_switch: OnSwitch | None = attrs.field(repr=False)
+    git: Git = attrs.field(repr=False)
+    session: Session | None = None
+    busy: bool = False
+
+    async def __call__(self, request: SandboxRequest) -> SandboxResponse:
+        # A flag, not an anyio.Lock: a lock binds to the first event loop that
+        # uses it, and tools may be called from trio and from asyncio.
+        if self.busy:
+            return self._fail(
+                request.action,
+                "Another sandbox action is still running; wait for it and try again.",
+            )
+        self.busy = True
+        try:
+            if request.action != "create" and self.session is None:
+                return self._fail(
+                    request.action,
+                    "No sandbox is active. Create one first with action='create'.",
+                )
+            action: Callable[[SandboxRequest], Awaitable[SandboxResponse]]
+            action = getattr(self, f"_{request.action}")
+            return await action(request)
+        except GitError as exc:
+            return self._fail(request.action, exc.message)
+        finally:
+            self.busy = False
+
+    def _fail(self, action: str, error: str, **fields: object) -> SandboxResponse:
+        return SandboxResponse.model_validate(
+            {**_state(self.session), "success": False, "action": action, "error": error, **fields}
+        )
+
+    def _ok(self, action: str, content: str, **fields: object) -> SandboxResponse:
+        return SandboxResponse.model_validate(
+            {**_state(self.session), "success": True, "action": action, "content": content} | fields
+        )
+
+    async def _switch(self, path: Path | None) -> None:
+        if self.on_switch is not None:
+            out = self.on_switch(path)
+            if inspect.isawaitable(out):
+                await out
+
+    async def _create(self, request: SandboxRequest) -> SandboxResponse:
+        if self.session is not None:
+            return self._fail(
+                "create",
+                f"A sandbox is already active (branch {self.session.branch!r}). Merge or "
+                f"discard it before creating another.",
+            )
+        root = self.workspace.root
+        plan = await ops.plan(self.git, root)
+        if isinstance(plan, str):
+            return self._fail("create", plan)
+        scratch = Path(
+            await anyio.to_thread.run_sync(
+                lambda: os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-sandbox-"))
+            )
+        )
+        label = re.sub(r"[^A-Za-z0-9._-]", "_", plan.repo.name) or "repo"
+        session = Session(
+            repo=plan.repo,
+            prefix=plan.prefix,
+            scratch=scratch,
+            root=scratch / label,
+            branch=f"lionfactory/sandbox-{uuid.uuid4().hex[:8]}",
+            base_branch=plan.base_branch,
+            base_commit=plan.base_commit,
+        )
+        try:
+            add = ["worktree", "add", "--quiet", "-b", session.branch, str(session.root)]
+            await self.git.check(
+                [*add, session.base_commit],
+                cwd=session.repo,
+                what="create the sandbox worktree",
+            )
+            await anyio.to_thread.run_sync(
+                lambda: session.workspace.mkdir(parents=True, exist_ok=True)
+            )
+            await self._switch(session.workspace)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await ops.cleanup(self.git, session, raising=False)
+            raise
+        self.session = session
+        return self._ok(
+            "create",
+            f"Created sandbox branch {session.branch!r} from {session.base_branch!r} at "
+            f"{session.base_commit[:12]}. Your file, shell and search tools now work in "
+            f"{session.workspace}. When done: commit, then merge (or discard).",
+            notice=plan.notice,
+        )
+
+    async def _diff(self, request: SandboxRequest) -> SandboxResponse:
+        assert self.session is not None
+        diff = await ops.diff(self.git, self.session)
+        content = diff.text or f"No changes since {self.session.base_commit[:12]}."
+        return self._ok(
+            "diff", content, files=diff.files, truncated=diff.truncated, notice=diff.notice
+        )
+
+    async def _commit(self, request: SandboxRequest) -> SandboxResponse:
+        session = self.session
+        assert session is not None
+        message = (request.message or "").strip()
+        if not message:
+            return self._fail(
+                "commit",
+                "commit needs a message: call again with message='<what changed and why>'.",
+            )
+        if session.merged:
+            return self._fail("commit", ops.MERGED_ALREADY)
+        outcome = await ops.commit(self.git, session, message)
+        if isinstance(outcome, str):
+            return self._fail("commit", outcome)
+        sha, files = outcome
+        return self._ok(
+            "commit",
+            f"Committed {sha[:12]} on {session.branch!r} ({len(files)} file(s)): {message}",
+            commit=sha,
+            files=files,
+        )
+
+    async def _merge(self, request: SandboxRequest) -> SandboxResponse:
+        session = self.session
+        assert session is not None
+        if session.merged:
+            return self._fail("merge", ops.MERGED_ALREADY)
+        outcome = await ops.merge(self.git, session, request.message)
+        if isinstance(outcome, ops.MergeRefused):
+            return self._fail("merge", outcome.error, files=outcome.files)
+        session.merged = True
+        await self._switch(None)
+        notice = None
+        try:
+            await ops.cleanup(self.git, session)
+        except GitError as exc:
+            notice = (
+                f"The merge succeeded, but removing the sandbox failed ({exc.message}). "
+                f"Call sandbox with action='discard' to finish cleaning up."
+            )
+        else:
+            self.session = None
+        return self._ok(
+            "merge",
+            f"Merged {session.branch!r} into {session.base_branch!r} "
+            f"({outcome.how}); {session.base_branch!r} is now at {outcome.head[:12]}. "
+            f"Your tools work in the workspace again.",
+            commit=outcome.head,
+            files=outcome.files,
+            notice=notice,
+        )
+
+    async def _discard(self, request: SandboxRequest) -> SandboxResponse:
+        session = self.session
+        assert session is not None
+        try:
+            await ops.cleanup(self.git, session)
+        except GitError as exc:
+            return self._fail(
+                "discard",
+                f"{exc.message} The sandbox is still recorded; call discard again to retry.",
+            )
+        self.session = None
+        await self._switch(None)
+        return self._ok(
+            "discard",
+            f"Discarded sandbox {session.branch!r}; nothing was merged. Your tools work in "
+            f"the workspace again.",
+            branch=session.branch,
+            base_branch=session.base_branch,
+            base_commit=session.base_commit,
+        )
+
+
+def sandbox_tool(
+    *,
+    workspace_root: str | os.PathLike[str] | None = None,
+    on_switch: OnSwitch | None = None,
+    runner: Runner | None = None,
+) -> Tool:
+    """Build the ``sandbox`` tool with its own, empty sandbox slot.
+
+    Args:
+        workspace_root: a directory inside the git repository the sandbox
+            copies; the current directory when None. Resolved once, now.
+        on_switch: called (sync or async) with the sandbox's counterpart of
+            the workspace directory after a successful ``create``, and with
+            None after a successful ``merge`` or ``discard``.
+        runner: runs git; `lionfactory._process.run_process` when None. A
+            seam for tests (same signature).
+
+    Returns:
+        The ``sandbox`` Tool. It holds state (the slot): build one per branch.
+
+    Raises:
+        ValueError: the workspace root is not a directory.
+        TypeError: `on_switch` or `runner` is not callable.
+    """
+    if on_switch is not None and not callable(on_switch):
+        raise TypeError(f"on_switch must be callable or None, got {on_switch!r}")
+    if runner is not None and not callable(runner):
+        raise TypeError(f"runner must be callable or None, got {runner!r}")
+    workspace = Workspace.at(workspace_root)
+    git = Git() if runner is None else Git(runner=runner)
+    return Tool(
+        name="sandbox",
+        description=_DESCRIPTION,
+        request_model=SandboxRequest,
+        handler=_Sandbox(workspace, on_switch, git),
+    )
