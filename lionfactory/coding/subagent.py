@@ -1,0 +1,336 @@
+"""The ``subagent`` tool: hand a self-contained task to a child branch and get its answer.
+
+The handler builds a fresh child `Branch` with the parent's chat model, gives
+it the coding tools the requested permission set allows (by registering the
+toolkit factory itself with a narrowed ``tools`` list), runs
+``child.run(instruction)`` and returns only the child's final answer. The
+child's messages never enter the parent's log; the parent sees one tool result.
+
+Permission sets (the child never gets ``subagent``, so it cannot recurse):
+
+* ``read_only``: reader, search, code_check, code_nav, ast_search, context;
+* ``safe``: those plus editor and bash, with `deny_destructive_commands` as
+  the last bash pre hook (after any hooks the toolkit was given);
+* ``allow_all``: every coding tool except subagent (sandbox included);
+* ``deny_all``: no tools; the child can only answer from the instruction.
+
+Decisions:
+
+* ``max_turns`` outside 1-50 is **clamped**, not rejected (a schema bound would
+  turn a harmless 100 into a failed call); the response says so in ``notice``.
+* ``cwd`` is resolved inside the workspace and becomes the child's workspace
+  root, so the child cannot reach above it.
+* The answer is cut to 5,000 characters, with ``[truncated: N more
+  characters]`` appended, to bound the parent's context growth (ADR-0013).
+* A child that spends every turn without a final answer, or whose model or
+  tools raise, gives ``success=False``; the error says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio.to_thread
+import attrs
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lionfactory._branch import Branch
+from lionfactory._messages import Message
+from lionfactory._tool import Tool
+from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.coding.policies import deny_destructive_commands
+
+__all__ = ["SubagentRequest", "SubagentResponse", "subagent_tool"]
+
+Permissions = Literal["read_only", "safe", "allow_all", "deny_all"]
+
+MAX_RESPONSE_CHARS = 5_000
+"""Characters of the child's answer the parent sees."""
+
+MAX_TOOL_ERRORS = 10
+"""Tool errors of the child reported to the parent; each is cut to 300 characters."""
+
+DEFAULT_MAX_TURNS = 20
+MIN_TURNS, MAX_TURNS = 1, 50
+
+_READ_ONLY = ("reader", "search", "code_check", "code_nav", "ast_search", "context")
+PERMITTED_TOOLS: Mapping[str, tuple[str, ...]] = {
+    "read_only": _READ_ONLY,
+    "safe": (*_READ_ONLY, "editor", "bash"),
+    "allow_all": (*_READ_ONLY, "editor", "bash", "sandbox"),
+    "deny_all": (),
+}
+"""The coding tools each permission set gives the child."""
+
+_SYSTEM = """\
+You are a sub-agent. Another agent gave you one task; do it with the tools you
+have, then reply with your final answer and no tool call. That reply is all the
+other agent will see of your work, so make it complete and self-contained, and
+keep it under {limit:,} characters. Your workspace is {cwd}. Permissions:
+{permissions} (tools: {tools})."""
+
+_DESCRIPTION = f"""\
+Delegate a self-contained task to a sub-agent (a fresh conversation with the
+same model) and get back only its final answer. Use it for work that would
+otherwise fill your context: exploring a code base, answering a question about
+many files, trying something in isolation.
+
+The sub-agent sees nothing of this conversation: put everything it needs in
+`instruction`. `permissions` decides its tools:
+- read_only (default): reader, search, code_check, code_nav, ast_search, context
+- safe: read_only plus editor and bash (destructive commands such as rm -rf,
+  git reset --hard, git push --force, sudo are refused)
+- allow_all: every coding tool except subagent
+- deny_all: no tools; it answers from the instruction alone
+`max_turns` (default {DEFAULT_MAX_TURNS}) is clamped to {MIN_TURNS}-{MAX_TURNS}.
+`cwd` (a directory in the workspace) becomes the sub-agent's workspace root.
+The answer is cut to {MAX_RESPONSE_CHARS:,} characters."""
+
+
+class SubagentRequest(BaseModel):
+    """Arguments of one ``subagent`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instruction: str = Field(
+        description=(
+            "The complete task for the sub-agent, with all the context it needs: it sees "
+            "nothing else of this conversation. Say what to return."
+        )
+    )
+    permissions: Permissions = Field(
+        default="read_only",
+        description=(
+            "read_only: read/search/check tools only; safe: plus editor and bash (no "
+            "destructive commands); allow_all: every coding tool but subagent; deny_all: none."
+        ),
+    )
+    max_turns: int = Field(
+        default=DEFAULT_MAX_TURNS,
+        description=(
+            f"The most model replies the sub-agent may use (default {DEFAULT_MAX_TURNS}); "
+            f"clamped to {MIN_TURNS}-{MAX_TURNS}."
+        ),
+    )
+    cwd: str | None = Field(
+        default=None,
+        description=(
+            "A directory inside the workspace that becomes the sub-agent's workspace root "
+            "(default: the workspace root)."
+        ),
+    )
+
+    @field_validator("instruction")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("instruction is empty; describe the task for the sub-agent")
+        return value
+
+
+class SubagentResponse(BaseModel):
+    """The outcome of one ``subagent`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(description="Whether the sub-agent finished with a final answer.")
+    response: str = Field(
+        default="",
+        description=f"The sub-agent's final answer (at most {MAX_RESPONSE_CHARS:,} characters).",
+    )
+    error: str | None = Field(
+        default=None, description="Why the sub-agent did not finish, and what to do next."
+    )
+    turns: int = Field(default=0, description="Model replies the sub-agent used.")
+    tool_calls: int = Field(default=0, description="Tool calls the sub-agent made.")
+    truncated: bool = Field(default=False, description="Whether `response` was cut.")
+    tool_errors: list[str] = Field(
+        default_factory=list,
+        description=(
+            f"Errors the sub-agent's tool calls met (refusals, unknown tools, failures), "
+            f"oldest first, at most {MAX_TOOL_ERRORS}."
+        ),
+    )
+    permissions: Permissions = Field(
+        default="read_only", description="The permission set the sub-agent ran with."
+    )
+    tools: list[str] = Field(default_factory=list, description="The tools the sub-agent was given.")
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, description="The turn budget after clamping.")
+    notice: str | None = Field(
+        default=None, description="Something worth knowing that is not an error."
+    )
+
+
+def _clamp(max_turns: int) -> tuple[int, str | None]:
+    clamped = min(max(max_turns, MIN_TURNS), MAX_TURNS)
+    if clamped == max_turns:
+        return clamped, None
+    return clamped, (
+        f"max_turns {max_turns} is outside {MIN_TURNS}-{MAX_TURNS}; it was clamped to {clamped}."
+    )
+
+
+def _cut(text: str) -> tuple[str, bool]:
+    if len(text) <= MAX_RESPONSE_CHARS:
+        return text, False
+    rest = len(text) - MAX_RESPONSE_CHARS
+    return f"{text[:MAX_RESPONSE_CHARS]}\n[truncated: {rest:,} more characters]", True
+
+
+def _tool_errors(messages: Sequence[Message]) -> list[str]:
+    """The errors the child's tool messages carried, as ``"tool: error"`` lines."""
+    errors = []
+    for message in messages:
+        if message.role != "tool":
+            continue
+        try:
+            payload = json.loads(message.content)
+        except ValueError:
+            continue
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if error:
+            text = f"{message.tool}: {error}"
+            errors.append(text if len(text) <= 300 else text[:300] + "...")
+    return errors[:MAX_TOOL_ERRORS]
+
+
+def _with_policy(hooks: Any) -> dict[str, Any]:
+    """`hooks` plus `deny_destructive_commands` as the *last* bash pre hook.
+
+    Last, so it judges the command other pre hooks may have rewritten.
+    """
+    merged: dict[str, Any] = {name: dict(kinds) for name, kinds in dict(hooks or {}).items()}
+    bash = merged.setdefault("bash", {})
+    pre = bash.get("pre", ())
+    bash["pre"] = (*((pre,) if callable(pre) else tuple(pre)), deny_destructive_commands)
+    return merged
+
+
+@attrs.frozen
+class _Subagent:
+    """The handler: builds, runs and reports one child branch per call."""
+
+    branch: Branch = attrs.field(repr=False)
+    factory: Callable[..., Any] = attrs.field(repr=False)
+    factory_kwargs: Mapping[str, Any] = attrs.field(repr=False)
+    workspace: Workspace
+
+    def _directory(self, cwd: str | None) -> Path:
+        directory = self.workspace.resolve("." if cwd is None else cwd)
+        if not directory.is_dir():
+            raise PathRefused(
+                cwd, f"{cwd!r} is not a directory in the workspace; give an existing directory."
+            )
+        return directory
+
+    async def __call__(self, request: SubagentRequest) -> SubagentResponse:
+        max_turns, notice = _clamp(request.max_turns)
+        tools = list(PERMITTED_TOOLS[request.permissions])
+        report: dict[str, Any] = {
+            "permissions": request.permissions,
+            "tools": tools,
+            "max_turns": max_turns,
+            "notice": notice,
+        }
+        chat_model = self.branch.chat_model
+        if chat_model is None:
+            return SubagentResponse(
+                success=False,
+                error="This branch has no chat model, so it cannot run a sub-agent. "
+                "Do the task yourself.",
+                **report,
+            )
+        try:
+            cwd = await anyio.to_thread.run_sync(self._directory, request.cwd)
+        except PathRefused as exc:
+            return SubagentResponse(success=False, error=f"cwd refused: {exc.message}", **report)
+        child = Branch(
+            system=_SYSTEM.format(
+                limit=MAX_RESPONSE_CHARS,
+                cwd=cwd,
+                permissions=request.permissions,
+                tools=", ".join(tools) or "none",
+            ),
+            name=f"{self.branch.name or 'branch'}-subagent",
+            chat_model=chat_model,
+        )
+        if tools:
+            kwargs = {**self.factory_kwargs, "tools": tools, "workspace_root": cwd}
+            if request.permissions == "safe":
+                kwargs["hooks"] = _with_policy(kwargs.get("hooks"))
+            child.register(self.factory, **kwargs)
+        try:
+            answer = await child.run(request.instruction, max_turns=max_turns)
+            error = None
+        except Exception as exc:
+            answer, error = (
+                "",
+                (
+                    f"The sub-agent failed: {type(exc).__name__}: {exc}. Retry with a clearer "
+                    f"instruction, or do the task yourself."
+                ),
+            )
+        replies = [m for m in child.messages.record if m.role == "assistant"]
+        calls = sum(len(m.tool_calls) for m in replies)
+        if error is None and replies and replies[-1].tool_calls:
+            error = (
+                f"The sub-agent used all {max_turns} turns without a final answer; `response` "
+                f"holds its last text. Give it a narrower task or more turns (at most "
+                f"{MAX_TURNS})."
+            )
+        response, truncated = _cut(answer)
+        return SubagentResponse(
+            success=error is None,
+            response=response,
+            error=error,
+            turns=len(replies),
+            tool_calls=calls,
+            truncated=truncated,
+            tool_errors=_tool_errors(child.messages.record),
+            **report,
+        )
+
+
+def subagent_tool(
+    branch: Branch,
+    *,
+    factory: Callable[..., Any],
+    factory_kwargs: Mapping[str, Any] | None = None,
+    workspace_root: str | os.PathLike[str] | None = None,
+) -> Tool:
+    """Build the ``subagent`` tool for `branch`.
+
+    Args:
+        branch: the parent branch; its chat model (read at call time) runs the child.
+        factory: the tool factory registered on the child, called as
+            ``factory(branch=child, **factory_kwargs, tools=[...],
+            workspace_root=cwd[, hooks=...])`` (the coding toolkit).
+        factory_kwargs: further keyword arguments for `factory`; ``tools``
+            and ``workspace_root`` are always overridden, ``hooks`` is
+            extended for ``safe``.
+        workspace_root: the directory ``cwd`` must stay inside; the current
+            directory when None. Resolved once, now.
+
+    Returns:
+        The ``subagent`` Tool, bound to `branch`.
+
+    Raises:
+        TypeError: `factory` is not callable or `factory_kwargs` is not a mapping.
+        ValueError: the workspace root is not a directory.
+    """
+    if not callable(factory):
+        raise TypeError(f"factory must be callable, got {factory!r}")
+    if factory_kwargs is not None and not isinstance(factory_kwargs, Mapping):
+        raise TypeError(f"factory_kwargs must be a mapping or None, got {factory_kwargs!r}")
+    workspace = Workspace.at(workspace_root)
+    return Tool(
+        name="subagent",
+        description=_DESCRIPTION,
+        request_model=SubagentRequest,
+        handler=_Subagent(branch, factory, dict(factory_kwargs or {}), workspace),
+        bound_to=branch.id,
+    )
