@@ -1,0 +1,103 @@
+"""Target 5: `Branch.clone()` with the full coding toolkit registered.
+
+Builds branches of 1,000, 10,000 and 100,000 messages, each with the coding
+toolkit registered (every tool whose module exists), and times `clone()`.
+The baseline is what a clone cannot avoid: ``list(branch.messages)`` plus
+calling the factories once more (a new `Branch` and `coding_toolkit`).
+Targets: clone costs at most 3x that baseline at every size, and grows
+linearly: from the middle size to the largest (10x more messages) its time
+grows at most 1.5x as much as the baseline's does. Comparing growth with the
+baseline's cancels the machine's cache effects (copying 100,000 references
+costs more per reference than copying 10,000); a clone that was quadratic
+anywhere would grow about 10x more than the baseline.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from typing import Any
+
+from _common import Row, Size, best_of, check_row, info_row, ratio_row, sizes
+
+from lionfactory import Branch, Message
+from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
+
+BENCH = "clone"
+
+SIZES: dict[Size, dict[str, Any]] = {
+    "tiny": {"messages": (100, 1_000, 3_000), "repeat": 2},
+    "full": {"messages": (1_000, 10_000, 100_000), "repeat": 7},
+}
+
+
+def toolkit_names() -> tuple[str, ...]:
+    """Every coding tool whose module exists (sandbox and subagent may be missing)."""
+    optional = {"sandbox": "lionfactory.coding.sandbox", "subagent": "lionfactory.coding.subagent"}
+    missing = {n for n, module in optional.items() if importlib.util.find_spec(module) is None}
+    return tuple(n for n in ALL_CODING_TOOLS if n not in missing) or DEFAULT_CODING_TOOLS
+
+
+def make_branch(messages: int, root: str, names: tuple[str, ...]) -> Branch:
+    branch = Branch("You are a benchmark.")
+    branch.register(coding_toolkit, workspace_root=root, tools=names)
+    for i in range(messages - 1):  # the system message is the first
+        role = "user" if i % 2 == 0 else "assistant"
+        branch.messages.append(Message(role=role, content=f"message {i}"))
+    return branch
+
+
+def run(size: Size) -> list[Row]:
+    params = sizes(size, SIZES)
+    repeat = params["repeat"]
+    names = toolkit_names()
+    rows: list[Row] = []
+    growth: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="lf-bench-clone-") as root:
+
+        def factories() -> None:
+            coding_toolkit(Branch("You are a benchmark."), workspace_root=root, tools=names)
+
+        factory_time = best_of(factories, repeat)
+        rows.append(
+            info_row(BENCH, f"factory calls ({len(names)} tools)", factory_time * 1e3, "ms")
+        )
+        isolated = True
+        for count in params["messages"]:
+            branch = make_branch(count, root, names)
+            listing = best_of(lambda: list(branch.messages), repeat)  # noqa: B023 - called now
+            clone_time = best_of(branch.clone, repeat)
+            base = listing + factory_time
+            growth.append((clone_time, base))
+            rows.append(
+                ratio_row(BENCH, f"clone {count:,} messages", clone_time * 1e3, base * 1e3, "ms", 3)
+            )
+            rows.append(
+                info_row(
+                    BENCH,
+                    f"clone {count:,} messages: per message",
+                    clone_time / count * 1e6,
+                    "us",
+                    baseline=base / count * 1e6,
+                )
+            )
+            clone = branch.clone()
+            isolated = (
+                isolated
+                and len(clone.messages) == count
+                and all(tool.bound_to in (None, clone.id) for tool in clone.tools.values())
+            )
+    (_, _), (clone_mid, base_mid), (clone_top, base_top) = growth
+    middle, top = params["messages"][1:]
+    rows.append(
+        ratio_row(
+            BENCH,
+            f"growth {middle:,} -> {top:,} messages",
+            clone_top / clone_mid,
+            base_top / base_mid,
+            "x",
+            1.5,
+        )
+    )
+    rows.append(check_row(BENCH, "clones hold every message, own tools", isolated, "correct"))
+    return rows

@@ -1,0 +1,74 @@
+"""Target 3: starting processes through the ``bash`` tool.
+
+* N sequential ``bash`` calls of ``true`` against N ``subprocess.run(["true"])``
+  in this same process (target: at most 1.5x);
+* M concurrent ``sleep S`` calls through ``branch.act_many`` (target: the
+  wall time stays under 2 x S, i.e. the calls really run in parallel).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+import trio
+from _common import Row, Size, abest_of, best_of, budget_row, check_row, ratio_row, sizes
+
+from lionfactory import Branch
+from lionfactory.tools import bash_tool
+
+BENCH = "processes"
+
+SIZES: dict[Size, dict[str, Any]] = {
+    "tiny": {"calls": 10, "concurrent": 4, "sleep": 0.05, "repeat": 2},
+    "full": {"calls": 200, "concurrent": 32, "sleep": 0.5, "repeat": 3},
+}
+
+
+def run(size: Size) -> list[Row]:
+    params = sizes(size, SIZES)
+    n, m, pause, repeat = params["calls"], params["concurrent"], params["sleep"], params["repeat"]
+    with tempfile.TemporaryDirectory(prefix="lf-bench-processes-") as root:
+        bash = bash_tool(workspace_root=root)
+
+        def plain() -> None:
+            for _ in range(n):
+                subprocess.run(["true"], check=True, cwd=root)
+
+        async def through_tool() -> None:
+            for _ in range(n):
+                result = await bash(command="true")
+                if result["return_code"] != 0:
+                    raise RuntimeError(f"bash true failed: {result}")
+
+        async def concurrent() -> tuple[float, bool]:
+            branch = Branch("benchmark")
+            branch.register(bash_tool, workspace_root=root)
+            calls = [("bash", {"command": f"sleep {pause}"})] * m
+            start = time.perf_counter()
+            results = await branch.act_many(calls)
+            elapsed = time.perf_counter() - start
+            return elapsed, all(r.ok and r.result["return_code"] == 0 for r in results)  # type: ignore[index]
+
+        async def measure() -> tuple[float, float, bool]:
+            tool_time = await abest_of(through_tool, repeat)
+            wall, ok = await concurrent()
+            return tool_time, wall, ok
+
+        plain()  # warm up: the first exec pays for loading `true`
+        base = best_of(plain, repeat)
+        tool_time, wall, ok = trio.run(measure)
+    return [
+        ratio_row(BENCH, f"{n} sequential bash `true`", tool_time, base, "s", 1.5),
+        budget_row(
+            BENCH,
+            f"{m} concurrent `sleep {pause:g}` (act_many)",
+            wall,
+            2 * pause,
+            "s",
+            baseline=pause,
+        ),
+        check_row(BENCH, f"{m} concurrent sleeps all succeeded", ok, "all ok"),
+    ]

@@ -1,0 +1,133 @@
+"""Run lionfactory's benchmarks and print their figures against same-run baselines.
+
+Usage::
+
+    python benchmarks/run.py                      # every benchmark, full size
+    python benchmarks/run.py --only reader,calls  # some of them
+    python benchmarks/run.py --size tiny          # a quick run at tiny sizes
+    python benchmarks/run.py --json               # rows as JSON on stdout
+
+Every benchmark measures its baseline in the same run, on the same data, so
+the ratios hold on any machine. The script reports; it does not judge: it
+exits 0 whether or not the targets are met, unless ``--strict`` is given,
+when a missed target makes it exit 1. A benchmark that crashes is reported
+and makes the exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import Row, format_table  # found through the path set above
+
+BENCHMARKS: dict[str, str] = {
+    "reader": "bench_reader",
+    "calls": "bench_calls",
+    "processes": "bench_processes",
+    "search": "bench_search",
+    "clone": "bench_clone",
+    "import": "bench_import",
+    "documents": "bench_documents",
+    "editor": "bench_editor",
+}
+"""Benchmark names, in the order of the targets, and their modules."""
+
+
+def _names(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown benchmark(s) {unknown or value!r}; choose from {', '.join(BENCHMARKS)}"
+        )
+    return names
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only",
+        type=_names,
+        default=list(BENCHMARKS),
+        metavar="NAME[,NAME]",
+        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})",
+    )
+    parser.add_argument(
+        "--size",
+        choices=("tiny", "full"),
+        default="full",
+        help="tiny: seconds, for smoke tests; full: the sizes the targets speak of (default)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON only")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    return parser.parse_args(argv)
+
+
+def summary(rows: list[Row], failures: dict[str, str], seconds: dict[str, float], size: str) -> str:
+    """One line per benchmark: targets met and missed, and how long it took."""
+    lines = [
+        f"Summary: --size {size}, Python {platform.python_version()} on {platform.machine()}",
+        "| benchmark | targets met | missed | seconds |",
+        "|-----------|-------------|--------|---------|",
+    ]
+    for name, took in seconds.items():
+        own = [row for row in rows if row.bench == name]
+        met = sum(row.met is True for row in own)
+        missed = "crashed" if name in failures else str(sum(row.met is False for row in own))
+        lines.append(f"| {name} | {met} | {missed} | {took:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rows: list[Row] = []
+    failures: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    for name in args.only:
+        if not args.json:
+            print(f"running {name} ({args.size})...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        try:
+            found = importlib.import_module(BENCHMARKS[name]).run(args.size)
+        except Exception:
+            failures[name] = traceback.format_exc()
+            print(f"benchmark {name} failed:\n{failures[name]}", file=sys.stderr)
+            continue
+        finally:
+            seconds[name] = time.perf_counter() - start
+        rows.extend(found)
+        if not args.json:
+            print(format_table(found), end="\n\n", flush=True)
+    missed = [row for row in rows if row.met is False]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "size": args.size,
+                    "rows": [row.as_dict() for row in rows],
+                    "failures": failures,
+                    "seconds": seconds,
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(summary(rows, failures, seconds, args.size))
+        for row in missed:
+            print(f"  missed: {row.bench}: {row.name} (target {row.target})")
+    if failures:
+        return 2
+    return 1 if args.strict and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Importing lionfactory leaves its heavy optional dependencies unloaded.
+
+docling, httpx, mcp and the ruff/ast-grep wrappers load only when a tool
+first needs them; a plain ``import lionfactory`` (and the tools and coding
+packages) must not pay for them. This is a correctness check, not a timing
+one: the import *time* is reported by ``benchmarks/bench_import.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("docling", "docling_core", "httpx", "mcp", "ruff", "ast_grep_cli", "ast_grep_py")
+
+
+def test_import_loads_no_heavy_dependency() -> None:
+    code = (
+        "import lionfactory, lionfactory.tools, lionfactory.coding; import sys, json; "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(proc.stdout) == []
+
+
+def test_the_check_sees_a_heavy_module_when_one_is_imported() -> None:
+    # The same probe must be able to fail: importing httpx shows up in it.
+    code = (
+        "import lionfactory, httpx; import sys, json; "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "httpx" in json.loads(proc.stdout)
