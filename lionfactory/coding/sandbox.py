@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._tool import Tool
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
-from lionfactory.coding._git import Git, GitError, Runner
+from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
 
 __all__ = ["SandboxRequest", "SandboxResponse", "sandbox_tool"]
@@ -233,6 +233,7 @@ class _Sandbox:
                 [*add, session.base_commit],
                 cwd=session.repo,
                 what="create the sandbox worktree",
+                timeout=HOOK_TIMEOUT,  # checks out every file and runs post-checkout hooks
             )
             await anyio.to_thread.run_sync(
                 lambda: session.workspace.mkdir(parents=True, exist_ok=True)
@@ -309,6 +310,9 @@ class _Sandbox:
             commit=outcome.head,
             files=outcome.files,
             notice=notice,
+            branch=session.branch,
+            base_branch=session.base_branch,
+            base_commit=session.base_commit,
         )
 
     async def _discard(self, request: SandboxRequest) -> SandboxResponse:

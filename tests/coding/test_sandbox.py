@@ -268,6 +268,7 @@ async def test_merge_brings_the_changes_into_the_base_branch_and_ends_the_sandbo
 
     assert merged.success, merged.error
     assert not merged.active
+    assert merged.branch == response.branch and merged.base_branch == "main"
     assert merged.commit == committed.commit == git(repo, "rev-parse", "main")
     assert "fast-forward" in merged.content
     assert merged.files == ["feature.py"]
@@ -443,6 +444,31 @@ async def test_a_failed_discard_can_be_called_again(repo: Path, step: tuple[str,
     assert not worktree.exists()
     assert git(repo, "branch", "--list", "lionfactory/*") == ""
     assert recorder.calls == [worktree, None]
+
+
+async def test_a_merge_whose_cleanup_fails_is_finished_by_discard(repo: Path) -> None:
+    recorder = Recorder()
+    runner = failing_once(("worktree", "remove"))
+    tool = sandbox_tool(workspace_root=repo, on_switch=recorder, runner=runner)
+    response = await call(tool, "create")
+    (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
+    await call(tool, "commit", message="add feature")
+
+    merged = await call(tool, "merge")
+
+    assert merged.success and merged.active
+    assert merged.notice is not None and "action='discard'" in merged.notice
+    assert (repo / "feature.py").exists()
+    assert recorder.calls == [worktree_of(response), None]
+    again = await call(tool, "merge")
+    assert not again.success and again.error is not None and "already merged" in again.error
+
+    finished = await call(tool, "discard")
+
+    assert finished.success and not finished.active
+    assert not worktree_of(response).exists()
+    assert git(repo, "branch", "--list", "lionfactory/*") == ""
+    assert (repo / "feature.py").exists()
 
 
 # -- refusals -----------------------------------------------------------------

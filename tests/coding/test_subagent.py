@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +363,6 @@ async def test_the_tool_is_bound_and_rebuilt_for_a_clone(
 def test_factory_misuse_fails_at_once(
     toolkit: FakeToolkit, workspace: Path, kwargs: dict[str, Any], match: str
 ) -> None:
-    options: dict[str, Callable[..., Any] | Any] = {"factory": toolkit, **kwargs}
+    options: dict[str, Any] = {"factory": toolkit, **kwargs}
     with pytest.raises(TypeError, match=match):
         subagent_tool(Branch(), workspace_root=workspace, **options)
