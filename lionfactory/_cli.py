@@ -66,11 +66,11 @@ def builtin_tool(name: str, workspace: Path | None) -> Tool:
     Raises:
         KeyError: `name` is not one of `BUILTIN_TOOLS`.
     """
-    factory = _factories()[name]
+    factory = builtin_factories()[name]
     return factory(workspace_root=workspace)
 
 
-def _factories() -> dict[str, Callable[..., Tool]]:
+def builtin_factories() -> dict[str, Callable[..., Tool]]:
     # Imported here: `lionfactory --help` should not pay for every tool module.
     from lionfactory.tools.ast_search import ast_search_tool
     from lionfactory.tools.bash import bash_tool

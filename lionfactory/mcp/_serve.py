@@ -1,0 +1,398 @@
+"""Serve tools over MCP with one `Branch` per client session.
+
+The factories are called per session, so everything a factory keeps per
+branch (the coding toolkit's read-before-edit evidence, its sandbox slot, its
+nudge counters) belongs to one client and never leaks to another. Every call
+goes through `Branch.act`, so the evidence lands on that session's tool
+messages, where the toolkit's guard looks for it.
+
+What a "session" is depends on the transport:
+
+* **stdio** (and an in-process client): the stream is one client, so one
+  branch serves the whole connection, whichever protocol era it speaks. The
+  registry lives in the low-level server's lifespan, which ``Server.run``
+  enters once per connection.
+* **Streamable HTTP**: several clients share one process. A session is the
+  ``Mcp-Session-Id`` of the 2025 handshake era; its branch is made on the
+  session's first tool call and dropped after `session_idle_timeout` without
+  calls (the SDK's session manager forgets the id after the same idle time).
+  The 2026-07-28 protocol has no sessions at all, so over HTTP the server
+  answers ``server/discover`` with the handshake versions only (clients in
+  ``auto`` mode then fall back to the handshake, as they do for go-sdk's
+  stateful servers) and refuses a sessionless tool call with an error that
+  says how to connect.
+
+Results: a tool's response is sent as its JSON text plus
+``structuredContent``; ``isError`` is set when the response reports a typed
+failure (`lionfactory._cli.call_failed`). Invalid arguments (`ToolInputError`),
+a denial and an unexpected exception also come back as ``isError`` results
+whose text is what `Branch.act` shows a model, with ``error_type`` (and the
+validation ``errors``) in ``structuredContent``: the MCP specification asks
+servers to report input validation errors as tool execution errors so that
+the model can correct its call, and the SDK's own ``MCPServer`` does the
+same. An unknown tool name is a protocol error (``INVALID_PARAMS``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import attrs
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+from lionfactory import ActionResult, Branch
+from lionfactory._cli import BUILTIN_TOOLS, call_failed
+
+__all__ = ["SessionBranches", "cli_factories", "create_mcp_server", "serve_mcp"]
+
+Factory = Callable[..., Any]
+Source = Branch | Factory | Sequence[Factory | tuple[Factory, Mapping[str, Any]]]
+"""What `serve_mcp` serves: a template Branch, a factory, or factories with keyword arguments."""
+
+SESSION_HEADER = "mcp-session-id"
+DEFAULT_IDLE_TIMEOUT = 30 * 60.0
+"""Seconds without calls after which an HTTP session's branch is dropped (the SDK's default)."""
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _as_branch_maker(source: Source) -> Callable[[], Branch]:
+    """Normalise what the caller serves into "make a fresh branch for one session"."""
+    if isinstance(source, Branch):
+        template = source
+        # clone() calls every factory again: per-branch state is rebuilt, and
+        # a static tool bound to the template raises CloneError at startup.
+        return template.clone
+    entries: list[tuple[Factory, Mapping[str, Any]]] = []
+    items = [source] if callable(source) else source
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(
+            f"serve a Branch, a factory, or a list of factories / (factory, kwargs) pairs, "
+            f"got {source!r:.200}"
+        )
+    for item in items:
+        if callable(item):
+            entries.append((item, {}))
+        elif (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and callable(item[0])
+            and isinstance(item[1], Mapping)
+        ):
+            entries.append((item[0], item[1]))
+        else:
+            raise TypeError(f"each entry must be a factory or (factory, kwargs), got {item!r:.200}")
+    if not entries:
+        raise ValueError("nothing to serve: the list of factories is empty")
+
+    def make() -> Branch:
+        branch = Branch(name="mcp-session")
+        for factory, kwargs in entries:
+            branch.register(factory, **kwargs)
+        return branch
+
+    return make
+
+
+@attrs.define(eq=False)
+class _Session:
+    branch: Branch
+    last_used: float
+    active: int = 0
+
+
+@attrs.define(eq=False)
+class SessionBranches:
+    """The branches of the sessions one server is serving, by session key.
+
+    Args:
+        new_branch: makes the branch of a new session.
+        idle_timeout: seconds without calls after which a session's branch
+            is dropped, or None to keep branches for the registry's life.
+        clock: a monotonic clock (injectable for tests).
+    """
+
+    new_branch: Callable[[], Branch]
+    idle_timeout: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sessions
+
+    @contextmanager
+    def use(self, key: str) -> Iterator[Branch]:
+        """The branch of session `key` (made on first use) for the duration of one call."""
+        now = self.clock()
+        self._evict_idle(now)
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = _Session(branch=self.new_branch(), last_used=now)
+        session.active += 1
+        try:
+            yield session.branch
+        finally:
+            session.active -= 1
+            session.last_used = self.clock()
+
+    def _evict_idle(self, now: float) -> None:
+        if self.idle_timeout is None:
+            return
+        for key, session in list(self._sessions.items()):
+            if session.active == 0 and now - session.last_used > self.idle_timeout:
+                del self._sessions[key]
+
+
+def _session_key(ctx: Any) -> str | None:
+    """The session key: the HTTP session id, "" on a stream transport, None if sessionless."""
+    request = ctx.request
+    if request is None:
+        return ""
+    headers = getattr(request, "headers", None)
+    value = headers.get(SESSION_HEADER) if headers is not None else None
+    return value or None
+
+
+def _to_call_result(action: ActionResult) -> types.CallToolResult:
+    if action.result is not None:
+        result = action.result
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(result, ensure_ascii=False, default=str))],
+            structured_content=result,
+            is_error=call_failed(result),
+        )
+    # The tool message holds what Branch.act shows a model: error, error_type,
+    # and for invalid input the validation errors.
+    payload = json.loads(action.message.content or "{}")
+    return types.CallToolResult(
+        content=[types.TextContent(text=action.error or "the call failed")],
+        structured_content=payload,
+        is_error=True,
+    )
+
+
+def create_mcp_server(
+    source: Source,
+    *,
+    name: str = "lionfactory",
+    instructions: str | None = None,
+    session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+) -> Server[SessionBranches]:
+    """Build a low-level MCP server that gives each client session its own Branch.
+
+    One branch is made at once, to list the tools and to fail early on a
+    broken factory; it is not used for calls. Run the server with
+    `serve_mcp`, or yourself: ``await server.run(read, write,
+    server.create_initialization_options())`` on a stream pair, or
+    ``server.streamable_http_app()`` under an ASGI server.
+
+    Args:
+        source: a template `Branch` (each session gets ``template.clone()``),
+            a factory, or a list of factories and ``(factory, kwargs)`` pairs
+            (each session gets a new Branch with them registered).
+        name: the server name clients see.
+        instructions: text the server gives clients at connection.
+        session_idle_timeout: seconds without calls after which an HTTP
+            session's branch is dropped; None keeps them until shutdown.
+
+    Raises:
+        TypeError: `source` is none of the above.
+        Exception: whatever a factory raises for its arguments (for example
+            `ValueError` for an unknown coding tool name), at once.
+    """
+    new_branch = _as_branch_maker(source)
+    probe = new_branch()
+    listing = [types.Tool.model_validate(t.schema("mcp")) for t in probe.tools.values()]
+    names = frozenset(probe.tools)
+
+    @asynccontextmanager
+    async def lifespan(_server: Server[SessionBranches]) -> AsyncIterator[SessionBranches]:
+        yield SessionBranches(new_branch, idle_timeout=session_idle_timeout)
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listing)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in names:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"Unknown tool {params.name!r}. Call one of: {', '.join(sorted(names))}.",
+            )
+        key = _session_key(ctx)
+        if key is None:
+            raise MCPError(
+                INVALID_REQUEST,
+                "This server keeps per-session state (read-before-edit evidence) and this "
+                "request has no session. Connect with the initialize handshake (the 2025-11-25 "
+                "protocol; the SDK's Client does so in mode='auto' or 'legacy'), or over stdio.",
+            )
+        sessions: SessionBranches = ctx.lifespan_context
+        with sessions.use(key) as branch:
+            action = await branch.act(params.name, params.arguments or {})
+        return _to_call_result(action)
+
+    server: Server[SessionBranches] = Server(
+        name,
+        version=_version(),
+        instructions=instructions,
+        lifespan=lifespan,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+    async def discover(ctx: Any, params: Any) -> types.DiscoverResult:
+        # Over HTTP only the handshake era has sessions; advertise just that
+        # era so auto-mode clients fall back to it (see the module docstring).
+        stream = ctx.request is None
+        versions = MODERN_PROTOCOL_VERSIONS if stream else HANDSHAKE_PROTOCOL_VERSIONS
+        return types.DiscoverResult(
+            supported_versions=list(versions),
+            capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
+            instructions=server.instructions,
+        )
+
+    server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server
+
+
+def _version() -> str:
+    from lionfactory import __version__
+
+    return __version__
+
+
+def serve_mcp(
+    source: Source,
+    *,
+    transport: Literal["stdio", "http"] = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    name: str = "lionfactory",
+    instructions: str | None = None,
+    session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    on_ready: Callable[[str], object] | None = None,
+) -> None:
+    """Serve tools over MCP until the client disconnects (stdio) or the process is stopped.
+
+    Each client session gets its own Branch built from `source` (see
+    `create_mcp_server`). stdio runs on trio; HTTP runs uvicorn, which needs
+    asyncio, so that transport runs on anyio's asyncio backend.
+
+    Args:
+        source: a template Branch, a factory, or factories with kwargs.
+        transport: ``"stdio"`` or ``"http"`` (Streamable HTTP at ``/mcp``).
+        host: a loopback address: the tools run commands and edit files and
+            the server has no authentication, so nothing else is accepted.
+        port: the HTTP port; 0 picks a free one (`on_ready` gets the URL).
+        name: the server name clients see.
+        instructions: text the server gives clients at connection.
+        session_idle_timeout: see `create_mcp_server`.
+        on_ready: called with ``"stdio"`` or the server's URL once it accepts
+            connections.
+
+    Raises:
+        ValueError: an unknown transport, a non-loopback host, a bad port.
+    """
+    if transport not in ("stdio", "http"):
+        raise ValueError(f"transport must be 'stdio' or 'http', got {transport!r}")
+    if host not in _LOOPBACK:
+        raise ValueError(
+            f"host must be a loopback address ({', '.join(_LOOPBACK)}): the tools run commands "
+            f"and edit files and the server has no authentication; got {host!r}"
+        )
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an integer in 0-65535, got {port!r}")
+    server = create_mcp_server(
+        source, name=name, instructions=instructions, session_idle_timeout=session_idle_timeout
+    )
+    if transport == "stdio":
+        anyio.run(_serve_stdio, server, on_ready, backend="trio")
+    else:
+        anyio.run(
+            _serve_http, server, host, port, session_idle_timeout, on_ready, backend="asyncio"
+        )
+
+
+async def _serve_stdio(
+    server: Server[SessionBranches], on_ready: Callable[[str], object] | None
+) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        if on_ready is not None:
+            on_ready("stdio")
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def _serve_http(
+    server: Server[SessionBranches],
+    host: str,
+    port: int,
+    session_idle_timeout: float | None,
+    on_ready: Callable[[str], object] | None,
+) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host=host, session_idle_timeout=session_idle_timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # Bind and listen before announcing the URL: connections made after
+    # on_ready wait in the backlog until uvicorn accepts them, so a caller
+    # may connect as soon as it reads the URL (and port 0 works).
+    sock = socket.create_server((host, port), family=family)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{bound}/mcp")
+    with sock:
+        await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def cli_factories(
+    toolkit: Literal["coding", "standalone"],
+    names: Sequence[str] | None,
+    workspace: Path | None,
+) -> list[tuple[Factory, dict[str, Any]]]:
+    """The factories ``lionfactory mcp serve`` serves.
+
+    ``coding`` serves `coding_toolkit` (default tools: its defaults without
+    ``context``: the MCP client owns the conversation, and the session's
+    branch holds only the tool calls); ``standalone`` serves the plain
+    built-ins, without the read-before-edit guard.
+
+    Raises:
+        ValueError: an unknown tool name (the message lists the valid ones).
+    """
+    root = (workspace or Path.cwd()).resolve()
+    if toolkit == "coding":
+        from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
+
+        chosen = [n for n in DEFAULT_CODING_TOOLS if n != "context"] if names is None else names
+        unknown = [n for n in chosen if n not in ALL_CODING_TOOLS]
+        if unknown:
+            raise ValueError(
+                f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
+            )
+        return [(coding_toolkit, {"workspace_root": root, "tools": list(chosen)})]
+    from lionfactory._cli import builtin_factories
+
+    chosen = list(BUILTIN_TOOLS) if names is None else list(names)
+    unknown = [n for n in chosen if n not in BUILTIN_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool(s) {unknown}; valid names: {', '.join(BUILTIN_TOOLS)}")
+    factories = builtin_factories()
+    return [(factories[n], {"workspace_root": root}) for n in chosen]

@@ -1,0 +1,73 @@
+"""A git workspace and ``lionfactory mcp serve`` started as a real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import StdioServerParameters
+
+NOTES = "alpha\nbeta\n"
+
+
+@pytest.fixture
+def git_workspace(tmp_path: Path) -> Path:
+    """A git repository with one committed file, ``notes.txt``."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "notes.txt").write_text(NOTES, encoding="utf-8")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
+    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    for argv in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "init"]):
+        subprocess.run(argv, cwd=root, check=True, env={**env, "PATH": "/usr/bin:/bin"})
+    return root
+
+
+def serve_command(workspace: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "lionfactory",
+        "mcp",
+        "serve",
+        "--workspace",
+        str(workspace),
+        *extra,
+    ]
+
+
+@pytest.fixture
+def stdio_server(git_workspace: Path) -> Callable[..., StdioServerParameters]:
+    """``stdio_server(*options)``: how to start ``lionfactory mcp serve`` on the workspace."""
+
+    def parameters(*extra: str) -> StdioServerParameters:
+        command = serve_command(git_workspace, *extra)
+        return StdioServerParameters(command=command[0], args=command[1:])
+
+    return parameters
+
+
+@pytest.fixture
+async def http_url(git_workspace: Path) -> AsyncIterator[str]:
+    """Run ``lionfactory mcp serve --transport http --port 0`` and yield its URL."""
+    command = serve_command(git_workspace, "--transport", "http", "--port", "0")
+    async with await anyio.open_process(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    ) as process:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(20):
+            while b"\n" not in seen:
+                seen += await process.stderr.receive()
+        line = seen.decode().splitlines()[0]
+        assert "serving MCP at http://127.0.0.1:" in line, line
+        try:
+            yield line.rsplit(" ", 1)[1]
+        finally:
+            process.terminate()
+            with anyio.fail_after(10):
+                await process.wait()
