@@ -35,3 +35,18 @@ def test_quickstart_shows_the_clone_acting_on_itself(tmp_path: Path) -> None:
     )
     assert "source todos: ['TODO: summarise notes.txt']" in proc.stdout
     assert "clone todos: ['TODO: summarise notes.txt', 'TODO: only on the clone']" in proc.stdout
+
+
+def test_coding_session_fixes_the_bug_inside_a_sandbox(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "coding_session.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "editor: refused: Refused: 'stats.py' has not been read" in proc.stdout
+    assert "bash: exit 0: ['1 passed" in proc.stdout
+    assert "main now has: return sum(values) / len(values)" in proc.stdout
+    assert "log: ['Fix mean(): divide by len(values)', 'Add mean() with a bug']" in proc.stdout

@@ -345,3 +345,61 @@ async def test_pre_hook_denial_raised_directly(workspace):
     with pytest.raises(ToolDenied):
         await tools["bash"](command="sudo ls")
     assert (await tools["reader"](action="list_dir", path="."))["success"] is True
+
+
+# -- sandbox wiring: the file tools follow the active worktree
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
+
+
+async def test_toolkit_tools_work_inside_an_active_sandbox_and_come_home(workspace):
+    _git(workspace, "init", "-q", "-b", "main")
+    _git(workspace, "config", "user.name", "T")
+    _git(workspace, "config", "user.email", "t@example.invalid")
+    (workspace / "a.py").write_text("x = 1\n")
+    _git(workspace, "add", "-A")
+    _git(workspace, "commit", "-q", "-m", "init")
+    branch = kit_branch(workspace, tools=["reader", "editor", "bash", "sandbox"])
+    created = _ok(await branch.act("sandbox", {"action": "create"}))
+    assert created["success"] is True, created
+    worktree = Path(created["worktree"])
+    await branch.act("reader", {"action": "read", "path": "a.py"})
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert _ok(await branch.act("editor", edit))["success"] is True
+    assert (worktree / "a.py").read_text() == "x = 2\n"
+    assert (workspace / "a.py").read_text() == "x = 1\n"
+    pwd = _ok(await branch.act("bash", {"command": "pwd"}))
+    assert Path(pwd["stdout"].strip()).resolve() == worktree.resolve()
+    await branch.act("sandbox", {"action": "commit", "message": "x is 2"})
+    merged = _ok(await branch.act("sandbox", {"action": "merge"}))
+    assert merged["success"] is True, merged
+    assert (workspace / "a.py").read_text() == "x = 2\n"
+    home = _ok(await branch.act("bash", {"command": "pwd"}))
+    assert Path(home["stdout"].strip()).resolve() == workspace.resolve()
+    # Evidence from the worktree does not carry over to the workspace copy.
+    edit2 = {"action": "edit", "file_path": "a.py", "old_string": "x = 2", "new_string": "x = 3"}
+    assert _ok(await branch.act("editor", edit2))["success"] is False
+
+
+async def test_each_clone_gets_its_own_sandbox_slot(workspace):
+    _git(workspace, "init", "-q", "-b", "main")
+    _git(workspace, "config", "user.name", "T")
+    _git(workspace, "config", "user.email", "t@example.invalid")
+    (workspace / "a.py").write_text("x = 1\n")
+    _git(workspace, "add", "-A")
+    _git(workspace, "commit", "-q", "-m", "init")
+    branch = kit_branch(workspace, tools=["reader", "sandbox"])
+    assert _ok(await branch.act("sandbox", {"action": "create"}))["success"] is True
+    clone = branch.clone()
+    assert_no_foreign_bindings(clone)
+    # The clone has no sandbox: its reader works in the workspace, and it may create its own.
+    second = _ok(await clone.act("sandbox", {"action": "create"}))
+    assert second["success"] is True, second
+    for b in (branch, clone):
+        assert _ok(await b.act("sandbox", {"action": "discard"}))["success"] is True
