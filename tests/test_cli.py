@@ -231,3 +231,17 @@ def test_call_failed_follows_the_typed_failure_rule(
     result: dict[str, object], failed: bool
 ) -> None:
     assert call_failed(result) is failed
+
+
+def test_the_package_and_the_cli_do_not_import_the_mcp_sdk() -> None:
+    code = (
+        "import sys, lionfactory, lionfactory.tools, lionfactory.coding, lionfactory._cli\n"
+        "from lionfactory.__main__ import main\n"
+        "assert main(['tools']) == 0\n"
+        "leaked = sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.'))\n"
+        "assert not leaked, leaked\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr

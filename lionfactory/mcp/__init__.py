@@ -5,6 +5,8 @@ Needs the ``mcp`` extra (the official MCP Python SDK): ``pip install 'lionfactor
 * `serve_mcp` serves a template Branch or factories over stdio or Streamable
   HTTP, one Branch per client session (`create_mcp_server` builds the
   low-level server for your own transport).
+* `McpServer` is a live connection to an MCP server; `mcp_tools` turns its
+  tools into lionfactory Tools (`McpToolResponse` is their response).
 """
 
 try:
@@ -14,10 +16,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "lionfactory.mcp needs the MCP Python SDK: pip install 'lionfactory[mcp]'"
     ) from exc
 
+from lionfactory.mcp._client import McpServer, McpToolResponse, mcp_tools, qualified_name
 from lionfactory.mcp._serve import SessionBranches, create_mcp_server, serve_mcp
 
 __all__ = [
+    "McpServer",
+    "McpToolResponse",
     "SessionBranches",
     "create_mcp_server",
+    "mcp_tools",
+    "qualified_name",
     "serve_mcp",
 ]

@@ -1,0 +1,372 @@
+"""Use an MCP server's tools as lionfactory Tools.
+
+`McpServer` is a live connection: it owns an MCP client session (inside the
+SDK's ``Client``, which runs its own task group) and caches the server's tool
+list when it connects. Its lifetime is the caller's, and it is structured:
+open it with ``async with`` in the task that uses it, and every Tool made
+from it stops working (with a typed failure, not a crash) when the block
+exits::
+
+    async with McpServer.stdio(["lionfactory", "mcp", "serve"]) as server:
+        branch.register(mcp_tools, server=server)
+        clone = branch.clone()      # calls mcp_tools(server=server) again
+        ...
+
+`mcp_tools` is a plain sync factory (``Branch.register`` is sync), so it
+reads the cached list rather than asking the server. Because the server is
+a keyword argument, a clone shares the connection, and with it whatever the
+*remote* server keeps per session: two branches that must not share remote
+state (the lionfactory server's read-before-edit evidence, say) need two
+`McpServer` connections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import anyio
+import attrs
+from mcp import Client, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._tool import Tool
+from lionfactory.errors import ToolInputError
+from lionfactory.mcp._schema import RemoteRequest, request_model
+
+__all__ = ["McpServer", "McpToolResponse", "mcp_tools", "qualified_name"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_MAX_NAME = 64
+_MAX_PAGES = 100
+
+
+class McpToolResponse(BaseModel):
+    """What a tool of an MCP server returned."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(description="False when the server reported the call as failed.")
+    content: str = Field(
+        description=(
+            "The text the tool returned (non-text parts are described in brackets); empty "
+            "when the text only repeats structured_content."
+        )
+    )
+    structured_content: Any = Field(
+        default=None, description="The tool's structured result, when it sent one."
+    )
+    error: str | None = Field(
+        default=None, description="Why the call failed, when it did; read it before retrying."
+    )
+
+
+def _clean(part: str) -> str:
+    return _UNSAFE.sub("_", part).strip("_") or "x"
+
+
+def qualified_name(server: str, tool: str, *, prefix: str | None = None) -> str:
+    """``mcp__<server>__<tool>`` (or ``<prefix><tool>``), at most 64 chars of ``[A-Za-z0-9_-]``.
+
+    Other characters become ``_``. A name that would be longer keeps its start
+    and ends with a short hash of the full name, so distinct tools stay distinct.
+    """
+    head = f"mcp__{_clean(server)}__" if prefix is None else _UNSAFE.sub("_", prefix)
+    name = head + _clean(tool)
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(f"{head}\0{tool}".encode()).hexdigest()[:8]
+    return f"{name[: _MAX_NAME - 9]}_{digest}"
+
+
+def _default_name(target: str | StdioServerParameters) -> str:
+    if isinstance(target, StdioServerParameters):
+        return Path(target.command).name
+    return urlsplit(target).hostname or "server"
+
+
+@attrs.define(eq=False)
+class McpServer:
+    """A connection to one MCP server, with its tool list cached at connect time.
+
+    Build it with `McpServer.stdio` or `McpServer.http`, then ``async with``
+    it. Not re-entrant; one connection per ``async with``.
+
+    Attributes:
+        name: the name used in qualified tool names; by default the name the
+            server reports, else the command's or host's name.
+        mode: the SDK's protocol negotiation (``"auto"`` by default).
+        errlog: where a stdio server's stderr goes.
+        timeout: seconds to wait for each answer, or None.
+    """
+
+    _target: str | StdioServerParameters = attrs.field(alias="target")
+    name: str | None = None
+    mode: str = "auto"
+    errlog: TextIO | None = None
+    timeout: float | None = None
+    _client: Client | None = attrs.field(default=None, init=False)
+    _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
+    _tools: tuple[types.Tool, ...] | None = attrs.field(default=None, init=False)
+
+    @classmethod
+    def stdio(
+        cls,
+        command: Sequence[str],
+        *,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        errlog: TextIO | None = None,
+        timeout: float | None = None,
+    ) -> McpServer:
+        """A server started as a subprocess, spoken to over its stdin and stdout.
+
+        Args:
+            command: the program and its arguments.
+            name: see the class attributes.
+            env: variables added to the SDK's safe default environment.
+            cwd: the working directory of the server process.
+            errlog: where the server's stderr goes (default: ``sys.stderr``).
+            timeout: seconds to wait for each answer (default: no limit); a
+                call that times out returns a typed failure.
+
+        Raises:
+            ValueError: `command` is empty or a string.
+        """
+        if isinstance(command, str) or not command:
+            raise ValueError(f"command must be a non-empty list of words, got {command!r}")
+        parameters = StdioServerParameters(
+            command=command[0],
+            args=list(command[1:]),
+            env=None if env is None else dict(env),
+            cwd=cwd,
+        )
+        return cls(target=parameters, name=name, errlog=errlog, timeout=timeout)
+
+    @classmethod
+    def http(
+        cls, url: str, *, name: str | None = None, mode: str = "auto", timeout: float | None = None
+    ) -> McpServer:
+        """A server reached over Streamable HTTP at `url` (``http(s)://host:port/mcp``).
+
+        Args:
+            url: the endpoint.
+            name: see the class attributes.
+            mode: the SDK's protocol negotiation: ``"auto"``, ``"legacy"``
+                (the 2025 handshake) or a modern version such as ``"2026-07-28"``.
+            timeout: seconds to wait for each answer (default: no limit).
+
+        Raises:
+            ValueError: `url` is not an http(s) URL.
+        """
+        if urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
+        return cls(target=url, name=name, mode=mode, timeout=timeout)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the ``async with`` block is open."""
+        return self._client is not None
+
+    @property
+    def tools(self) -> tuple[types.Tool, ...]:
+        """The server's tools, as listed when the connection opened.
+
+        Raises:
+            RuntimeError: the server was never connected.
+        """
+        if self._tools is None:
+            raise RuntimeError(
+                "McpServer has not listed its tools yet; open it first: "
+                "`async with McpServer.stdio([...]) as server: ...`"
+            )
+        return self._tools
+
+    async def __aenter__(self) -> McpServer:
+        if self._stack is not None:
+            raise RuntimeError("this McpServer is already open; make a new one per connection")
+        async with AsyncExitStack() as stack:
+            client = Client(
+                self._transport(),
+                mode=self.mode,
+                read_timeout_seconds=self.timeout,
+            )
+            await stack.enter_async_context(client)
+            tools: list[types.Tool] = []
+            cursor: str | None = None
+            for _ in range(_MAX_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            if self.name is None:
+                info = client.server_info
+                self.name = info.name if info is not None and info.name else None
+            self.name = self.name or _default_name(self._target)
+            self._tools = tuple(tools)
+            self._client = client
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    def _transport(self) -> Any:
+        if isinstance(self._target, StdioServerParameters):
+            return stdio_client(self._target, errlog=self.errlog or sys.stderr)
+        return self._target
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """Call the server's tool `name` (its own name, not the qualified one).
+
+        Raises:
+            RuntimeError: the connection is not open.
+            MCPError: the server answered with a protocol error.
+        """
+        client = self._client
+        if client is None:
+            raise RuntimeError(f"the connection to MCP server {self.name!r} is closed")
+        return await client.call_tool(name, dict(arguments))
+
+
+def _text(result: types.CallToolResult) -> str:
+    parts = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        elif isinstance(block, (types.ImageContent, types.AudioContent)):
+            parts.append(f"[{block.type}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
+        else:
+            parts.append(f"[{block.type}]")
+    return "\n".join(parts)
+
+
+def _repeats(text: str, structured: Any) -> bool:
+    """Whether `text` is only the JSON form of `structured` (the spec asks servers to send both)."""
+    if structured is None:
+        return False
+    try:
+        return bool(json.loads(text) == structured)
+    except ValueError:
+        return False
+
+
+def _response(result: types.CallToolResult) -> McpToolResponse:
+    text = _text(result)
+    structured = result.structured_content
+    if _repeats(text, structured):
+        text = ""
+    if not result.is_error:
+        return McpToolResponse(success=True, content=text, structured_content=structured)
+    error = text
+    if not error and isinstance(structured, Mapping) and isinstance(structured.get("error"), str):
+        error = structured["error"]
+    return McpToolResponse(
+        success=False,
+        content="",
+        structured_content=structured,
+        error=error or "The tool reported a failure; see structured_content.",
+    )
+
+
+@attrs.frozen
+class _RemoteCall:
+    """The handler of one remote tool: send the arguments, translate the answer."""
+
+    server: McpServer
+    remote_name: str
+    local_name: str
+
+    def _unreachable(self, why: str) -> McpToolResponse:
+        return McpToolResponse(
+            success=False,
+            content="",
+            error=f"The MCP server {self.server.name!r} cannot be reached ({why}). "
+            f"Do not retry this tool; continue without it.",
+        )
+
+    async def __call__(self, request: RemoteRequest) -> McpToolResponse:
+        if not self.server.connected:
+            return self._unreachable("its connection is closed")
+        try:
+            result = await self.server.call_tool(self.remote_name, request.arguments())
+        except MCPError as exc:
+            if exc.code == INVALID_PARAMS:
+                raise ToolInputError(self.local_name, exc.message) from exc
+            return McpToolResponse(
+                success=False,
+                content="",
+                error=f"The MCP server {self.server.name!r} answered with error {exc.code}: "
+                f"{exc.message}",
+            )
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            return self._unreachable(type(exc).__name__)
+        return _response(result)
+
+
+def mcp_tools(
+    server: McpServer,
+    *,
+    include: Iterable[str] | None = None,
+    prefix: str | None = None,
+) -> list[Tool]:
+    """Tools that call an MCP server's tools, built from its cached tool list.
+
+    Register it like any factory: ``branch.register(mcp_tools, server=server)``;
+    clones call it again with the same (shared) connection.
+
+    Args:
+        server: an open `McpServer`.
+        include: the server's tool names to keep (default: all of them).
+        prefix: replaces ``mcp__<server>__`` in front of each tool's name.
+
+    Returns:
+        One Tool per remote tool, named by `qualified_name`, whose request
+        model is built from the server's input schema and whose response is
+        an `McpToolResponse`. Tools are not bound to a branch.
+
+    Raises:
+        TypeError: `server` is not an `McpServer`.
+        RuntimeError: the server has not been opened.
+        ValueError: `include` names a tool the server does not have.
+    """
+    if not isinstance(server, McpServer):
+        raise TypeError(f"server must be an McpServer, got {server!r:.200}")
+    listed = {tool.name: tool for tool in server.tools}
+    if isinstance(include, str):
+        raise TypeError(f"include must be a list of tool names, got the string {include!r}")
+    wanted = list(listed) if include is None else list(include)
+    unknown = [name for name in wanted if name not in listed]
+    if unknown:
+        raise ValueError(
+            f"MCP server {server.name!r} has no tool(s) {unknown}; it has: {', '.join(listed)}"
+        )
+    server_name = server.name or "server"
+    tools = []
+    for remote in wanted:
+        spec = listed[remote]
+        local = qualified_name(server_name, remote, prefix=prefix)
+        description = spec.description or f"The {remote!r} tool of MCP server {server_name!r}."
+        tools.append(
+            Tool(
+                name=local,
+                description=description,
+                request_model=request_model(f"{_clean(local)}_request", spec.input_schema),
+                handler=_RemoteCall(server=server, remote_name=remote, local_name=local),
+            )
+        )
+    return tools

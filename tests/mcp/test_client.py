@@ -1,0 +1,178 @@
+"""`McpServer` and `mcp_tools`: an MCP server's tools as lionfactory Tools."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from mcp import StdioServerParameters
+
+from lionfactory import Branch
+from lionfactory.errors import ToolInputError
+from lionfactory.mcp import McpServer, McpToolResponse, mcp_tools, qualified_name
+from lionfactory.mcp._client import _response
+from lionfactory.testing import assert_no_foreign_bindings
+
+READ = {"action": "read", "path": "notes.txt"}
+EDIT = {"action": "edit", "file_path": "notes.txt", "old_string": "beta", "new_string": "BETA"}
+HTTPX2_GENERATORS = pytest.mark.filterwarnings(
+    r"ignore:Async generator 'http(x|core)2\.:ResourceWarning"  # see test_serve.py
+)
+
+StdioServer = Callable[..., StdioServerParameters]
+
+
+def connect(stdio_server: StdioServer, *extra: str) -> McpServer:
+    params = stdio_server(*extra)
+    return McpServer.stdio([params.command, *params.args])
+
+
+async def test_mcp_tools_returns_qualified_working_tools(stdio_server: StdioServer) -> None:
+    async with connect(stdio_server) as server:
+        tools = mcp_tools(server)
+        reader = tools[0]
+        result = await reader(**READ)
+    assert server.name == "lionfactory"
+    assert [t.name for t in tools][:2] == ["mcp__lionfactory__reader", "mcp__lionfactory__editor"]
+    assert all(t.bound_to is None for t in tools)
+    assert result["success"] is True
+    assert result["structured_content"]["content"] == "1\talpha\n2\tbeta"
+    assert result["content"] == ""  # the text only repeated structured_content
+
+
+async def test_the_request_model_is_built_from_the_input_schema(
+    stdio_server: StdioServer,
+) -> None:
+    async with connect(stdio_server) as server:
+        reader = mcp_tools(server, include=["reader"])[0]
+        listed = server.tools[0]
+        assert reader.schema("mcp")["inputSchema"] == listed.input_schema
+        with pytest.raises(ToolInputError, match="action: Input should be 'read', 'open'"):
+            await reader(action="reed", path="notes.txt")
+        assert reader.request_model.model_validate(READ).arguments() == READ
+
+
+async def test_registered_tools_survive_clone(
+    stdio_server: StdioServer, git_workspace: Path
+) -> None:
+    async with connect(stdio_server) as server:
+        branch = Branch("system")
+        branch.register(mcp_tools, server=server, include=["reader", "editor"])
+        read = await branch.act("mcp__lionfactory__reader", READ)
+        clone = branch.clone()
+        assert_no_foreign_bindings(clone)
+        assert list(clone.tools) == ["mcp__lionfactory__reader", "mcp__lionfactory__editor"]
+        assert clone.provenance("mcp__lionfactory__reader").kwargs["server"] is server
+        again = await clone.act("mcp__lionfactory__reader", READ)
+        # The clone shares the connection, so it shares the remote session:
+        # the read made through the source branch counts for its edit.
+        edit = await clone.act("mcp__lionfactory__editor", EDIT)
+    assert read.result is not None and read.result["success"] is True
+    assert again.result is not None and again.result["success"] is True
+    assert edit.result is not None and edit.result["success"] is True, edit.result
+    assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == "alpha\nBETA\n"
+
+
+async def test_separate_connections_have_separate_remote_sessions(
+    stdio_server: StdioServer,
+) -> None:
+    async with connect(stdio_server) as first, connect(stdio_server) as second:
+        reader = mcp_tools(first, include=["reader"])[0]
+        editor = mcp_tools(second, include=["editor"])[0]
+        await reader(**READ)
+        refused = await editor(**EDIT)
+    assert refused["success"] is False
+    assert "has not been read" in refused["error"]
+
+
+async def test_a_remote_failure_is_a_typed_failure(stdio_server: StdioServer) -> None:
+    async with connect(stdio_server) as server:
+        bash = mcp_tools(server, include=["bash"])[0]
+        result = await bash(command="false")
+    assert result["success"] is False
+    assert result["structured_content"]["return_code"] == 1
+    assert result["error"] == "The tool reported a failure; see structured_content."
+
+
+async def test_a_call_after_the_connection_closed_is_a_typed_failure(
+    stdio_server: StdioServer,
+) -> None:
+    async with connect(stdio_server) as server:
+        reader = mcp_tools(server, include=["reader"])[0]
+    assert not server.connected
+    result = await reader(**READ)
+    assert result["success"] is False
+    assert "cannot be reached (its connection is closed)" in result["error"]
+
+
+async def test_include_and_prefix(stdio_server: StdioServer) -> None:
+    async with connect(stdio_server) as server:
+        tools = mcp_tools(server, include=["search", "reader"], prefix="lf_")
+        with pytest.raises(ValueError, match=r"has no tool\(s\) \['nope'\]; it has: reader"):
+            mcp_tools(server, include=["nope"])
+        with pytest.raises(TypeError, match="the string 'reader'"):
+            mcp_tools(server, include="reader")
+    assert [t.name for t in tools] == ["lf_search", "lf_reader"]
+
+
+@HTTPX2_GENERATORS
+async def test_mcp_tools_over_http(http_url: str) -> None:
+    async with McpServer.http(http_url, name="remote files") as server:
+        tools = {t.name: t for t in mcp_tools(server, include=["reader", "editor"])}
+        await tools["mcp__remote_files__reader"](**READ)
+        edit = await tools["mcp__remote_files__editor"](**EDIT)
+    assert edit["success"] is True, edit
+
+
+def test_mcp_tools_needs_an_open_server() -> None:
+    server = McpServer.stdio([sys.executable, "-c", "pass"])
+    with pytest.raises(RuntimeError, match="open it first"):
+        mcp_tools(server)
+    with pytest.raises(TypeError, match="must be an McpServer"):
+        mcp_tools("server")  # type: ignore[arg-type]
+
+
+def test_server_constructors_check_their_arguments() -> None:
+    with pytest.raises(ValueError, match="non-empty list of words, got 'lionfactory mcp serve'"):
+        McpServer.stdio("lionfactory mcp serve")
+    with pytest.raises(ValueError, match="http:// or https:// URL, got 'ftp://x'"):
+        McpServer.http("ftp://x")
+
+
+@pytest.mark.parametrize(
+    ("server", "tool", "prefix", "expected"),
+    [
+        ("files", "read", None, "mcp__files__read"),
+        ("my server", "read.file", None, "mcp__my_server__read_file"),
+        ("files", "read", "fs_", "fs_read"),
+        ("ünïcode", "tööl", None, "mcp__n_code__t_l"),
+    ],
+)
+def test_qualified_names_keep_to_the_allowed_characters(
+    server: str, tool: str, prefix: str | None, expected: str
+) -> None:
+    assert qualified_name(server, tool, prefix=prefix) == expected
+
+
+def test_long_qualified_names_are_cut_to_64_and_stay_distinct() -> None:
+    first = qualified_name("server", "a" * 80 + "_one")
+    second = qualified_name("server", "a" * 80 + "_two")
+    assert len(first) == len(second) == 64
+    assert first != second
+    assert first.startswith("mcp__server__aaaa")
+
+
+def test_non_text_content_is_described() -> None:
+    from mcp import types
+
+    result = types.CallToolResult(
+        content=[
+            types.TextContent(text="see"),
+            types.ImageContent(data="AAAA", mime_type="image/png"),
+        ]
+    )
+    response = McpToolResponse.model_validate(_response(result).model_dump())
+    assert response.content == "see\n[image: image/png, 3 bytes]"
+    assert response.success is True
