@@ -291,24 +291,31 @@ def _print_result(result: Mapping[str, Any]) -> None:
 def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         from lionfactory.mcp import serve_mcp
-        from lionfactory.mcp._serve import cli_factories
+        from lionfactory.mcp._serve import check_serve_options, cli_factories
     except ImportError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_FAILED
     names = None if args.tools is None else [n.strip() for n in args.tools.split(",") if n.strip()]
     try:
+        check_serve_options(args.transport, args.host, args.port)
         factories = cli_factories(args.toolkit, names, workspace)
     except ValueError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    serve_mcp(
-        factories,
-        transport=args.transport,
-        host=args.host,
-        port=args.port,
-        name=args.name,
-        on_ready=lambda url: print(
-            f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
-        ),
-    )
+    try:
+        serve_mcp(
+            factories,
+            transport=args.transport,
+            host=args.host,
+            port=args.port,
+            name=args.name,
+            on_ready=lambda url: print(
+                f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
+            ),
+        )
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:  # the port is taken, say
+        print(f"lionfactory: cannot serve: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK

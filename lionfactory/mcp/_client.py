@@ -37,7 +37,7 @@ import attrs
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._tool import Tool
@@ -307,6 +307,15 @@ class _RemoteCall:
         except MCPError as exc:
             if exc.code == INVALID_PARAMS:
                 raise ToolInputError(self.local_name, exc.message) from exc
+            if exc.code == CONNECTION_CLOSED:
+                return self._unreachable("the connection closed")
+            if exc.code == REQUEST_TIMEOUT:
+                return McpToolResponse(
+                    success=False,
+                    content="",
+                    error=f"The MCP server {self.server.name!r} did not answer in time "
+                    f"({self.server.timeout} s). Retry once, or continue without this tool.",
+                )
             return McpToolResponse(
                 success=False,
                 content="",

@@ -54,7 +54,13 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from lionfactory import ActionResult, Branch
 from lionfactory._cli import BUILTIN_TOOLS, call_failed
 
-__all__ = ["SessionBranches", "cli_factories", "create_mcp_server", "serve_mcp"]
+__all__ = [
+    "SessionBranches",
+    "check_serve_options",
+    "cli_factories",
+    "create_mcp_server",
+    "serve_mcp",
+]
 
 Factory = Callable[..., Any]
 Source = Branch | Factory | Sequence[Factory | tuple[Factory, Mapping[str, Any]]]
@@ -275,6 +281,23 @@ def _version() -> str:
     return __version__
 
 
+def check_serve_options(transport: str, host: str, port: int) -> None:
+    """Refuse an unknown transport, a non-loopback host or a bad port (see `serve_mcp`).
+
+    Raises:
+        ValueError: naming the bad value.
+    """
+    if transport not in ("stdio", "http"):
+        raise ValueError(f"transport must be 'stdio' or 'http', got {transport!r}")
+    if host not in _LOOPBACK:
+        raise ValueError(
+            f"host must be a loopback address ({', '.join(_LOOPBACK)}): the tools run commands "
+            f"and edit files and the server has no authentication; got {host!r}"
+        )
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an integer in 0-65535, got {port!r}")
+
+
 def serve_mcp(
     source: Source,
     *,
@@ -307,15 +330,7 @@ def serve_mcp(
     Raises:
         ValueError: an unknown transport, a non-loopback host, a bad port.
     """
-    if transport not in ("stdio", "http"):
-        raise ValueError(f"transport must be 'stdio' or 'http', got {transport!r}")
-    if host not in _LOOPBACK:
-        raise ValueError(
-            f"host must be a loopback address ({', '.join(_LOOPBACK)}): the tools run commands "
-            f"and edit files and the server has no authentication; got {host!r}"
-        )
-    if not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an integer in 0-65535, got {port!r}")
+    check_serve_options(transport, host, port)
     server = create_mcp_server(
         source, name=name, instructions=instructions, session_idle_timeout=session_idle_timeout
     )

@@ -176,3 +176,73 @@ def test_non_text_content_is_described() -> None:
     response = McpToolResponse.model_validate(_response(result).model_dump())
     assert response.content == "see\n[image: image/png, 3 bytes]"
     assert response.success is True
+
+
+# A third-party server, written with the SDK's own MCPServer, that can die,
+# hang and publish a schema lionfactory did not write.
+FAKE_SERVER = """
+import os
+import anyio
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("fake")
+
+@app.tool()
+def exit_now() -> str:
+    '''Exit the server process.'''
+    os._exit(3)
+
+@app.tool()
+async def nap(seconds: float) -> str:
+    '''Sleep, then answer.'''
+    await anyio.sleep(seconds)
+    return "rested"
+
+@app.tool()
+def greet(name: str, times: int = 1, loud: bool = False) -> str:
+    '''Greet someone.'''
+    text = ("hello " + name + " ") * times
+    return text.upper() if loud else text
+
+app.run()
+"""
+
+
+@pytest.fixture
+def fake_server(tmp_path: Path) -> list[str]:
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER, encoding="utf-8")
+    return [sys.executable, str(script)]
+
+
+async def test_a_third_party_servers_tools_work(fake_server: list[str]) -> None:
+    async with McpServer.stdio(fake_server) as server:
+        greet = mcp_tools(server, include=["greet"])[0]
+        result = await greet(name="ada", times=2, loud=True)
+        with pytest.raises(ToolInputError, match="times"):
+            await greet(name="ada", times="twice")
+    assert greet.name == "mcp__fake__greet"
+    assert result["success"] is True
+    assert "HELLO ADA HELLO ADA" in result["content"] + str(result["structured_content"])
+
+
+async def test_a_server_that_dies_gives_a_typed_failure(fake_server: list[str]) -> None:
+    async with McpServer.stdio(fake_server, errlog=sys.stderr) as server:
+        tools = {t.name: t for t in mcp_tools(server, prefix="")}
+        died = await tools["exit_now"]()
+        after = await tools["greet"](name="ada")
+    assert died["success"] is False
+    assert "cannot be reached (the connection closed)" in died["error"]
+    assert after["success"] is False
+
+
+async def test_a_server_that_does_not_answer_in_time_gives_a_typed_failure(
+    fake_server: list[str],
+) -> None:
+    async with McpServer.stdio(fake_server, timeout=0.5) as server:
+        nap = mcp_tools(server, include=["nap"])[0]
+        slow = await nap(seconds=30)
+        quick = await nap(seconds=0)
+    assert slow["success"] is False
+    assert "did not answer in time (0.5 s)" in slow["error"]
+    assert quick["success"] is True

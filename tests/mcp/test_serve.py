@@ -274,3 +274,23 @@ def test_a_session_with_a_call_in_flight_is_not_dropped() -> None:
         with sessions.use("other"):
             assert "busy" in sessions
     assert len(sessions) == 2
+
+
+def test_the_cli_refuses_a_non_loopback_host(
+    git_workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["mcp", "serve", "--workspace", str(git_workspace), "--transport", "http"]
+    assert main([*argv, "--host", "0.0.0.0"]) == 2
+    assert "host must be a loopback address" in capsys.readouterr().err
+
+
+def test_the_cli_reports_a_port_in_use(
+    git_workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        argv = ["mcp", "serve", "--workspace", str(git_workspace), "--transport", "http"]
+        assert main([*argv, "--port", port]) == 1
+    assert "cannot serve" in capsys.readouterr().err
