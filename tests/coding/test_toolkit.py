@@ -403,3 +403,46 @@ async def test_each_clone_gets_its_own_sandbox_slot(workspace):
     assert second["success"] is True, second
     for b in (branch, clone):
         assert _ok(await b.act("sandbox", {"action": "discard"}))["success"] is True
+
+
+# -- subagent with the real toolkit
+
+
+async def test_subagent_reads_with_the_real_toolkit_and_only_its_answer_reaches_the_parent(
+    workspace,
+):
+    from lionfactory.testing import ScriptedModel, tool_call
+
+    (workspace / "notes.md").write_text("The answer is 42.\n")
+    model = ScriptedModel(
+        [
+            # parent: delegate
+            tool_call("subagent", instruction="What is the answer in notes.md?"),
+            # child: read, try to edit (not permitted for read_only), answer
+            tool_call("reader", action="read", path="notes.md"),
+            tool_call("editor", action="write", file_path="notes.md", content="hacked"),
+            "The notes say 42.",
+            # parent: final answer
+            "42",
+        ]
+    )
+    parent = Branch("You delegate.", chat_model=model)
+    parent.register(coding_toolkit, workspace_root=workspace, tools=["reader", "subagent"])
+    assert await parent.run("Find the answer.") == "42"
+    child_turn = model.calls[1]
+    assert child_turn.tool_names == [
+        "reader",
+        "search",
+        "code_check",
+        "code_nav",
+        "ast_search",
+        "context",
+    ]
+    result = json.loads(next(m for m in parent.messages if m.tool == "subagent").content)
+    assert result["success"] is True
+    assert result["response"] == "The notes say 42."
+    assert result["tool_calls"] == 2
+    assert any("editor" in e for e in result["tool_errors"])
+    assert (workspace / "notes.md").read_text() == "The answer is 42.\n"
+    # The parent's log holds the delegation and its result, not the child's messages.
+    assert [m.role for m in parent.messages] == ["system", "user", "assistant", "tool", "assistant"]
