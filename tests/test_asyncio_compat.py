@@ -49,3 +49,24 @@ def test_agent_loop_and_clone_under_asyncio():
         return answer, again.result
 
     assert asyncio.run(main()) == ("two", {"result": 10})
+
+
+def test_builtin_tools_and_the_toolkit_under_asyncio(tmp_path):
+    from lionfactory.coding import coding_toolkit
+    from lionfactory.tools import bash_tool, reader_tool
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+
+    async def main():
+        bash = bash_tool(workspace_root=tmp_path)
+        echoed = await bash(command="echo hi")
+        window = await reader_tool(workspace_root=tmp_path)(action="read", path="a.py")
+        branch = Branch("sys")
+        branch.register(coding_toolkit, workspace_root=tmp_path, tools=["reader", "editor"])
+        await branch.act("reader", {"action": "read", "path": "a.py"})
+        edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+        edited = await branch.act("editor", edit)
+        return echoed["stdout"], window["content"], edited.result["success"]
+
+    assert asyncio.run(main()) == ("hi\n", "1\tx = 1", True)
+    assert (tmp_path / "a.py").read_text() == "x = 2\n"
