@@ -11,6 +11,7 @@ allocated hides or inflates the figure.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -108,6 +109,27 @@ async def abest_of(fn: Callable[[], Awaitable[object]], repeat: int) -> float:
         start = time.perf_counter()
         await fn()
         best = min(best, time.perf_counter() - start)
+    return best
+
+
+async def interleaved(
+    subjects: Mapping[str, Callable[[], object]], repeat: int
+) -> dict[str, float]:
+    """The shortest time of each subject, measured in alternating rounds, in seconds.
+
+    A subject is a sync or an async callable (an awaitable result is
+    awaited). Alternating baseline and subject round by round, instead of
+    timing all of one and then all of the other, exposes both to the same
+    moments of a shared machine's load, so their ratio stays honest.
+    """
+    best = dict.fromkeys(subjects, math.inf)
+    for _ in range(repeat):
+        for name, fn in subjects.items():
+            start = time.perf_counter()
+            result = fn()
+            if inspect.isawaitable(result):
+                await result
+            best[name] = min(best[name], time.perf_counter() - start)
     return best
 
 

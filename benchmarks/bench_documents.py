@@ -5,7 +5,9 @@ Writes a DOCX with python-docx, then through one ``reader`` tool:
 * opens a different document first, so docling's import is not charged to
   the conversion measured next (that cold figure is shown for information);
 * opens the DOCX (a conversion), then opens it again unchanged (a cache hit;
-  target: under 1% of the conversion);
+  target: under 1% of the conversion). The conversion figure compared is the
+  shorter of that first open and the best of a few opens through a reader
+  whose cache is off, so one slow first conversion cannot flatter the ratio;
 * rewrites the DOCX with other text and opens it again: it must be converted
   again (the new text shows), not served from the cache.
 """
@@ -26,8 +28,8 @@ from lionfactory.tools import reader_tool
 BENCH = "documents"
 
 SIZES: dict[Size, dict[str, Any]] = {
-    "tiny": {"sections": 10, "repeat": 3},
-    "full": {"sections": 300, "repeat": 20},
+    "tiny": {"sections": 10, "repeat": 3, "conversions": 1},
+    "full": {"sections": 300, "repeat": 20, "conversions": 3},
 }
 
 
@@ -49,14 +51,16 @@ def write_docx(path: Path, sections: int, word: str) -> None:
 def run(size: Size) -> list[Row]:
     params = sizes(size, SIZES)
     sections, repeat = params["sections"], params["repeat"]
+    conversions = params["conversions"]
     with tempfile.TemporaryDirectory(prefix="lf-bench-documents-") as tmp:
         root = Path(tmp)
         write_docx(root / "warm.docx", 2, "warm")
         write_docx(root / "report.docx", sections, "alpha")
         reader = reader_tool(workspace_root=root)
+        uncached = reader_tool(workspace_root=root, cache_ttl=0)
 
-        async def open_doc(name: str) -> dict[str, Any]:
-            result = await reader(action="open", path=name, limit=100_000)
+        async def open_doc(name: str, through: Any = reader) -> dict[str, Any]:
+            result = await through(action="open", path=name, limit=100_000)
             if not result["success"]:
                 raise RuntimeError(f"open {name} failed: {result['error']}")
             return result
@@ -70,6 +74,7 @@ def run(size: Size) -> list[Row]:
             cold, _ = await timed("warm.docx")
             first, before = await timed("report.docx")
             cached = await abest_of(lambda: open_doc("report.docx"), repeat)
+            convert = await abest_of(lambda: open_doc("report.docx", uncached), conversions)
             # A different size as well as a newer mtime: the cache key changes
             # even on a filesystem with coarse timestamps.
             write_docx(root / "report.docx", sections + 1, "beta")
@@ -77,6 +82,7 @@ def run(size: Size) -> list[Row]:
             return {
                 "cold": cold,
                 "first": first,
+                "convert": min(first, convert),
                 "cached": cached,
                 "again": again,
                 "before": before["content"],
@@ -87,11 +93,11 @@ def run(size: Size) -> list[Row]:
     converted_again = "beta" in got["after"] and "alpha" not in got["after"]
     return [
         info_row(BENCH, "first open ever (imports docling)", got["cold"], "s"),
-        info_row(BENCH, f"convert DOCX ({sections} sections)", got["first"], "s"),
+        info_row(BENCH, f"first open: convert DOCX ({sections} sections)", got["first"], "s"),
         ratio_row(
-            BENCH, "open unchanged DOCX again (cached)", got["cached"], got["first"], "s", 0.01
+            BENCH, "open unchanged DOCX again (cached)", got["cached"], got["convert"], "s", 0.01
         ),
-        info_row(BENCH, "open changed DOCX", got["again"], "s", baseline=got["first"]),
+        info_row(BENCH, "open changed DOCX", got["again"], "s", baseline=got["convert"]),
         check_row(
             BENCH,
             "changed DOCX converted again",

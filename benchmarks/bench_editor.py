@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import MIB, Row, Size, abest_of, best_of, check_row, child_memory, ratio_row, sizes
+from _common import MIB, Row, Size, abest_of, check_row, child_memory, interleaved, ratio_row, sizes
 
 from lionfactory.tools import editor_tool
 
@@ -107,9 +107,10 @@ def run(size: Size) -> list[Row]:
             if result["success"]:
                 raise RuntimeError("an edit of absent text succeeded")
 
-        base = best_of(plain, repeat)
-        atomic_time = best_of(atomic, repeat)
-        tool_time = trio.run(lambda: abest_of(through_tool, repeat))
+        best = trio.run(
+            lambda: interleaved({"plain": plain, "atomic": atomic, "tool": through_tool}, repeat)
+        )
+        base, atomic_time, tool_time = best["plain"], best["atomic"], best["tool"]
         failed_time = trio.run(lambda: abest_of(not_found, 1))
         if flip[0] != MARKER:  # leave the marker in place for the child
             plain()
@@ -117,10 +118,10 @@ def run(size: Size) -> list[Row]:
         missing = child_memory("bench_editor", "editor_edit", root=tmp, name="big.py", old=ABSENT)
         leftovers = [p.name for p in root.iterdir() if p.name != "big.py"]
         content_ok = REPLACEMENT in path.read_text(encoding="utf-8")
-    mb = file_size / 1e6
+    mib = file_size / MIB
     peak = max(measured["traced_peak"], measured["rss_growth"])
     return [
-        ratio_row(BENCH, f"edit in a {mb:.0f} MB file", tool_time, base, "s", 1.5),
+        ratio_row(BENCH, f"edit in a {mib:.0f} MiB file", tool_time, base, "s", 1.5),
         Row(BENCH, "plain edit made atomic (fsync + replace)", atomic_time, base, "s"),
         ratio_row(
             BENCH,

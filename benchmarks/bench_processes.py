@@ -2,6 +2,8 @@
 
 * N sequential ``bash`` calls of ``true`` against N ``subprocess.run(["true"])``
   in this same process (target: at most 1.5x);
+  for information, the same through ``anyio.open_process`` directly, the
+  floor of any anyio-based runner on this machine;
 * M concurrent ``sleep S`` calls through ``branch.act_many`` (target: the
   wall time stays under 2 x S, i.e. the calls really run in parallel).
 """
@@ -13,8 +15,9 @@ import tempfile
 import time
 from typing import Any
 
+import anyio
 import trio
-from _common import Row, Size, abest_of, best_of, budget_row, check_row, ratio_row, sizes
+from _common import Row, Size, budget_row, check_row, info_row, interleaved, ratio_row, sizes
 
 from lionfactory import Branch
 from lionfactory.tools import bash_tool
@@ -23,7 +26,7 @@ BENCH = "processes"
 
 SIZES: dict[Size, dict[str, Any]] = {
     "tiny": {"calls": 10, "concurrent": 4, "sleep": 0.05, "repeat": 2},
-    "full": {"calls": 200, "concurrent": 32, "sleep": 0.5, "repeat": 3},
+    "full": {"calls": 200, "concurrent": 32, "sleep": 0.5, "repeat": 7},
 }
 
 
@@ -43,6 +46,20 @@ def run(size: Size) -> list[Row]:
                 if result["return_code"] != 0:
                     raise RuntimeError(f"bash true failed: {result}")
 
+        async def async_floor() -> None:
+            # What any anyio-based runner pays: spawn with pipes, wait, close.
+            for _ in range(n):
+                process = await anyio.open_process(
+                    ["true"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=root,
+                    start_new_session=True,
+                )
+                async with process:
+                    await process.wait()
+
         async def concurrent() -> tuple[float, bool]:
             branch = Branch("benchmark")
             branch.register(bash_tool, workspace_root=root)
@@ -52,16 +69,22 @@ def run(size: Size) -> list[Row]:
             elapsed = time.perf_counter() - start
             return elapsed, all(r.ok and r.result["return_code"] == 0 for r in results)  # type: ignore[index]
 
-        async def measure() -> tuple[float, float, bool]:
-            tool_time = await abest_of(through_tool, repeat)
+        async def measure() -> tuple[float, float, float, bool]:
+            plain()  # warm up: the first exec pays for loading `true`
+            await through_tool()
+            best = await interleaved(
+                {"plain": plain, "tool": through_tool, "floor": async_floor}, repeat
+            )
             wall, ok = await concurrent()
-            return tool_time, wall, ok
+            return best, wall, ok
 
-        plain()  # warm up: the first exec pays for loading `true`
-        base = best_of(plain, repeat)
-        tool_time, wall, ok = trio.run(measure)
+        best, wall, ok = trio.run(measure)
+        base, tool_time = best["plain"], best["tool"]
     return [
         ratio_row(BENCH, f"{n} sequential bash `true`", tool_time, base, "s", 1.5),
+        info_row(
+            BENCH, f"{n} x anyio.open_process(true) + wait", best["floor"], "s", baseline=base
+        ),
         budget_row(
             BENCH,
             f"{m} concurrent `sleep {pause:g}` (act_many)",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import Row, Size, abest_of, best_of, check_row, info_row, ratio_row, sizes
+from _common import Row, Size, check_row, info_row, interleaved, ratio_row, sizes
 
 from lionfactory._workspace import Workspace
 from lionfactory.tools import search_tool
@@ -69,14 +69,21 @@ def run(size: Size) -> list[Row]:
         async def through_tool() -> dict[str, Any]:
             return await search(action="grep", pattern=PATTERN, path=".", max_results=1000)
 
-        async def measure() -> tuple[float, dict[str, Any]]:
-            result = await through_tool()
-            return await abest_of(through_tool, repeat), result
+        async def measure() -> tuple[dict[str, float], dict[str, Any]]:
+            result = await through_tool()  # also warms the page cache and dentries
+            best = await interleaved(
+                {
+                    "plain": lambda: direct(plain_argv),
+                    "exclusions": lambda: direct(tool_argv),
+                    "tool": through_tool,
+                },
+                repeat,
+            )
+            return best, result
 
-        found = direct(plain_argv)  # warm the page cache and dentries
-        base = best_of(lambda: direct(plain_argv), repeat)
-        with_exclusions = best_of(lambda: direct(tool_argv), repeat)
-        tool_time, result = trio.run(measure)
+        found = direct(plain_argv)
+        best, result = trio.run(measure)
+        base, with_exclusions, tool_time = best["plain"], best["exclusions"], best["tool"]
     return [
         ratio_row(BENCH, f"grep over {files:,} files", tool_time, base, "s", 1.2),
         info_row(
