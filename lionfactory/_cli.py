@@ -22,12 +22,21 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from lionfactory._tool import Tool
 from lionfactory.errors import ToolError, ToolInputError
 
-__all__ = ["BUILTIN_TOOLS", "build_parser", "call_failed", "main", "parse_assignments"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "build_parser",
+    "builtin_factories",
+    "builtin_tool",
+    "call_failed",
+    "cli_factories",
+    "main",
+    "parse_assignments",
+]
 
 BUILTIN_TOOLS: tuple[str, ...] = (
     "reader",
@@ -136,6 +145,40 @@ def parse_assignments(
         except ValueError:
             out[key] = text
     return out
+
+
+def cli_factories(
+    toolkit: Literal["coding", "standalone"],
+    names: Sequence[str] | None,
+    workspace: Path | None,
+) -> list[tuple[Callable[..., Any], dict[str, Any]]]:
+    """The factories ``lionfactory mcp serve`` serves.
+
+    ``coding`` serves `coding_toolkit` (default tools: its defaults without
+    ``context``: the MCP client owns the conversation, and the session's
+    branch holds only the tool calls); ``standalone`` serves the plain
+    built-ins, without the read-before-edit guard.
+
+    Raises:
+        ValueError: an unknown tool name (the message lists the valid ones).
+    """
+    root = (workspace or Path.cwd()).resolve()
+    if toolkit == "coding":
+        from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
+
+        chosen = [n for n in DEFAULT_CODING_TOOLS if n != "context"] if names is None else names
+        unknown = [n for n in chosen if n not in ALL_CODING_TOOLS]
+        if unknown:
+            raise ValueError(
+                f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
+            )
+        return [(coding_toolkit, {"workspace_root": root, "tools": list(chosen)})]
+    chosen = list(BUILTIN_TOOLS) if names is None else list(names)
+    unknown = [n for n in chosen if n not in BUILTIN_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool(s) {unknown}; valid names: {', '.join(BUILTIN_TOOLS)}")
+    factories = builtin_factories()
+    return [(factories[n], {"workspace_root": root}) for n in chosen]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -291,7 +334,7 @@ def _print_result(result: Mapping[str, Any]) -> None:
 def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         from lionfactory.mcp import serve_mcp
-        from lionfactory.mcp._serve import check_serve_options, cli_factories
+        from lionfactory.mcp._serve import check_serve_options
     except ImportError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_FAILED

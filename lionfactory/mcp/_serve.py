@@ -40,7 +40,6 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -52,12 +51,11 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from lionfactory import ActionResult, Branch
-from lionfactory._cli import BUILTIN_TOOLS, call_failed
+from lionfactory._cli import call_failed
 
 __all__ = [
     "SessionBranches",
     "check_serve_options",
-    "cli_factories",
     "create_mcp_server",
     "serve_mcp",
 ]
@@ -375,39 +373,3 @@ async def _serve_http(
         on_ready(f"http://{shown}:{bound}/mcp")
     with sock:
         await uvicorn.Server(config).serve(sockets=[sock])
-
-
-def cli_factories(
-    toolkit: Literal["coding", "standalone"],
-    names: Sequence[str] | None,
-    workspace: Path | None,
-) -> list[tuple[Factory, dict[str, Any]]]:
-    """The factories ``lionfactory mcp serve`` serves.
-
-    ``coding`` serves `coding_toolkit` (default tools: its defaults without
-    ``context``: the MCP client owns the conversation, and the session's
-    branch holds only the tool calls); ``standalone`` serves the plain
-    built-ins, without the read-before-edit guard.
-
-    Raises:
-        ValueError: an unknown tool name (the message lists the valid ones).
-    """
-    root = (workspace or Path.cwd()).resolve()
-    if toolkit == "coding":
-        from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
-
-        chosen = [n for n in DEFAULT_CODING_TOOLS if n != "context"] if names is None else names
-        unknown = [n for n in chosen if n not in ALL_CODING_TOOLS]
-        if unknown:
-            raise ValueError(
-                f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
-            )
-        return [(coding_toolkit, {"workspace_root": root, "tools": list(chosen)})]
-    from lionfactory._cli import builtin_factories
-
-    chosen = list(BUILTIN_TOOLS) if names is None else list(names)
-    unknown = [n for n in chosen if n not in BUILTIN_TOOLS]
-    if unknown:
-        raise ValueError(f"unknown tool(s) {unknown}; valid names: {', '.join(BUILTIN_TOOLS)}")
-    factories = builtin_factories()
-    return [(factories[n], {"workspace_root": root}) for n in chosen]
