@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import sys
 import time
@@ -72,10 +73,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def summary(rows: list[Row], failures: dict[str, str], seconds: dict[str, float], size: str) -> str:
+def summary(
+    rows: list[Row], failures: dict[str, str], seconds: dict[str, float], command: str
+) -> str:
     """One line per benchmark: targets met and missed, and how long it took."""
     lines = [
-        f"Summary: --size {size}, Python {platform.python_version()} on {platform.machine()}",
+        f"Summary of `{command}` (Python {platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs)",
         "| benchmark | targets met | missed | seconds |",
         "|-----------|-------------|--------|---------|",
     ]
@@ -121,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     else:
-        print(summary(rows, failures, seconds, args.size))
+        given = sys.argv[1:] if argv is None else argv
+        command = " ".join(["python benchmarks/run.py", *given])
+        print(summary(rows, failures, seconds, command))
         for row in missed:
             print(f"  missed: {row.bench}: {row.name} (target {row.target})")
     if failures:
