@@ -14,6 +14,7 @@ MODULES = [
     "lionfactory.testing",
     "lionfactory.errors",
     "lionfactory.models",
+    "lionfactory.mcp",
 ]
 
 
