@@ -8,11 +8,14 @@ branches: cloning a branch copies references, never messages.
 * the **record**, every message ever appended, in order, append-only;
 * the **active view**, the ordered subset the model sees.
 
-Evicting and compacting change only the view. Each record entry has an
-*anchor*, its chronological position: an appended message is anchored at its
-own record index, a compaction summary at the first message it replaces. The
-view is always sorted by ``(anchor, record index)``, so restoring a message
-puts it back exactly where it was, and a summary sits where its span was.
+Evicting and compacting change only the view. Each record entry has a
+*sort key*, its chronological place: an appended message's key is its own
+record index, ``(i,)``; a compaction summary's key is the key of the earliest
+message it replaces followed by its own record index, so it sorts right where
+that message sat (after it, should that message come back, and before
+everything that followed it). The view is always sorted by these keys, so
+restoring a message puts it back exactly where it was, and a summary sits
+where its span was, also when it summarises an earlier summary.
 When restoring brings back every message a summary stood for, the summary
 retires from the view (it stays in the record), so compact-then-restore
 round-trips the view.
@@ -127,11 +130,11 @@ class MessageLog:
     are "record indices". Methods say which they take.
     """
 
-    __slots__ = ("_active", "_anchor", "_index", "_record", "_summaries")
+    __slots__ = ("_active", "_index", "_keys", "_record", "_summaries")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._record: list[Message] = []
-        self._anchor: list[int] = []
+        self._keys: list[tuple[int, ...]] = []
         self._active: list[int] = []
         self._index: dict[str, int] = {}
         # summary record index -> record indices it replaced
@@ -212,11 +215,10 @@ class MessageLog:
             raise ValueError(f"message id {message.id!r} is already in the log")
         index = len(self._record)
         self._record.append(message)
-        self._anchor.append(index)
+        # A system message is pinned first, whatever came before it.
+        self._keys.append((-1, index) if message.role == "system" else (index,))
         self._index[message.id] = index
         if message.role == "system":
-            # Pinned first, whatever came before it.
-            self._anchor[index] = -1
             self._active.insert(0, index)
         else:
             self._active.append(index)
@@ -230,7 +232,7 @@ class MessageLog:
         message = Message(role="system", content=content)
         index = len(self._record)
         self._record.append(message)
-        self._anchor.append(-1)
+        self._keys.append((-1, index))
         self._index[message.id] = index
         if self.system is not None:
             self._active[0] = index
@@ -323,7 +325,7 @@ class MessageLog:
         self._record.append(summary)
         # The summary sits where the earliest replaced message sat, even when
         # that is an older summary whose record index is larger.
-        self._anchor.append(min(self._anchor[i] for i in covered))
+        self._keys.append((*min(self._keys[i] for i in covered), index))
         self._index[summary.id] = index
         self._summaries[index] = covered
         bisect.insort(self._active, index, key=self._key)
@@ -337,17 +339,19 @@ class MessageLog:
         """An independent log sharing the (immutable) messages: O(n) reference copies."""
         clone = MessageLog.__new__(MessageLog)
         clone._record = self._record.copy()
-        clone._anchor = self._anchor.copy()
+        clone._keys = self._keys.copy()
         clone._active = self._active.copy()
         clone._index = self._index.copy()
         clone._summaries = self._summaries.copy()
         return clone
 
-    def state(self) -> tuple[list[Message], list[int], list[int], dict[int, tuple[int, ...]]]:
-        """The log's internal state, for persistence: record, anchors, view, summaries."""
+    def state(
+        self,
+    ) -> tuple[list[Message], list[tuple[int, ...]], list[int], dict[int, tuple[int, ...]]]:
+        """The log's internal state, for persistence: record, sort keys, view, summaries."""
         return (
             self._record.copy(),
-            self._anchor.copy(),
+            self._keys.copy(),
             self._active.copy(),
             dict(self._summaries),
         )
@@ -356,7 +360,7 @@ class MessageLog:
     def from_state(
         cls,
         record: list[Message],
-        anchor: list[int],
+        keys: list[tuple[int, ...]],
         active: list[int],
         summaries: dict[int, tuple[int, ...]],
     ) -> MessageLog:
@@ -366,11 +370,11 @@ class MessageLog:
             ValueError: the parts are inconsistent (lengths, indices, order).
         """
         n = len(record)
-        if len(anchor) != n or any(not 0 <= i < n for i in active):
-            raise ValueError("inconsistent message log state: anchors or view out of range")
+        if len(keys) != n or any(not 0 <= i < n for i in active):
+            raise ValueError("inconsistent message log state: keys or view out of range")
         log = cls.__new__(cls)
         log._record = list(record)
-        log._anchor = list(anchor)
+        log._keys = [tuple(k) for k in keys]
         log._index = {m.id: i for i, m in enumerate(record)}
         if len(log._index) != n:
             raise ValueError("inconsistent message log state: duplicate message ids")
@@ -380,8 +384,8 @@ class MessageLog:
 
     # -- internals -----------------------------------------------------------
 
-    def _key(self, index: int) -> tuple[int, int]:
-        return (self._anchor[index], index)
+    def _key(self, index: int) -> tuple[int, ...]:
+        return self._keys[index]
 
     def _pinned_index(self) -> int | None:
         if self._active and self._record[self._active[0]].role == "system":

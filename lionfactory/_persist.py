@@ -4,7 +4,7 @@ What is stored, as JSON-ready data with a format tag:
 
 * the branch's id, name and metadata;
 * the message log: every message of the record, each record entry's
-  chronological anchor, the active view and the compaction summaries' spans,
+  chronological sort key, the active view and the compaction summaries' spans,
   so a restored view is exactly the saved one (evidence on tool messages
   included: the restored coding toolkit derives its read evidence from it);
 * the registrations, in order: a factory's import path (``module:qualname``)
@@ -136,7 +136,7 @@ def branch_to_dict(branch: Branch) -> dict[str, Any]:
         json.dumps(branch.metadata)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"branch.metadata must be JSON-ready to be saved: {exc}") from exc
-    record, anchor, active, summaries = log.state()
+    record, keys, active, summaries = log.state()
     return {
         "format": FORMAT,
         "id": str(branch.id),
@@ -144,7 +144,7 @@ def branch_to_dict(branch: Branch) -> dict[str, Any]:
         "metadata": dict(branch.metadata),
         "messages": {
             "record": [m.model_dump(mode="json") for m in record],
-            "anchor": anchor,
+            "keys": [list(k) for k in keys],
             "active": active,
             "summaries": {str(k): list(v) for k, v in summaries.items()},
         },
@@ -186,7 +186,7 @@ def branch_from_dict(
     messages = data["messages"]
     log = MessageLog.from_state(
         [Message.model_validate(m) for m in messages["record"]],
-        list(messages["anchor"]),
+        [tuple(k) for k in messages["keys"]],
         list(messages["active"]),
         {int(k): tuple(v) for k, v in messages["summaries"].items()},
     )

@@ -161,6 +161,15 @@ class Workspace:
             raise PathRefused(path, f"A path must be a string, got {type(path).__name__}.")
         if "\x00" in path:
             raise PathRefused(path, "The path contains a NUL byte; give a plain path.")
+        try:
+            os.fsencode(path)
+        except UnicodeError:
+            # JSON can carry a lone surrogate ("\ud800"); no file name can.
+            raise PathRefused(
+                path,
+                "The path contains characters that cannot be part of a file name "
+                "(such as a lone surrogate); give a plain path.",
+            ) from None
         if not path.strip():
             raise PathRefused(path, "The path is empty; use '.' for the workspace root.")
         if path.startswith("~"):

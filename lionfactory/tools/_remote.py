@@ -57,6 +57,14 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # parsers (127.1, 2130706433, 0x7f.1, 0177.0.0.1); no real TLD looks like it.
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IANA special-purpose blocks that are not globally reachable but that some
+# Python releases' `ipaddress` tables still call global (192.0.0.0/24 before
+# the CVE-2024-4032 fix, 3fff::/20 and 5f00::/16 in older tables): listed
+# here so the check does not depend on the running Python's version.
+_NOT_GLOBAL = tuple(
+    ipaddress.ip_network(n)
+    for n in ("192.0.0.0/24", "192.88.99.0/24", "198.18.0.0/15", "3fff::/20", "5f00::/16")
+)
 _METADATA = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254")
 )
@@ -72,7 +80,7 @@ class FetchRefused(Exception):
 
 def is_public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     """Whether a request to `ip` can only reach the public internet."""
-    if ip in _METADATA:
+    if ip in _METADATA or any(ip in net for net in _NOT_GLOBAL if net.version == ip.version):
         return False
     if isinstance(ip, ipaddress.IPv6Address) and (
         ip.ipv4_mapped is not None

@@ -184,11 +184,16 @@ def _edit(
             return _failure(read)
         text, mode = read
         count = text.count(old)
+        crlf_file = "\n" in text and text.count("\n") == text.count("\r\n")
         if not count and "\r\n" in text and "\n" in old and "\r" not in old:
             # The model writes "\n"; a CRLF file keeps its CRLF endings.
             old = old.replace("\n", "\r\n")
-            new = new.replace("\r\n", "\n").replace("\n", "\r\n")
             count = text.count(old)
+            crlf_file = True
+        if crlf_file:
+            # New lines in a file that uses CRLF throughout get CRLF too; a
+            # file with mixed endings is left to the model's own choice.
+            new = new.replace("\r\n", "\n").replace("\n", "\r\n")
         if not count:
             return _failure(_not_found(text, old, shown))
         if count > 1 and not replace_all:

@@ -317,11 +317,6 @@ class BranchMachine(RuleBasedStateMachine):
 TestBranchInvariants = BranchMachine.TestCase
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: MessageLog.replace places a summary by (anchor, record index); among "
-    "summaries sharing an anchor the new one sorts last, not at the replaced one's place",
-)
 def test_a_summary_takes_the_first_replaced_place():
     """Found by the state machine: two summaries of one message, compact the older.
 

@@ -248,11 +248,6 @@ def test_searching_the_root_reports_nothing_beside_or_protected() -> None:
         assert tools["ast_search"]["status"] == "ok", tools["ast_search"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Workspace.resolve accepts a path the filesystem encoding cannot encode; "
-    "reader read and editor write/edit then raise UnicodeEncodeError",
-)
 @pytest.mark.parametrize("path", ["\ud800", "a/\udbff\udfff\ud800", "sub/\ud83d"])
 def test_unencodable_paths_are_refused(path: str) -> None:
     """A lone surrogate (JSON escapes allow one) cannot name a file; every tool refuses it."""

@@ -289,21 +289,7 @@ def test_every_request_goes_to_the_address_checked_for_it(answers: list[list[str
 IANA_NOT_GLOBAL = ["192.0.0.8", "192.0.0.11", "192.0.0.255", "3fff::1", "3fff:fff::1"]
 
 
-@pytest.mark.parametrize(
-    "address",
-    [
-        pytest.param(
-            address,
-            marks=pytest.mark.xfail(
-                ipaddress.ip_address(address).is_global,
-                strict=True,
-                reason="bug: _remote.is_public_address trusts this Python's ipaddress tables, "
-                "which call this IANA not-globally-reachable address global",
-            ),
-        )
-        for address in IANA_NOT_GLOBAL
-    ],
-)
+@pytest.mark.parametrize("address", IANA_NOT_GLOBAL)
 def test_iana_special_purpose_blocks_are_refused(address: str):
     network = Network({ALLOWED: [address]})
     error = refused(network.open(f"https://{ALLOWED}/a.pdf"))

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 import trio
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
@@ -204,11 +203,6 @@ def test_a_multiline_edit_written_with_lf_keeps_crlf(lines: list[str], data: st.
         assert target.read_bytes() == expected.encode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: editor._edit converts new_string's LF to CRLF only when old_string needed "
-    "the same conversion; a single-line old_string puts bare LFs into a CRLF file",
-)
 @given(lines=st.lists(line_text, min_size=1, max_size=6), new_lines=st.integers(2, 4))
 def test_new_lines_in_a_crlf_file_get_crlf(lines: list[str], new_lines: int) -> None:
     """A pure-CRLF file stays pure CRLF whatever line breaks the model's new_string has."""
