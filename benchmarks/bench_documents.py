@@ -23,6 +23,7 @@ from typing import Any
 import trio
 from _common import Row, Size, abest_of, check_row, info_row, ratio_row, sizes
 
+from lionfactory import Tool
 from lionfactory.tools import reader_tool
 
 BENCH = "documents"
@@ -59,7 +60,7 @@ def run(size: Size) -> list[Row]:
         reader = reader_tool(workspace_root=root)
         uncached = reader_tool(workspace_root=root, cache_ttl=0)
 
-        async def open_doc(name: str, through: Any = reader) -> dict[str, Any]:
+        async def open_doc(name: str, through: Tool = reader) -> dict[str, Any]:
             result = await through(action="open", path=name, limit=100_000)
             if not result["success"]:
                 raise RuntimeError(f"open {name} failed: {result['error']}")

@@ -69,7 +69,7 @@ def run(size: Size) -> list[Row]:
             elapsed = time.perf_counter() - start
             return elapsed, all(r.ok and r.result["return_code"] == 0 for r in results)  # type: ignore[index]
 
-        async def measure() -> tuple[float, float, float, bool]:
+        async def measure() -> tuple[dict[str, float], float, bool]:
             plain()  # warm up: the first exec pays for loading `true`
             await through_tool()
             best = await interleaved(
