@@ -20,7 +20,9 @@ Rules (DESIGN §9, file-tools issue):
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -83,6 +85,18 @@ def _normalise_patterns(names: Iterable[str]) -> frozenset[str]:
     return patterns
 
 
+@functools.lru_cache(maxsize=4096)
+def _hidden(protected: re.Pattern[str], relative: str) -> bool:
+    # Cached per (policy, path): a search reports many matches per file and
+    # many files per directory, so most lookups hit the parent's answer.
+    head, _, name = relative.rpartition("/")
+    if head and _hidden(protected, head):
+        return True
+    if name in ("", "."):  # not components (Path.parts drops them too)
+        return False
+    return name == ".git" or protected.match(name.casefold()) is not None
+
+
 @attrs.frozen
 class Workspace:
     """A resolved workspace root and the protected-name policy.
@@ -97,6 +111,14 @@ class Workspace:
 
     root: Path
     protected: frozenset[str] = DEFAULT_PROTECTED_NAMES
+    # One compiled alternation of every pattern: searches check one name per
+    # match, and fnmatch per pattern per name cost ~6 us each (the search
+    # benchmark's 2,000 matches spent 13 ms here).
+    _protected_re: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+
+    @_protected_re.default
+    def _compile(self) -> re.Pattern[str]:
+        return re.compile("|".join(fnmatch.translate(p) for p in sorted(self.protected)) or "(?!)")
 
     @classmethod
     def at(
@@ -122,8 +144,7 @@ class Workspace:
 
     def is_protected(self, name: str) -> bool:
         """Whether one path component is a protected name."""
-        folded = name.casefold()
-        return any(fnmatch.fnmatchcase(folded, pattern) for pattern in self.protected)
+        return self._protected_re.match(name.casefold()) is not None
 
     def is_hidden(self, relative: str | Path) -> bool:
         """Whether a root-relative path has a protected or ``.git`` component.
@@ -131,8 +152,7 @@ class Workspace:
         Listings and searches skip these; direct access to ``.git`` is allowed
         (a model may read ``.git/HEAD``), protected names never are.
         """
-        parts = Path(relative).parts
-        return any(part == ".git" or self.is_protected(part) for part in parts)
+        return _hidden(self._protected_re, Path(relative).as_posix())
 
     def relative(self, path: Path) -> str:
         """`path` relative to the root, in POSIX form (``"."`` for the root itself)."""

@@ -78,20 +78,28 @@ class Window:
 
 
 class _Lines:
-    """Line access to a binary stream with a bounded buffer."""
+    """Line access to a binary stream with a bounded buffer.
+
+    The buffer is consumed by moving `_pos` instead of slicing: slicing off
+    each line copied the rest of the 1 MiB chunk once per line.
+    """
 
     def __init__(self, raw: BinaryIO, hasher: _Hasher | None) -> None:
         self._raw = raw
         self._hasher = hasher
         self._buf = b""
+        self._pos = 0
 
     def _fill(self) -> bool:
+        """Load the next chunk once the buffer is used up; False at end of stream."""
+        if self._pos < len(self._buf):
+            return True
         chunk = self._raw.read(_CHUNK)
         if not chunk:
             return False
         if self._hasher is not None:
             self._hasher.update(chunk)
-        self._buf = chunk
+        self._buf, self._pos = chunk, 0
         return True
 
     def skip(self, count: int) -> int:
@@ -99,20 +107,20 @@ class _Lines:
         skipped = 0
         mid_line = False
         while skipped < count:
-            if not self._buf and not self._fill():
+            if not self._fill():
                 if mid_line:  # a last line without a final newline
                     skipped += 1
                 break
-            newlines = self._buf.count(b"\n")
+            newlines = self._buf.count(b"\n", self._pos)
             if skipped + newlines < count:
                 skipped += newlines
                 mid_line = not self._buf.endswith(b"\n")
-                self._buf = b""
+                self._pos = len(self._buf)
                 continue
-            index = -1
+            index = self._pos - 1
             for _ in range(count - skipped):
                 index = self._buf.index(b"\n", index + 1)
-            self._buf = self._buf[index + 1 :]
+            self._pos = index + 1
             skipped = count
         return skipped
 
@@ -122,33 +130,42 @@ class _Lines:
         length = 0
         chars = 0
         while True:
-            if not self._buf and not self._fill():
+            if not self._fill():
                 return (bytes(head), length, chars) if length else None
-            end = self._buf.find(b"\n")
-            part = self._buf if end < 0 else self._buf[:end]
+            end = self._buf.find(b"\n", self._pos)
+            stop = len(self._buf) if end < 0 else end
+            part = self._buf[self._pos : stop]
             if len(head) < _KEEP_BYTES:
                 head += part[: _KEEP_BYTES - len(head)]
             length += len(part)
             chars += len(part.translate(None, _CONTINUATION))
+            self._pos = stop + 1 if end >= 0 else stop
             if end >= 0:
-                self._buf = self._buf[end + 1 :]
                 return bytes(head), length, chars
-            self._buf = b""
 
     def count_rest(self) -> int:
         """Count the lines left in the stream (consumes it)."""
         count = 0
         last = b"\n"
-        while self._buf or self._fill():
-            count += self._buf.count(b"\n")
-            last = self._buf[-1:]
-            self._buf = b""
+        while self._fill():
+            if self._pos < len(self._buf):
+                count += self._buf.count(b"\n", self._pos)
+                last = self._buf[-1:]
+            self._pos = len(self._buf)
         return count + (last != b"\n")
 
 
 def _decode(head: bytes, length: int, chars: int) -> tuple[str, bool, bool]:
     """Decode one line's head: (text, cut, replaced)."""
     cut = length > len(head) or chars > MAX_LINE_CHARS
+    if not cut:
+        # The common case: a whole line, decoded in one call instead of
+        # building an incremental decoder per row.
+        try:
+            text, replaced = head.decode("utf-8"), False
+        except UnicodeDecodeError:
+            text, replaced = head.decode("utf-8", "replace"), True
+        return text.removesuffix("\r"), False, replaced
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     try:
         # final=False: a cut head may end inside a multi-byte character,

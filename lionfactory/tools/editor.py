@@ -142,8 +142,12 @@ def _os_error(what: str, shown: str, exc: OSError) -> str:
     return f"Cannot {what} {shown!r} ({reason}); the file was left unchanged."
 
 
-def _read_text(path: Path, shown: str) -> tuple[str, int] | str:
-    """The file's text and mode, or a refusal message."""
+def _read_utf8(path: Path, shown: str) -> tuple[bytes, int] | str:
+    """The file's bytes (checked to be valid UTF-8) and mode, or a refusal message.
+
+    The decoded text is dropped at once: edits work on the bytes (see `_edit`),
+    so a big file is held once, not as bytes and text side by side.
+    """
     try:
         fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -166,69 +170,93 @@ def _read_text(path: Path, shown: str) -> tuple[str, int] | str:
     finally:
         os.close(fd)
     try:
-        return data.decode("utf-8"), stat.S_IMODE(st.st_mode)
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return (
             f"{shown!r} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset "
             f"{exc.start}); the editor changes UTF-8 text only and left the file untouched. "
             f"Use bash for other encodings."
         )
+    return data, stat.S_IMODE(st.st_mode)
+
+
+def _encoded(text: str) -> bytes | None:
+    """`text` as UTF-8, or None when it holds a lone surrogate (it then matches nothing)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 def _edit(
-    path: Path, shown: str, old: str, new: str, replace_all: bool, steps: WriteSteps
+    path: Path,
+    shown: str,
+    old: str,
+    new: str,
+    replace_all: bool,
+    steps: WriteSteps,
+    want_evidence: bool = True,
 ) -> _Outcome:
+    # The search and replacement run on the UTF-8 bytes. For valid UTF-8 that
+    # is exactly the same as on the text (UTF-8 is self-synchronising: an
+    # encoded needle can only match at character boundaries), and it saves a
+    # decode, an encode and two text copies of the file: a 50 MB edit drops
+    # from ~4.7x to ~2x the file size in peak memory.
     with path_lock(path):
-        read = _read_text(path, shown)
+        read = _read_utf8(path, shown)
         if isinstance(read, str):
             return _failure(read)
-        text, mode = read
-        count = text.count(old)
-        crlf_file = "\n" in text and text.count("\n") == text.count("\r\n")
-        if not count and "\r\n" in text and "\n" in old and "\r" not in old:
+        data, mode = read
+        old_b = _encoded(old)
+        count = 0 if old_b is None else data.count(old_b)
+        # Only a new_string with line breaks needs to know the file's line
+        # endings; counting them costs two passes over a big file.
+        # An old_string with "\r" means the model handles line endings itself
+        # (say, turning CRLF into LF): its new_string is then taken literally.
+        crlf_file = "\n" in new and "\r" not in old and data.count(b"\n") == data.count(b"\r\n") > 0
+        if not count and b"\r\n" in data and "\n" in old and "\r" not in old:
             # The model writes "\n"; a CRLF file keeps its CRLF endings.
             old = old.replace("\n", "\r\n")
-            count = text.count(old)
+            old_b = _encoded(old)
+            count = 0 if old_b is None else data.count(old_b)
             crlf_file = True
         if crlf_file:
             # New lines in a file that uses CRLF throughout get CRLF too; a
             # file with mixed endings is left to the model's own choice.
             new = new.replace("\r\n", "\n").replace("\n", "\r\n")
-        if not count:
-            return _failure(_not_found(text, old, shown))
+        if not count or old_b is None:
+            return _failure(_not_found(data.decode("utf-8"), old, shown))
         if count > 1 and not replace_all:
-            where = ", ".join(str(n) for n in _match_lines(text, old, 10))
+            where = ", ".join(str(n) for n in _match_lines(data, old_b, 10))
             return _failure(
                 f"old_string occurs {count} times in {shown!r} (lines {where}"
                 f"{', ...' if count > 10 else ''}); include more surrounding lines to make it "
                 f"unique, or set replace_all=true to replace every occurrence."
             )
-        site = text.find(old)
-        if replace_all:
-            updated = text.replace(old, new)
-        else:
-            updated = text[:site] + new + text[site + len(old) :]
+        new_b = _encoded(new)
+        if new_b is None:
+            reason = "surrogates not allowed"
+            return _failure(f"new_string cannot be encoded as UTF-8 ({reason}); fix it.")
+        site = data.find(old_b)
+        updated = data.replace(old_b, new_b) if replace_all else data.replace(old_b, new_b, 1)
+        del data
         try:
-            data = updated.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return _failure(f"new_string cannot be encoded as UTF-8 ({exc.reason}); fix it.")
-        try:
-            atomic_write(path, data, mode=mode, steps=steps)
+            atomic_write(path, updated, mode=mode, steps=steps)
         except OSError as exc:
             return _failure(_os_error("write", shown, exc))
-        evidence = _evidence(path, data)
+        evidence = _evidence(path, updated) if want_evidence else None
     done = f"{count} occurrences" if count > 1 else "1 occurrence"
-    snippet = _snippet(updated, site, len(new))
+    snippet = _snippet(updated, site, len(new_b))
     message = f"Edited {shown!r}: replaced {done}. Around the edit:\n{snippet}"
     return EditorResponse(success=True, content=message), evidence
 
 
-def _match_lines(text: str, needle: str, most: int) -> list[int]:
+def _match_lines(data: bytes, needle: bytes, most: int) -> list[int]:
     lines: list[int] = []
-    start = text.find(needle)
+    start = data.find(needle)
     while start >= 0 and len(lines) < most:
-        lines.append(text.count("\n", 0, start) + 1)
-        start = text.find(needle, start + len(needle))
+        lines.append(data.count(b"\n", 0, start) + 1)
+        start = data.find(needle, start + len(needle))
     return lines
 
 
@@ -275,16 +303,35 @@ def _loose_match(text: str, old: str) -> int | None:
     return None
 
 
-def _snippet(text: str, site: int, length: int) -> str:
-    """Numbered lines around the edit at `site`, as the reader shows them."""
-    first = text.count("\n", 0, site)
-    last = first + text.count("\n", site, site + length)
-    lines = text.split("\n")
+def _snippet(data: bytes, site: int, length: int) -> str:
+    """Numbered lines around the edit at byte `site`, as the reader shows them.
+
+    Only the shown lines are located and decoded; splitting the whole file
+    into lines cost a 50 MB edit 0.1 s and ~75 MB.
+    """
+    first = data.count(b"\n", 0, site)
+    last = first + data.count(b"\n", site, site + length)
     start = max(first - _SNIPPET_CONTEXT, 0)
-    end = min(last + _SNIPPET_CONTEXT, len(lines) - 1, start + _SNIPPET_MAX_LINES - 1)
+    wanted = min(last + _SNIPPET_CONTEXT, start + _SNIPPET_MAX_LINES - 1) - start + 1
+    begin = site
+    for _ in range(first - start + 1):
+        begin = data.rfind(b"\n", 0, begin)
+        if begin < 0:
+            break
+    begin += 1  # just after a newline, or 0
+    stop, at_end = begin, False
+    for _ in range(wanted):
+        newline = data.find(b"\n", stop)
+        if newline < 0:
+            stop, at_end = len(data), True
+            break
+        stop = newline + 1
+    lines = data[begin:stop].decode("utf-8", "replace").split("\n")
+    if not at_end:
+        lines.pop()  # the empty piece after the last shown newline
     rows = []
-    for index in range(start, end + 1):
-        line = lines[index].removesuffix("\r")
+    for index, line in enumerate(lines, start):
+        line = line.removesuffix("\r")
         if len(line) > _SNIPPET_LINE_CHARS:
             line = line[:_SNIPPET_LINE_CHARS] + " … [line cut]"
         rows.append(f"{index + 1}\t{line}")
@@ -329,6 +376,7 @@ class _EditorHandler:
                 new,
                 request.replace_all,
                 self.steps,
+                context is not None,
             )
         record_evidence(context, evidence)
         return response

@@ -421,3 +421,11 @@ def test_umask_applies_to_new_files(editor, workspace: Path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((workspace / "n.txt").stat().st_mode) == 0o640
+
+
+async def test_an_explicit_crlf_to_lf_edit_is_taken_literally(tmp_path):
+    (tmp_path / "w.txt").write_bytes(b"a\r\nb\r\n")
+    editor = editor_tool(workspace_root=tmp_path)
+    result = await editor(action="edit", file_path="w.txt", old_string="a\r\n", new_string="a\n")
+    assert result["success"] is True
+    assert (tmp_path / "w.txt").read_bytes() == b"a\nb\r\n"
