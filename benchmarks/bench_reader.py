@@ -211,7 +211,12 @@ def run(size: Size) -> list[Row]:
             check_row(
                 BENCH,
                 "windows hold 2,000 rows and the total",
-                first_result["total_lines"] == lines
+                # At offset 0 of a huge file the total is not counted (the
+                # reader scans at most COUNT_BUDGET bytes past a window); the
+                # last window reaches the end and knows it exactly.
+                first_result["total_lines"] in (None, lines)
+                and first_result["next_offset"] == WINDOW
+                and last_result["total_lines"] == lines
                 and last_result["next_offset"] is None
                 and (first_result["content"] or "").count("\n") == WINDOW - 1,
                 "correct",

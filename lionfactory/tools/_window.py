@@ -5,8 +5,19 @@ Instead of loading the file (the baseline's flaw, DESIGN §9) it streams: lines
 before the window are skipped by counting newlines in 1 MiB chunks, only the
 window's rows are kept, each row keeps at most `MAX_LINE_CHARS` characters of
 its line, and the rows stop at `MAX_OUTPUT_BYTES`. After the window the rest
-of the stream is still counted (cheaply, with ``bytes.count``) so the model
-learns the total number of lines and where to continue.
+of the stream is counted (with ``bytes.count``) so the model learns the total
+number of lines. For a file larger than `FULL_COUNT_BYTES` the reader stops
+counting `COUNT_BUDGET` bytes after the window: counting the lines of a 500 MB
+file costs ~0.1 s, a hundred times the window itself, and paging through it
+would pay that on every call. Past the budget `total_lines` is unknown (None)
+and `next_offset` still says where to continue. When a hasher
+is given (file evidence for the coding toolkit) the whole stream is read
+anyway, so the count is complete.
+
+Windows of short lines take a bulk path: complete lines are split out of the
+buffer and decoded as one block, which keeps a 2,000-line window within a
+small factor of a plain Python loop; any line that needs care (too long,
+invalid UTF-8, over the output cap) falls back to the line-by-line path.
 """
 
 from __future__ import annotations
@@ -17,7 +28,9 @@ from typing import BinaryIO, Protocol
 import attrs
 
 __all__ = [
+    "COUNT_BUDGET",
     "DEFAULT_LIMIT",
+    "FULL_COUNT_BYTES",
     "MAX_LINE_CHARS",
     "MAX_OUTPUT_BYTES",
     "Window",
@@ -33,7 +46,17 @@ MAX_LINE_CHARS = 2000
 MAX_OUTPUT_BYTES = 256 * 1024
 """UTF-8 bytes of rows returned by one call; `next_offset` says where to go on."""
 
+COUNT_BUDGET = 256 * 1024
+"""Bytes after a window the reader scans to count the rest of a big file."""
+
+FULL_COUNT_BYTES = 8 * 1024 * 1024
+"""Files up to this size are always counted to the end (a few milliseconds at most)."""
+
 _CHUNK = 1 << 20
+# Reads start small and double up to _CHUNK: a window at the top of a file
+# needs a few hundred KiB at most, and reading a whole MiB for it would cost
+# more than building the rows.
+_FIRST_CHUNK = 1 << 16
 # Enough bytes for MAX_LINE_CHARS characters of up to 4 bytes each, plus one
 # character to tell "exactly at the limit" from "over it".
 _KEEP_BYTES = (MAX_LINE_CHARS + 1) * 4
@@ -53,7 +76,8 @@ class Window:
     Attributes:
         content: the rows, ``<one-based line number>TAB<text>``, joined by newlines.
         rows: how many rows `content` holds.
-        total_lines: the number of lines in the whole stream.
+        total_lines: the number of lines in the whole stream, or None when
+            the stream goes on past `COUNT_BUDGET` bytes after the window.
         next_offset: the offset to continue from, or None when the window
             reached the end.
         cut_lines: how many rows had their line cut to `MAX_LINE_CHARS`.
@@ -64,7 +88,7 @@ class Window:
 
     content: str
     rows: int
-    total_lines: int
+    total_lines: int | None
     next_offset: int | None
     cut_lines: int = 0
     output_capped: bool = False
@@ -89,12 +113,14 @@ class _Lines:
         self._hasher = hasher
         self._buf = b""
         self._pos = 0
+        self._chunk = _FIRST_CHUNK
 
     def _fill(self) -> bool:
         """Load the next chunk once the buffer is used up; False at end of stream."""
         if self._pos < len(self._buf):
             return True
-        chunk = self._raw.read(_CHUNK)
+        chunk = self._raw.read(self._chunk)
+        self._chunk = min(self._chunk * 2, _CHUNK)
         if not chunk:
             return False
         if self._hasher is not None:
@@ -143,16 +169,55 @@ class _Lines:
             if end >= 0:
                 return bytes(head), length, chars
 
-    def count_rest(self) -> int:
-        """Count the lines left in the stream (consumes it)."""
+    def count_rest(self, budget: int | None = None) -> int | None:
+        """Count the lines left in the stream, or None past `budget` bytes.
+
+        Returns 0 exactly when nothing is left.
+        """
         count = 0
+        scanned = 0
         last = b"\n"
-        while self._fill():
+        while True:
+            if self._pos >= len(self._buf) and budget is not None and scanned >= budget:
+                # The budget is spent: the total is unknown unless the stream
+                # ends right here (one byte tells; no hasher runs on this path).
+                if self._raw.read(1):
+                    return None
+                break
+            if not self._fill():
+                break
             if self._pos < len(self._buf):
                 count += self._buf.count(b"\n", self._pos)
+                scanned += len(self._buf) - self._pos
                 last = self._buf[-1:]
             self._pos = len(self._buf)
         return count + (last != b"\n")
+
+    def block(self, most: int, room: int) -> list[bytes] | None:
+        """Up to `most` complete lines ahead in the buffer, without consuming them.
+
+        Only the next `room` bytes are looked at (rows never hold more), and
+        the lines stop before the first one longer than `MAX_LINE_CHARS`
+        bytes (it may need cutting). None when not even one line qualifies.
+        """
+        if not self._fill():
+            return None
+        buf, pos = self._buf, self._pos
+        first = buf.find(b"\n", pos, pos + room)
+        if first < 0 or first - pos > MAX_LINE_CHARS:
+            return None
+        parts = buf[pos : pos + room].split(b"\n", most)
+        del parts[-1]  # what follows the last newline taken
+        if max(map(len, parts)) > MAX_LINE_CHARS:
+            for index, part in enumerate(parts):
+                if len(part) > MAX_LINE_CHARS:
+                    del parts[index:]
+                    break
+        return parts
+
+    def consume(self, size: int) -> None:
+        """Mark `size` bytes of the buffer as read (after `block`)."""
+        self._pos += size
 
 
 def _decode(head: bytes, length: int, chars: int) -> tuple[str, bool, bool]:
@@ -184,7 +249,12 @@ def _decode(head: bytes, length: int, chars: int) -> tuple[str, bool, bool]:
 
 
 def read_window(
-    stream: BinaryIO, *, offset: int, limit: int, hasher: _Hasher | None = None
+    stream: BinaryIO,
+    *,
+    offset: int,
+    limit: int,
+    hasher: _Hasher | None = None,
+    count_budget: int | None = None,
 ) -> Window:
     """Return the rows for lines ``offset + 1 .. offset + limit`` of `stream`.
 
@@ -193,9 +263,13 @@ def read_window(
         offset: lines to skip (already clamped to >= 0).
         limit: rows to return at most (already > 0).
         hasher: fed every byte of the stream, for file evidence.
+        count_budget: bytes after the window scanned to count the remaining
+            lines; None counts to the end. Ignored with a hasher, which reads
+            every byte anyway.
 
     Returns:
-        The window; its `total_lines` counts the whole stream.
+        The window; its `total_lines` counts the whole stream, or is None
+        when the count stopped at `count_budget`.
     """
     lines = _Lines(stream, hasher)
     skipped = lines.skip(offset)
@@ -208,7 +282,14 @@ def read_window(
     capped = False
     unshown = 0
     number = offset
-    while len(rows) < limit:
+    while number - offset < limit:
+        bulk = _bulk_rows(lines, number, limit - (number - offset), MAX_OUTPUT_BYTES - out_bytes)
+        if bulk is not None:
+            text, taken, size = bulk
+            rows.append(text)
+            number += taken
+            out_bytes += size
+            continue
         line = lines.next_line()
         if line is None:
             break
@@ -224,13 +305,61 @@ def read_window(
         rows.append(row)
         cut_lines += cut
         replaced = replaced or bad
-    rest = unshown + lines.count_rest()
+    counted = lines.count_rest(None if hasher is not None else count_budget)
+    rest = None if counted is None else unshown + counted
     return Window(
         content="\n".join(rows),
-        rows=len(rows),
-        total_lines=number + rest,
-        next_offset=number if rest else None,
+        rows=number - offset,
+        total_lines=None if rest is None else number + rest,
+        next_offset=number if rest is None or rest else None,
         cut_lines=cut_lines,
         output_capped=capped,
         replaced=replaced,
     )
+
+
+def _digits(first: int, last: int) -> int:
+    """The total number of decimal digits of the integers ``first..last``."""
+    total, width, low = 0, 1, 1
+    while low <= last:
+        high = low * 10 - 1
+        a, b = max(first, low), min(last, high)
+        if a <= b:
+            total += (b - a + 1) * width
+        width, low = width + 1, high + 1
+    return total
+
+
+def _bulk_rows(lines: _Lines, number: int, most: int, room: int) -> tuple[str, int, int] | None:
+    """The rows of the next complete lines in the buffer, as one text, when they need no care.
+
+    Returns ``(rows, lines taken, UTF-8 bytes incl. separators)`` and consumes
+    those lines, or None (nothing consumed) so that the line-by-line path
+    handles the next line: one that may need cutting, holds invalid UTF-8,
+    or would pass the output cap on its own.
+    """
+    parts = lines.block(most, room)
+    while parts:
+        data = b"\n".join(parts) + b"\n"
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # Keep the lines before the bad one; the per-line path replaces it.
+            del parts[data.count(b"\n", 0, exc.start) :]
+            continue
+        taken = len(parts)
+        crlf = data.count(b"\r\n") if b"\r" in data else 0
+        # Each row: its number, a tab, the line (without CR), a newline between rows.
+        size = (len(data) - crlf - taken) + _digits(number + 1, number + taken) + 2 * taken
+        if size > room:
+            # Rows are a little longer than their lines: keep proportionally fewer.
+            del parts[max(0, min(taken - 1, taken * room // size)) :]
+            continue
+        if crlf:
+            text = text.replace("\r\n", "\n")
+        body = text[:-1].split("\n")
+        numbers = range(number + 1, number + taken + 1)
+        rows = "\n".join([f"{n}\t{line}" for n, line in zip(numbers, body, strict=True)])
+        lines.consume(len(data))
+        return rows, taken, size
+    return None

@@ -30,7 +30,14 @@ from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace, open_nofollow
 from lionfactory.tools import _documents
 from lionfactory.tools._evidence import FileEvidence, evidence_wanted, record_evidence
-from lionfactory.tools._window import DEFAULT_LIMIT, MAX_OUTPUT_BYTES, Window, read_window
+from lionfactory.tools._window import (
+    COUNT_BUDGET,
+    DEFAULT_LIMIT,
+    FULL_COUNT_BYTES,
+    MAX_OUTPUT_BYTES,
+    Window,
+    read_window,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -106,7 +113,11 @@ class ReaderResponse(BaseModel):
         description="read/open: pass this as `offset` to see the lines after this window.",
     )
     total_lines: int | None = Field(
-        default=None, description="read/open: the number of lines in the whole text."
+        default=None,
+        description=(
+            "read/open: the number of lines in the whole text; null for a file over 8 MiB "
+            "whose end is more than 256 KiB past this window (it is then not counted)."
+        ),
     )
     total: int | None = Field(
         default=None, description="list_dir: how many entries matched, including those cut."
@@ -139,8 +150,12 @@ def _window_response(window: Window, offset: int, what: str) -> ReaderResponse:
         )
     if window.next_offset is not None:
         reason = f" (output limit {MAX_OUTPUT_BYTES // 1024} KiB)" if window.output_capped else ""
+        # Past COUNT_BUDGET bytes after the window the lines are not counted:
+        # counting a huge file would cost far more than the window itself.
+        of = "" if window.total_lines is None else f" of {window.total_lines}"
+        more = " (the file goes on; its lines were not all counted)" if not of else ""
         notes.append(
-            f"Showing lines {offset + 1}-{window.next_offset} of {window.total_lines}{reason}; "
+            f"Showing lines {offset + 1}-{window.next_offset}{of}{reason}{more}; "
             f"call again with offset={window.next_offset} to continue."
         )
     return ReaderResponse(
@@ -175,7 +190,8 @@ def _read_file(
             ), None
         stream.seek(0)
         digest = hashlib.sha256() if want_evidence else None
-        window = read_window(stream, offset=offset, limit=limit, hasher=digest)
+        budget = COUNT_BUDGET if st.st_size > FULL_COUNT_BYTES else None
+        window = read_window(stream, offset=offset, limit=limit, hasher=digest, count_budget=budget)
     evidence = None
     if digest is not None:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0

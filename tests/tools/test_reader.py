@@ -382,3 +382,33 @@ def test_importing_the_tools_imports_neither_docling_nor_httpx():
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert out.stdout.strip() == "[]"
+
+
+async def test_a_huge_file_is_not_counted_past_the_budget(reader, workspace: Path):
+    from lionfactory.tools._window import FULL_COUNT_BYTES
+
+    line = b"x" * 99 + b"\n"
+    lines = FULL_COUNT_BYTES // len(line) + 50_000
+    (workspace / "huge.txt").write_bytes(line * lines)
+    result = await reader(action="read", path="huge.txt", limit=3)
+    assert result["success"] is True
+    assert result["content"].splitlines() == [f"{n}\t{'x' * 99}" for n in (1, 2, 3)]
+    assert result["total_lines"] is None
+    assert result["next_offset"] == 3
+    assert result["truncated"] is True
+    assert "not all counted" in result["notice"]
+    # The end of the file is counted exactly: the window reached it.
+    last = await reader(action="read", path="huge.txt", offset=lines - 2)
+    assert last["total_lines"] == lines
+    assert last["next_offset"] is None
+
+
+async def test_a_huge_file_is_counted_in_full_when_evidence_is_recorded(reader, workspace: Path):
+    line = b"y" * 99 + b"\n"
+    lines = 200_000  # 20 MB: a file whose lines are not all counted without evidence
+    (workspace / "huge.txt").write_bytes(line * lines)
+    context = CallContext(call_id="c", tool="reader")
+    with call_context(context):
+        result = await reader(action="read", path="huge.txt", limit=3)
+    assert result["total_lines"] == lines  # the hash read it all anyway
+    assert context.metadata["file_evidence"]["whole_file"] is False
