@@ -18,7 +18,8 @@ Where the evidence lives decides when it counts:
 
 Evidence matches the file when its recorded ``mtime_ns`` and size still
 match; when only the mtime moved (a ``touch``, a checkout that rewrote the
-same bytes), the content hash decides. A partial-window read is enough for
+same bytes), the content hash decides (files over 8 MiB are not hashed when
+read, so for them a moved mtime always asks for a new read). A partial-window read is enough for
 ``edit`` (the exact-match of ``old_string`` protects the rest) but a
 ``write`` over an existing file needs evidence of the whole file.
 """
@@ -81,7 +82,9 @@ def _matches(evidence: Mapping[str, Any], st: os.stat_result, path: Path) -> boo
         return False
     if evidence.get("mtime_ns") == st.st_mtime_ns:
         return True
-    return evidence.get("sha256") == _sha256(path)
+    expected = evidence.get("sha256")
+    # A big file's evidence carries no hash: a moved mtime then needs a new read.
+    return expected is not None and expected == _sha256(path)
 
 
 def check_evidence(

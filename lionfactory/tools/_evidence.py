@@ -32,6 +32,9 @@ __all__ = ["FileEvidence", "evidence_wanted", "record_evidence"]
 
 EVIDENCE_KEY = "file_evidence"
 
+MAX_HASHED_BYTES = 8 * 1024 * 1024
+"""Files up to this size get a content hash in their evidence (see `FileEvidence`)."""
+
 
 @attrs.frozen
 class FileEvidence:
@@ -41,26 +44,29 @@ class FileEvidence:
         path: the resolved absolute path.
         mtime_ns: the modification time, in nanoseconds.
         size: the size in bytes.
-        sha256: the hex digest of the whole content.
+        sha256: the hex digest of the whole content, or None for a file over
+            `MAX_HASHED_BYTES` (hashing 500 MB to show a 2,000-line window
+            would cost a hundred times the window; without the hash, a file
+            whose mtime moved must simply be read again).
         whole_file: whether the model was shown (or wrote) the whole content.
     """
 
     path: str
     mtime_ns: int
     size: int
-    sha256: str
+    sha256: str | None
     whole_file: bool
 
     @classmethod
     def of(
-        cls, path: Path, st: os.stat_result, digest: hashlib._Hash, *, whole_file: bool
+        cls, path: Path, st: os.stat_result, digest: hashlib._Hash | None, *, whole_file: bool
     ) -> FileEvidence:
         """Build the record from a stat result and a finished hash of the content."""
         return cls(
             path=str(path),
             mtime_ns=st.st_mtime_ns,
             size=st.st_size,
-            sha256=digest.hexdigest(),
+            sha256=None if digest is None else digest.hexdigest(),
             whole_file=whole_file,
         )
 

@@ -31,7 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace, open_nofollow
-from lionfactory.tools._evidence import FileEvidence, evidence_wanted, record_evidence
+from lionfactory.tools._evidence import (
+    MAX_HASHED_BYTES,
+    FileEvidence,
+    evidence_wanted,
+    record_evidence,
+)
 from lionfactory.tools._files import DEFAULT_STEPS, WriteSteps, atomic_write, path_lock
 
 __all__ = ["EditorRequest", "EditorResponse", "editor_tool"]
@@ -99,7 +104,8 @@ def _failure(message: str) -> _Outcome:
 
 def _evidence(path: Path, data: bytes) -> FileEvidence:
     st = os.stat(path, follow_symlinks=False)
-    return FileEvidence.of(path, st, hashlib.sha256(data), whole_file=True)
+    digest = hashlib.sha256(data) if len(data) <= MAX_HASHED_BYTES else None
+    return FileEvidence.of(path, st, digest, whole_file=True)
 
 
 def _lines(data: bytes) -> int:

@@ -29,7 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace, open_nofollow
 from lionfactory.tools import _documents
-from lionfactory.tools._evidence import FileEvidence, evidence_wanted, record_evidence
+from lionfactory.tools._evidence import (
+    MAX_HASHED_BYTES,
+    FileEvidence,
+    evidence_wanted,
+    record_evidence,
+)
 from lionfactory.tools._window import (
     COUNT_BUDGET,
     DEFAULT_LIMIT,
@@ -189,11 +194,11 @@ def _read_file(
                 f"PDF/PPTX/DOCX documents."
             ), None
         stream.seek(0)
-        digest = hashlib.sha256() if want_evidence else None
+        digest = hashlib.sha256() if want_evidence and st.st_size <= MAX_HASHED_BYTES else None
         budget = COUNT_BUDGET if st.st_size > FULL_COUNT_BYTES else None
         window = read_window(stream, offset=offset, limit=limit, hasher=digest, count_budget=budget)
     evidence = None
-    if digest is not None:
+    if want_evidence:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0
         evidence = FileEvidence.of(path, st, digest, whole_file=whole)
     return _window_response(window, offset, "file"), evidence

@@ -446,3 +446,21 @@ async def test_subagent_reads_with_the_real_toolkit_and_only_its_answer_reaches_
     assert (workspace / "notes.md").read_text() == "The answer is 42.\n"
     # The parent's log holds the delegation and its result, not the child's messages.
     assert [m.role for m in parent.messages] == ["system", "user", "assistant", "tool", "assistant"]
+
+
+async def test_evidence_of_a_big_file_has_no_hash_so_a_touch_asks_for_a_new_read(workspace):
+    from lionfactory.tools._evidence import MAX_HASHED_BYTES
+
+    big = workspace / "big.txt"
+    big.write_bytes(b"first line\n" + (b"z" * 99 + b"\n") * (MAX_HASHED_BYTES // 100 + 10))
+    branch = kit_branch(workspace)
+    await branch.act("reader", {"action": "read", "path": "big.txt", "limit": 5})
+    assert branch.messages[-1].metadata["file_evidence"]["sha256"] is None
+    edit = {"action": "edit", "file_path": "big.txt", "old_string": "first", "new_string": "1st"}
+    assert _ok(await branch.act("editor", edit))["success"] is True
+    st = big.stat()
+    os.utime(big, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    edit2 = {"action": "edit", "file_path": "big.txt", "old_string": "1st", "new_string": "one"}
+    refused = _ok(await branch.act("editor", edit2))
+    assert refused["success"] is False
+    assert "changed since it was last read" in refused["error"]

@@ -403,12 +403,25 @@ async def test_a_huge_file_is_not_counted_past_the_budget(reader, workspace: Pat
     assert last["next_offset"] is None
 
 
-async def test_a_huge_file_is_counted_in_full_when_evidence_is_recorded(reader, workspace: Path):
+async def test_evidence_of_a_huge_file_skips_the_hash_and_the_full_count(reader, workspace: Path):
     line = b"y" * 99 + b"\n"
-    lines = 200_000  # 20 MB: a file whose lines are not all counted without evidence
+    lines = 200_000  # 20 MB: over the hashing and full-count thresholds
     (workspace / "huge.txt").write_bytes(line * lines)
     context = CallContext(call_id="c", tool="reader")
     with call_context(context):
         result = await reader(action="read", path="huge.txt", limit=3)
-    assert result["total_lines"] == lines  # the hash read it all anyway
-    assert context.metadata["file_evidence"]["whole_file"] is False
+    assert result["total_lines"] is None
+    evidence = context.metadata["file_evidence"]
+    assert evidence["sha256"] is None
+    assert evidence["size"] == len(line) * lines
+    assert evidence["whole_file"] is False
+
+
+async def test_evidence_of_a_small_file_is_hashed(reader, workspace: Path):
+    (workspace / "small.txt").write_bytes(b"a\nb\n")
+    context = CallContext(call_id="c", tool="reader")
+    with call_context(context):
+        await reader(action="read", path="small.txt")
+    evidence = context.metadata["file_evidence"]
+    assert evidence["sha256"] == hashlib.sha256(b"a\nb\n").hexdigest()
+    assert evidence["whole_file"] is True
