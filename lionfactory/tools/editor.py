@@ -284,7 +284,7 @@ def _not_found(text: str, old: str, shown: str) -> str:
                 f"A match exists at line {line} if surrounding whitespace is ignored; copy "
                 f"the exact indentation and spacing from the file."
             )
-        elif " ".join(old.split()) and " ".join(old.split()) in " ".join(text.split()):
+        elif old.split() and re.search(r"\s+".join(map(re.escape, old.split())), text):
             hints.append(
                 "A match exists if whitespace is ignored; copy the exact spacing and line "
                 "breaks from the file."
@@ -294,19 +294,21 @@ def _not_found(text: str, old: str, shown: str) -> str:
 
 
 def _loose_match(text: str, old: str) -> int | None:
-    """The line where `old` matches line by line, ignoring each line's outer whitespace."""
+    """The line where `old` matches line by line, ignoring each line's outer whitespace.
+
+    One regular expression over the text: splitting a big file into stripped
+    lines to compare them cost a failed 50 MB edit ~0.5 s and ~450 MB.
+    """
     wanted = [line.strip() for line in old.strip("\r\n").split("\n")]
     if not any(wanted):
         return None
-    lines = [line.strip() for line in text.split("\n")]
-    for start in range(len(lines) - len(wanted) + 1):
-        window = lines[start : start + len(wanted)]
-        if len(wanted) == 1:
-            if wanted[0] and wanted[0] in window[0]:
-                return start + 1
-        elif window == wanted:
-            return start + 1
-    return None
+    if len(wanted) == 1:
+        found = re.search(re.escape(wanted[0]), text)
+    else:
+        blank = r"[^\S\n]*"  # whitespace within one line
+        pattern = "\n".join(f"^{blank}{re.escape(w)}{blank}$" for w in wanted)
+        found = re.search(pattern, text, re.MULTILINE)
+    return None if found is None else text.count("\n", 0, found.start()) + 1
 
 
 def _snippet(data: bytes, site: int, length: int) -> str:
