@@ -20,7 +20,7 @@ from typing import Any, cast
 import anyio
 import attrs
 
-from lionfactory._call import CallContext, call_context
+from lionfactory._acting import execute_call
 from lionfactory._messages import Message, MessageLog, ToolCall
 from lionfactory._model import ChatModel, ModelReply
 from lionfactory._registration import (
@@ -37,9 +37,6 @@ from lionfactory.errors import (
     CloneError,
     ConfigurationError,
     RegistrationError,
-    ToolError,
-    ToolInputError,
-    UnknownToolError,
 )
 
 __all__ = ["Branch"]
@@ -465,57 +462,4 @@ class Branch:
         self._registrations.append(registration)
 
     async def _execute(self, call: ToolCall) -> ActionResult:
-        context = CallContext(call_id=call.id, tool=call.name, branch_id=self.id)
-        result: dict[str, Any] | None = None
-        error: str | None = None
-        exception: BaseException | None = None
-        tool = self._tools.get(call.name)
-        if call.arguments_error is not None:
-            exception = ToolInputError(
-                call.name,
-                f"The arguments of your call to {call.name!r} were not valid JSON: "
-                f"{call.arguments_error}. Call the tool again with its arguments as one "
-                f"JSON object.",
-                [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
-            )
-            error = str(exception)
-        elif tool is None:
-            exception = UnknownToolError(call.name, list(self._tools))
-            error = str(exception)
-        else:
-            with call_context(context):
-                try:
-                    result = await tool.invoke(call.arguments)
-                except ToolError as exc:
-                    exception, error = exc, str(exc)
-                except Exception as exc:
-                    logger.warning("tool %r raised", call.name, exc_info=True)
-                    exception = exc
-                    error = (
-                        f"Tool {call.name!r} failed unexpectedly: {type(exc).__name__}: {exc}. "
-                        f"Try different arguments or another approach."
-                    )
-        if error is None:
-            content = json.dumps(result, ensure_ascii=False, default=str)
-        else:
-            payload: dict[str, Any] = {"error": error, "error_type": type(exception).__name__}
-            if isinstance(exception, ToolInputError):
-                payload["errors"] = exception.errors
-            content = json.dumps(payload, ensure_ascii=False, default=str)
-        message = Message(
-            role="tool",
-            content=content,
-            call_id=call.id,
-            tool=call.name,
-            metadata=dict(context.metadata),
-        )
-        return ActionResult(
-            call_id=call.id,
-            tool=call.name,
-            arguments=dict(call.arguments),
-            result=result,
-            error=error,
-            error_type=None if exception is None else type(exception).__name__,
-            message=message,
-            exception=exception,
-        )
+        return await execute_call(self.id, self._tools, call)

@@ -1,0 +1,84 @@
+"""Running one tool call for a branch: the boundary where errors become tool messages."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from lionfactory._call import CallContext, call_context
+from lionfactory._messages import Message, ToolCall
+from lionfactory._registration import ActionResult
+from lionfactory._tool import Tool
+from lionfactory.errors import ToolError, ToolInputError, UnknownToolError
+
+__all__ = ["execute_call"]
+
+logger = logging.getLogger("lionfactory")
+
+
+async def execute_call(
+    branch_id: uuid.UUID, tools: Mapping[str, Tool], call: ToolCall
+) -> ActionResult:
+    """Run one tool call inside a `CallContext` and build its tool message.
+
+    Model-facing errors (`ToolInputError`, `ToolDenied`, `UnknownToolError`,
+    arguments that were not valid JSON) and unexpected exceptions become an
+    error payload the model reads; only cancellation propagates.
+    """
+    context = CallContext(call_id=call.id, tool=call.name, branch_id=branch_id)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    exception: BaseException | None = None
+    tool = tools.get(call.name)
+    if call.arguments_error is not None:
+        exception = ToolInputError(
+            call.name,
+            f"The arguments of your call to {call.name!r} were not valid JSON: "
+            f"{call.arguments_error}. Call the tool again with its arguments as one "
+            f"JSON object.",
+            [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
+        )
+        error = str(exception)
+    elif tool is None:
+        exception = UnknownToolError(call.name, list(tools))
+        error = str(exception)
+    else:
+        with call_context(context):
+            try:
+                result = await tool.invoke(call.arguments)
+            except ToolError as exc:
+                exception, error = exc, str(exc)
+            except Exception as exc:
+                logger.warning("tool %r raised", call.name, exc_info=True)
+                exception = exc
+                error = (
+                    f"Tool {call.name!r} failed unexpectedly: {type(exc).__name__}: {exc}. "
+                    f"Try different arguments or another approach."
+                )
+    if error is None:
+        content = json.dumps(result, ensure_ascii=False, default=str)
+    else:
+        payload: dict[str, Any] = {"error": error, "error_type": type(exception).__name__}
+        if isinstance(exception, ToolInputError):
+            payload["errors"] = exception.errors
+        content = json.dumps(payload, ensure_ascii=False, default=str)
+    message = Message(
+        role="tool",
+        content=content,
+        call_id=call.id,
+        tool=call.name,
+        metadata=dict(context.metadata),
+    )
+    return ActionResult(
+        call_id=call.id,
+        tool=call.name,
+        arguments=dict(call.arguments),
+        result=result,
+        error=error,
+        error_type=None if exception is None else type(exception).__name__,
+        message=message,
+        exception=exception,
+    )
