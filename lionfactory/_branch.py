@@ -11,7 +11,6 @@ bound to the source is refused loudly instead of being shared (DESIGN §4.3).
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -40,8 +39,6 @@ from lionfactory.errors import (
 )
 
 __all__ = ["Branch"]
-
-logger = logging.getLogger("lionfactory")
 
 
 @attrs.define(eq=False, init=False, repr=False)
