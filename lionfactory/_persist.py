@@ -10,8 +10,11 @@ What is stored, as JSON-ready data with a format tag:
 * the registrations, in order: a factory's import path (``module:qualname``)
   and its keyword arguments, and for static tools their names.
 
-Values that are not data (an `Exchange`, a chat model, a static `Tool`) are
-stored *by name* and must be handed back through ``resources`` when loading:
+Module-level functions and classes among the arguments (a policy hook such
+as `deny_destructive_commands`) are stored by import path and imported again.
+Other values that are not data (an `Exchange`, a chat model, a static
+`Tool`) are stored *by name* and must be handed back through ``resources``
+when loading:
 
 * a factory keyword argument is the resource named like the argument
   (``"exchange"``); when two registrations pass different objects under one
@@ -28,6 +31,7 @@ everything that is needed.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import uuid
@@ -36,6 +40,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from lionfactory._messages import Message, MessageLog
+from lionfactory._registration import factory_path
 from lionfactory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -79,7 +84,21 @@ class _Encoder:
             if any(k.startswith("$") for k in value):
                 return {"$resource": self.name_for(key, value)}
             return {k: self.encode(key, v) for k, v in value.items()}
+        path = _importable(value)
+        if path is not None:
+            return {"$callable": path}
         return {"$resource": self.name_for(key, value)}
+
+
+def _importable(value: Any) -> str | None:
+    """The import path of a module-level function or class, if it round-trips."""
+    if not (inspect.isfunction(value) or inspect.isclass(value)):
+        return None
+    path = factory_path(value)
+    try:
+        return path if _import(path) is value else None
+    except (ImportError, AttributeError):
+        return None
 
 
 def _decode(value: Any, resources: Mapping[str, Any], missing: set[str]) -> Any:
@@ -92,6 +111,12 @@ def _decode(value: Any, resources: Mapping[str, Any], missing: set[str]) -> Any:
             return uuid.UUID(value["$uuid"])
         if "$tuple" in value:
             return tuple(_decode(v, resources, missing) for v in value["$tuple"])
+        if "$callable" in value:
+            try:
+                return _import(value["$callable"])
+            except (ImportError, AttributeError):
+                missing.add(value["$callable"])
+                return None
         if "$resource" in value:
             name = value["$resource"]
             if name not in resources:

@@ -135,3 +135,35 @@ def test_json_is_stable_and_sorted():
     text = branch.to_json()
     assert text == branch.to_json()
     assert json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) == text
+
+
+async def test_module_level_hooks_are_stored_by_import_path(workspace):
+    from lionfactory.coding import deny_destructive_commands
+
+    branch = Branch("sys")
+    branch.register(
+        coding_toolkit,
+        workspace_root=workspace,
+        tools=["bash"],
+        hooks={"bash": {"pre": [deny_destructive_commands]}},
+    )
+    data = json.loads(branch.to_json())
+    hooks = data["registrations"][0]["kwargs"]["hooks"]
+    assert hooks == {
+        "bash": {"pre": [{"$callable": "lionfactory.coding.policies:deny_destructive_commands"}]}
+    }
+    restored = roundtrip(branch)
+    denied = await restored.act("bash", {"command": "rm -rf x"})
+    assert denied.error_type == "ToolDenied"
+
+
+def test_local_functions_are_resources(workspace):
+    def local_hook(name, args):
+        return None
+
+    branch = Branch()
+    branch.register(
+        coding_toolkit, workspace_root=workspace, tools=["bash"], hooks={"*": {"pre": [local_hook]}}
+    )
+    data = json.loads(branch.to_json())
+    assert data["registrations"][0]["kwargs"]["hooks"] == {"*": {"pre": [{"$resource": "hooks"}]}}
