@@ -252,10 +252,13 @@ async def run_process(
         # Runs on success, timeout and cancellation alike; shielded so that a
         # cancelled caller still leaves no process and no open pipe behind.
         with anyio.CancelScope(shield=True):
-            _signal_group(pgid, signal.SIGKILL)
+            # After a clean exit the group is usually empty already; then
+            # there is nothing to wait for (a cheap signal tells).
+            alive = _signal_group(pgid, signal.SIGKILL)
             with anyio.move_on_after(_REAP_GRACE):
                 await process.aclose()
-            await _wait_group_gone(pgid)
+            if alive:
+                await _wait_group_gone(pgid)
     return ProcessResult(
         argv=args,
         returncode=process.returncode,
