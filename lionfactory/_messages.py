@@ -114,13 +114,14 @@ def estimate_tokens(messages: Iterable[Message]) -> int:
     characters per token plus a fixed per-message overhead is within the
     precision that context budgeting needs.
     """
-    total = 0
-    for message in messages:
-        chars = len(message.content)
-        for call in message.tool_calls:
-            chars += len(call.name) + len(json.dumps(call.arguments, default=str))
-        total += _MESSAGE_OVERHEAD + -(-chars // _CHARS_PER_TOKEN)
-    return total
+    return sum(map(_message_tokens, messages))
+
+
+def _message_tokens(message: Message) -> int:
+    chars = len(message.content)
+    for call in message.tool_calls:
+        chars += len(call.name) + len(json.dumps(call.arguments, default=str))
+    return _MESSAGE_OVERHEAD + -(-chars // _CHARS_PER_TOKEN)
 
 
 class MessageLog:
@@ -130,11 +131,15 @@ class MessageLog:
     are "record indices". Methods say which they take.
     """
 
-    __slots__ = ("_active", "_index", "_keys", "_record", "_summaries")
+    __slots__ = ("_active", "_active_tokens", "_index", "_keys", "_record", "_summaries", "_tokens")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._record: list[Message] = []
         self._keys: list[tuple[int, ...]] = []
+        # Each message's token estimate, and the running total of the view:
+        # nudges ask for the estimate after every tool call, so it is O(1).
+        self._tokens: list[int] = []
+        self._active_tokens = 0
         self._active: list[int] = []
         self._index: dict[str, int] = {}
         # summary record index -> record indices it replaced
@@ -197,8 +202,8 @@ class MessageLog:
         return pos < len(self._active) and self._active[pos] == index
 
     def estimate_tokens(self) -> int:
-        """Estimated tokens of the active view (see `estimate_tokens`)."""
-        return estimate_tokens(self)
+        """Estimated tokens of the active view (see `estimate_tokens`); O(1)."""
+        return self._active_tokens
 
     # -- changing ------------------------------------------------------------
 
@@ -211,17 +216,14 @@ class MessageLog:
         """
         if message.role == "system" and self._pinned_index() is not None:
             raise ValueError("the log already has a system message; use set_system() to replace it")
-        if message.id in self._index:
-            raise ValueError(f"message id {message.id!r} is already in the log")
         index = len(self._record)
-        self._record.append(message)
         # A system message is pinned first, whatever came before it.
-        self._keys.append((-1, index) if message.role == "system" else (index,))
-        self._index[message.id] = index
+        self._add_record(message, (-1, index) if message.role == "system" else (index,))
         if message.role == "system":
             self._active.insert(0, index)
         else:
             self._active.append(index)
+        self._active_tokens += self._tokens[index]
         return message
 
     def set_system(self, content: str) -> Message:
@@ -231,13 +233,13 @@ class MessageLog:
         """
         message = Message(role="system", content=content)
         index = len(self._record)
-        self._record.append(message)
-        self._keys.append((-1, index))
-        self._index[message.id] = index
+        self._add_record(message, (-1, index))
         if self.system is not None:
+            self._active_tokens -= self._tokens[self._active[0]]
             self._active[0] = index
         else:
             self._active.insert(0, index)
+        self._active_tokens += self._tokens[index]
         return message
 
     def evict(self, start: int, end: int | None = None) -> list[Message]:
@@ -252,6 +254,7 @@ class MessageLog:
         lo, hi = self._clamp(start, end)
         removed = self._active[lo:hi]
         del self._active[lo:hi]
+        self._active_tokens -= sum(self._tokens[i] for i in removed)
         return [self._record[i] for i in removed]
 
     def evict_ids(self, message_ids: Iterable[str]) -> list[Message]:
@@ -263,6 +266,7 @@ class MessageLog:
         for index in self._active:
             if index in drop:
                 removed.append(self._record[index])
+                self._active_tokens -= self._tokens[index]
             else:
                 kept.append(index)
         self._active = kept
@@ -287,6 +291,7 @@ class MessageLog:
                 continue
             bisect.insort(self._active, index, key=self._key)
             active.add(index)
+            self._active_tokens += self._tokens[index]
             restored.append(self._record[index])
         retired = [
             summary
@@ -296,6 +301,7 @@ class MessageLog:
         if retired:
             gone = set(retired)
             self._active = [i for i in self._active if i not in gone]
+            self._active_tokens -= sum(self._tokens[i] for i in gone)
         return restored
 
     def replace(self, message_ids: Sequence[str], summary: Message) -> Message:
@@ -309,6 +315,8 @@ class MessageLog:
         """
         if summary.role == "system":
             raise ValueError("a summary cannot be a system message")
+        if summary.id in self._index:
+            raise ValueError(f"message id {summary.id!r} is already in the log")
         if not message_ids:
             raise ValueError("replace() needs at least one message to replace")
         indices = []
@@ -318,17 +326,17 @@ class MessageLog:
             indices.append(self._index[message_id])
         if self._pinned_index() in indices:
             raise ValueError("the system message cannot be compacted")
-        covered = tuple(sorted(indices))
+        covered = tuple(sorted(set(indices)))
         gone = set(covered)
         self._active = [i for i in self._active if i not in gone]
+        self._active_tokens -= sum(self._tokens[i] for i in covered)
         index = len(self._record)
-        self._record.append(summary)
         # The summary sits where the earliest replaced message sat, even when
         # that is an older summary whose record index is larger.
-        self._keys.append((*min(self._keys[i] for i in covered), index))
-        self._index[summary.id] = index
+        self._add_record(summary, (*min(self._keys[i] for i in covered), index))
         self._summaries[index] = covered
         bisect.insort(self._active, index, key=self._key)
+        self._active_tokens += self._tokens[index]
         return summary
 
     def view_indices(self, start: int, end: int | None) -> tuple[int, int]:
@@ -340,6 +348,8 @@ class MessageLog:
         clone = MessageLog.__new__(MessageLog)
         clone._record = self._record.copy()
         clone._keys = self._keys.copy()
+        clone._tokens = self._tokens.copy()
+        clone._active_tokens = self._active_tokens
         clone._active = self._active.copy()
         clone._index = self._index.copy()
         clone._summaries = self._summaries.copy()
@@ -380,9 +390,21 @@ class MessageLog:
             raise ValueError("inconsistent message log state: duplicate message ids")
         log._active = sorted(set(active), key=log._key)
         log._summaries = {int(k): tuple(v) for k, v in summaries.items()}
+        log._tokens = [_message_tokens(m) for m in log._record]
+        log._active_tokens = sum(log._tokens[i] for i in log._active)
         return log
 
     # -- internals -----------------------------------------------------------
+
+    def _add_record(self, message: Message, key: tuple[int, ...]) -> int:
+        if message.id in self._index:
+            raise ValueError(f"message id {message.id!r} is already in the log")
+        index = len(self._record)
+        self._record.append(message)
+        self._keys.append(key)
+        self._index[message.id] = index
+        self._tokens.append(_message_tokens(message))
+        return index
 
     def _key(self, index: int) -> tuple[int, ...]:
         return self._keys[index]

@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory import Branch
-from lionfactory._messages import Message
+from lionfactory._messages import Message, estimate_tokens
 from lionfactory._tool import Tool
 from lionfactory.errors import CloneError, RegistrationError
 from lionfactory.testing import assert_no_foreign_bindings
@@ -294,6 +294,11 @@ class BranchMachine(RuleBasedStateMachine):
                 p for p, i in zip(positions[1:], ids[1:], strict=True) if i not in self.summaries
             ]
             assert originals == sorted(originals), "originals out of record order"
+
+    @invariant()
+    def running_token_estimate_matches_the_view(self) -> None:
+        for branch in self.all:
+            assert branch.messages.estimate_tokens() == estimate_tokens(branch.messages.active)
 
     @invariant()
     def tool_names_are_unique_and_agree(self) -> None:
