@@ -23,6 +23,7 @@ result, not a shared object, if the rule must not see other branches' calls).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -92,7 +93,8 @@ class NudgeSnapshot:
         max_tokens: the toolkit's ``notify_max_tokens``.
         threshold: the toolkit's ``notify_threshold`` (a fraction).
         recent_calls: this toolkit's recent calls, oldest first, this one last.
-        files_with_evidence: paths this toolkit may edit without a new read.
+        files_with_evidence: paths this toolkit may edit without a new read
+            (computed on first use: it scans the active view).
     """
 
     tool: str
@@ -103,7 +105,12 @@ class NudgeSnapshot:
     max_tokens: int
     threshold: float
     recent_calls: tuple[CallRecord, ...]
-    files_with_evidence: tuple[str, ...]
+    evidence: Callable[[], Sequence[str]] = attrs.field(repr=False, alias="evidence")
+
+    @functools.cached_property
+    def files_with_evidence(self) -> tuple[str, ...]:
+        """Paths this toolkit may edit without a new read."""
+        return tuple(self.evidence())
 
     @property
     def usage(self) -> float:
@@ -224,7 +231,7 @@ class NudgeHook:
                 max_tokens=self.max_tokens,
                 threshold=self.threshold,
                 recent_calls=tuple(self.history),
-                files_with_evidence=tuple(self.files_with_evidence()),
+                evidence=self.files_with_evidence,
             )
         except Exception:
             logger.warning("could not build the nudge snapshot", exc_info=True)
