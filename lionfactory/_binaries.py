@@ -20,7 +20,7 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["BinaryFinder", "environment_dirs"]
+__all__ = ["BinaryFinder", "environment_dirs", "finder_or_default"]
 
 
 def environment_dirs() -> tuple[Path, ...]:
@@ -79,3 +79,16 @@ class BinaryFinder:
         """The first executable called `name`, or None."""
         candidates = self.candidates(name)
         return candidates[0] if candidates else None
+
+
+def finder_or_default(finder: object) -> BinaryFinder:
+    """A factory's ``_binaries`` option: a `BinaryFinder`, or the default one for None.
+
+    Raises:
+        TypeError: anything else.
+    """
+    if finder is None:
+        return BinaryFinder()
+    if not isinstance(finder, BinaryFinder):
+        raise TypeError(f"_binaries must be a BinaryFinder or None, got {finder!r}")
+    return finder

@@ -35,7 +35,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder
+from lionfactory._binaries import BinaryFinder, finder_or_default
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -278,12 +278,11 @@ def ast_search_tool(
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
     """
-    if _binaries is not None and not isinstance(_binaries, BinaryFinder):
-        raise TypeError(f"_binaries must be a BinaryFinder or None, got {_binaries!r}")
+    binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     return Tool(
         name="ast_search",
         description=_DESCRIPTION,
         request_model=AstSearchRequest,
-        handler=_AstSearchHandler(workspace, _binaries or BinaryFinder()),
+        handler=_AstSearchHandler(workspace, binaries),
     )

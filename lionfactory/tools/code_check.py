@@ -32,7 +32,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder
+from lionfactory._binaries import BinaryFinder, finder_or_default
 from lionfactory._process import LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -259,12 +259,11 @@ def code_check_tool(
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
     """
-    if _binaries is not None and not isinstance(_binaries, BinaryFinder):
-        raise TypeError(f"_binaries must be a BinaryFinder or None, got {_binaries!r}")
+    binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     return Tool(
         name="code_check",
         description=_DESCRIPTION,
         request_model=CodeCheckRequest,
-        handler=_CodeCheckHandler(workspace, _binaries or BinaryFinder()),
+        handler=_CodeCheckHandler(workspace, binaries),
     )

@@ -37,7 +37,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder
+from lionfactory._binaries import BinaryFinder, finder_or_default
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -308,12 +308,11 @@ def search_tool(
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
     """
-    if _binaries is not None and not isinstance(_binaries, BinaryFinder):
-        raise TypeError(f"_binaries must be a BinaryFinder or None, got {_binaries!r}")
+    binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     return Tool(
         name="search",
         description=_DESCRIPTION,
         request_model=SearchRequest,
-        handler=_SearchHandler(workspace, _binaries or BinaryFinder()),
+        handler=_SearchHandler(workspace, binaries),
     )
