@@ -339,10 +339,6 @@ class MessageLog:
         self._active_tokens += self._tokens[index]
         return summary
 
-    def view_indices(self, start: int, end: int | None) -> tuple[int, int]:
-        """Clamp a view span like `evict` does (system message excluded)."""
-        return self._clamp(start, end)
-
     def copy(self) -> MessageLog:
         """An independent log sharing the (immutable) messages: O(n) reference copies."""
         clone = MessageLog.__new__(MessageLog)

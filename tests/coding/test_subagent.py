@@ -10,22 +10,12 @@ from typing import Any
 import pytest
 
 from lionfactory import Branch, Tool, function_tool
+from lionfactory.coding import ALL_CODING_TOOLS
 from lionfactory.coding.policies import deny_destructive_commands
 from lionfactory.coding.subagent import SubagentRequest, SubagentResponse, subagent_tool
 from lionfactory.testing import FunctionModel, ScriptedModel, assert_no_foreign_bindings, tool_call
 
-ALL_TOOLS = (
-    "reader",
-    "editor",
-    "bash",
-    "search",
-    "code_check",
-    "code_nav",
-    "ast_search",
-    "context",
-    "sandbox",
-    "subagent",
-)
+ALL_TOOLS = ALL_CODING_TOOLS
 READ_ONLY = ["reader", "search", "code_check", "code_nav", "ast_search", "context"]
 
 
