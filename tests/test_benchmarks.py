@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 RUN = BENCHMARKS / "run.py"
 NAMES = ("reader", "calls", "processes", "search", "clone", "import", "documents", "editor")
 
@@ -64,7 +64,7 @@ def test_the_table_output_ends_with_a_summary() -> None:
     proc = run_benchmarks("--only", "calls", "--size", "tiny")
     assert proc.returncode == 0, proc.stderr
     assert "| calls" in proc.stdout
-    assert "Summary of `python benchmarks/run.py --only calls --size tiny`" in proc.stdout
+    assert "Summary of `python tests/benchmarks/run.py --only calls --size tiny`" in proc.stdout
 
 
 def test_an_unknown_benchmark_name_is_refused_with_the_valid_ones() -> None:

@@ -3,7 +3,7 @@
 docling, httpx, mcp and the ruff/ast-grep wrappers load only when a tool
 first needs them; a plain ``import lionfactory`` (and the tools and coding
 packages) must not pay for them. This is a correctness check, not a timing
-one: the import *time* is reported by ``benchmarks/bench_import.py``.
+one: the import *time* is reported by ``tests/benchmarks/bench_import.py``.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Usage::
 
-    python benchmarks/run.py                      # every benchmark, full size
-    python benchmarks/run.py --only reader,calls  # some of them
-    python benchmarks/run.py --size tiny          # a quick run at tiny sizes
-    python benchmarks/run.py --json               # rows as JSON on stdout
+    python tests/benchmarks/run.py                      # every benchmark, full size
+    python tests/benchmarks/run.py --only reader,calls  # some of them
+    python tests/benchmarks/run.py --size tiny          # a quick run at tiny sizes
+    python tests/benchmarks/run.py --json               # rows as JSON on stdout
 
 Every benchmark measures its baseline in the same run, on the same data, so
 the ratios hold on any machine. The script reports; it does not judge: it
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         given = sys.argv[1:] if argv is None else argv
-        command = " ".join(["python benchmarks/run.py", *given])
+        command = " ".join(["python tests/benchmarks/run.py", *given])
         print(summary(rows, failures, seconds, command))
         for row in missed:
             print(f"  missed: {row.bench}: {row.name} (target {row.target})")
