@@ -146,6 +146,16 @@ def test_update_replaces_and_clone_replays_the_replacement():
     assert b.provenance("notes").kwargs == {"prefix": "second"}
 
 
+def test_registration_names_its_factory_and_none_for_static_tools():
+    a = Branch()
+    a.register(notes_tool, prefix="p")
+    a.register(function_tool(add))
+    by_kind = {r.tool_names: r for r in a.registrations}
+    assert by_kind[("notes",)].factory is notes_tool
+    assert by_kind[("add",)].factory is None
+    assert a.provenance("notes").factory is notes_tool
+
+
 def test_unregistered_tools_do_not_come_back_on_clone():
     def pair() -> list[Tool]:
         return [function_tool(add, name="one"), function_tool(add, name="two")]
