@@ -8,7 +8,8 @@ each resulting tool's *handler* with branch policy:
 * evidence bookkeeping for calls made outside `Branch.act`;
 * images returned by the reader as data URLs (the one operation only the
   toolkit offers; the standalone reader refuses binary files);
-* retargeting to a sandbox worktree while one is active;
+* retargeting to a sandbox worktree while one is active: every tool, the
+  sub-agent included, asks the toolkit's one `ActiveWorkspace` at call time;
 * user hooks and the nudge post hook.
 
 The request models, defaults, keys and error texts are the standalone tools'
@@ -34,6 +35,7 @@ import attrs
 from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceStore, check_evidence
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.tools._evidence import EVIDENCE_KEY
@@ -134,28 +136,30 @@ class _Toolkit:
     """The per-branch state of one `coding_toolkit()` call."""
 
     branch: Branch
-    workspace: Workspace
+    where: ActiveWorkspace
     names: tuple[str, ...]
     home: dict[str, Tool]
     store: EvidenceStore = attrs.field(factory=EvidenceStore)
-    active: Workspace = attrs.field(default=None)
-    tools: dict[str, Tool] = attrs.field(default=None)
+    # The standalone tools built for the sandbox directory last asked about.
+    away: tuple[Workspace, dict[str, Tool]] | None = None
 
-    def __attrs_post_init__(self) -> None:
-        self.active = self.active or self.workspace
-        self.tools = self.tools or self.home
+    @property
+    def active(self) -> Workspace:
+        """The workspace the tools work in now."""
+        return self.where.current
 
-    def switch(self, root: Path | None) -> None:
-        """Retarget the file tools to a sandbox worktree, or back home with None."""
-        if root is None:
-            self.active, self.tools = self.workspace, self.home
-            return
-        self.active = Workspace.at(root, protected=self.workspace.protected)
-        self.tools = {
-            name: _WORKSPACE_FACTORIES[name](self.active.root)
-            for name in self.home
-            if name in _WORKSPACE_FACTORIES
-        }
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The standalone tools for the active workspace (built once per sandbox)."""
+        current = self.where.current
+        if not self.where.in_sandbox:
+            return self.home
+        if self.away is None or self.away[0] is not current:
+            self.away = (
+                current,
+                {name: _WORKSPACE_FACTORIES[name](current.root) for name in self.home},
+            )
+        return self.away[1]
 
     async def call(self, name: str, request: Any) -> Any:
         """Run the current standalone handler for `name`, keeping evidence outside act."""
@@ -316,7 +320,8 @@ def coding_toolkit(
         for name in names
         if name in _WORKSPACE_FACTORIES
     }
-    kit = _Toolkit(branch=branch, workspace=workspace, names=names, home=home)
+    where = ActiveWorkspace(workspace)
+    kit = _Toolkit(branch=branch, where=where, names=names, home=home)
 
     built: dict[str, Tool] = {}
     for name, tool in home.items():
@@ -332,7 +337,7 @@ def coding_toolkit(
     if "sandbox" in names:
         from lionfactory.coding.sandbox import sandbox_tool
 
-        built["sandbox"] = sandbox_tool(workspace_root=workspace.root, on_switch=kit.switch)
+        built["sandbox"] = sandbox_tool(workspace_root=workspace.root, on_switch=where.switch)
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
 
@@ -346,7 +351,7 @@ def coding_toolkit(
                 "notify_max_tokens": notify_max_tokens,
                 "nudge_rules": nudge_rules,
             },
-            workspace_root=workspace.root,
+            workspace=where,
         )
 
     nudge = (

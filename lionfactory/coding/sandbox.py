@@ -64,8 +64,9 @@ merge it into the current branch or throw it away.
 Actions:
 - create: start a sandbox from the last commit of the current branch. While it
   is active, reader, editor, bash, search, code_check, code_nav and ast_search
-  work inside the sandbox, not in the workspace. Uncommitted workspace changes
-  are not copied. Only one sandbox can be active.
+  work inside the sandbox, not in the workspace, and so does a subagent you
+  start. Uncommitted workspace changes are not copied. Only one sandbox can be
+  active.
 - diff: show every change since create (committed or not, new files included).
   Long diffs are cut at {MAX_DIFF_CHARS:,} characters; `files` lists all paths.
 - commit: commit all changes in the sandbox. Needs `message`.

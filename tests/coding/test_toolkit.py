@@ -405,6 +405,71 @@ async def test_each_clone_gets_its_own_sandbox_slot(workspace):
         assert _ok(await b.act("sandbox", {"action": "discard"}))["success"] is True
 
 
+def _repo(workspace: Path) -> None:
+    _git(workspace, "init", "-q", "-b", "main")
+    _git(workspace, "config", "user.name", "T")
+    _git(workspace, "config", "user.email", "t@example.invalid")
+    (workspace / "a.py").write_text("x = 1\n")
+    _git(workspace, "add", "-A")
+    _git(workspace, "commit", "-q", "-m", "init")
+
+
+async def test_a_subagent_started_in_a_sandbox_edits_the_sandbox_and_discard_drops_it(workspace):
+    from lionfactory.testing import ScriptedModel, tool_call
+
+    _repo(workspace)
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    model = ScriptedModel(
+        [
+            tool_call("sandbox", action="create"),
+            tool_call("subagent", instruction="Set x to 2 in a.py.", permissions="safe"),
+            # the child
+            tool_call("reader", action="read", path="a.py"),
+            tool_call("editor", **edit),
+            tool_call("bash", command="pwd"),
+            "x is 2 now.",
+            # the parent again
+            tool_call("sandbox", action="diff"),
+            tool_call("sandbox", action="discard"),
+            "Tried it and threw it away.",
+        ]
+    )
+    parent = Branch("You delegate.", chat_model=model)
+    parent.register(coding_toolkit, workspace_root=workspace, tools=["sandbox", "subagent"])
+    assert await parent.run("Try setting x to 2, then throw it away.") == (
+        "Tried it and threw it away."
+    )
+    results = [json.loads(m.content) for m in parent.messages if m.role == "tool"]
+    created, delegated, diff, discarded = results
+    assert delegated["success"] is True, delegated
+    assert delegated["tool_errors"] == []
+    child_pwd = json.loads(model.calls[5].messages[-1].content)["stdout"].strip()
+    assert Path(child_pwd).resolve() == Path(created["worktree"]).resolve()
+    assert diff["files"] == ["a.py"]
+    assert discarded["success"] is True
+    assert (workspace / "a.py").read_text() == "x = 1\n"
+    assert _git(workspace, "status", "--porcelain") == ""
+
+
+async def test_a_subagent_in_a_sandbox_cannot_reach_the_home_checkout(workspace):
+    _repo(workspace)
+    parent = Branch("You delegate.", chat_model=ScriptedModelNeverCalled())
+    parent.register(coding_toolkit, workspace_root=workspace, tools=["sandbox", "subagent"])
+    assert _ok(await parent.act("sandbox", {"action": "create"}))["success"] is True
+    for cwd in (str(workspace), "..", str(workspace / "a.py")):
+        out = _ok(await parent.act("subagent", {"instruction": "edit", "cwd": cwd}))
+        assert out["success"] is False
+        assert out["error"].startswith("cwd refused"), out
+    assert _ok(await parent.act("sandbox", {"action": "discard"}))["success"] is True
+
+
+class ScriptedModelNeverCalled:
+    """A chat model for tests in which the child must never start."""
+
+    async def __call__(self, messages, tools):
+        raise AssertionError("the sub-agent started although its cwd was refused")
+
+
 # -- subagent with the real toolkit
 
 
