@@ -337,7 +337,9 @@ def coding_toolkit(
     if "sandbox" in names:
         from lionfactory.coding.sandbox import sandbox_tool
 
-        built["sandbox"] = sandbox_tool(workspace_root=workspace.root, on_switch=where.switch)
+        built["sandbox"] = sandbox_tool(
+            branch, workspace_root=workspace.root, on_switch=where.switch
+        )
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
 

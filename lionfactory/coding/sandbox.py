@@ -11,8 +11,10 @@ it unmerged. Both call ``on_switch(None)`` to send the tools home.
 
 Decisions:
 
-* **One sandbox per factory call.** The toolkit calls `sandbox_tool` once per
-  branch (and again for a clone), so each branch has its own slot.
+* **One sandbox per branch.** The tool is bound to the branch it was built
+  for: registered as a factory, a clone gets a fresh tool and slot; a built
+  tool registered statically on another branch, or cloned, is refused, so two
+  branches never share one slot without knowing it.
 * **The user's index is never touched.** ``diff`` stages into a scratch index
   (``GIT_INDEX_FILE``) in the sandbox's temporary directory, so untracked
   files appear as new files without ``git add -N`` anywhere.
@@ -47,6 +49,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._branch import Branch
 from lionfactory._tool import Tool
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
@@ -339,14 +342,17 @@ class _Sandbox:
 
 
 def sandbox_tool(
+    branch: Branch,
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     on_switch: OnSwitch | None = None,
     runner: Runner | None = None,
 ) -> Tool:
-    """Build the ``sandbox`` tool with its own, empty sandbox slot.
+    """Build the ``sandbox`` tool for `branch`, with its own, empty sandbox slot.
 
     Args:
+        branch: the branch the slot belongs to; the tool is bound to it, so
+            register this factory (not a built tool) to give clones their own.
         workspace_root: a directory inside the git repository the sandbox
             copies; the current directory when None. Resolved once, now.
         on_switch: called (sync or async) with the sandbox's counterpart of
@@ -356,12 +362,15 @@ def sandbox_tool(
             seam for tests (same signature).
 
     Returns:
-        The ``sandbox`` Tool. It holds state (the slot): build one per branch.
+        The ``sandbox`` Tool, bound to `branch`.
 
     Raises:
         ValueError: the workspace root is not a directory.
-        TypeError: `on_switch` or `runner` is not callable.
+        TypeError: `branch` is not a Branch, or `on_switch` or `runner` is
+            not callable.
     """
+    if not isinstance(branch, Branch):
+        raise TypeError(f"branch must be a Branch, got {branch!r}")
     if on_switch is not None and not callable(on_switch):
         raise TypeError(f"on_switch must be callable or None, got {on_switch!r}")
     if runner is not None and not callable(runner):
@@ -373,4 +382,5 @@ def sandbox_tool(
         description=_DESCRIPTION,
         request_model=SandboxRequest,
         handler=_Sandbox(workspace, on_switch, git),
+        bound_to=branch.id,
     )
