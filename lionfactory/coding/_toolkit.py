@@ -274,6 +274,7 @@ def coding_toolkit(
     notify_threshold: float = 0.7,
     notify_max_tokens: int = 200_000,
     nudge_rules: Sequence[NudgeRule] | None = None,
+    allow_merge_into_protected: bool = False,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -292,6 +293,9 @@ def coding_toolkit(
         notify_max_tokens: the token budget the context nudge measures against.
         nudge_rules: the rules to run (default: `default_nudge_rules()`,
             fresh for this call).
+        allow_merge_into_protected: let the sandbox merge into ``main``,
+            ``master`` or ``release*`` (refused by default; the model is told
+            to leave its branch for the user).
 
     Returns:
         The tools, each bound to `branch`.
@@ -338,7 +342,10 @@ def coding_toolkit(
         from lionfactory.coding.sandbox import sandbox_tool
 
         built["sandbox"] = sandbox_tool(
-            branch, workspace_root=workspace.root, on_switch=where.switch
+            branch,
+            workspace_root=workspace.root,
+            on_switch=where.switch,
+            allow_merge_into_protected=allow_merge_into_protected,
         )
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
@@ -352,6 +359,7 @@ def coding_toolkit(
                 "notify_threshold": notify_threshold,
                 "notify_max_tokens": notify_max_tokens,
                 "nudge_rules": nudge_rules,
+                "allow_merge_into_protected": allow_merge_into_protected,
             },
             workspace=where,
         )

@@ -73,8 +73,16 @@ async def call(tool: Tool, action: str, **arguments: Any) -> SandboxResponse:
     return SandboxResponse.model_validate(await tool(action=action, **arguments))
 
 
-async def created(repo: Path, recorder: Recorder | None = None) -> tuple[Tool, SandboxResponse]:
-    tool = sandbox_tool(Branch(), workspace_root=repo, on_switch=recorder)
+async def created(
+    repo: Path, recorder: Recorder | None = None, *, allow_protected: bool = True
+) -> tuple[Tool, SandboxResponse]:
+    # The fixture repository is on `main`; most tests are about merging as such.
+    tool = sandbox_tool(
+        Branch(),
+        workspace_root=repo,
+        on_switch=recorder,
+        allow_merge_into_protected=allow_protected,
+    )
     response = await call(tool, "create")
     assert response.success, response.error
     return tool, response
@@ -281,6 +289,45 @@ async def test_merge_brings_the_changes_into_the_base_branch_and_ends_the_sandbo
     assert recorder.calls == [worktree, None]
 
 
+@pytest.mark.parametrize("base", ["main", "master", "release", "release/2.0", "release-3"])
+async def test_merge_into_a_protected_branch_is_refused_by_default(repo: Path, base: str) -> None:
+    git(repo, "checkout", "--quiet", "-B", base)
+    tool, response = await created(repo, allow_protected=False)
+    assert response.notice is not None and f"{base!r} is a protected branch" in response.notice
+    (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
+    assert (await call(tool, "commit", message="add feature")).success
+
+    merged = await call(tool, "merge")
+
+    assert not merged.success and merged.active
+    assert merged.error is not None
+    assert f"Merging into {base!r} is not allowed" in merged.error
+    assert "do not discard it" in merged.error and f"git merge {response.branch}" in merged.error
+    assert not (repo / "feature.py").exists()
+    assert git(repo, "rev-parse", base) == response.base_commit
+    assert "protected branch" in tool.description
+    assert (await call(tool, "discard")).success
+
+
+@pytest.mark.parametrize("base", ["feature", "mainline", "my-release"])
+async def test_merge_into_an_unprotected_branch_needs_no_permission(repo: Path, base: str) -> None:
+    git(repo, "checkout", "--quiet", "-B", base)
+    tool, response = await created(repo, allow_protected=False)
+    assert response.notice is None
+    (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
+    await call(tool, "commit", message="add feature")
+    merged = await call(tool, "merge")
+    assert merged.success, merged.error
+    assert (repo / "feature.py").exists()
+
+
+async def test_allowing_protected_merges_drops_the_rule_from_the_description(repo: Path) -> None:
+    allowed = sandbox_tool(Branch(), workspace_root=repo, allow_merge_into_protected=True)
+    assert "protected branch" not in allowed.description
+    with pytest.raises(TypeError, match="allow_merge_into_protected must be a bool"):
+        sandbox_tool(Branch(), workspace_root=repo, allow_merge_into_protected="yes")  # type: ignore[arg-type]
+
+
 async def test_merge_makes_a_merge_commit_when_the_base_moved_on(repo: Path) -> None:
     tool, response = await created(repo)
     (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
@@ -453,7 +500,13 @@ async def test_a_failed_discard_can_be_called_again(repo: Path, step: tuple[str,
 async def test_a_merge_whose_cleanup_fails_is_finished_by_discard(repo: Path) -> None:
     recorder = Recorder()
     runner = failing_once(("worktree", "remove"))
-    tool = sandbox_tool(Branch(), workspace_root=repo, on_switch=recorder, runner=runner)
+    tool = sandbox_tool(
+        Branch(),
+        workspace_root=repo,
+        on_switch=recorder,
+        runner=runner,
+        allow_merge_into_protected=True,
+    )
     response = await call(tool, "create")
     (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
     await call(tool, "commit", message="add feature")

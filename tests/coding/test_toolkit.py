@@ -365,7 +365,9 @@ async def test_toolkit_tools_work_inside_an_active_sandbox_and_come_home(workspa
     (workspace / "a.py").write_text("x = 1\n")
     _git(workspace, "add", "-A")
     _git(workspace, "commit", "-q", "-m", "init")
-    branch = kit_branch(workspace, tools=["reader", "editor", "bash", "sandbox"])
+    branch = kit_branch(
+        workspace, tools=["reader", "editor", "bash", "sandbox"], allow_merge_into_protected=True
+    )
     created = _ok(await branch.act("sandbox", {"action": "create"}))
     assert created["success"] is True, created
     worktree = Path(created["worktree"])
@@ -385,6 +387,19 @@ async def test_toolkit_tools_work_inside_an_active_sandbox_and_come_home(workspa
     # Evidence from the worktree does not carry over to the workspace copy.
     edit2 = {"action": "edit", "file_path": "a.py", "old_string": "x = 2", "new_string": "x = 3"}
     assert _ok(await branch.act("editor", edit2))["success"] is False
+
+
+async def test_the_toolkit_sandbox_refuses_to_merge_into_main_unless_allowed(workspace):
+    _repo(workspace)
+    branch = kit_branch(workspace, tools=["editor", "sandbox"])
+    _ok(await branch.act("sandbox", {"action": "create"}))
+    write = {"action": "write", "file_path": "b.py", "content": "y = 1\n"}
+    assert _ok(await branch.act("editor", write))["success"] is True
+    _ok(await branch.act("sandbox", {"action": "commit", "message": "add b"}))
+    refused = _ok(await branch.act("sandbox", {"action": "merge"}))
+    assert refused["success"] is False and "protected branch" in refused["error"]
+    assert not (workspace / "b.py").exists()
+    _ok(await branch.act("sandbox", {"action": "discard"}))
 
 
 async def test_each_clone_gets_its_own_sandbox_slot(workspace):
