@@ -123,7 +123,7 @@ async def main() -> None:
             coding_toolkit,
             workspace_root=repo,
             tools=["reader", "editor", "bash", "code_check", "context", "sandbox"],
-            hooks={"bash": {"pre": [deny_destructive_commands]}},
+            hooks={"bash": {"security": [deny_destructive_commands]}},
             # A sandbox merges into main, master or release* only with consent;
             # this throwaway repository is ours to merge into.
             allow_merge_into_protected=True,

@@ -10,7 +10,8 @@ Permission sets (the child never gets ``subagent``, so it cannot recurse):
 
 * ``read_only``: reader, search, code_check, code_nav, ast_search, context;
 * ``safe``: those plus editor and bash, with `deny_destructive_commands` as
-  the last bash pre hook (after any hooks the toolkit was given);
+  a bash ``security`` hook: it runs before every other hook the toolkit was
+  given, and again on the arguments they produced;
 * ``allow_all``: every coding tool except subagent (sandbox included);
 * ``deny_all``: no tools; the child can only answer from the instruction.
 
@@ -204,14 +205,19 @@ def _tool_errors(messages: Sequence[Message]) -> list[str]:
 
 
 def _with_policy(hooks: Any) -> dict[str, Any]:
-    """`hooks` plus `deny_destructive_commands` as the *last* bash pre hook.
+    """`hooks` plus `deny_destructive_commands` as the last bash *security* hook.
 
-    Last, so it judges the command other pre hooks may have rewritten.
+    The security tier runs before any other hook, so no user hook sees a
+    refused command, and again after the pre hooks, so a rewrite cannot slip
+    past it.
     """
     merged: dict[str, Any] = {name: dict(kinds) for name, kinds in dict(hooks or {}).items()}
     bash = merged.setdefault("bash", {})
-    pre = bash.get("pre", ())
-    bash["pre"] = (*((pre,) if callable(pre) else tuple(pre)), deny_destructive_commands)
+    security = bash.get("security", ())
+    bash["security"] = (
+        *((security,) if callable(security) else tuple(security)),
+        deny_destructive_commands,
+    )
     return merged
 
 

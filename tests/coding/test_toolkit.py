@@ -302,7 +302,7 @@ async def test_a_denying_pre_hook_blocks_rm_rf_with_a_readable_error(workspace):
     assert json.loads(branch.messages[-1].content)["error_type"] == "ToolDenied"
 
 
-async def test_star_hooks_run_before_a_tools_own_and_all_kinds_attach(workspace):
+async def test_star_hooks_run_after_a_tools_own_and_all_kinds_attach(workspace):
     order = []
 
     def star(name, args):
@@ -320,7 +320,7 @@ async def test_star_hooks_run_before_a_tools_own_and_all_kinds_attach(workspace)
     hooks = {"*": {"pre": [star], "on_error": on_error}, "bash": {"pre": own, "post": [post]}}
     tools = {t.name: t for t in coding_toolkit(Branch(), workspace_root=workspace, hooks=hooks)}
     result = await tools["bash"](command="true")
-    assert order == [("*", "bash"), ("own", "bash")]
+    assert order == [("own", "bash"), ("*", "bash")]
     assert result["post_saw"] == "bash"
     # Simulate an unexpected crash inside the standalone handler the toolkit
     # delegates to: the on_error hook must see it.
@@ -333,6 +333,74 @@ async def test_star_hooks_run_before_a_tools_own_and_all_kinds_attach(workspace)
     assert await tools["bash"](command="true") == {
         "recovered": "RuntimeError: standalone handler crashed"
     }
+
+
+async def test_hook_tiers_run_security_then_the_tools_own_then_star(workspace):
+    order = []
+
+    def hook(label):
+        def record(name, args):
+            order.append(label)
+
+        return record
+
+    hooks = {
+        "*": {"pre": hook("star"), "security": hook("star-security")},
+        "bash": {"pre": [hook("own")], "security": hook("security")},
+    }
+    tools = {t.name: t for t in coding_toolkit(Branch(), workspace_root=workspace, hooks=hooks)}
+    await tools["bash"](command="true")
+    # security first, then the tool's own, then "*"; then security again on the final arguments
+    assert order == ["security", "star-security", "own", "star", "security", "star-security"]
+    order.clear()
+    await tools["reader"](action="list_dir", path=".")
+    assert order == ["star-security", "star", "star-security"]
+
+
+async def test_a_star_pre_hook_never_sees_a_call_the_security_tier_refuses(workspace):
+    (workspace / "x").mkdir()
+    seen = []
+    hooks = {
+        "*": {"pre": lambda name, args: seen.append(args["command"])},
+        "bash": {"security": deny_destructive_commands},
+    }
+    branch = kit_branch(workspace, hooks=hooks)
+    result = await branch.act("bash", {"command": "rm -rf x"})
+    assert result.error_type == "ToolDenied"
+    assert seen == []
+    assert (workspace / "x").is_dir()
+
+
+async def test_the_security_tier_judges_arguments_a_pre_hook_rewrote(workspace):
+    (workspace / "x").mkdir()
+
+    def rewrite(name, args):
+        return {**args, "command": "rm -rf x"}
+
+    branch = kit_branch(
+        workspace, hooks={"bash": {"security": [deny_destructive_commands], "pre": rewrite}}
+    )
+    result = await branch.act("bash", {"command": "ls"})
+    assert result.error_type == "ToolDenied"
+    assert (workspace / "x").is_dir()
+
+
+async def test_nudge_rules_extend_the_defaults_when_asked(workspace):
+    def custom(snapshot):
+        return "custom rule spoke" if snapshot.tool == "bash" else None
+
+    extended = kit_branch(workspace, nudge_rules=[custom], keep_default_nudges=True)
+    replaced = kit_branch(workspace, nudge_rules=[custom])
+    for branch in (extended, replaced):
+        for _ in range(3):
+            last = _ok(await branch.act("bash", {"command": "false"}))
+    assert "custom rule spoke" in last["system"]
+    assert "3 bash commands failed in a row" not in last["system"]
+    extended_last = json.loads(extended.messages[-1].content)
+    assert "custom rule spoke" in extended_last["system"]
+    assert "3 bash commands failed in a row" in extended_last["system"]
+    with pytest.raises(TypeError, match="keep_default_nudges must be a bool"):
+        coding_toolkit(Branch(), workspace_root=workspace, keep_default_nudges="yes")
 
 
 async def test_pre_hook_denial_raised_directly(workspace):
