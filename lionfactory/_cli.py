@@ -2,6 +2,7 @@
 
 ::
 
+    lionfactory --version
     lionfactory tools [--json] [--workspace DIR]
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
@@ -12,6 +13,11 @@ a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
 (the same rule the MCP server uses for ``isError``, `call_failed`), and 2 on
 invalid input, showing the validation errors. The ``mcp`` subcommand imports
 the ``mcp`` SDK only when it runs, so the rest works without the extra.
+
+Ctrl-C ends any command quietly with status 130 (128 + SIGINT, what shells
+report for an interrupted program): an interrupt is the user's decision, not
+an error, and inside trio it surfaces as a nested exception group whose
+traceback tells the user nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from lionfactory import __version__
 from lionfactory._tool import Tool
 from lionfactory.errors import ToolError, ToolInputError
 
@@ -50,6 +57,7 @@ BUILTIN_TOOLS: tuple[str, ...] = (
 """The built-ins the command line lists and calls: those that need only a workspace."""
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130
 
 
 def call_failed(result: Mapping[str, Any]) -> bool:
@@ -187,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lionfactory",
         description="Built-in tools for LLM agents: list them, call one, or serve them over MCP.",
     )
+    parser.add_argument("--version", action="version", version=f"lionfactory {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tools = commands.add_parser("tools", help="list the built-in tools and their schemas")
@@ -241,7 +250,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line and return its exit status."""
+    """Run the command line and return its exit status (130 after Ctrl-C)."""
+    try:
+        return _main(argv)
+    except BaseException as exc:
+        if _interrupted(exc):
+            return EXIT_INTERRUPTED
+        raise
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether `exc` is Ctrl-C, alone or inside (nested) exception groups."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -356,8 +381,6 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
             ),
         )
-    except KeyboardInterrupt:
-        return 130
     except OSError as exc:  # the port is taken, say
         print(f"lionfactory: cannot serve: {exc}", file=sys.stderr)
         return EXIT_FAILED
