@@ -7,6 +7,7 @@
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
                           [--transport stdio|http] [--host H] [--port N]
+                          [--model-url URL --model NAME [--model-api-key-env VAR]]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -246,6 +248,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="http only; 0 picks a free port (default: 8000)"
     )
     serve.add_argument("--name", default="lionfactory", help="the server name clients see")
+    serve.add_argument(
+        "--model-url",
+        default=None,
+        metavar="URL",
+        help="an OpenAI-compatible API root (e.g. http://127.0.0.1:8080/v1): the chat model "
+        "of each session's branch, which the subagent tool needs (needs the models extra)",
+    )
+    serve.add_argument(
+        "--model", default=None, metavar="NAME", help="the model name at --model-url"
+    )
+    serve.add_argument(
+        "--model-api-key-env",
+        default=None,
+        metavar="VAR",
+        help="the environment variable holding the API key for --model-url (a key on the "
+        "command line would show in the process list)",
+    )
     return parser
 
 
@@ -340,6 +359,35 @@ def _call(name: str, words: Sequence[str], workspace: Path | None, *, as_json: b
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def _serve_model(args: argparse.Namespace) -> Any:
+    """The chat model ``mcp serve`` gives each session, or None when none is configured.
+
+    Raises:
+        ValueError: only one of --model-url and --model, or an unset key variable.
+        ImportError: the models extra (httpx) is not installed.
+    """
+    if args.model_url is None and args.model is None:
+        if args.model_api_key_env is not None:
+            raise ValueError("--model-api-key-env needs --model-url and --model")
+        return None
+    if args.model_url is None or args.model is None:
+        raise ValueError("give --model-url and --model together")
+    api_key = None
+    if args.model_api_key_env is not None:
+        api_key = os.environ.get(args.model_api_key_env)
+        if not api_key:
+            raise ValueError(
+                f"--model-api-key-env names {args.model_api_key_env!r}, which is not set"
+            )
+    try:
+        from lionfactory.models import OpenAICompatible
+    except ImportError as exc:
+        raise ImportError(
+            f"--model-url needs the models extra: pip install 'lionfactory[models]' ({exc})"
+        ) from None
+    return OpenAICompatible(args.model_url, args.model, api_key=api_key)
+
+
 def _print_result(result: Mapping[str, Any]) -> None:
     """A human rendering: the text a tool produced, else the response as JSON."""
     content = result.get("content")
@@ -367,12 +415,27 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         check_serve_options(args.transport, args.host, args.port)
         factories = cli_factories(args.toolkit, names, workspace)
-    except ValueError as exc:
+        chat_model = _serve_model(args)
+        if chat_model is None and "subagent" in (names or ()):
+            raise ValueError(
+                "the subagent tool runs a second conversation with a chat model, and none is "
+                "configured. Give one with --model-url URL --model NAME (an OpenAI-compatible "
+                "server), or leave subagent out of --tools."
+            )
+    except (ValueError, TypeError, ImportError) as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    source: Any = factories
+    if chat_model is not None:
+        # A template branch carries the model; each session gets a clone of it.
+        from lionfactory._branch import Branch
+
+        source = Branch(name="mcp-session", chat_model=chat_model)
+        for factory, kwargs in factories:
+            source.register(factory, **kwargs)
     try:
         serve_mcp(
-            factories,
+            source,
             transport=args.transport,
             host=args.host,
             port=args.port,
