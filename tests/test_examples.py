@@ -30,10 +30,40 @@ def run_example(
     )
 
 
-@pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
+# `test_*.py` examples are pytest files for users to copy: pytest runs them.
+SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("test_"))
+PYTEST_FILES = sorted(EXAMPLES.glob("test_*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     proc = run_example(script, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("example", PYTEST_FILES, ids=lambda p: p.name)
+def test_example_test_file_passes_under_pytest_as_a_user_would_run_it(
+    example: Path, tmp_path: Path
+) -> None:
+    """Copied into an empty directory (no conftest, no configuration), it passes."""
+    copy = tmp_path / example.name
+    copy.write_text(example.read_text())
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", copy.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_the_pinned_tools_example_exists_and_pins_a_clone() -> None:
+    text = (EXAMPLES / "test_pinned_tools.py").read_text()
+    assert "assert_manifest(" in text
+    assert "clone.manifest() == reviewer.manifest()" in text
 
 
 def test_quickstart_shows_the_clone_acting_on_itself(tmp_path: Path) -> None:
