@@ -8,6 +8,7 @@
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
                           [--transport stdio|http] [--host H] [--port N]
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
+                          [--allow-merge-into-protected]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -161,6 +162,8 @@ def cli_factories(
     toolkit: Literal["coding", "standalone"],
     names: Sequence[str] | None,
     workspace: Path | None,
+    *,
+    allow_merge_into_protected: bool = False,
 ) -> list[tuple[Callable[..., Any], dict[str, Any]]]:
     """The factories ``lionfactory mcp serve`` serves.
 
@@ -170,7 +173,8 @@ def cli_factories(
     built-ins, without the read-before-edit guard.
 
     Raises:
-        ValueError: an unknown tool name (the message lists the valid ones).
+        ValueError: an unknown tool name (the message lists the valid ones),
+            or `allow_merge_into_protected` without the coding toolkit.
     """
     root = (workspace or Path.cwd()).resolve()
     if toolkit == "coding":
@@ -182,7 +186,12 @@ def cli_factories(
             raise ValueError(
                 f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
             )
-        return [(coding_toolkit, {"workspace_root": root, "tools": list(chosen)})]
+        kwargs: dict[str, Any] = {"workspace_root": root, "tools": list(chosen)}
+        if allow_merge_into_protected:
+            kwargs["allow_merge_into_protected"] = True
+        return [(coding_toolkit, kwargs)]
+    if allow_merge_into_protected:
+        raise ValueError("--allow-merge-into-protected is for the coding toolkit's sandbox")
     chosen = list(BUILTIN_TOOLS) if names is None else list(names)
     unknown = [n for n in chosen if n not in BUILTIN_TOOLS]
     if unknown:
@@ -248,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="http only; 0 picks a free port (default: 8000)"
     )
     serve.add_argument("--name", default="lionfactory", help="the server name clients see")
+    serve.add_argument(
+        "--allow-merge-into-protected",
+        action="store_true",
+        help="let the sandbox merge into main, master or release* (refused by default)",
+    )
     serve.add_argument(
         "--model-url",
         default=None,
@@ -414,7 +428,12 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     names = None if args.tools is None else [n.strip() for n in args.tools.split(",") if n.strip()]
     try:
         check_serve_options(args.transport, args.host, args.port)
-        factories = cli_factories(args.toolkit, names, workspace)
+        factories = cli_factories(
+            args.toolkit,
+            names,
+            workspace,
+            allow_merge_into_protected=args.allow_merge_into_protected,
+        )
         chat_model = _serve_model(args)
         if chat_model is None and "subagent" in (names or ()):
             raise ValueError(

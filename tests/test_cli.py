@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._cli import BUILTIN_TOOLS, call_failed, main, parse_assignments
+from lionfactory._cli import BUILTIN_TOOLS, call_failed, cli_factories, main, parse_assignments
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -324,3 +324,14 @@ def test_ctrl_c_during_a_long_call_exits_130_without_a_traceback(workspace: Path
     status, err = interrupt(proc)
     assert status == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_serve_passes_the_protected_merge_permission_to_the_toolkit(workspace: Path) -> None:
+    ((_, default),) = cli_factories("coding", ["sandbox"], workspace)
+    assert "allow_merge_into_protected" not in default
+    ((_, allowed),) = cli_factories(
+        "coding", ["sandbox"], workspace, allow_merge_into_protected=True
+    )
+    assert allowed["allow_merge_into_protected"] is True
+    with pytest.raises(ValueError, match="coding toolkit's sandbox"):
+        cli_factories("standalone", None, workspace, allow_merge_into_protected=True)

@@ -186,6 +186,26 @@ async def test_standalone_serves_the_builtins_without_the_guard(
     assert not edit.is_error
 
 
+@pytest.mark.parametrize("allowed", [False, True])
+async def test_served_sandbox_merges_into_the_checked_out_branch_only_when_allowed(
+    git_workspace: Path, stdio_server: Callable[..., StdioServerParameters], allowed: bool
+) -> None:
+    options = ["--tools", "editor,sandbox"] + (["--allow-merge-into-protected"] if allowed else [])
+    write = {"action": "write", "file_path": "new.txt", "content": "new\n"}
+    async with Client(stdio_server(*options)) as client:
+        assert not (await client.call_tool("sandbox", {"action": "create"})).is_error
+        assert not (await client.call_tool("editor", write)).is_error
+        commit = {"action": "commit", "message": "add new.txt"}
+        assert not (await client.call_tool("sandbox", commit)).is_error
+        merged = await client.call_tool("sandbox", {"action": "merge"})
+        if not allowed:
+            await client.call_tool("sandbox", {"action": "discard"})
+    assert merged.is_error is not allowed
+    assert (git_workspace / "new.txt").exists() is allowed
+    if not allowed:
+        assert "is a protected branch" in merged.structured_content["error"]
+
+
 def test_an_unknown_tool_name_exits_2(
     git_workspace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
