@@ -1,9 +1,14 @@
 """A scripted coding session, end to end, in a temporary git repository.
 
-The model (a `ScriptedModel`, so this runs offline) fixes a bug the careful
+The model (a `FunctionModel`, so this runs offline) fixes a bug the careful
 way: it reads the code, tries to edit it, checks it with ruff, runs the tests
-with bash, and does all of that inside a git sandbox that it merges only
-once the tests pass. Run it with ``python examples/coding_session.py``.
+with bash, and does all of that inside a git sandbox. What it does after the
+tests depends on what they really did: it merges only when they pass, and
+otherwise discards the sandbox and says why. Run it with
+``python examples/coding_session.py``.
+
+The tests use the standard library's ``unittest``, so the example works on a
+plain ``pip install 'lionfactory[all]'`` (pytest is not part of that).
 """
 
 from __future__ import annotations
@@ -16,20 +21,23 @@ from pathlib import Path
 
 import trio
 
-from lionfactory import Branch
+from lionfactory import Branch, Message
 from lionfactory.coding import coding_toolkit, deny_destructive_commands
-from lionfactory.testing import ScriptedModel, tool_call
+from lionfactory.testing import FunctionModel, tool_call
 
 BUGGY = '''def mean(values):
     """The arithmetic mean of a non-empty list."""
     return sum(values) / (len(values) - 1)
 '''
 
-TESTS = """from stats import mean
+TESTS = """import unittest
+
+from stats import mean
 
 
-def test_mean():
-    assert mean([1, 2, 3]) == 2
+class MeanTest(unittest.TestCase):
+    def test_mean(self):
+        self.assertEqual(mean([1, 2, 3]), 2)
 """
 
 
@@ -49,39 +57,59 @@ def make_repo(root: Path) -> None:
     git(root, "commit", "-q", "-m", "Add mean() with a bug")
 
 
-SCRIPT = [
+FIX = {
+    "action": "edit",
+    "file_path": "stats.py",
+    "old_string": "(len(values) - 1)",
+    "new_string": "len(values)",
+}
+
+STEPS = [
     tool_call("sandbox", action="create"),
     # An edit before any read is refused by the read-before-edit guard ...
-    tool_call(
-        "editor",
-        action="edit",
-        file_path="stats.py",
-        old_string="(len(values) - 1)",
-        new_string="len(values)",
-    ),
+    tool_call("editor", **FIX),
     # ... so the model reads first, then edits.
     tool_call("reader", action="read", path="stats.py"),
-    tool_call(
-        "editor",
-        action="edit",
-        file_path="stats.py",
-        old_string="(len(values) - 1)",
-        new_string="len(values)",
-    ),
+    tool_call("editor", **FIX),
     tool_call("code_check", paths=["stats.py"]),
-    tool_call("bash", command=f"{sys.executable} -m pytest -q -p no:cacheprovider test_stats.py"),
-    tool_call("sandbox", action="diff"),
-    tool_call("sandbox", action="commit", message="Fix mean(): divide by len(values)"),
-    tool_call("sandbox", action="merge"),
-    "Fixed mean(): it divided by len(values) - 1. Tests pass; the fix is merged into main.",
+    tool_call("bash", command=f"{sys.executable} -m unittest test_stats"),
 ]
 
 
+def engineer(messages: list[Message], tools: object) -> object:
+    """The model: the fixed steps, then a decision based on the real test run."""
+    results = [json.loads(m.content) for m in messages if m.role == "tool"]
+    if len(results) < len(STEPS):
+        return STEPS[len(results)]
+    tests = results[len(STEPS) - 1]
+    passed = tests.get("return_code") == 0
+    after = results[len(STEPS) :]
+    plan = (
+        [
+            tool_call("sandbox", action="commit", message="Fix mean(): divide by len(values)"),
+            tool_call("sandbox", action="merge"),
+        ]
+        if passed
+        else [tool_call("sandbox", action="discard")]
+    )
+    if len(after) < len(plan):
+        return plan[len(after)]
+    if passed and after[-1]["success"]:
+        return "Fixed mean(): it divided by len(values) - 1. The tests pass; merged into main."
+    return f"Not merged: the tests exited with {tests.get('return_code')}. {last_lines(tests)}"
+
+
+def last_lines(result: dict) -> str:
+    """The last two lines a command printed (unittest reports on stderr)."""
+    lines = [line for line in (result["stdout"] + result["stderr"]).splitlines() if line.strip()]
+    return " / ".join(lines[-2:])
+
+
 def summarise(result: dict) -> str:
-    if "success" in result:
-        return "ok" if result["success"] else f"refused: {result.get('error', '')[:70]}"
     if "return_code" in result:
-        return f"exit {result['return_code']}: {result['stdout'].strip().splitlines()[-1:]}"
+        return f"exit {result['return_code']}: {last_lines(result)}"
+    if "success" in result:
+        return "ok" if result["success"] else f"refused: {(result.get('error') or '')[:70]}"
     return str(result.get("status"))
 
 
@@ -90,12 +118,15 @@ async def main() -> None:
         repo = Path(tmp) / "repo"
         repo.mkdir()
         make_repo(repo)
-        branch = Branch("You are a careful software engineer.", chat_model=ScriptedModel(SCRIPT))
+        branch = Branch("You are a careful software engineer.", chat_model=FunctionModel(engineer))
         branch.register(
             coding_toolkit,
             workspace_root=repo,
             tools=["reader", "editor", "bash", "code_check", "context", "sandbox"],
-            hooks={"bash": {"pre": [deny_destructive_commands]}},
+            hooks={"bash": {"security": [deny_destructive_commands]}},
+            # A sandbox merges into main, master or release* only with consent;
+            # this throwaway repository is ours to merge into.
+            allow_merge_into_protected=True,
         )
         answer = await branch.run("mean([1, 2, 3]) should be 2. Fix it.")
         for message in branch.messages:
@@ -104,7 +135,6 @@ async def main() -> None:
         print("answer:", answer)
         print("main now has:", (repo / "stats.py").read_text().splitlines()[2].strip())
         print("log:", git(repo, "log", "--format=%s").splitlines())
-        assert "len(values)\n" in (repo / "stats.py").read_text()
 
 
 if __name__ == "__main__":

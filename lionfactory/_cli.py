@@ -2,28 +2,38 @@
 
 ::
 
+    lionfactory --version
     lionfactory tools [--json] [--workspace DIR]
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
                           [--transport stdio|http] [--host H] [--port N]
+                          [--model-url URL --model NAME [--model-api-key-env VAR]]
+                          [--allow-merge-into-protected]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
 (the same rule the MCP server uses for ``isError``, `call_failed`), and 2 on
 invalid input, showing the validation errors. The ``mcp`` subcommand imports
 the ``mcp`` SDK only when it runs, so the rest works without the extra.
+
+Ctrl-C ends any command quietly with status 130 (128 + SIGINT, what shells
+report for an interrupted program): an interrupt is the user's decision, not
+an error, and inside trio it surfaces as a nested exception group whose
+traceback tells the user nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from lionfactory import __version__
 from lionfactory._tool import Tool
 from lionfactory.errors import ToolError, ToolInputError
 
@@ -50,6 +60,7 @@ BUILTIN_TOOLS: tuple[str, ...] = (
 """The built-ins the command line lists and calls: those that need only a workspace."""
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130
 
 
 def call_failed(result: Mapping[str, Any]) -> bool:
@@ -151,6 +162,8 @@ def cli_factories(
     toolkit: Literal["coding", "standalone"],
     names: Sequence[str] | None,
     workspace: Path | None,
+    *,
+    allow_merge_into_protected: bool = False,
 ) -> list[tuple[Callable[..., Any], dict[str, Any]]]:
     """The factories ``lionfactory mcp serve`` serves.
 
@@ -160,7 +173,8 @@ def cli_factories(
     built-ins, without the read-before-edit guard.
 
     Raises:
-        ValueError: an unknown tool name (the message lists the valid ones).
+        ValueError: an unknown tool name (the message lists the valid ones),
+            or `allow_merge_into_protected` without the coding toolkit.
     """
     root = (workspace or Path.cwd()).resolve()
     if toolkit == "coding":
@@ -172,7 +186,12 @@ def cli_factories(
             raise ValueError(
                 f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
             )
-        return [(coding_toolkit, {"workspace_root": root, "tools": list(chosen)})]
+        kwargs: dict[str, Any] = {"workspace_root": root, "tools": list(chosen)}
+        if allow_merge_into_protected:
+            kwargs["allow_merge_into_protected"] = True
+        return [(coding_toolkit, kwargs)]
+    if allow_merge_into_protected:
+        raise ValueError("--allow-merge-into-protected is for the coding toolkit's sandbox")
     chosen = list(BUILTIN_TOOLS) if names is None else list(names)
     unknown = [n for n in chosen if n not in BUILTIN_TOOLS]
     if unknown:
@@ -187,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lionfactory",
         description="Built-in tools for LLM agents: list them, call one, or serve them over MCP.",
     )
+    parser.add_argument("--version", action="version", version=f"lionfactory {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tools = commands.add_parser("tools", help="list the built-in tools and their schemas")
@@ -237,11 +257,49 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="http only; 0 picks a free port (default: 8000)"
     )
     serve.add_argument("--name", default="lionfactory", help="the server name clients see")
+    serve.add_argument(
+        "--allow-merge-into-protected",
+        action="store_true",
+        help="let the sandbox merge into main, master or release* (refused by default)",
+    )
+    serve.add_argument(
+        "--model-url",
+        default=None,
+        metavar="URL",
+        help="an OpenAI-compatible API root (e.g. http://127.0.0.1:8080/v1): the chat model "
+        "of each session's branch, which the subagent tool needs (needs the models extra)",
+    )
+    serve.add_argument(
+        "--model", default=None, metavar="NAME", help="the model name at --model-url"
+    )
+    serve.add_argument(
+        "--model-api-key-env",
+        default=None,
+        metavar="VAR",
+        help="the environment variable holding the API key for --model-url (a key on the "
+        "command line would show in the process list)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line and return its exit status."""
+    """Run the command line and return its exit status (130 after Ctrl-C)."""
+    try:
+        return _main(argv)
+    except BaseException as exc:
+        if _interrupted(exc):
+            return EXIT_INTERRUPTED
+        raise
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether `exc` is Ctrl-C, alone or inside (nested) exception groups."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -315,6 +373,35 @@ def _call(name: str, words: Sequence[str], workspace: Path | None, *, as_json: b
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def _serve_model(args: argparse.Namespace) -> Any:
+    """The chat model ``mcp serve`` gives each session, or None when none is configured.
+
+    Raises:
+        ValueError: only one of --model-url and --model, or an unset key variable.
+        ImportError: the models extra (httpx) is not installed.
+    """
+    if args.model_url is None and args.model is None:
+        if args.model_api_key_env is not None:
+            raise ValueError("--model-api-key-env needs --model-url and --model")
+        return None
+    if args.model_url is None or args.model is None:
+        raise ValueError("give --model-url and --model together")
+    api_key = None
+    if args.model_api_key_env is not None:
+        api_key = os.environ.get(args.model_api_key_env)
+        if not api_key:
+            raise ValueError(
+                f"--model-api-key-env names {args.model_api_key_env!r}, which is not set"
+            )
+    try:
+        from lionfactory.models import OpenAICompatible
+    except ImportError as exc:
+        raise ImportError(
+            f"--model-url needs the models extra: pip install 'lionfactory[models]' ({exc})"
+        ) from None
+    return OpenAICompatible(args.model_url, args.model, api_key=api_key)
+
+
 def _print_result(result: Mapping[str, Any]) -> None:
     """A human rendering: the text a tool produced, else the response as JSON."""
     content = result.get("content")
@@ -341,13 +428,33 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     names = None if args.tools is None else [n.strip() for n in args.tools.split(",") if n.strip()]
     try:
         check_serve_options(args.transport, args.host, args.port)
-        factories = cli_factories(args.toolkit, names, workspace)
-    except ValueError as exc:
+        factories = cli_factories(
+            args.toolkit,
+            names,
+            workspace,
+            allow_merge_into_protected=args.allow_merge_into_protected,
+        )
+        chat_model = _serve_model(args)
+        if chat_model is None and "subagent" in (names or ()):
+            raise ValueError(
+                "the subagent tool runs a second conversation with a chat model, and none is "
+                "configured. Give one with --model-url URL --model NAME (an OpenAI-compatible "
+                "server), or leave subagent out of --tools."
+            )
+    except (ValueError, TypeError, ImportError) as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    source: Any = factories
+    if chat_model is not None:
+        # A template branch carries the model; each session gets a clone of it.
+        from lionfactory._branch import Branch
+
+        source = Branch(name="mcp-session", chat_model=chat_model)
+        for factory, kwargs in factories:
+            source.register(factory, **kwargs)
     try:
         serve_mcp(
-            factories,
+            source,
             transport=args.transport,
             host=args.host,
             port=args.port,
@@ -356,8 +463,6 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
             ),
         )
-    except KeyboardInterrupt:
-        return 130
     except OSError as exc:  # the port is taken, say
         print(f"lionfactory: cannot serve: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -9,7 +9,7 @@ schemas, so an adapter exports them in its provider's style
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
@@ -22,7 +22,21 @@ if TYPE_CHECKING:
 __all__ = ["ChatModel", "ModelReply"]
 
 
-def _tool_calls(value: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+def _text(value: str | None) -> str:
+    # OpenAI-style adapters see ``content: null`` on a tool-call turn and pass
+    # it on; the conversation record holds text, so "no text" is "".
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"ModelReply text must be a str or None, got {value!r:.200}")
+    return value
+
+
+def _tool_calls(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, ToolCall)) or not isinstance(value, Iterable):
+        raise TypeError(f"tool_calls must be a sequence of ToolCall objects, got {value!r:.200}")
     calls = tuple(value)
     for call in calls:
         if not isinstance(call, ToolCall):
@@ -34,12 +48,17 @@ def _tool_calls(value: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
 class ModelReply:
     """What a chat model answered: text, tool calls, or both.
 
+    Both fields are checked here, at construction, so a malformed reply
+    fails in the adapter that built it with a plain `TypeError` instead of
+    deep inside the agent loop.
+
     Attributes:
-        text: the assistant's text ("" when it only calls tools).
-        tool_calls: the calls it wants run, in order.
+        text: the assistant's text ("" when it only calls tools; None is
+            accepted and stored as "").
+        tool_calls: the calls it wants run, in order (None is stored as ()).
     """
 
-    text: str = ""
+    text: str = attrs.field(default="", converter=_text)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
 
 

@@ -64,9 +64,18 @@ class Registration:
         return not isinstance(self.source, tuple)
 
     @property
+    def factory(self) -> Callable[..., Any] | None:
+        """The factory that built the tools, or None for a static registration.
+
+        `source` holds either kind; provenance readers that only care about
+        factories ask this instead of telling the two apart themselves.
+        """
+        return None if isinstance(self.source, tuple) else self.source
+
+    @property
     def factory_path(self) -> str | None:
         """``module:qualname`` of the factory, or None for static tools."""
-        return factory_path(self.source) if self.is_factory else None  # type: ignore[arg-type]
+        return None if self.factory is None else factory_path(self.factory)
 
 
 @attrs.frozen

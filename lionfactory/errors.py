@@ -16,6 +16,9 @@ never crashes an agent loop::
     │                                    a ScriptedModel ran out of replies (testing)
     ├── ModelError                       a chat model request failed (lionfactory.models)
     │   └── ModelTimeoutError (TimeoutError)
+    ├── McpConnectionError (ConnectionError)
+    │                                    an MCP server could not be started, initialized
+    │                                    or reached for a call (lionfactory.mcp)
     └── ToolError                        model-facing: Branch.act reports it to the model
         ├── ToolInputError (ValueError)  the arguments failed validation
         ├── ToolDenied                   a pre hook refused the call
@@ -37,6 +40,7 @@ __all__ = [
     "ConfigurationError",
     "FactoryError",
     "LionfactoryError",
+    "McpConnectionError",
     "RegistrationError",
     "ScriptExhaustedError",
     "ToolDenied",
@@ -81,6 +85,28 @@ class UnknownOwnerError(LionfactoryError, LookupError):
             f"{role} {owner} is not registered on this exchange; call exchange.register(id) first"
         )
         self.owner = owner
+
+
+class McpConnectionError(LionfactoryError, ConnectionError):
+    """An MCP server could not be started, initialized, or reached for a call.
+
+    One error for every way a connection fails (a program that is missing or
+    exits at once, a silent server, a refused port, a dropped connection),
+    instead of the nested exception groups of the task groups underneath.
+    The underlying exception is the ``__cause__``.
+
+    Attributes:
+        server: the server's name, or the command or URL it was started with.
+        phase: ``"start"`` (launching the program), ``"initialize"`` (the
+            handshake and the tool list) or ``"call"`` (a tool call).
+        reason: what went wrong, in words.
+    """
+
+    def __init__(self, server: str, phase: str, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} failed during {phase}: {reason}")
+        self.server = server
+        self.phase = phase
+        self.reason = reason
 
 
 class ScriptExhaustedError(LionfactoryError, AssertionError):

@@ -5,7 +5,7 @@ import json
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory import Branch, Message, Tool, function_tool
+from lionfactory import Branch, Message, ModelReply, Tool, ToolCall, function_tool
 from lionfactory.errors import (
     CloneError,
     ConfigurationError,
@@ -144,6 +144,16 @@ def test_update_replaces_and_clone_replays_the_replacement():
     assert len(a.registrations) == 1
     b = a.clone()
     assert b.provenance("notes").kwargs == {"prefix": "second"}
+
+
+def test_registration_names_its_factory_and_none_for_static_tools():
+    a = Branch()
+    a.register(notes_tool, prefix="p")
+    a.register(function_tool(add))
+    by_kind = {r.tool_names: r for r in a.registrations}
+    assert by_kind[("notes",)].factory is notes_tool
+    assert by_kind[("add",)].factory is None
+    assert a.provenance("notes").factory is notes_tool
 
 
 def test_unregistered_tools_do_not_come_back_on_clone():
@@ -293,6 +303,30 @@ async def test_run_loops_until_the_model_answers_and_the_model_sees_errors():
         "tool",
         "assistant",
     ]
+
+
+async def test_run_accepts_a_reply_with_null_text_as_openai_style_adapters_build_it():
+    """An adapter passing on ``content: null`` of a tool-call turn must not crash the loop."""
+    replies = iter(
+        [
+            ModelReply(text=None, tool_calls=[ToolCall(name="add", arguments={"a": 2})]),
+            ModelReply(text="3", tool_calls=None),
+        ]
+    )
+    a = Branch(chat_model=FunctionModel(lambda messages, tools: next(replies)))
+    a.register(function_tool(add))
+    assert await a.run("add") == "3"
+    assert [(m.role, m.content) for m in a.messages][:2] == [("user", "add"), ("assistant", "")]
+
+
+def test_model_reply_refuses_a_malformed_shape_at_construction_with_a_type_error():
+    assert ModelReply(text=None).text == ""
+    with pytest.raises(TypeError, match="text must be a str or None"):
+        ModelReply(text=[{"type": "text", "text": "hi"}])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ToolCall"):
+        ModelReply(tool_calls=[{"name": "add"}])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="sequence of ToolCall"):
+        ModelReply(tool_calls=ToolCall(name="add"))  # type: ignore[arg-type]
 
 
 async def test_run_stops_at_the_turn_budget():

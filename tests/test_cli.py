@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from lionfactory._cli import BUILTIN_TOOLS, call_failed, main, parse_assignments
+from lionfactory._cli import BUILTIN_TOOLS, call_failed, cli_factories, main, parse_assignments
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -245,3 +249,89 @@ def test_the_package_and_the_cli_do_not_import_the_mcp_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_version_prints_the_package_version() -> None:
+    from lionfactory import __version__
+
+    done = run_cli("--version", cwd=Path.cwd())
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"lionfactory {__version__}"
+
+
+def interrupt(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """Ctrl-C as a terminal sends it (SIGINT to the process group); the status and stderr."""
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err.decode()
+
+
+def test_ctrl_c_during_mcp_serve_exits_130_without_a_traceback(workspace: Path) -> None:
+    pytest.importorskip("mcp")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lionfactory", "mcp", "serve", "--workspace", str(workspace)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    proc.stdin.write(json.dumps(initialize).encode() + b"\n")
+    proc.stdin.flush()
+    # The answer proves the server is up and inside its event loop.
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    assert ready, "the server did not answer initialize"
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    status, err = interrupt(proc)
+    assert status == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_ctrl_c_during_a_long_call_exits_130_without_a_traceback(workspace: Path) -> None:
+    fifo = workspace / "started"
+    os.mkfifo(fifo)
+    program = "open('started', 'w').write('x'); import time; time.sleep(120)"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lionfactory",
+            "call",
+            "bash",
+            f'command={sys.executable} -c "{program}"',
+        ],
+        cwd=workspace,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    # Opening the FIFO blocks until the command opens it for writing: then it runs.
+    opened: list[str] = []
+    reader = threading.Thread(target=lambda: opened.append(fifo.read_text()), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert opened == ["x"], proc.stderr.read() if proc.poll() is not None else "no start"
+    status, err = interrupt(proc)
+    assert status == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_serve_passes_the_protected_merge_permission_to_the_toolkit(workspace: Path) -> None:
+    ((_, default),) = cli_factories("coding", ["sandbox"], workspace)
+    assert "allow_merge_into_protected" not in default
+    ((_, allowed),) = cli_factories(
+        "coding", ["sandbox"], workspace, allow_merge_into_protected=True
+    )
+    assert allowed["allow_merge_into_protected"] is True
+    with pytest.raises(ValueError, match="coding toolkit's sandbox"):
+        cli_factories("standalone", None, workspace, allow_merge_into_protected=True)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from lionfactory import Message
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run_example(script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_example(
+    script: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(script)],
         cwd=cwd,
@@ -19,13 +26,44 @@ def run_example(script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
 
 
-@pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
+# `test_*.py` examples are pytest files for users to copy: pytest runs them.
+SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("test_"))
+PYTEST_FILES = sorted(EXAMPLES.glob("test_*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     proc = run_example(script, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("example", PYTEST_FILES, ids=lambda p: p.name)
+def test_example_test_file_passes_under_pytest_as_a_user_would_run_it(
+    example: Path, tmp_path: Path
+) -> None:
+    """Copied into an empty directory (no conftest, no configuration), it passes."""
+    copy = tmp_path / example.name
+    copy.write_text(example.read_text())
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", copy.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_the_pinned_tools_example_exists_and_pins_a_clone() -> None:
+    text = (EXAMPLES / "test_pinned_tools.py").read_text()
+    assert "assert_manifest(" in text
+    assert "clone.manifest() == reviewer.manifest()" in text
 
 
 def test_quickstart_shows_the_clone_acting_on_itself(tmp_path: Path) -> None:
@@ -35,10 +73,37 @@ def test_quickstart_shows_the_clone_acting_on_itself(tmp_path: Path) -> None:
     assert "clone todos: ['TODO: summarise notes.txt', 'TODO: only on the clone']" in proc.stdout
 
 
-def test_coding_session_fixes_the_bug_inside_a_sandbox(tmp_path: Path) -> None:
-    proc = run_example(EXAMPLES / "coding_session.py", tmp_path)
+def without_pytest(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ``import pytest`` fails, as on a plain ``[all]`` install."""
+    shadow = tmp_path / "no-pytest"
+    shadow.mkdir()
+    (shadow / "pytest.py").write_text("raise ModuleNotFoundError(\"No module named 'pytest'\")\n")
+    return {**os.environ, "PYTHONPATH": str(shadow)}
+
+
+def test_coding_session_fixes_the_bug_inside_a_sandbox_without_pytest(tmp_path: Path) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    proc = run_example(EXAMPLES / "coding_session.py", work, env=without_pytest(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "editor: refused: Refused: 'stats.py' has not been read" in proc.stdout
-    assert "bash: exit 0: ['1 passed" in proc.stdout
+    assert "bash: exit 0: Ran 1 test in" in proc.stdout
+    assert "answer: Fixed mean(): it divided by len(values) - 1. The tests pass" in proc.stdout
     assert "main now has: return sum(values) / len(values)" in proc.stdout
     assert "log: ['Fix mean(): divide by len(values)', 'Add mean() with a bug']" in proc.stdout
+
+
+def test_coding_session_reports_failing_tests_and_does_not_merge() -> None:
+    """The example's model decides from the real test result, never from a script."""
+    spec = importlib.util.spec_from_file_location("coding_session", EXAMPLES / "coding_session.py")
+    assert spec is not None and spec.loader is not None
+    session = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(session)
+    ok = '{"success": true}'
+    failed = json.dumps({"return_code": 1, "stdout": "", "stderr": "Ran 1 test\n\nFAILED"})
+    history = [Message(role="tool", content=ok)] * (len(session.STEPS) - 1)
+    history.append(Message(role="tool", content=failed))
+    step = session.engineer(history, [])
+    assert step.name == "sandbox" and step.arguments == {"action": "discard"}
+    answer = session.engineer([*history, Message(role="tool", content=ok)], [])
+    assert answer == "Not merged: the tests exited with 1. Ran 1 test / FAILED"

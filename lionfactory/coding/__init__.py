@@ -6,6 +6,7 @@ subagent), guarded by read-before-edit evidence that follows the branch's
 active view, with hooks and nudges. See `lionfactory.coding._toolkit`.
 """
 
+from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._nudges import (
     BashFailureStreak,
     CallRecord,
@@ -20,6 +21,7 @@ from lionfactory.coding.policies import deny_destructive_commands
 
 __all__ = [
     "ALL_CODING_TOOLS",
+    "ActiveWorkspace",
     "BashFailureStreak",
     "CallRecord",
     "ContextUsage",

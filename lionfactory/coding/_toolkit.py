@@ -8,8 +8,10 @@ each resulting tool's *handler* with branch policy:
 * evidence bookkeeping for calls made outside `Branch.act`;
 * images returned by the reader as data URLs (the one operation only the
   toolkit offers; the standalone reader refuses binary files);
-* retargeting to a sandbox worktree while one is active;
-* user hooks and the nudge post hook.
+* retargeting to a sandbox worktree while one is active: every tool, the
+  sub-agent included, asks the toolkit's one `ActiveWorkspace` at call time;
+* user hooks, in tiers (security, then the tool's own, then ``"*"``), and
+  the nudge post hook.
 
 The request models, defaults, keys and error texts are the standalone tools'
 own, because the standalone handler does the work. Everything stateful lives
@@ -34,6 +36,7 @@ import attrs
 from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceStore, check_evidence
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.tools._evidence import EVIDENCE_KEY
@@ -81,7 +84,7 @@ _WORKSPACE_FACTORIES: dict[str, Callable[[Path], Tool]] = {
     "ast_search": lambda root: ast_search_tool(workspace_root=root),
 }
 
-_HOOK_KINDS = ("pre", "post", "on_error")
+_HOOK_KINDS = ("security", "pre", "post", "on_error")
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
@@ -119,7 +122,9 @@ def _normalise_hooks(hooks: Hooks | None) -> dict[str, dict[str, tuple[Callable[
         entry: dict[str, tuple[Callable[..., Any], ...]] = {}
         for kind, value in kinds.items():
             if kind not in _HOOK_KINDS:
-                raise ValueError(f"hook kind must be 'pre', 'post' or 'on_error'; got {kind!r}")
+                raise ValueError(
+                    f"hook kind must be 'security', 'pre', 'post' or 'on_error'; got {kind!r}"
+                )
             funcs = (value,) if callable(value) else tuple(value)
             for func in funcs:
                 if not callable(func):
@@ -134,28 +139,30 @@ class _Toolkit:
     """The per-branch state of one `coding_toolkit()` call."""
 
     branch: Branch
-    workspace: Workspace
+    where: ActiveWorkspace
     names: tuple[str, ...]
     home: dict[str, Tool]
     store: EvidenceStore = attrs.field(factory=EvidenceStore)
-    active: Workspace = attrs.field(default=None)
-    tools: dict[str, Tool] = attrs.field(default=None)
+    # The standalone tools built for the sandbox directory last asked about.
+    away: tuple[Workspace, dict[str, Tool]] | None = None
 
-    def __attrs_post_init__(self) -> None:
-        self.active = self.active or self.workspace
-        self.tools = self.tools or self.home
+    @property
+    def active(self) -> Workspace:
+        """The workspace the tools work in now."""
+        return self.where.current
 
-    def switch(self, root: Path | None) -> None:
-        """Retarget the file tools to a sandbox worktree, or back home with None."""
-        if root is None:
-            self.active, self.tools = self.workspace, self.home
-            return
-        self.active = Workspace.at(root, protected=self.workspace.protected)
-        self.tools = {
-            name: _WORKSPACE_FACTORIES[name](self.active.root)
-            for name in self.home
-            if name in _WORKSPACE_FACTORIES
-        }
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The standalone tools for the active workspace (built once per sandbox)."""
+        current = self.where.current
+        if not self.where.in_sandbox:
+            return self.home
+        if self.away is None or self.away[0] is not current:
+            self.away = (
+                current,
+                {name: _WORKSPACE_FACTORIES[name](current.root) for name in self.home},
+            )
+        return self.away[1]
 
     async def call(self, name: str, request: Any) -> Any:
         """Run the current standalone handler for `name`, keeping evidence outside act."""
@@ -177,6 +184,49 @@ class _Toolkit:
             if m.role == "tool" and EVIDENCE_KEY in m.metadata
         }
         return sorted(paths | set(self.store.by_path))
+
+
+@attrs.frozen
+class _SecurityRecheck:
+    """The security hooks once more, on the arguments the other pre hooks produced.
+
+    Security hooks run first so that no user hook (a logger, a ``"*"`` hook
+    with side effects) sees a call the policy refuses. A later pre hook may
+    rewrite the arguments, though, so the policy also judges the final ones;
+    without this a rewrite could smuggle ``rm -rf`` past a check it passed.
+    """
+
+    hooks: tuple[Callable[..., Any], ...]
+
+    async def __call__(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        args = arguments
+        for hook in self.hooks:
+            out = hook(tool_name, args)
+            if inspect.isawaitable(out):
+                out = await out
+            if out is not None:
+                if not isinstance(out, Mapping):
+                    raise TypeError(
+                        f"security hook {hook!r} of tool {tool_name!r} must return a dict or "
+                        f"None, got {type(out).__name__}"
+                    )
+                args = dict(out)
+        return args
+
+
+def _tool_hooks(
+    hook_map: Mapping[str, Mapping[str, tuple[Callable[..., Any], ...]]], name: str
+) -> dict[str, list[Callable[..., Any]]]:
+    """The hooks of tool `name`, in tier order: security, the tool's own, then ``"*"``."""
+    tiers = {
+        kind: [f for key in (name, "*") for f in hook_map.get(key, {}).get(kind, ())]
+        for kind in _HOOK_KINDS
+    }
+    security = tiers.pop("security")
+    if security and tiers["pre"]:
+        tiers["pre"].append(_SecurityRecheck(tuple(security)))
+    tiers["pre"][:0] = security
+    return tiers
 
 
 @attrs.frozen
@@ -270,6 +320,8 @@ def coding_toolkit(
     notify_threshold: float = 0.7,
     notify_max_tokens: int = 200_000,
     nudge_rules: Sequence[NudgeRule] | None = None,
+    allow_merge_into_protected: bool = False,
+    keep_default_nudges: bool = False,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -280,14 +332,25 @@ def coding_toolkit(
             resolved now).
         tools: which tools to build, any of `ALL_CODING_TOOLS`; default
             `DEFAULT_CODING_TOOLS`. They come back in `ALL_CODING_TOOLS` order.
-        hooks: ``{tool name or "*": {"pre"|"post"|"on_error": hook or [hooks]}}``;
-            ``"*"`` hooks run before a tool's own.
+        hooks: ``{tool name or "*": {"security"|"pre"|"post"|"on_error": hook
+            or [hooks]}}``. Order: ``security`` hooks (pre hooks for policy:
+            the tool's own, then ``"*"``'s) always run first; then ``pre``
+            hooks, the tool's own before ``"*"``'s; then, if there were any,
+            the security hooks once more on the arguments those produced.
+            ``post`` and ``on_error`` hooks run the tool's own before
+            ``"*"``'s, and the nudge post hook last.
         notify: add nudges (a ``system`` field) to results.
         notify_threshold: context usage (a fraction of `notify_max_tokens`)
             at which the context nudge speaks.
         notify_max_tokens: the token budget the context nudge measures against.
         nudge_rules: the rules to run (default: `default_nudge_rules()`,
-            fresh for this call).
+            fresh for this call). They replace the defaults unless
+            `keep_default_nudges` is set.
+        keep_default_nudges: run `nudge_rules` after the default rules
+            instead of in their place.
+        allow_merge_into_protected: let the sandbox merge into ``main``,
+            ``master`` or ``release*`` (refused by default; the model is told
+            to leave its branch for the user).
 
     Returns:
         The tools, each bound to `branch`.
@@ -308,6 +371,12 @@ def coding_toolkit(
         raise ValueError(f"notify_threshold must be in (0, 1], got {notify_threshold!r}")
     if not isinstance(notify_max_tokens, int) or notify_max_tokens < 1:
         raise ValueError(f"notify_max_tokens must be a positive int, got {notify_max_tokens!r}")
+    for flag, value in (
+        ("allow_merge_into_protected", allow_merge_into_protected),
+        ("keep_default_nudges", keep_default_nudges),
+    ):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag} must be a bool, got {value!r}")
     hook_map = _normalise_hooks(hooks)
     names = tuple(name for name in ALL_CODING_TOOLS if name in selected)
     workspace = Workspace.at(workspace_root)
@@ -316,7 +385,8 @@ def coding_toolkit(
         for name in names
         if name in _WORKSPACE_FACTORIES
     }
-    kit = _Toolkit(branch=branch, workspace=workspace, names=names, home=home)
+    where = ActiveWorkspace(workspace)
+    kit = _Toolkit(branch=branch, where=where, names=names, home=home)
 
     built: dict[str, Tool] = {}
     for name, tool in home.items():
@@ -332,7 +402,12 @@ def coding_toolkit(
     if "sandbox" in names:
         from lionfactory.coding.sandbox import sandbox_tool
 
-        built["sandbox"] = sandbox_tool(workspace_root=workspace.root, on_switch=kit.switch)
+        built["sandbox"] = sandbox_tool(
+            branch,
+            workspace_root=workspace.root,
+            on_switch=where.switch,
+            allow_merge_into_protected=allow_merge_into_protected,
+        )
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
 
@@ -345,8 +420,10 @@ def coding_toolkit(
                 "notify_threshold": notify_threshold,
                 "notify_max_tokens": notify_max_tokens,
                 "nudge_rules": nudge_rules,
+                "keep_default_nudges": keep_default_nudges,
+                "allow_merge_into_protected": allow_merge_into_protected,
             },
-            workspace_root=workspace.root,
+            workspace=where,
         )
 
     nudge = (
@@ -354,10 +431,9 @@ def coding_toolkit(
             branch=branch,
             # Shallow copies: a stateful rule object passed in kwargs is replayed
             # on every clone, and its state must not cross branches.
-            rules=tuple(
-                default_nudge_rules()
-                if nudge_rules is None
-                else [r if inspect.isroutine(r) else copy.copy(r) for r in nudge_rules]
+            rules=(
+                *(default_nudge_rules() if nudge_rules is None or keep_default_nudges else ()),
+                *(r if inspect.isroutine(r) else copy.copy(r) for r in nudge_rules or ()),
             ),
             max_tokens=notify_max_tokens,
             threshold=notify_threshold,
@@ -369,10 +445,7 @@ def coding_toolkit(
     result = []
     for name in names:
         tool = built[name]
-        extra: dict[str, list[Callable[..., Any]]] = {kind: [] for kind in _HOOK_KINDS}
-        for key in ("*", name):
-            for kind, funcs in hook_map.get(key, {}).items():
-                extra[kind].extend(funcs)
+        extra = _tool_hooks(hook_map, name)
         if nudge is not None:
             extra["post"].append(nudge)
         tool = tool.with_hooks(pre=extra["pre"], post=extra["post"], on_error=extra["on_error"])

@@ -30,7 +30,7 @@ A hook that guards one tool should ignore the others (check `tool_name`), so
 it can also be registered under ``"*"``. Attach hooks either through the
 toolkit, which attaches them to the tools it builds for each branch::
 
-    branch.register(coding_toolkit, hooks={"bash": {"pre": [deny_destructive_commands]}})
+    branch.register(coding_toolkit, hooks={"bash": {"security": [deny_destructive_commands]}})
 
 or to any single tool, which returns a new Tool (tools are never mutated)::
 

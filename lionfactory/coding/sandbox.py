@@ -11,11 +11,19 @@ it unmerged. Both call ``on_switch(None)`` to send the tools home.
 
 Decisions:
 
-* **One sandbox per factory call.** The toolkit calls `sandbox_tool` once per
-  branch (and again for a clone), so each branch has its own slot.
+* **One sandbox per branch.** The tool is bound to the branch it was built
+  for: registered as a factory, a clone gets a fresh tool and slot; a built
+  tool registered statically on another branch, or cloned, is refused, so two
+  branches never share one slot without knowing it.
 * **The user's index is never touched.** ``diff`` stages into a scratch index
   (``GIT_INDEX_FILE``) in the sandbox's temporary directory, so untracked
   files appear as new files without ``git add -N`` anywhere.
+* **Protected branches need consent.** A merge into ``main``, ``master`` or
+  ``release*`` is refused unless the factory was called with
+  ``allow_merge_into_protected=True``: landing an agent's commits on a branch
+  people release from is the user's decision. ``create`` warns up front, and
+  the refusal leaves the sandbox (and its branch) in place for the user to
+  review and merge.
 * **Merge refuses rather than guesses**: a detached HEAD in the workspace, a
   different branch checked out than the one the sandbox came from, uncommitted
   changes in the sandbox (commit or discard them), uncommitted changes to
@@ -34,6 +42,7 @@ Decisions:
 
 from __future__ import annotations
 
+import fnmatch
 import inspect
 import os
 import re
@@ -47,13 +56,17 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._branch import Branch
 from lionfactory._tool import Tool
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
 
-__all__ = ["SandboxRequest", "SandboxResponse", "sandbox_tool"]
+__all__ = ["PROTECTED_BRANCHES", "SandboxRequest", "SandboxResponse", "sandbox_tool"]
+
+PROTECTED_BRANCHES: tuple[str, ...] = ("main", "master", "release*")
+"""Branch patterns (fnmatch, case-sensitive like git) a merge needs consent for."""
 
 OnSwitch = Callable[[Path | None], "Awaitable[None] | None"]
 
@@ -64,8 +77,9 @@ merge it into the current branch or throw it away.
 Actions:
 - create: start a sandbox from the last commit of the current branch. While it
   is active, reader, editor, bash, search, code_check, code_nav and ast_search
-  work inside the sandbox, not in the workspace. Uncommitted workspace changes
-  are not copied. Only one sandbox can be active.
+  work inside the sandbox, not in the workspace, and so does a subagent you
+  start. Uncommitted workspace changes are not copied. Only one sandbox can be
+  active.
 - diff: show every change since create (committed or not, new files included).
   Long diffs are cut at {MAX_DIFF_CHARS:,} characters; `files` lists all paths.
 - commit: commit all changes in the sandbox. Needs `message`.
@@ -140,6 +154,16 @@ class SandboxResponse(BaseModel):
     )
 
 
+_PROTECTED_RULE = f"""
+
+Merging into a protected branch ({", ".join(PROTECTED_BRANCHES)}) is refused here: on
+such a branch, commit and leave the sandbox for the user to merge."""
+
+
+def _is_protected(branch: str) -> bool:
+    return any(fnmatch.fnmatchcase(branch, pattern) for pattern in PROTECTED_BRANCHES)
+
+
 def _state(session: Session | None) -> dict[str, object]:
     if session is None:
         return {"active": False}
@@ -160,6 +184,7 @@ class _Sandbox:
     on_switch: OnSwitch | None = attrs.field(repr=False)
     git: Git = attrs.field(repr=False)
     session: Session | None = None
+    allow_protected: bool = False
     busy: bool = False
 
     async def __call__(self, request: SandboxRequest) -> SandboxResponse:
@@ -249,7 +274,21 @@ class _Sandbox:
             f"Created sandbox branch {session.branch!r} from {session.base_branch!r} at "
             f"{session.base_commit[:12]}. Your file, shell and search tools now work in "
             f"{session.workspace}. When done: commit, then merge (or discard).",
-            notice=plan.notice,
+            notice=" ".join(
+                n for n in (plan.notice, self._protected_notice(session.base_branch)) if n
+            )
+            or None,
+        )
+
+    def _merge_refused(self, base: str) -> bool:
+        return not self.allow_protected and _is_protected(base)
+
+    def _protected_notice(self, base: str) -> str | None:
+        if not self._merge_refused(base):
+            return None
+        return (
+            f"{base!r} is a protected branch: merge will be refused, so your commits stay on "
+            f"the sandbox branch for the user to review and merge."
         )
 
     async def _diff(self, request: SandboxRequest) -> SandboxResponse:
@@ -287,6 +326,16 @@ class _Sandbox:
         assert session is not None
         if session.merged:
             return self._fail("merge", ops.MERGED_ALREADY)
+        if self._merge_refused(session.base_branch):
+            return self._fail(
+                "merge",
+                f"Merging into {session.base_branch!r} is not allowed: it is a protected branch "
+                f"({', '.join(PROTECTED_BRANCHES)}) and this sandbox was not given permission to "
+                f"merge into one. Commit your work (action='commit') and leave the sandbox "
+                f"active; do not discard it, which would delete the branch. Tell the user that "
+                f"your changes are on branch {session.branch!r}, ready for them to review and "
+                f"merge (git merge {session.branch}).",
+            )
         outcome = await ops.merge(self.git, session, request.message)
         if isinstance(outcome, ops.MergeRefused):
             return self._fail("merge", outcome.error, files=outcome.files)
@@ -338,14 +387,18 @@ class _Sandbox:
 
 
 def sandbox_tool(
+    branch: Branch,
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     on_switch: OnSwitch | None = None,
     runner: Runner | None = None,
+    allow_merge_into_protected: bool = False,
 ) -> Tool:
-    """Build the ``sandbox`` tool with its own, empty sandbox slot.
+    """Build the ``sandbox`` tool for `branch`, with its own, empty sandbox slot.
 
     Args:
+        branch: the branch the slot belongs to; the tool is bound to it, so
+            register this factory (not a built tool) to give clones their own.
         workspace_root: a directory inside the git repository the sandbox
             copies; the current directory when None. Resolved once, now.
         on_switch: called (sync or async) with the sandbox's counterpart of
@@ -353,14 +406,25 @@ def sandbox_tool(
             None after a successful ``merge`` or ``discard``.
         runner: runs git; `lionfactory._process.run_process` when None. A
             seam for tests (same signature).
+        allow_merge_into_protected: let ``merge`` land on a branch matching
+            `PROTECTED_BRANCHES` (``main``, ``master``, ``release*``). Off by
+            default: the model is told to leave the sandbox branch for the
+            user to merge.
 
     Returns:
-        The ``sandbox`` Tool. It holds state (the slot): build one per branch.
+        The ``sandbox`` Tool, bound to `branch`.
 
     Raises:
         ValueError: the workspace root is not a directory.
-        TypeError: `on_switch` or `runner` is not callable.
+        TypeError: `branch` is not a Branch, or `on_switch` or `runner` is
+            not callable.
     """
+    if not isinstance(branch, Branch):
+        raise TypeError(f"branch must be a Branch, got {branch!r}")
+    if not isinstance(allow_merge_into_protected, bool):
+        raise TypeError(
+            f"allow_merge_into_protected must be a bool, got {allow_merge_into_protected!r}"
+        )
     if on_switch is not None and not callable(on_switch):
         raise TypeError(f"on_switch must be callable or None, got {on_switch!r}")
     if runner is not None and not callable(runner):
@@ -369,7 +433,8 @@ def sandbox_tool(
     git = Git() if runner is None else Git(runner=runner)
     return Tool(
         name="sandbox",
-        description=_DESCRIPTION,
         request_model=SandboxRequest,
-        handler=_Sandbox(workspace, on_switch, git),
+        description=_DESCRIPTION + ("" if allow_merge_into_protected else _PROTECTED_RULE),
+        handler=_Sandbox(workspace, on_switch, git, allow_protected=allow_merge_into_protected),
+        bound_to=branch.id,
     )

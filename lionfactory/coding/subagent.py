@@ -10,7 +10,8 @@ Permission sets (the child never gets ``subagent``, so it cannot recurse):
 
 * ``read_only``: reader, search, code_check, code_nav, ast_search, context;
 * ``safe``: those plus editor and bash, with `deny_destructive_commands` as
-  the last bash pre hook (after any hooks the toolkit was given);
+  a bash ``security`` hook: it runs before every other hook the toolkit was
+  given, and again on the arguments they produced;
 * ``allow_all``: every coding tool except subagent (sandbox included);
 * ``deny_all``: no tools; the child can only answer from the instruction.
 
@@ -18,8 +19,11 @@ Decisions:
 
 * ``max_turns`` outside 1-50 is **clamped**, not rejected (a schema bound would
   turn a harmless 100 into a failed call); the response says so in ``notice``.
-* ``cwd`` is resolved inside the workspace and becomes the child's workspace
-  root, so the child cannot reach above it.
+* ``cwd`` is resolved inside the parent's *active* workspace (the sandbox
+  worktree while the parent has a sandbox) when the call runs, and becomes
+  the child's workspace root, so the child works where the parent works and
+  cannot reach above it: a child started in a sandbox never touches the home
+  checkout, and a ``discard`` drops its edits with the rest.
 * The answer is cut to 5,000 characters, with ``[truncated: N more
   characters]`` appended, to bound the parent's context growth (ADR-0013).
 * A child that spends every turn without a final answer, or whose model or
@@ -42,6 +46,7 @@ from lionfactory._branch import Branch
 from lionfactory._messages import Message
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding.policies import deny_destructive_commands
 
 __all__ = ["SubagentRequest", "SubagentResponse", "subagent_tool"]
@@ -87,7 +92,8 @@ The sub-agent sees nothing of this conversation: put everything it needs in
 - allow_all: every coding tool except subagent
 - deny_all: no tools; it answers from the instruction alone
 `max_turns` (default {DEFAULT_MAX_TURNS}) is clamped to {MIN_TURNS}-{MAX_TURNS}.
-`cwd` (a directory in the workspace) becomes the sub-agent's workspace root.
+`cwd` (a directory in the workspace) becomes the sub-agent's workspace root;
+while a sandbox is active, the sub-agent works in the sandbox.
 The answer is cut to {MAX_RESPONSE_CHARS:,} characters."""
 
 
@@ -119,8 +125,8 @@ class SubagentRequest(BaseModel):
     cwd: str | None = Field(
         default=None,
         description=(
-            "A directory inside the workspace that becomes the sub-agent's workspace root "
-            "(default: the workspace root)."
+            "A directory inside the workspace (inside the sandbox while one is active) that "
+            "becomes the sub-agent's workspace root (default: the workspace root)."
         ),
     )
 
@@ -199,14 +205,19 @@ def _tool_errors(messages: Sequence[Message]) -> list[str]:
 
 
 def _with_policy(hooks: Any) -> dict[str, Any]:
-    """`hooks` plus `deny_destructive_commands` as the *last* bash pre hook.
+    """`hooks` plus `deny_destructive_commands` as the last bash *security* hook.
 
-    Last, so it judges the command other pre hooks may have rewritten.
+    The security tier runs before any other hook, so no user hook sees a
+    refused command, and again after the pre hooks, so a rewrite cannot slip
+    past it.
     """
     merged: dict[str, Any] = {name: dict(kinds) for name, kinds in dict(hooks or {}).items()}
     bash = merged.setdefault("bash", {})
-    pre = bash.get("pre", ())
-    bash["pre"] = (*((pre,) if callable(pre) else tuple(pre)), deny_destructive_commands)
+    security = bash.get("security", ())
+    bash["security"] = (
+        *((security,) if callable(security) else tuple(security)),
+        deny_destructive_commands,
+    )
     return merged
 
 
@@ -217,10 +228,11 @@ class _Subagent:
     branch: Branch = attrs.field(repr=False)
     factory: Callable[..., Any] = attrs.field(repr=False)
     factory_kwargs: Mapping[str, Any] = attrs.field(repr=False)
-    workspace: Workspace
+    where: ActiveWorkspace
 
-    def _directory(self, cwd: str | None) -> Path:
-        directory = self.workspace.resolve("." if cwd is None else cwd)
+    @staticmethod
+    def _directory(workspace: Workspace, cwd: str | None) -> Path:
+        directory = workspace.resolve("." if cwd is None else cwd)
         if not directory.is_dir():
             raise PathRefused(
                 cwd, f"{cwd!r} is not a directory in the workspace; give an existing directory."
@@ -245,7 +257,7 @@ class _Subagent:
                 **report,
             )
         try:
-            cwd = await anyio.to_thread.run_sync(self._directory, request.cwd)
+            cwd = await anyio.to_thread.run_sync(self._directory, self.where.current, request.cwd)
         except PathRefused as exc:
             return SubagentResponse(success=False, error=f"cwd refused: {exc.message}", **report)
         child = Branch(
@@ -301,6 +313,7 @@ def subagent_tool(
     factory: Callable[..., Any],
     factory_kwargs: Mapping[str, Any] | None = None,
     workspace_root: str | os.PathLike[str] | None = None,
+    workspace: ActiveWorkspace | None = None,
 ) -> Tool:
     """Build the ``subagent`` tool for `branch`.
 
@@ -314,23 +327,33 @@ def subagent_tool(
             extended for ``safe``.
         workspace_root: the directory ``cwd`` must stay inside; the current
             directory when None. Resolved once, now.
+        workspace: instead of `workspace_root`, a toolkit's active workspace,
+            read at each call: the child starts where the parent's tools
+            work then (a sandbox worktree while one is active).
 
     Returns:
         The ``subagent`` Tool, bound to `branch`.
 
     Raises:
         TypeError: `factory` is not callable or `factory_kwargs` is not a mapping.
-        ValueError: the workspace root is not a directory.
+        ValueError: the workspace root is not a directory, or both
+            `workspace_root` and `workspace` were given.
     """
     if not callable(factory):
         raise TypeError(f"factory must be callable, got {factory!r}")
     if factory_kwargs is not None and not isinstance(factory_kwargs, Mapping):
         raise TypeError(f"factory_kwargs must be a mapping or None, got {factory_kwargs!r}")
-    workspace = Workspace.at(workspace_root)
+    if workspace is not None and workspace_root is not None:
+        raise ValueError(
+            f"give workspace_root or workspace, not both; got {workspace_root!r} and {workspace!r}"
+        )
+    if workspace is not None and not isinstance(workspace, ActiveWorkspace):
+        raise TypeError(f"workspace must be an ActiveWorkspace or None, got {workspace!r}")
+    where = workspace or ActiveWorkspace(Workspace.at(workspace_root))
     return Tool(
         name="subagent",
         description=_DESCRIPTION,
         request_model=SubagentRequest,
-        handler=_Subagent(branch, factory, dict(factory_kwargs or {}), workspace),
+        handler=_Subagent(branch, factory, dict(factory_kwargs or {}), where),
         bound_to=branch.id,
     )

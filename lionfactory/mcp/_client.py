@@ -18,16 +18,26 @@ a keyword argument, a clone shares the connection, and with it whatever the
 *remote* server keeps per session: two branches that must not share remote
 state (the lionfactory server's read-before-edit evidence, say) need two
 `McpServer` connections.
+
+Every connection failure raises one `McpConnectionError` naming the server
+and the phase (``start``, ``initialize``, ``call``), with the real cause as
+its ``__cause__``: the SDK runs task groups inside task groups, and a raw
+failure reaches the caller as an exception group two levels deep. With a
+`connect_timeout` (by default `timeout`), opening the connection (start,
+handshake and tool list together) gets that long; then the SDK stops the
+server as the MCP lifecycle asks: close its stdin, allow it two seconds to
+exit, then terminate it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -41,7 +51,7 @@ from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._tool import Tool
-from lionfactory.errors import ToolInputError
+from lionfactory.errors import McpConnectionError, ToolInputError
 from lionfactory.mcp._schema import RemoteRequest, request_model
 
 __all__ = ["McpServer", "McpToolResponse", "mcp_tools", "qualified_name"]
@@ -108,6 +118,8 @@ class McpServer:
         mode: the SDK's protocol negotiation (``"auto"`` by default).
         errlog: where a stdio server's stderr goes.
         timeout: seconds to wait for each answer, or None.
+        connect_timeout: seconds to start the server, initialize and list its
+            tools, all together; None means `timeout`.
     """
 
     _target: str | StdioServerParameters = attrs.field(alias="target")
@@ -115,6 +127,7 @@ class McpServer:
     mode: str = "auto"
     errlog: TextIO | None = None
     timeout: float | None = None
+    connect_timeout: float | None = None
     _client: Client | None = attrs.field(default=None, init=False)
     _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
     _tools: tuple[types.Tool, ...] | None = attrs.field(default=None, init=False)
@@ -129,6 +142,7 @@ class McpServer:
         cwd: str | Path | None = None,
         errlog: TextIO | None = None,
         timeout: float | None = None,
+        connect_timeout: float | None = None,
     ) -> McpServer:
         """A server started as a subprocess, spoken to over its stdin and stdout.
 
@@ -140,6 +154,8 @@ class McpServer:
             errlog: where the server's stderr goes (default: ``sys.stderr``).
             timeout: seconds to wait for each answer (default: no limit); a
                 call that times out returns a typed failure.
+            connect_timeout: seconds to start, initialize and list the tools
+                (default: `timeout`); past it, `McpConnectionError`.
 
         Raises:
             ValueError: `command` is empty or a string.
@@ -152,11 +168,23 @@ class McpServer:
             env=None if env is None else dict(env),
             cwd=cwd,
         )
-        return cls(target=parameters, name=name, errlog=errlog, timeout=timeout)
+        return cls(
+            target=parameters,
+            name=name,
+            errlog=errlog,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+        )
 
     @classmethod
     def http(
-        cls, url: str, *, name: str | None = None, mode: str = "auto", timeout: float | None = None
+        cls,
+        url: str,
+        *,
+        name: str | None = None,
+        mode: str = "auto",
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
     ) -> McpServer:
         """A server reached over Streamable HTTP at `url` (``http(s)://host:port/mcp``).
 
@@ -166,13 +194,17 @@ class McpServer:
             mode: the SDK's protocol negotiation: ``"auto"``, ``"legacy"``
                 (the 2025 handshake) or a modern version such as ``"2026-07-28"``.
             timeout: seconds to wait for each answer (default: no limit).
+            connect_timeout: seconds to initialize and list the tools
+                (default: `timeout`); past it, `McpConnectionError`.
 
         Raises:
             ValueError: `url` is not an http(s) URL.
         """
         if urlsplit(url).scheme not in ("http", "https"):
             raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
-        return cls(target=url, name=name, mode=mode, timeout=timeout)
+        return cls(
+            target=url, name=name, mode=mode, timeout=timeout, connect_timeout=connect_timeout
+        )
 
     @property
     def connected(self) -> bool:
@@ -196,9 +228,43 @@ class McpServer:
     async def __aenter__(self) -> McpServer:
         if self._stack is not None:
             raise RuntimeError("this McpServer is already open; make a new one per connection")
+        progress = _Progress()
+        try:
+            await self._connect(progress)
+        except Exception as exc:
+            cause = _leaf(exc)
+            raise McpConnectionError(
+                self._shown(), progress.phase, _reason(cause, progress.phase, self._limit)
+            ) from cause
+        except BaseExceptionGroup as group:
+            # Only Exceptions inside (no Cancelled, no KeyboardInterrupt): a failure.
+            if group.split(Exception)[1] is not None:
+                raise
+            cause = _leaf(group)
+            raise McpConnectionError(
+                self._shown(), progress.phase, _reason(cause, progress.phase, self._limit)
+            ) from cause
+        if self._stack is None:
+            raise McpConnectionError(
+                self._shown(),
+                progress.phase,
+                f"no answer within the timeout of {self._limit} s. Check that the command "
+                f"starts an MCP server that speaks on stdout (its stderr went to errlog), or "
+                f"give it a longer timeout.",
+            )
+        return self
+
+    async def _connect(self, progress: _Progress) -> None:
+        """Open the client and list the tools; leave `_stack` None if the deadline passed."""
         async with AsyncExitStack() as stack:
+            # A scope that lives as long as the connection (the client's task
+            # group opens inside it, so it must close after it): the deadline
+            # bounds the opening, and is lifted once the tools are listed.
+            limit = self._limit
+            deadline = math.inf if limit is None else anyio.current_time() + limit
+            scope = stack.enter_context(anyio.CancelScope(deadline=deadline))
             client = Client(
-                self._transport(),
+                _tracked(self._transport(), progress),
                 mode=self.mode,
                 read_timeout_seconds=self.timeout,
             )
@@ -215,32 +281,95 @@ class McpServer:
                 info = client.server_info
                 self.name = info.name if info is not None and info.name else None
             self.name = self.name or _default_name(self._target)
+            scope.deadline = math.inf
             self._tools = tuple(tools)
             self._client = client
             self._stack = stack.pop_all()
-        return self
+
+    @property
+    def _limit(self) -> float | None:
+        return self.timeout if self.connect_timeout is None else self.connect_timeout
+
+    def _shown(self) -> str:
+        """The server's name, else what it was started with (for error texts)."""
+        if self.name:
+            return self.name
+        if isinstance(self._target, StdioServerParameters):
+            return " ".join([self._target.command, *self._target.args])[:200]
+        return self._target
 
     async def __aexit__(self, *exc_info: object) -> None:
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()
 
-    def _transport(self) -> Any:
+    def _transport(self) -> AbstractAsyncContextManager[Any]:
         if isinstance(self._target, StdioServerParameters):
             return stdio_client(self._target, errlog=self.errlog or sys.stderr)
-        return self._target
+        # Imported here: the HTTP client stack is not needed for stdio servers.
+        from mcp.client.streamable_http import streamable_http_client
+
+        return streamable_http_client(self._target)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """Call the server's tool `name` (its own name, not the qualified one).
 
         Raises:
             RuntimeError: the connection is not open.
+            McpConnectionError: the connection broke (phase ``"call"``).
             MCPError: the server answered with a protocol error.
         """
         client = self._client
         if client is None:
             raise RuntimeError(f"the connection to MCP server {self.name!r} is closed")
-        return await client.call_tool(name, dict(arguments))
+        try:
+            return await client.call_tool(name, dict(arguments))
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise
+            raise McpConnectionError(self._shown(), "call", "the connection closed") from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            raise McpConnectionError(
+                self._shown(), "call", f"the connection broke ({type(exc).__name__})"
+            ) from exc
+
+
+@attrs.define
+class _Progress:
+    """How far opening a connection got: ``start`` until the transport is up."""
+
+    phase: str = "start"
+
+
+@asynccontextmanager
+async def _tracked(
+    transport: AbstractAsyncContextManager[Any], progress: _Progress
+) -> AsyncIterator[Any]:
+    """`transport`, noting when it is up (the program runs; the handshake begins)."""
+    async with transport as streams:
+        progress.phase = "initialize"
+        yield streams
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _reason(cause: BaseException, phase: str, timeout: float | None) -> str:
+    """What a connection failure means, in words, from its underlying exception."""
+    if isinstance(cause, MCPError) and cause.code == CONNECTION_CLOSED:
+        return (
+            "the server closed the connection before answering; the program may have exited "
+            "at once (its stderr went to errlog) or may not be an MCP server."
+        )
+    if isinstance(cause, MCPError) and cause.code == REQUEST_TIMEOUT:
+        return f"no answer within the timeout of {timeout} s ({cause.message})."
+    if phase == "start" and isinstance(cause, OSError):
+        return f"the program could not be started ({type(cause).__name__}: {cause})."
+    return f"{type(cause).__name__}: {cause}"
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -304,11 +433,11 @@ class _RemoteCall:
             return self._unreachable("its connection is closed")
         try:
             result = await self.server.call_tool(self.remote_name, request.arguments())
+        except McpConnectionError as exc:
+            return self._unreachable(exc.reason)
         except MCPError as exc:
             if exc.code == INVALID_PARAMS:
                 raise ToolInputError(self.local_name, exc.message) from exc
-            if exc.code == CONNECTION_CLOSED:
-                return self._unreachable("the connection closed")
             if exc.code == REQUEST_TIMEOUT:
                 return McpToolResponse(
                     success=False,
@@ -322,8 +451,6 @@ class _RemoteCall:
                 error=f"The MCP server {self.server.name!r} answered with error {exc.code}: "
                 f"{exc.message}",
             )
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
-            return self._unreachable(type(exc).__name__)
         return _response(result)
 
 

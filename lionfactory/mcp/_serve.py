@@ -215,11 +215,18 @@ def create_mcp_server(
 
     Raises:
         TypeError: `source` is none of the above.
+        ValueError: a ``subagent`` tool on branches without a chat model.
         Exception: whatever a factory raises for its arguments (for example
             `ValueError` for an unknown coding tool name), at once.
     """
     new_branch = _as_branch_maker(source)
     probe = new_branch()
+    if "subagent" in probe.tools and probe.chat_model is None:
+        # Advertising it would make every call fail with "no chat model".
+        raise ValueError(
+            "the subagent tool needs a chat model, and the session branches have none: serve "
+            "a template Branch(chat_model=...) with the tools registered on it"
+        )
     listing = [types.Tool.model_validate(t.schema("mcp")) for t in probe.tools.values()]
     names = frozenset(probe.tools)
 

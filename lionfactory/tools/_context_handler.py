@@ -13,6 +13,7 @@ from lionfactory.tools._context_ops import (
     clamp,
     close_groups,
     first_turn_error,
+    one_message_unless,
     preview,
     split_view,
     summarise,
@@ -108,6 +109,7 @@ class _ContextHandler:
         visible, pending = split_view(self.branch)
         floor = _floor(visible)
         lo, hi = clamp(request.start, request.end, len(visible), floor=floor)
+        hi = one_message_unless(request.end, lo, hi)
         if lo >= hi:
             raise ContextFailure(
                 f"Nothing to evict: the range [{lo}:{hi}) is empty after clamping. The view has "
@@ -140,6 +142,7 @@ class _ContextHandler:
         log = self.branch.messages
         record = log.record
         lo, hi = clamp(request.start, request.end, len(record), floor=0)
+        hi = one_message_unless(request.end, lo, hi)
         wanted = {m.id for m in record[lo:hi] if not log.is_active(m.id)}
         ids = close_groups(wanted, record)
         restored = 0

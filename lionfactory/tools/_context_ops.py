@@ -22,6 +22,7 @@ __all__ = [
     "clamp",
     "close_groups",
     "first_turn_error",
+    "one_message_unless",
     "preview",
     "split_view",
     "summarise",
@@ -80,6 +81,16 @@ def clamp(start: int | None, end: int | None, length: int, *, floor: int) -> tup
     lo = floor if start is None else min(max(start, 0, floor), length)
     hi = length if end is None else min(max(end, 0), length)
     return lo, max(hi, floor)
+
+
+def one_message_unless(end: int | None, lo: int, hi: int) -> int:
+    """The end of an evict or restore range: `hi` if `end` was given, else one message.
+
+    A model that names only ``start`` most likely means that message; reading
+    it as "everything from there on" once hid ten messages at a stroke. One
+    message is also the smaller mistake when the model meant more.
+    """
+    return hi if end is not None else min(lo + 1, hi)
 
 
 def tool_groups(messages: Sequence[Message]) -> dict[str, str]:

@@ -32,6 +32,10 @@ Decisions worth knowing:
 * **No assistant turn first.** An eviction or compaction that would leave an
   assistant message as the first message after the system message is refused
   (providers require the conversation to start with a user turn).
+* ``evict`` and ``restore`` without ``end`` act on one message, ``start``
+  (a model naming one index means that message; "everything from there on"
+  would be the costlier misreading). ``get_messages`` and ``compact``
+  without ``end`` run to the end of the view.
 * Ranges are clamped: a negative index counts as 0, an index past the end as
   the end. ``get_messages`` and ``restore`` answer an empty range with an
   empty success; ``evict`` and ``compact`` fail on it. Index 0 (the system
@@ -80,7 +84,9 @@ class ContextRequest(BaseModel):
     end: int | None = Field(
         default=None,
         description=(
-            "End of the range (exclusive); past the end counts as the end. Default: the end."
+            "End of the range (exclusive); past the end counts as the end. Default: for "
+            "evict and restore, start + 1 (the one message at start); for get_messages and "
+            "compact, the end."
         ),
     )
     keep_last: int | None = Field(
@@ -192,10 +198,12 @@ Actions:
 - get_messages: numbered previews (at most {PREVIEW_CHARS} characters) of view messages
   [start:end). scope='all' lists the whole record instead, with record indices and each
   message marked active or evicted (use those indices for restore).
-- evict: take view messages [start:end) out of the view. Index 0, the system message, stays.
+- evict: take view messages [start:end) out of the view; without `end`, only message `start`.
+  Index 0, the system message, stays.
 - evict_action_results: take old tool results out of the view, keeping the last `keep_last`
   (default {DEFAULT_KEEP_LAST}; 0 keeps none).
-- restore: bring record messages [start:end) back, each at its original place.
+- restore: bring record messages [start:end) back, each at its original place;
+  without `end`, only message `start`.
 - compact: replace view messages [start:end) with one summary message. mode='tool_io'
   (default) replaces only tool calls and results, mode='all' every message. Write the summary
   in `summary`, or set auto=true to have one written.

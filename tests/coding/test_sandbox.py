@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from lionfactory import Tool
+from lionfactory import Branch, Tool
 from lionfactory._process import ProcessResult, run_process
 from lionfactory.coding.sandbox import SandboxRequest, SandboxResponse, sandbox_tool
+from lionfactory.errors import CloneError, RegistrationError
+from lionfactory.testing import assert_no_foreign_bindings
 
 
 @pytest.fixture(autouse=True)
@@ -71,8 +73,16 @@ async def call(tool: Tool, action: str, **arguments: Any) -> SandboxResponse:
     return SandboxResponse.model_validate(await tool(action=action, **arguments))
 
 
-async def created(repo: Path, recorder: Recorder | None = None) -> tuple[Tool, SandboxResponse]:
-    tool = sandbox_tool(workspace_root=repo, on_switch=recorder)
+async def created(
+    repo: Path, recorder: Recorder | None = None, *, allow_protected: bool = True
+) -> tuple[Tool, SandboxResponse]:
+    # The fixture repository is on `main`; most tests are about merging as such.
+    tool = sandbox_tool(
+        Branch(),
+        workspace_root=repo,
+        on_switch=recorder,
+        allow_merge_into_protected=allow_protected,
+    )
     response = await call(tool, "create")
     assert response.success, response.error
     return tool, response
@@ -119,7 +129,7 @@ async def test_create_for_a_subdirectory_workspace_switches_to_its_counterpart(
     repo: Path,
 ) -> None:
     recorder = Recorder()
-    tool = sandbox_tool(workspace_root=repo / "pkg", on_switch=recorder)
+    tool = sandbox_tool(Branch(), workspace_root=repo / "pkg", on_switch=recorder)
     response = await call(tool, "create")
     assert response.success, response.error
     assert worktree_of(response).name == "pkg"
@@ -142,7 +152,7 @@ async def test_an_async_on_switch_is_awaited(repo: Path) -> None:
     async def on_switch(path: Path | None) -> None:
         seen.append(path)
 
-    tool = sandbox_tool(workspace_root=repo, on_switch=on_switch)
+    tool = sandbox_tool(Branch(), workspace_root=repo, on_switch=on_switch)
     response = await call(tool, "create")
     await call(tool, "discard")
     assert seen == [worktree_of(response), None]
@@ -277,6 +287,45 @@ async def test_merge_brings_the_changes_into_the_base_branch_and_ends_the_sandbo
     assert git(repo, "branch", "--list", "lionfactory/*") == ""
     assert not worktree.exists()
     assert recorder.calls == [worktree, None]
+
+
+@pytest.mark.parametrize("base", ["main", "master", "release", "release/2.0", "release-3"])
+async def test_merge_into_a_protected_branch_is_refused_by_default(repo: Path, base: str) -> None:
+    git(repo, "checkout", "--quiet", "-B", base)
+    tool, response = await created(repo, allow_protected=False)
+    assert response.notice is not None and f"{base!r} is a protected branch" in response.notice
+    (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
+    assert (await call(tool, "commit", message="add feature")).success
+
+    merged = await call(tool, "merge")
+
+    assert not merged.success and merged.active
+    assert merged.error is not None
+    assert f"Merging into {base!r} is not allowed" in merged.error
+    assert "do not discard it" in merged.error and f"git merge {response.branch}" in merged.error
+    assert not (repo / "feature.py").exists()
+    assert git(repo, "rev-parse", base) == response.base_commit
+    assert "protected branch" in tool.description
+    assert (await call(tool, "discard")).success
+
+
+@pytest.mark.parametrize("base", ["feature", "mainline", "my-release"])
+async def test_merge_into_an_unprotected_branch_needs_no_permission(repo: Path, base: str) -> None:
+    git(repo, "checkout", "--quiet", "-B", base)
+    tool, response = await created(repo, allow_protected=False)
+    assert response.notice is None
+    (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
+    await call(tool, "commit", message="add feature")
+    merged = await call(tool, "merge")
+    assert merged.success, merged.error
+    assert (repo / "feature.py").exists()
+
+
+async def test_allowing_protected_merges_drops_the_rule_from_the_description(repo: Path) -> None:
+    allowed = sandbox_tool(Branch(), workspace_root=repo, allow_merge_into_protected=True)
+    assert "protected branch" not in allowed.description
+    with pytest.raises(TypeError, match="allow_merge_into_protected must be a bool"):
+        sandbox_tool(Branch(), workspace_root=repo, allow_merge_into_protected="yes")  # type: ignore[arg-type]
 
 
 async def test_merge_makes_a_merge_commit_when_the_base_moved_on(repo: Path) -> None:
@@ -427,7 +476,9 @@ def failing_once(step: Sequence[str]) -> Any:
 @pytest.mark.parametrize("step", [("worktree", "remove"), ("branch", "-D")])
 async def test_a_failed_discard_can_be_called_again(repo: Path, step: tuple[str, ...]) -> None:
     recorder = Recorder()
-    tool = sandbox_tool(workspace_root=repo, on_switch=recorder, runner=failing_once(step))
+    tool = sandbox_tool(
+        Branch(), workspace_root=repo, on_switch=recorder, runner=failing_once(step)
+    )
     response = await call(tool, "create")
     worktree = worktree_of(response)
 
@@ -449,7 +500,13 @@ async def test_a_failed_discard_can_be_called_again(repo: Path, step: tuple[str,
 async def test_a_merge_whose_cleanup_fails_is_finished_by_discard(repo: Path) -> None:
     recorder = Recorder()
     runner = failing_once(("worktree", "remove"))
-    tool = sandbox_tool(workspace_root=repo, on_switch=recorder, runner=runner)
+    tool = sandbox_tool(
+        Branch(),
+        workspace_root=repo,
+        on_switch=recorder,
+        runner=runner,
+        allow_merge_into_protected=True,
+    )
     response = await call(tool, "create")
     (worktree_of(response) / "feature.py").write_text("FEATURE = True\n")
     await call(tool, "commit", message="add feature")
@@ -478,7 +535,7 @@ async def test_create_outside_a_repository_is_refused(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     recorder = Recorder()
-    result = await call(sandbox_tool(workspace_root=plain, on_switch=recorder), "create")
+    result = await call(sandbox_tool(Branch(), workspace_root=plain, on_switch=recorder), "create")
     assert not result.success and not result.active
     assert result.error is not None and "not inside a git repository" in result.error
     assert recorder.calls == []
@@ -494,7 +551,7 @@ async def test_a_second_create_is_refused(repo: Path) -> None:
 
 async def test_create_on_a_detached_head_is_refused(repo: Path) -> None:
     git(repo, "switch", "--quiet", "--detach")
-    result = await call(sandbox_tool(workspace_root=repo), "create")
+    result = await call(sandbox_tool(Branch(), workspace_root=repo), "create")
     assert not result.success
     assert result.error is not None and "detached HEAD" in result.error
 
@@ -503,24 +560,52 @@ async def test_create_in_a_repository_without_commits_is_refused(tmp_path: Path)
     empty = tmp_path / "empty"
     empty.mkdir()
     git(empty, "init", "--quiet", "-b", "main")
-    result = await call(sandbox_tool(workspace_root=empty), "create")
+    result = await call(sandbox_tool(Branch(), workspace_root=empty), "create")
     assert not result.success
     assert result.error is not None and "no commits yet" in result.error
 
 
 @pytest.mark.parametrize("action", ["diff", "commit", "merge", "discard"])
 async def test_actions_without_a_sandbox_say_to_create_one(repo: Path, action: str) -> None:
-    result = await call(sandbox_tool(workspace_root=repo), action, message="m")
+    result = await call(sandbox_tool(Branch(), workspace_root=repo), action, message="m")
     assert not result.success
     assert result.error == "No sandbox is active. Create one first with action='create'."
 
 
 async def test_each_factory_call_has_its_own_slot(repo: Path) -> None:
     first, _ = await created(repo)
-    second = sandbox_tool(workspace_root=repo)
+    second = sandbox_tool(Branch(), workspace_root=repo)
     assert (await call(second, "create")).success
     await call(first, "discard")
     await call(second, "discard")
+
+
+def test_the_tool_is_bound_to_its_branch(repo: Path) -> None:
+    branch = Branch()
+    assert sandbox_tool(branch, workspace_root=repo).bound_to == branch.id
+    with pytest.raises(TypeError, match="Branch"):
+        sandbox_tool(None, workspace_root=repo)  # type: ignore[arg-type]
+
+
+async def test_a_registered_factory_gives_each_clone_its_own_slot(repo: Path) -> None:
+    branch = Branch()
+    branch.register(sandbox_tool, workspace_root=repo)
+    assert (await call(branch.tools["sandbox"], "create")).success
+    clone = branch.clone()
+    assert_no_foreign_bindings(clone)
+    assert clone.tools["sandbox"].bound_to == clone.id
+    assert not (await call(clone.tools["sandbox"], "diff")).success  # no sandbox of its own yet
+    assert (await call(branch.tools["sandbox"], "discard")).success
+
+
+def test_a_static_sandbox_tool_is_never_shared_between_branches(repo: Path) -> None:
+    owner = Branch()
+    tool = sandbox_tool(owner, workspace_root=repo)
+    with pytest.raises(RegistrationError, match="register its factory"):
+        Branch().register(tool)
+    owner.register(tool)
+    with pytest.raises(CloneError, match="'sandbox'"):
+        owner.clone()
 
 
 def test_request_rejects_unknown_actions() -> None:
@@ -531,14 +616,14 @@ def test_request_rejects_unknown_actions() -> None:
 @pytest.mark.parametrize(("option", "value"), [("on_switch", 3), ("runner", "git")])
 def test_factory_rejects_a_non_callable(repo: Path, option: str, value: object) -> None:
     with pytest.raises(TypeError, match=repr(value)):
-        sandbox_tool(workspace_root=repo, **{option: value})  # type: ignore[arg-type]
+        sandbox_tool(Branch(), workspace_root=repo, **{option: value})  # type: ignore[arg-type]
 
 
 async def test_a_failing_on_switch_leaves_no_sandbox_behind(repo: Path) -> None:
     def on_switch(path: Path | None) -> None:
         raise RuntimeError("toolkit broke")
 
-    tool = sandbox_tool(workspace_root=repo, on_switch=on_switch)
+    tool = sandbox_tool(Branch(), workspace_root=repo, on_switch=on_switch)
     with pytest.raises(RuntimeError, match="toolkit broke"):
         await tool(action="create")
     assert git(repo, "branch", "--list", "lionfactory/*") == ""

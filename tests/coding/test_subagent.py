@@ -41,9 +41,10 @@ class FakeToolkit:
         )
         built = [self._tool(name, root) for name in (tools or ALL_TOOLS[:8])]
         for key, kinds in (hooks or {}).items():
-            pre = kinds.get("pre", ())
-            pre = (pre,) if callable(pre) else tuple(pre)
-            built = [t.with_hooks(pre=pre) if key in ("*", t.name) else t for t in built]
+            for kind in ("security", "pre"):
+                pre = kinds.get(kind, ())
+                pre = (pre,) if callable(pre) else tuple(pre)
+                built = [t.with_hooks(pre=pre) if key in ("*", t.name) else t for t in built]
         return built
 
     @staticmethod
@@ -179,20 +180,21 @@ async def test_a_safe_child_edits_but_destructive_bash_is_denied(
     assert response.tool_errors and "rm -rf docs" in response.tool_errors[0]
 
 
-async def test_safe_appends_the_policy_after_the_toolkits_own_bash_hooks(
+async def test_safe_adds_the_policy_as_a_bash_security_hook(
     toolkit: FakeToolkit, workspace: Path
 ) -> None:
     def audit(tool_name: str, arguments: dict[str, Any]) -> None:
         return None
 
-    hooks = {"bash": {"pre": audit}, "*": {"post": []}}
+    hooks = {"bash": {"pre": audit, "security": audit}, "*": {"post": []}}
     parent = parent_with(ScriptedModel(["ok"]), toolkit, workspace, hooks=hooks)
     await delegate(parent, instruction="x", permissions="safe")
 
     given = toolkit.calls[0]["hooks"]
-    assert given["bash"]["pre"] == (audit, deny_destructive_commands)
+    assert given["bash"] == {"pre": audit, "security": (audit, deny_destructive_commands)}
     assert given["*"] == {"post": []}
-    assert hooks == {"bash": {"pre": audit}, "*": {"post": []}}  # the caller's mapping is intact
+    # the caller's mapping is intact
+    assert hooks == {"bash": {"pre": audit, "security": audit}, "*": {"post": []}}
 
 
 @pytest.mark.parametrize("permissions", ["read_only", "allow_all"])

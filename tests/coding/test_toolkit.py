@@ -302,7 +302,7 @@ async def test_a_denying_pre_hook_blocks_rm_rf_with_a_readable_error(workspace):
     assert json.loads(branch.messages[-1].content)["error_type"] == "ToolDenied"
 
 
-async def test_star_hooks_run_before_a_tools_own_and_all_kinds_attach(workspace):
+async def test_star_hooks_run_after_a_tools_own_and_all_kinds_attach(workspace):
     order = []
 
     def star(name, args):
@@ -320,7 +320,7 @@ async def test_star_hooks_run_before_a_tools_own_and_all_kinds_attach(workspace)
     hooks = {"*": {"pre": [star], "on_error": on_error}, "bash": {"pre": own, "post": [post]}}
     tools = {t.name: t for t in coding_toolkit(Branch(), workspace_root=workspace, hooks=hooks)}
     result = await tools["bash"](command="true")
-    assert order == [("*", "bash"), ("own", "bash")]
+    assert order == [("own", "bash"), ("*", "bash")]
     assert result["post_saw"] == "bash"
     # Simulate an unexpected crash inside the standalone handler the toolkit
     # delegates to: the on_error hook must see it.
@@ -333,6 +333,74 @@ async def test_star_hooks_run_before_a_tools_own_and_all_kinds_attach(workspace)
     assert await tools["bash"](command="true") == {
         "recovered": "RuntimeError: standalone handler crashed"
     }
+
+
+async def test_hook_tiers_run_security_then_the_tools_own_then_star(workspace):
+    order = []
+
+    def hook(label):
+        def record(name, args):
+            order.append(label)
+
+        return record
+
+    hooks = {
+        "*": {"pre": hook("star"), "security": hook("star-security")},
+        "bash": {"pre": [hook("own")], "security": hook("security")},
+    }
+    tools = {t.name: t for t in coding_toolkit(Branch(), workspace_root=workspace, hooks=hooks)}
+    await tools["bash"](command="true")
+    # security first, then the tool's own, then "*"; then security again on the final arguments
+    assert order == ["security", "star-security", "own", "star", "security", "star-security"]
+    order.clear()
+    await tools["reader"](action="list_dir", path=".")
+    assert order == ["star-security", "star", "star-security"]
+
+
+async def test_a_star_pre_hook_never_sees_a_call_the_security_tier_refuses(workspace):
+    (workspace / "x").mkdir()
+    seen = []
+    hooks = {
+        "*": {"pre": lambda name, args: seen.append(args["command"])},
+        "bash": {"security": deny_destructive_commands},
+    }
+    branch = kit_branch(workspace, hooks=hooks)
+    result = await branch.act("bash", {"command": "rm -rf x"})
+    assert result.error_type == "ToolDenied"
+    assert seen == []
+    assert (workspace / "x").is_dir()
+
+
+async def test_the_security_tier_judges_arguments_a_pre_hook_rewrote(workspace):
+    (workspace / "x").mkdir()
+
+    def rewrite(name, args):
+        return {**args, "command": "rm -rf x"}
+
+    branch = kit_branch(
+        workspace, hooks={"bash": {"security": [deny_destructive_commands], "pre": rewrite}}
+    )
+    result = await branch.act("bash", {"command": "ls"})
+    assert result.error_type == "ToolDenied"
+    assert (workspace / "x").is_dir()
+
+
+async def test_nudge_rules_extend_the_defaults_when_asked(workspace):
+    def custom(snapshot):
+        return "custom rule spoke" if snapshot.tool == "bash" else None
+
+    extended = kit_branch(workspace, nudge_rules=[custom], keep_default_nudges=True)
+    replaced = kit_branch(workspace, nudge_rules=[custom])
+    for branch in (extended, replaced):
+        for _ in range(3):
+            last = _ok(await branch.act("bash", {"command": "false"}))
+    assert "custom rule spoke" in last["system"]
+    assert "3 bash commands failed in a row" not in last["system"]
+    extended_last = json.loads(extended.messages[-1].content)
+    assert "custom rule spoke" in extended_last["system"]
+    assert "3 bash commands failed in a row" in extended_last["system"]
+    with pytest.raises(TypeError, match="keep_default_nudges must be a bool"):
+        coding_toolkit(Branch(), workspace_root=workspace, keep_default_nudges="yes")
 
 
 async def test_pre_hook_denial_raised_directly(workspace):
@@ -365,7 +433,9 @@ async def test_toolkit_tools_work_inside_an_active_sandbox_and_come_home(workspa
     (workspace / "a.py").write_text("x = 1\n")
     _git(workspace, "add", "-A")
     _git(workspace, "commit", "-q", "-m", "init")
-    branch = kit_branch(workspace, tools=["reader", "editor", "bash", "sandbox"])
+    branch = kit_branch(
+        workspace, tools=["reader", "editor", "bash", "sandbox"], allow_merge_into_protected=True
+    )
     created = _ok(await branch.act("sandbox", {"action": "create"}))
     assert created["success"] is True, created
     worktree = Path(created["worktree"])
@@ -387,6 +457,19 @@ async def test_toolkit_tools_work_inside_an_active_sandbox_and_come_home(workspa
     assert _ok(await branch.act("editor", edit2))["success"] is False
 
 
+async def test_the_toolkit_sandbox_refuses_to_merge_into_main_unless_allowed(workspace):
+    _repo(workspace)
+    branch = kit_branch(workspace, tools=["editor", "sandbox"])
+    _ok(await branch.act("sandbox", {"action": "create"}))
+    write = {"action": "write", "file_path": "b.py", "content": "y = 1\n"}
+    assert _ok(await branch.act("editor", write))["success"] is True
+    _ok(await branch.act("sandbox", {"action": "commit", "message": "add b"}))
+    refused = _ok(await branch.act("sandbox", {"action": "merge"}))
+    assert refused["success"] is False and "protected branch" in refused["error"]
+    assert not (workspace / "b.py").exists()
+    _ok(await branch.act("sandbox", {"action": "discard"}))
+
+
 async def test_each_clone_gets_its_own_sandbox_slot(workspace):
     _git(workspace, "init", "-q", "-b", "main")
     _git(workspace, "config", "user.name", "T")
@@ -403,6 +486,71 @@ async def test_each_clone_gets_its_own_sandbox_slot(workspace):
     assert second["success"] is True, second
     for b in (branch, clone):
         assert _ok(await b.act("sandbox", {"action": "discard"}))["success"] is True
+
+
+def _repo(workspace: Path) -> None:
+    _git(workspace, "init", "-q", "-b", "main")
+    _git(workspace, "config", "user.name", "T")
+    _git(workspace, "config", "user.email", "t@example.invalid")
+    (workspace / "a.py").write_text("x = 1\n")
+    _git(workspace, "add", "-A")
+    _git(workspace, "commit", "-q", "-m", "init")
+
+
+async def test_a_subagent_started_in_a_sandbox_edits_the_sandbox_and_discard_drops_it(workspace):
+    from lionfactory.testing import ScriptedModel, tool_call
+
+    _repo(workspace)
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    model = ScriptedModel(
+        [
+            tool_call("sandbox", action="create"),
+            tool_call("subagent", instruction="Set x to 2 in a.py.", permissions="safe"),
+            # the child
+            tool_call("reader", action="read", path="a.py"),
+            tool_call("editor", **edit),
+            tool_call("bash", command="pwd"),
+            "x is 2 now.",
+            # the parent again
+            tool_call("sandbox", action="diff"),
+            tool_call("sandbox", action="discard"),
+            "Tried it and threw it away.",
+        ]
+    )
+    parent = Branch("You delegate.", chat_model=model)
+    parent.register(coding_toolkit, workspace_root=workspace, tools=["sandbox", "subagent"])
+    assert await parent.run("Try setting x to 2, then throw it away.") == (
+        "Tried it and threw it away."
+    )
+    results = [json.loads(m.content) for m in parent.messages if m.role == "tool"]
+    created, delegated, diff, discarded = results
+    assert delegated["success"] is True, delegated
+    assert delegated["tool_errors"] == []
+    child_pwd = json.loads(model.calls[5].messages[-1].content)["stdout"].strip()
+    assert Path(child_pwd).resolve() == Path(created["worktree"]).resolve()
+    assert diff["files"] == ["a.py"]
+    assert discarded["success"] is True
+    assert (workspace / "a.py").read_text() == "x = 1\n"
+    assert _git(workspace, "status", "--porcelain") == ""
+
+
+async def test_a_subagent_in_a_sandbox_cannot_reach_the_home_checkout(workspace):
+    _repo(workspace)
+    parent = Branch("You delegate.", chat_model=ScriptedModelNeverCalled())
+    parent.register(coding_toolkit, workspace_root=workspace, tools=["sandbox", "subagent"])
+    assert _ok(await parent.act("sandbox", {"action": "create"}))["success"] is True
+    for cwd in (str(workspace), "..", str(workspace / "a.py")):
+        out = _ok(await parent.act("subagent", {"instruction": "edit", "cwd": cwd}))
+        assert out["success"] is False
+        assert out["error"].startswith("cwd refused"), out
+    assert _ok(await parent.act("sandbox", {"action": "discard"}))["success"] is True
+
+
+class ScriptedModelNeverCalled:
+    """A chat model for tests in which the child must never start."""
+
+    async def __call__(self, messages, tools):
+        raise AssertionError("the sub-agent started although its cwd was refused")
 
 
 # -- subagent with the real toolkit

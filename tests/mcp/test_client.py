@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from mcp import StdioServerParameters
 
 from lionfactory import Branch
-from lionfactory.errors import ToolInputError
+from lionfactory.errors import LionfactoryError, McpConnectionError, ToolInputError
 from lionfactory.mcp import McpServer, McpToolResponse, mcp_tools, qualified_name
 from lionfactory.mcp._client import _response
 from lionfactory.testing import assert_no_foreign_bindings
@@ -239,10 +241,77 @@ async def test_a_server_that_dies_gives_a_typed_failure(fake_server: list[str]) 
 async def test_a_server_that_does_not_answer_in_time_gives_a_typed_failure(
     fake_server: list[str],
 ) -> None:
-    async with McpServer.stdio(fake_server, timeout=0.5) as server:
+    async with McpServer.stdio(fake_server, timeout=0.5, connect_timeout=60) as server:
         nap = mcp_tools(server, include=["nap"])[0]
         slow = await nap(seconds=30)
         quick = await nap(seconds=0)
     assert slow["success"] is False
     assert "did not answer in time (0.5 s)" in slow["error"]
     assert quick["success"] is True
+
+
+# -- connection failures: one typed error, within the timeout -------------------
+
+SILENT = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # never answers; exits at EOF
+
+
+async def test_a_silent_server_fails_within_the_timeout_with_one_typed_error() -> None:
+    started = time.monotonic()
+    with pytest.raises(McpConnectionError) as caught:
+        async with McpServer.stdio(SILENT, name="silent", timeout=2, errlog=sys.stderr):
+            pass
+    elapsed = time.monotonic() - started
+    error = caught.value
+    assert (error.server, error.phase) == ("silent", "initialize")
+    assert "no answer within the timeout of 2 s" in str(error)
+    assert isinstance(error, ConnectionError) and isinstance(error, LionfactoryError)
+    assert 1.9 <= elapsed < 3.5, elapsed
+
+
+async def test_connect_timeout_overrides_timeout_for_the_connection_only() -> None:
+    started = time.monotonic()
+    with pytest.raises(McpConnectionError, match="timeout of 1 s"):
+        async with McpServer.stdio(SILENT, timeout=60, connect_timeout=1, errlog=sys.stderr):
+            pass
+    assert time.monotonic() - started < 2.5
+
+
+async def test_a_program_that_exits_at_once_fails_in_initialize() -> None:
+    command = [sys.executable, "-c", "pass"]
+    with pytest.raises(McpConnectionError) as caught:
+        async with McpServer.stdio(command, timeout=30, errlog=sys.stderr):
+            pass
+    error = caught.value
+    assert error.phase == "initialize"
+    assert error.server == f"{sys.executable} -c pass"
+    assert "closed the connection before answering" in error.reason
+    assert not isinstance(error.__cause__, BaseExceptionGroup)
+
+
+async def test_a_missing_program_fails_in_start(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-server")
+    with pytest.raises(McpConnectionError) as caught:
+        async with McpServer.stdio([missing]):
+            pass
+    assert caught.value.phase == "start"
+    assert "could not be started (FileNotFoundError" in caught.value.reason
+    assert isinstance(caught.value.__cause__, FileNotFoundError)
+
+
+@HTTPX2_GENERATORS
+async def test_a_refused_http_connection_fails_in_initialize() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(McpConnectionError) as caught:
+        async with McpServer.http(f"http://127.0.0.1:{port}/mcp", timeout=10):
+            pass
+    assert caught.value.phase == "initialize"
+    assert caught.value.server == f"http://127.0.0.1:{port}/mcp"
+
+
+async def test_a_call_on_a_dead_connection_raises_in_call(fake_server: list[str]) -> None:
+    async with McpServer.stdio(fake_server, errlog=sys.stderr) as server:
+        with pytest.raises(McpConnectionError) as caught:
+            await server.call_tool("exit_now", {})
+    assert (caught.value.server, caught.value.phase) == ("fake", "call")

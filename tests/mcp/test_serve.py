@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from lionfactory._cli import main
 from lionfactory.coding import coding_toolkit
 from lionfactory.errors import CloneError
 from lionfactory.mcp import SessionBranches, create_mcp_server, serve_mcp
+from lionfactory.testing import ScriptedModel
 
 # The SDK's Streamable HTTP client (httpx2) lets its SSE async generators be
 # garbage collected unfinished; trio reports each one with a ResourceWarning.
@@ -183,12 +186,107 @@ async def test_standalone_serves_the_builtins_without_the_guard(
     assert not edit.is_error
 
 
+@pytest.mark.parametrize("allowed", [False, True])
+async def test_served_sandbox_merges_into_the_checked_out_branch_only_when_allowed(
+    git_workspace: Path, stdio_server: Callable[..., StdioServerParameters], allowed: bool
+) -> None:
+    options = ["--tools", "editor,sandbox"] + (["--allow-merge-into-protected"] if allowed else [])
+    write = {"action": "write", "file_path": "new.txt", "content": "new\n"}
+    async with Client(stdio_server(*options)) as client:
+        assert not (await client.call_tool("sandbox", {"action": "create"})).is_error
+        assert not (await client.call_tool("editor", write)).is_error
+        commit = {"action": "commit", "message": "add new.txt"}
+        assert not (await client.call_tool("sandbox", commit)).is_error
+        merged = await client.call_tool("sandbox", {"action": "merge"})
+        if not allowed:
+            await client.call_tool("sandbox", {"action": "discard"})
+    assert merged.is_error is not allowed
+    assert (git_workspace / "new.txt").exists() is allowed
+    if not allowed:
+        assert "is a protected branch" in merged.structured_content["error"]
+
+
 def test_an_unknown_tool_name_exits_2(
     git_workspace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(["mcp", "serve", "--workspace", str(git_workspace), "--tools", "reader,nope"])
     assert code == 2
     assert "unknown coding tool(s) ['nope']" in capsys.readouterr().err
+
+
+class ChatCompletions(BaseHTTPRequestHandler):
+    """A minimal OpenAI-compatible endpoint: every request gets one final answer."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.requests.append(body)  # type: ignore[attr-defined]
+        message = {"role": "assistant", "content": "The sub-agent says hi."}
+        data = json.dumps({"choices": [{"message": message, "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
+    server.requests = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_serving_subagent_without_a_model_is_refused_at_start(
+    git_workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["mcp", "serve", "--workspace", str(git_workspace), "--tools", "reader,subagent"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "subagent tool runs a second conversation with a chat model" in err
+    assert "--model-url URL --model NAME" in err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--model", "m"], ["--model-url", "http://127.0.0.1:1/v1"], ["--model-api-key-env", "X"]],
+)
+def test_model_options_come_together(
+    git_workspace: Path, capsys: pytest.CaptureFixture[str], options: list[str]
+) -> None:
+    assert main(["mcp", "serve", "--workspace", str(git_workspace), *options]) == 2
+    assert "--model" in capsys.readouterr().err
+
+
+async def test_subagent_served_with_a_configured_model_runs_the_child(
+    stdio_server: Callable[..., StdioServerParameters], chat_server: ThreadingHTTPServer
+) -> None:
+    url = f"http://127.0.0.1:{chat_server.server_address[1]}/v1"
+    params = stdio_server("--tools", "reader,subagent", "--model-url", url, "--model", "fake-7b")
+    async with Client(params) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["reader", "subagent"]
+        result = await client.call_tool("subagent", {"instruction": "Say hi."})
+    assert not result.is_error, text(result)
+    assert result.structured_content["response"] == "The sub-agent says hi."
+    (request,) = chat_server.requests  # type: ignore[attr-defined]
+    assert request["model"] == "fake-7b"
+    assert request["messages"][-1] == {"role": "user", "content": "Say hi."}
+
+
+def test_create_mcp_server_refuses_a_subagent_without_a_chat_model(tmp_path: Path) -> None:
+    tools = {"workspace_root": tmp_path, "tools": ["reader", "subagent"]}
+    with pytest.raises(ValueError, match="subagent tool needs a chat model"):
+        create_mcp_server([(coding_toolkit, tools)])
+    template = Branch(chat_model=ScriptedModel([]))
+    template.register(coding_toolkit, **tools)
+    create_mcp_server(template)
 
 
 # -- the library API, in process ---------------------------------------------

@@ -186,6 +186,29 @@ async def test_evict_removes_the_span_from_the_view_only():
     assert len(branch.messages.record) == 11
 
 
+async def test_evict_without_end_takes_only_the_message_at_start():
+    branch = conversation()
+    before = ids(branch.messages.active)
+    out = await context(branch, action="evict", start=9)
+    assert out["evicted"] == 1
+    assert ids(branch.messages.active) == before[:9] + before[10:]
+
+
+async def test_evict_without_end_still_moves_a_whole_tool_group():
+    branch = conversation()
+    out = await context(branch, action="evict", start=3)  # one call: its result goes too
+    assert out["evicted"] == 2
+    assert out["notice"].startswith("1 more message(s) moved along")
+    assert_pairs_valid(branch)
+
+
+async def test_evict_end_default_is_described_to_the_model():
+    schema = bare().tools["context"].schema("openai")
+    end = schema["function"]["parameters"]["properties"]["end"]["description"]
+    assert "start + 1" in end
+    assert schema["function"]["description"].count("without `end`, only message `start`") == 2
+
+
 def two_users() -> Branch:
     branch = bare()
     for text in ("one", "two", "three"):
@@ -300,7 +323,7 @@ async def test_restore_reinserts_messages_in_chronological_order():
     original = ids(branch.messages.active)
     branch.messages.evict(1, 3)
     branch.messages.evict(4, 6)
-    out = await context(branch, action="restore")
+    out = await context(branch, action="restore", start=0, end=100)
     assert out["success"] is True
     assert out["restored"] == 4
     assert ids(branch.messages.active) == original
@@ -313,6 +336,22 @@ async def test_restore_brings_back_a_tool_result_with_its_call():
     out = await context(branch, action="restore", start=4, end=5)  # only the result's index
     assert out["restored"] == 2
     assert ids(branch.messages.active) == original
+
+
+async def test_restore_without_end_brings_back_only_the_record_message_at_start():
+    branch = conversation()
+    original = ids(branch.messages.active)
+    branch.messages.evict(9, 11)
+    out = await context(branch, action="restore", start=9)
+    assert out["restored"] == 1
+    assert ids(branch.messages.active) == original[:10]
+
+
+async def test_compact_without_end_still_runs_to_the_end_of_the_view():
+    branch = conversation()
+    out = await context(branch, action="compact", start=2, mode="all", summary="s")
+    assert out["compacted"] == 9
+    assert [m.role for m in branch.messages] == ["system", "user", "assistant"]
 
 
 @pytest.mark.parametrize(("start", "end"), [(-3, 2), (50, None), (3, 3), (6, 2)])
@@ -361,7 +400,7 @@ async def test_compact_then_restore_round_trips_the_active_view():
     branch = conversation()
     original = ids(branch.messages.active)
     await context(branch, action="compact", start=2, end=9, mode="all", summary="s")
-    out = await context(branch, action="restore")
+    out = await context(branch, action="restore", start=0, end=100)
     assert out["success"] is True
     assert ids(branch.messages.active) == original
     assert len(branch.messages.record) == 12  # the summary stays in the record
@@ -489,7 +528,7 @@ async def test_through_act_indices_refer_to_the_view_the_model_saw():
 async def test_through_act_evicting_everything_keeps_the_pending_call_and_its_result():
     branch = conversation()
     branch.messages.evict(1, 2)  # so an assistant turn already comes first
-    result = await branch.act("context", {"action": "evict", "start": 1})
+    result = await branch.act("context", {"action": "evict", "start": 1, "end": 100})
     assert result.result is not None
     assert result.result["success"] is True
     assert result.result["evicted"] == 9
