@@ -19,11 +19,10 @@ from typing import Any, cast
 import anyio
 import attrs
 
-from lionfactory._acting import execute_call
+from lionfactory._acting import ActionResult, execute_call
 from lionfactory._messages import Message, MessageLog, ToolCall
 from lionfactory._model import ChatModel, ModelReply
 from lionfactory._registration import (
-    ActionResult,
     Registration,
     accepts_branch,
     as_tools,

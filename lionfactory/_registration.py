@@ -1,8 +1,8 @@
-"""Registration records: where a branch's tools came from, and what a call produced.
+"""Registration records: where a branch's tools came from.
 
-`Registration` is the provenance `Branch.clone()` and persistence replay;
-`ActionResult` is what `Branch.act` returns. The helpers here turn factories
-and their arguments into comparable, JSON-ready summaries for `manifest()`.
+`Registration` is the provenance `Branch.clone()` and persistence replay. The
+helpers here turn factories and their arguments into comparable, JSON-ready
+summaries for `manifest()`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from typing import Any
 
 import attrs
 
-from lionfactory._messages import Message
 from lionfactory._tool import Tool
 from lionfactory.errors import FactoryError
 
-__all__ = ["ActionResult", "Registration", "factory_path"]
+__all__ = ["Registration", "factory_path"]
 
 _order = itertools.count()
 
@@ -67,36 +66,6 @@ class Registration:
     def factory_path(self) -> str | None:
         """``module:qualname`` of the factory, or None for static tools."""
         return factory_path(self.source) if self.is_factory else None  # type: ignore[arg-type]
-
-
-@attrs.frozen
-class ActionResult:
-    """The outcome of one tool call run by a branch.
-
-    Attributes:
-        call_id: the tool call's id.
-        tool: the tool's name.
-        arguments: the arguments as the model sent them.
-        result: the tool's JSON-ready response, or None on error.
-        error: the error text the model saw, or None.
-        error_type: the error's class name (``ToolInputError``, ...), or None.
-        message: the tool message appended to the log.
-        exception: the exception behind `error`, for developers.
-    """
-
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
-    result: dict[str, Any] | None
-    error: str | None
-    error_type: str | None
-    message: Message
-    exception: BaseException | None = attrs.field(default=None, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        """Whether the pipeline returned a response (it may still report a typed failure)."""
-        return self.error is None
 
 
 def accepts_branch(factory: Callable[..., Any]) -> bool:
