@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import itertools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -22,8 +21,6 @@ from lionfactory._tool import Tool
 from lionfactory.errors import FactoryError
 
 __all__ = ["Registration", "factory_path"]
-
-_order = itertools.count()
 
 
 def factory_path(factory: Callable[..., Any]) -> str:
@@ -40,7 +37,9 @@ def _read_only(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(kwargs))
 
 
-@attrs.frozen
+# eq=False: each registration is one event, compared by identity; two
+# registrations of the same factory with the same arguments are still two.
+@attrs.frozen(eq=False)
 class Registration:
     """The provenance of one `Branch.register` call.
 
@@ -49,13 +48,11 @@ class Registration:
         kwargs: the keyword arguments the factory was called with (without
             ``branch``), read-only.
         tool_names: the names the source produced, in order.
-        order: a global sequence number; later registrations have larger ones.
     """
 
     source: Callable[..., Any] | tuple[Tool, ...]
     kwargs: Mapping[str, Any] = attrs.field(converter=_read_only)
     tool_names: tuple[str, ...]
-    order: int = attrs.field(factory=lambda: next(_order))
 
     @property
     def is_factory(self) -> bool:
