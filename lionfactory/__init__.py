@@ -5,14 +5,15 @@ The core is re-exported here; the built-in factories live in
 `lionfactory.testing`, the exceptions in `lionfactory.errors`.
 """
 
+from lionfactory._acting import ActionResult
 from lionfactory._branch import Branch
 from lionfactory._call import CallContext, current_call
 from lionfactory._exchange import Exchange
 from lionfactory._function import function_tool
 from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
 from lionfactory._model import ChatModel, ModelReply
-from lionfactory._registration import ActionResult, Registration
-from lionfactory._tool import Tool
+from lionfactory._registration import Registration
+from lionfactory._tool import Tool, reports_failure
 
 __version__ = "0.1.0"
 
@@ -31,4 +32,5 @@ __all__ = [
     "current_call",
     "estimate_tokens",
     "function_tool",
+    "reports_failure",
 ]

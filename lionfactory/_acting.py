@@ -1,4 +1,10 @@
-"""Running one tool call for a branch: the boundary where errors become tool messages."""
+"""Running one tool call for a branch: the boundary where errors become tool messages.
+
+`execute_call` is the only place that turns a model-facing error into the
+payload a model reads (`error_payload`); `ActionResult` carries that payload
+as data, so the command line and the MCP server present it without parsing
+the tool message back.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +14,61 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from lionfactory._call import CallContext, call_context
 from lionfactory._messages import Message, ToolCall
-from lionfactory._registration import ActionResult
 from lionfactory._tool import Tool
 from lionfactory.errors import ToolError, ToolInputError, UnknownToolError
 
-__all__ = ["execute_call"]
+__all__ = ["ActionResult", "error_payload", "execute_call"]
 
 logger = logging.getLogger("lionfactory")
+
+
+def error_payload(error: str, exception: BaseException) -> dict[str, Any]:
+    """The JSON-ready payload a model reads when a call did not produce a response.
+
+    ``error`` is the text, ``error_type`` the exception's class name, and for
+    invalid input ``errors`` holds pydantic's validation errors, so a model
+    (or an MCP client) can correct the call field by field.
+    """
+    payload: dict[str, Any] = {"error": error, "error_type": type(exception).__name__}
+    if isinstance(exception, ToolInputError):
+        payload["errors"] = exception.errors
+    return payload
+
+
+@attrs.frozen
+class ActionResult:
+    """The outcome of one tool call run by a branch.
+
+    Attributes:
+        call_id: the tool call's id.
+        tool: the tool's name.
+        arguments: the arguments as the model sent them.
+        result: the tool's JSON-ready response, or None on error.
+        error: the error text the model saw, or None.
+        error_type: the error's class name (``ToolInputError``, ...), or None.
+        message: the tool message appended to the log.
+        exception: the exception behind `error`, for developers.
+        payload: what the model read: `result`, or the `error_payload`.
+    """
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    result: dict[str, Any] | None
+    error: str | None
+    error_type: str | None
+    message: Message
+    exception: BaseException | None = attrs.field(default=None, repr=False)
+    payload: dict[str, Any] = attrs.field(factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the pipeline returned a response (it may still report a typed failure)."""
+        return self.error is None
 
 
 async def execute_call(
@@ -59,12 +111,11 @@ async def execute_call(
                     f"Try different arguments or another approach."
                 )
     if error is None:
-        content = json.dumps(result, ensure_ascii=False, default=str)
+        payload = result if result is not None else {}
     else:
-        payload: dict[str, Any] = {"error": error, "error_type": type(exception).__name__}
-        if isinstance(exception, ToolInputError):
-            payload["errors"] = exception.errors
-        content = json.dumps(payload, ensure_ascii=False, default=str)
+        assert exception is not None  # every error above comes with its exception
+        payload = error_payload(error, exception)
+    content = json.dumps(payload, ensure_ascii=False, default=str)
     message = Message(
         role="tool",
         content=content,
@@ -81,4 +132,5 @@ async def execute_call(
         error_type=None if exception is None else type(exception).__name__,
         message=message,
         exception=exception,
+        payload=payload,
     )

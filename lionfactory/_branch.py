@@ -19,11 +19,10 @@ from typing import Any, cast
 import anyio
 import attrs
 
-from lionfactory._acting import execute_call
+from lionfactory._acting import ActionResult, execute_call
 from lionfactory._messages import Message, MessageLog, ToolCall
 from lionfactory._model import ChatModel, ModelReply
 from lionfactory._registration import (
-    ActionResult,
     Registration,
     accepts_branch,
     as_tools,
@@ -208,7 +207,7 @@ class Branch:
             TypeError: keyword arguments given with static tools, or ``branch``
                 given explicitly.
         """
-        tools, registration = self._build(source, kwargs, target=self)
+        tools, registration = self._build(source, kwargs)
         self._install(registration, tools, update=update)
         return tools
 
@@ -272,37 +271,7 @@ class Branch:
         clone.messages = self.messages.copy()
         for registration in self.registrations:
             owned = [n for n in registration.tool_names if self._owners.get(n) is registration]
-            if registration.is_factory:
-                factory = cast("Callable[..., Any]", registration.source)
-                built = {t.name: t for t in self._call_factory(factory, registration.kwargs, clone)}
-                missing = [n for n in owned if n not in built]
-                if missing:
-                    raise CloneError(
-                        f"factory {registration.factory_path} did not rebuild tool(s) "
-                        f"{missing} for the clone; a factory must be deterministic in its names"
-                    )
-                tools = [built[n] for n in owned]
-                for tool in tools:
-                    if tool.bound_to is not None and tool.bound_to != clone.id:
-                        raise CloneError(
-                            f"factory {registration.factory_path} returned tool {tool.name!r} "
-                            f"bound to branch {tool.bound_to}, not to the clone; it must build "
-                            f"its tools from its `branch` argument"
-                        )
-            else:
-                static = cast("tuple[Tool, ...]", registration.source)
-                tools = [t for t in static if t.name in owned]
-                for tool in tools:
-                    if tool.bound_to is not None:
-                        raise CloneError(
-                            f"tool {tool.name!r} is bound to branch {tool.bound_to} and was "
-                            f"registered as a static Tool, so the clone cannot rebuild it; "
-                            f"register its factory instead (branch.register(factory, ...))"
-                        )
-            for tool in tools:
-                clone._owners[tool.name] = registration
-                clone._tools[tool.name] = tool
-            clone._registrations.append(registration)
+            clone._replay(registration, owned)
         # Keep the source's tool order (an update= replacement keeps its slot).
         clone._tools = {n: clone._tools[n] for n in self._tools}
         clone.metadata["clone_of"] = str(self.id)
@@ -393,6 +362,53 @@ class Branch:
 
     # -- internals -----------------------------------------------------------
 
+    def _replay(self, registration: Registration, names: Sequence[str]) -> None:
+        """Install the tools `names` of `registration` on this branch again.
+
+        The one replay of a recorded registration, shared by `clone()` and by
+        restoring a saved branch: a factory is called again with
+        ``branch=self`` and its recorded keyword arguments, and only the tools
+        this branch should own are kept (a later ``update=`` registration may
+        have taken the others' names); static tools are reused as they are.
+
+        Raises:
+            CloneError: the factory no longer provides one of `names`, it
+                returned a tool bound to another branch, or a static tool is
+                bound to a branch (it cannot be rebuilt, and sharing it would
+                let two branches act on one conversation).
+        """
+        if registration.is_factory:
+            factory = cast("Callable[..., Any]", registration.source)
+            built = {t.name: t for t in self._call_factory(factory, registration.kwargs, self)}
+            missing = [n for n in names if n not in built]
+            if missing:
+                raise CloneError(
+                    f"factory {registration.factory_path} did not rebuild tool(s) "
+                    f"{missing} for the clone; a factory must be deterministic in its names"
+                )
+            tools = [built[n] for n in names]
+            for tool in tools:
+                if tool.bound_to is not None and tool.bound_to != self.id:
+                    raise CloneError(
+                        f"factory {registration.factory_path} returned tool {tool.name!r} "
+                        f"bound to branch {tool.bound_to}, not to the clone; it must build "
+                        f"its tools from its `branch` argument"
+                    )
+        else:
+            static = {t.name: t for t in cast("tuple[Tool, ...]", registration.source)}
+            tools = [static[n] for n in names if n in static]
+            for tool in tools:
+                if tool.bound_to is not None:
+                    raise CloneError(
+                        f"tool {tool.name!r} is bound to branch {tool.bound_to} and was "
+                        f"registered as a static Tool, so the clone cannot rebuild it; "
+                        f"register its factory instead (branch.register(factory, ...))"
+                    )
+        for tool in tools:
+            self._owners[tool.name] = registration
+            self._tools[tool.name] = tool
+        self._registrations.append(registration)
+
     @staticmethod
     def _call_factory(
         factory: Callable[..., Any], kwargs: Mapping[str, Any], branch: Branch
@@ -402,9 +418,7 @@ class Branch:
             call_kwargs["branch"] = branch
         return as_tools(factory(**call_kwargs), factory)
 
-    def _build(
-        self, source: Any, kwargs: Mapping[str, Any], *, target: Branch
-    ) -> tuple[list[Tool], Registration]:
+    def _build(self, source: Any, kwargs: Mapping[str, Any]) -> tuple[list[Tool], Registration]:
         is_list = isinstance(source, (list, tuple))
         if isinstance(source, Tool) or (
             is_list and source and all(isinstance(t, Tool) for t in source)
@@ -415,7 +429,7 @@ class Branch:
                 )
             tools = [source] if isinstance(source, Tool) else list(source)
             for tool in tools:
-                if tool.bound_to is not None and tool.bound_to != target.id:
+                if tool.bound_to is not None and tool.bound_to != self.id:
                     raise RegistrationError(
                         f"tool {tool.name!r} is bound to another branch ({tool.bound_to}); "
                         f"register its factory instead so this branch gets its own tool"
@@ -430,9 +444,9 @@ class Branch:
             )
         if "branch" in kwargs:
             raise TypeError("do not pass branch=...; the branch passes itself to the factory")
-        tools = self._call_factory(source, kwargs, target)
+        tools = self._call_factory(source, kwargs, self)
         for tool in tools:
-            if tool.bound_to is not None and tool.bound_to != target.id:
+            if tool.bound_to is not None and tool.bound_to != self.id:
                 raise RegistrationError(
                     f"factory {factory_path(source)} returned tool {tool.name!r} bound to "
                     f"another branch ({tool.bound_to}); it must build its tools from its "

@@ -12,7 +12,7 @@
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
-(the same rule the MCP server uses for ``isError``, `call_failed`), and 2 on
+(`lionfactory.reports_failure`, the rule the MCP server uses for ``isError``), and 2 on
 invalid input, showing the validation errors. The ``mcp`` subcommand imports
 the ``mcp`` SDK only when it runs, so the rest works without the extra.
 
@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from lionfactory import __version__
-from lionfactory._tool import Tool
+from lionfactory._acting import error_payload
+from lionfactory._tool import Tool, reports_failure
 from lionfactory.errors import ToolError, ToolInputError
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "build_parser",
     "builtin_factories",
     "builtin_tool",
-    "call_failed",
     "cli_factories",
     "main",
     "parse_assignments",
@@ -61,23 +61,6 @@ BUILTIN_TOOLS: tuple[str, ...] = (
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130
-
-
-def call_failed(result: Mapping[str, Any]) -> bool:
-    """Whether a tool's response reports a failure.
-
-    A typed failure is ``success`` False, a ``status`` of ``"error"`` or
-    ``"unavailable"``, or (the bash tool) a non-zero or missing
-    ``return_code`` or ``timed_out``. The MCP server sets ``isError`` by the
-    same rule and ``lionfactory call`` exits 1 on it.
-    """
-    if result.get("success") is False:
-        return True
-    if result.get("status") in ("error", "unavailable"):
-        return True
-    if "return_code" in result and (result["return_code"] != 0 or result.get("timed_out")):
-        return True
-    return bool(result.get("timed_out"))
 
 
 def builtin_tool(name: str, workspace: Path | None) -> Tool:
@@ -358,14 +341,14 @@ def _call(name: str, words: Sequence[str], workspace: Path | None, *, as_json: b
         result = tool.run_sync(**arguments)
     except ToolInputError as exc:
         if as_json:
-            payload = {"error": exc.message, "error_type": "ToolInputError", "errors": exc.errors}
+            payload = error_payload(exc.message, exc)
             print(json.dumps(payload, indent=2, ensure_ascii=False))
         print(exc.message, file=sys.stderr)
         return EXIT_USAGE
     except ToolError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    failed = call_failed(result)
+    failed = reports_failure(result)
     if as_json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:

@@ -40,7 +40,8 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from lionfactory._messages import Message, MessageLog
-from lionfactory._registration import factory_path
+from lionfactory._registration import Registration, factory_path
+from lionfactory._tool import Tool
 from lionfactory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -220,13 +221,13 @@ def branch_from_dict(
     branch.metadata = dict(data.get("metadata") or {})
     branch.messages = log
     for maybe_factory, kwargs, names in plan:
-        if maybe_factory is None:
-            branch.register([resources[f"tool:{name}"] for name in names])
-            continue
-        tools = branch.register(maybe_factory, **kwargs)
-        for tool in tools:
-            if tool.name not in names:
-                branch.unregister(tool.name)
+        source: Callable[..., Any] | tuple[Tool, ...] = (
+            maybe_factory
+            if maybe_factory is not None
+            else tuple(resources[f"tool:{name}"] for name in names)
+        )
+        registration = Registration(source=source, kwargs=kwargs, tool_names=tuple(names))
+        branch._replay(registration, names)  # the same replay as clone()
     order = [n for n in data.get("tool_order", []) if n in branch.tools]
     branch.reorder(order)
     return branch

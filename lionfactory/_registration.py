@@ -1,15 +1,14 @@
-"""Registration records: where a branch's tools came from, and what a call produced.
+"""Registration records: where a branch's tools came from.
 
-`Registration` is the provenance `Branch.clone()` and persistence replay;
-`ActionResult` is what `Branch.act` returns. The helpers here turn factories
-and their arguments into comparable, JSON-ready summaries for `manifest()`.
+`Registration` is the provenance `Branch.clone()` and persistence replay. The
+helpers here turn factories and their arguments into comparable, JSON-ready
+summaries for `manifest()`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
-import itertools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -18,13 +17,10 @@ from typing import Any
 
 import attrs
 
-from lionfactory._messages import Message
 from lionfactory._tool import Tool
 from lionfactory.errors import FactoryError
 
-__all__ = ["ActionResult", "Registration", "factory_path"]
-
-_order = itertools.count()
+__all__ = ["Registration", "factory_path"]
 
 
 def factory_path(factory: Callable[..., Any]) -> str:
@@ -41,7 +37,9 @@ def _read_only(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(kwargs))
 
 
-@attrs.frozen
+# eq=False: each registration is one event, compared by identity; two
+# registrations of the same factory with the same arguments are still two.
+@attrs.frozen(eq=False)
 class Registration:
     """The provenance of one `Branch.register` call.
 
@@ -50,13 +48,11 @@ class Registration:
         kwargs: the keyword arguments the factory was called with (without
             ``branch``), read-only.
         tool_names: the names the source produced, in order.
-        order: a global sequence number; later registrations have larger ones.
     """
 
     source: Callable[..., Any] | tuple[Tool, ...]
     kwargs: Mapping[str, Any] = attrs.field(converter=_read_only)
     tool_names: tuple[str, ...]
-    order: int = attrs.field(factory=lambda: next(_order))
 
     @property
     def is_factory(self) -> bool:
@@ -76,36 +72,6 @@ class Registration:
     def factory_path(self) -> str | None:
         """``module:qualname`` of the factory, or None for static tools."""
         return None if self.factory is None else factory_path(self.factory)
-
-
-@attrs.frozen
-class ActionResult:
-    """The outcome of one tool call run by a branch.
-
-    Attributes:
-        call_id: the tool call's id.
-        tool: the tool's name.
-        arguments: the arguments as the model sent them.
-        result: the tool's JSON-ready response, or None on error.
-        error: the error text the model saw, or None.
-        error_type: the error's class name (``ToolInputError``, ...), or None.
-        message: the tool message appended to the log.
-        exception: the exception behind `error`, for developers.
-    """
-
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
-    result: dict[str, Any] | None
-    error: str | None
-    error_type: str | None
-    message: Message
-    exception: BaseException | None = attrs.field(default=None, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        """Whether the pipeline returned a response (it may still report a typed failure)."""
-        return self.error is None
 
 
 def accepts_branch(factory: Callable[..., Any]) -> bool:

@@ -30,6 +30,7 @@ __all__ = [
     "SchemaStyle",
     "Tool",
     "input_error",
+    "reports_failure",
     "to_result",
 ]
 
@@ -151,6 +152,29 @@ def to_result(value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
         return value
     return {"result": pydantic_core.to_jsonable_python(value, fallback=repr)}
+
+
+def reports_failure(result: Any) -> bool:
+    """Whether a tool's JSON-ready response reports a typed failure.
+
+    The one answer to "did this call fail?" that the command line (exit
+    status), the MCP server (``isError``) and the toolkit's nudges (failure
+    streaks) all ask. Responses state failure in one of three ways, by their
+    type: ``success`` False (reader, editor, search, context, ...); a
+    ``status`` of ``"error"`` or ``"unavailable"`` (code_check, ast_search);
+    or, for bash, a non-zero or missing ``return_code``, ``timed_out``, or an
+    ``error`` (a refused command never ran). Anything else, including a value
+    that is not a mapping (a custom tool's plain result), is a success.
+    """
+    if not isinstance(result, Mapping):
+        return False
+    if result.get("success") is False:
+        return True
+    if result.get("status") in ("error", "unavailable"):
+        return True
+    if "return_code" in result:
+        return result["return_code"] != 0 or bool(result.get("timed_out") or result.get("error"))
+    return bool(result.get("timed_out"))
 
 
 async def _run_hook(hook: Callable[..., Any], *args: Any) -> Any:

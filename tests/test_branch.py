@@ -259,6 +259,17 @@ async def test_act_turns_every_model_error_into_an_error_message():
         payload = json.loads(a.messages.active[-1].content)
         assert payload["error_type"] == error_type
         assert text in payload["error"]
+        assert result.payload == payload  # the same data, no re-parsing needed
+
+
+async def test_action_result_carries_what_the_model_read():
+    a = Branch()
+    a.register(function_tool(add))
+    ok = await a.act("add", {"a": 2})
+    assert ok.payload == ok.result == json.loads(a.messages.active[-1].content)
+    bad = await a.act("add", {"a": "x"})
+    assert bad.payload["error_type"] == "ToolInputError"
+    assert bad.payload["errors"][0]["loc"] == ["a"]
 
 
 async def test_act_many_runs_concurrently_and_logs_in_call_order():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._cli import BUILTIN_TOOLS, call_failed, cli_factories, main, parse_assignments
+from lionfactory._cli import BUILTIN_TOOLS, cli_factories, main, parse_assignments
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -214,27 +214,6 @@ def test_a_text_only_field_keeps_its_text() -> None:
 def test_a_repeated_key_is_refused() -> None:
     with pytest.raises(ValueError, match="'a' given twice"):
         parse_assignments(["a=1", "a=2"])
-
-
-@pytest.mark.parametrize(
-    ("result", "failed"),
-    [
-        ({"success": True}, False),
-        ({"success": False, "error": "x"}, True),
-        ({"status": "ok"}, False),
-        ({"status": "diagnostics"}, False),
-        ({"status": "error"}, True),
-        ({"status": "unavailable"}, True),
-        ({"return_code": 0, "timed_out": False}, False),
-        ({"return_code": 2, "timed_out": False}, True),
-        ({"return_code": None, "timed_out": False, "error": "refused"}, True),
-        ({"return_code": None, "timed_out": True}, True),
-    ],
-)
-def test_call_failed_follows_the_typed_failure_rule(
-    result: dict[str, object], failed: bool
-) -> None:
-    assert call_failed(result) is failed
 
 
 def test_the_package_and_the_cli_do_not_import_the_mcp_sdk() -> None:

@@ -4,7 +4,7 @@ import attrs
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory import Tool
+from lionfactory import Tool, reports_failure
 from lionfactory.errors import ToolDenied, ToolInputError
 
 
@@ -204,3 +204,30 @@ def test_run_sync_works_from_plain_code():
 async def test_run_sync_refuses_inside_an_event_loop():
     with pytest.raises(RuntimeError, match="await tool"):
         make_tool().run_sync(text="z")
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        ({"success": True}, False),
+        ({"success": False, "error": "x"}, True),
+        ({"status": "ok"}, False),
+        ({"status": "diagnostics"}, False),
+        ({"status": "matches"}, False),
+        ({"status": "error"}, True),
+        ({"status": "unavailable"}, True),
+        ({"return_code": 0, "timed_out": False}, False),
+        ({"return_code": 1, "timed_out": False}, True),
+        ({"return_code": 2, "timed_out": False}, True),
+        ({"return_code": 0, "timed_out": True}, True),
+        ({"return_code": -1, "error": "refused"}, True),
+        ({"return_code": None, "timed_out": False, "error": "refused"}, True),
+        ({"return_code": None, "timed_out": True}, True),
+        ({"anything": 1}, False),
+        ("plain text from a custom tool", False),
+    ],
+)
+def test_reports_failure_is_the_one_rule_for_every_response_type(
+    result: object, failed: bool
+) -> None:
+    assert reports_failure(result) is failed

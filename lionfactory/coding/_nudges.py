@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from lionfactory._tool import reports_failure
+
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
 
@@ -42,33 +44,11 @@ __all__ = [
     "NudgeRule",
     "NudgeSnapshot",
     "default_nudge_rules",
-    "succeeded",
 ]
 
 logger = logging.getLogger("lionfactory.nudges")
 
 _HISTORY = 50
-
-
-def succeeded(result: Any) -> bool:
-    """Whether a tool result reports success, judged by its response type.
-
-    ``success`` (reader, editor, search, context, ...) when present;
-    ``return_code`` and ``timed_out`` for bash; ``status`` for code_check and
-    ast_search (``ok``, ``diagnostics`` and ``matches`` are successful runs).
-    A dict with none of these keys counts as success.
-    """
-    if not isinstance(result, dict):
-        return True
-    if "success" in result:
-        return bool(result["success"])
-    if "return_code" in result:
-        return (
-            result["return_code"] == 0 and not result.get("timed_out") and not result.get("error")
-        )
-    if "status" in result:
-        return result["status"] in ("ok", "diagnostics", "matches")
-    return True
 
 
 @attrs.frozen
@@ -88,7 +68,7 @@ class NudgeSnapshot:
         tool: the tool just called.
         arguments: its arguments.
         result: its result (do not modify).
-        succeeded: whether the result reports success (see `succeeded`).
+        succeeded: whether the result reports success (`lionfactory.reports_failure`).
         estimated_tokens: the estimated tokens of the branch's active view.
         max_tokens: the toolkit's ``notify_max_tokens``.
         threshold: the toolkit's ``notify_threshold`` (a fraction).
@@ -216,7 +196,7 @@ class NudgeHook:
     def __call__(
         self, tool: str, arguments: dict[str, Any], result: dict[str, Any]
     ) -> dict[str, Any] | None:
-        ok = succeeded(result)
+        ok = not reports_failure(result)
         action = arguments.get("action") if isinstance(arguments, dict) else None
         self.history.append(CallRecord(tool, action if isinstance(action, str) else None, ok))
         if not isinstance(result, dict) or not self.rules:

@@ -24,7 +24,7 @@ What a "session" is depends on the transport:
 
 Results: a tool's response is sent as its JSON text plus
 ``structuredContent``; ``isError`` is set when the response reports a typed
-failure (`lionfactory._cli.call_failed`). Invalid arguments (`ToolInputError`),
+failure (`lionfactory.reports_failure`). Invalid arguments (`ToolInputError`),
 a denial and an unexpected exception also come back as ``isError`` results
 whose text is what `Branch.act` shows a model, with ``error_type`` (and the
 validation ``errors``) in ``structuredContent``: the MCP specification asks
@@ -50,8 +50,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from lionfactory import ActionResult, Branch
-from lionfactory._cli import call_failed
+from lionfactory import ActionResult, Branch, reports_failure
 
 __all__ = [
     "SessionBranches",
@@ -177,14 +176,13 @@ def _to_call_result(action: ActionResult) -> types.CallToolResult:
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(result, ensure_ascii=False, default=str))],
             structured_content=result,
-            is_error=call_failed(result),
+            is_error=reports_failure(result),
         )
-    # The tool message holds what Branch.act shows a model: error, error_type,
-    # and for invalid input the validation errors.
-    payload = json.loads(action.message.content or "{}")
+    # The payload is what Branch.act showed a model: error, error_type, and
+    # for invalid input the validation errors.
     return types.CallToolResult(
         content=[types.TextContent(text=action.error or "the call failed")],
-        structured_content=payload,
+        structured_content=action.payload,
         is_error=True,
     )
 

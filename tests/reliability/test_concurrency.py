@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lionfactory import Branch
-from lionfactory._branch import ActionResult
+from lionfactory._acting import ActionResult
 from lionfactory.tools.editor import editor_tool
 from lionfactory.tools.reader import reader_tool
 

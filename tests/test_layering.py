@@ -1,0 +1,144 @@
+"""Imports in the package run downhill only.
+
+The package is a house of floors. A module may import from its own floor and
+the floors below, never from a floor above, so a low floor (the records, the
+operating-system seams) can be read, tested and changed without the rest:
+
+0. records: errors, messages, the Tool record and its call pipeline, call
+   context, the chat-model protocol, registration records;
+1. seams to the outside world: workspace paths, processes and their
+   isolation, helper binaries, mailboxes, stores;
+2. the branch: acting, cloning, persistence (and the package facade, which
+   re-exports floors 0-2);
+3. the built-in tools;
+4. what composes tools: the coding toolkit, MCP, framework integrations,
+   model adapters, the testing fakes;
+5. the command line.
+
+Every import counts, including deferred ones inside functions and those under
+``TYPE_CHECKING``: a deferred upward import is still an upward dependency. A
+new module must be given a floor here, on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "lionfactory"
+
+FLOORS: tuple[tuple[str, ...], ...] = (
+    (
+        "lionfactory.errors",
+        "lionfactory._messages",
+        "lionfactory._tool",
+        "lionfactory._call",
+        "lionfactory._function",
+        "lionfactory._model",
+        "lionfactory._chat",
+        "lionfactory._registration",
+        "lionfactory._evidence",
+        "lionfactory._echo",
+    ),
+    (
+        "lionfactory._workspace",
+        "lionfactory._process",
+        "lionfactory._binaries",
+        "lionfactory._exchange",
+        "lionfactory._isolation",
+        "lionfactory._landlock",
+        "lionfactory._project",
+        "lionfactory._ignore",
+        "lionfactory.stores",
+        "lionfactory._stores",
+        "lionfactory._redis",
+    ),
+    ("lionfactory", "lionfactory._acting", "lionfactory._branch", "lionfactory._persist"),
+    ("lionfactory.tools",),
+    (
+        "lionfactory.coding",
+        "lionfactory.mcp",
+        "lionfactory.integrations",
+        "lionfactory.models",
+        "lionfactory.testing",
+    ),
+    ("lionfactory._cli", "lionfactory.__main__"),
+)
+"""Each floor lists module names; a name covers its submodules too."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def floor_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (length of the matching prefix, floor)
+    for floor, names in enumerate(FLOORS):
+        for name in names:
+            if module == name or module.startswith(name + "."):
+                # "lionfactory" itself matches only exactly: it is the facade.
+                if name == "lionfactory" and module != name:
+                    continue
+                if best is None or len(name) > best[0]:
+                    best = (len(name), floor)
+    return None if best is None else best[1]
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            found.add(target)
+            # `from lionfactory.tools import reader` imports a submodule.
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "lionfactory" or name.startswith("lionfactory.")}
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_module_has_a_floor() -> None:
+    unplaced = [name for name in package_modules() if floor_of(name) is None]
+    assert not unplaced, f"give these modules a floor in tests/test_layering.py: {unplaced}"
+
+
+def test_no_module_imports_from_a_higher_floor() -> None:
+    modules = package_modules()
+    upward = []
+    for name, path in modules.items():
+        own = floor_of(name)
+        assert own is not None
+        for target in sorted(imports_of(path, name)):
+            if target not in modules and target.rsplit(".", 1)[0] in modules:
+                target = target.rsplit(".", 1)[0]  # `from pkg.mod import name`
+            if target not in modules:
+                continue
+            theirs = floor_of(target)
+            if theirs is not None and theirs > own:
+                upward.append(f"{name} (floor {own}) imports {target} (floor {theirs})")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The test above cannot pass vacuously: a planted upward import is found."""
+    fake = tmp_path / "lionfactory" / "_tool.py"
+    fake.parent.mkdir()
+    fake.write_text("from lionfactory._cli import main\n")
+    assert "lionfactory._cli" in imports_of(fake, "lionfactory._tool")
+    assert floor_of("lionfactory._cli") > floor_of("lionfactory._tool")  # type: ignore[operator]
