@@ -6,6 +6,8 @@ import errno
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -24,7 +26,7 @@ def editor(workspace: Path):
 
 
 def leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(_files.TEMP_PREFIX))
 
 
 # --- write ----------------------------------------------------------------------
@@ -310,21 +312,35 @@ def fail(*_args: object) -> None:
     raise Boom()
 
 
+@contextmanager
+def opened(target: Path) -> Iterator[tuple[int, _files.Original]]:
+    """The target's directory descriptor and the target as read."""
+    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        yield dir_fd, _files.Original(fd=fd, st=os.fstat(fd), data=target.read_bytes())
+    finally:
+        os.close(fd)
+        os.close(dir_fd)
+
+
 @pytest.mark.parametrize("step", ["open_temp", "write", "fsync", "replace"])
 def test_a_failed_step_leaves_the_original_and_no_temp_file(workspace: Path, step: str):
     target = workspace / "a.txt"
     target.write_bytes(b"original\r\n")
     steps = attrs.evolve(_files.WriteSteps(), **{step: fail})
-    with pytest.raises(Boom):
-        _files.atomic_write(target, b"new", mode=0o644, steps=steps)
+    with opened(target) as (dir_fd, original), pytest.raises(Boom):
+        _files.commit(dir_fd, "a.txt", b"new", original=original, steps=steps)
     assert target.read_bytes() == b"original\r\n"
     assert leftovers(workspace) == []
 
 
-def test_atomic_write_replaces_and_leaves_no_temp_file(workspace: Path):
+def test_commit_replaces_keeps_the_mode_and_leaves_no_temp_file(workspace: Path):
     target = workspace / "a.txt"
     target.write_bytes(b"old")
-    _files.atomic_write(target, b"new", mode=0o600)
+    target.chmod(0o600)
+    with opened(target) as (dir_fd, original):
+        _files.commit(dir_fd, "a.txt", b"new", original=original)
     assert target.read_bytes() == b"new"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert leftovers(workspace) == []
