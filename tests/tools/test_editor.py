@@ -445,3 +445,58 @@ async def test_an_explicit_crlf_to_lf_edit_is_taken_literally(tmp_path):
     result = await editor(action="edit", file_path="w.txt", old_string="a\r\n", new_string="a\n")
     assert result["success"] is True
     assert (tmp_path / "w.txt").read_bytes() == b"a\nb\r\n"
+
+
+# --- metadata ---------------------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+async def test_an_edit_keeps_the_owner_and_group(workspace: Path):
+    target = workspace / "a.txt"
+    target.write_text("one\n")
+    os.chown(target, 12345, 23456)
+    tool = editor_tool(workspace_root=workspace)
+    result = await tool(action="edit", file_path="a.txt", old_string="one", new_string="two")
+    assert result["success"], result
+    st = target.stat()
+    assert (st.st_uid, st.st_gid) == (12345, 23456)
+
+
+async def test_an_edit_keeps_extended_attributes(workspace: Path):
+    target = workspace / "a.txt"
+    target.write_text("one\n")
+    try:
+        os.setxattr(target, "user.origin", b"downloaded")
+    except OSError as exc:
+        pytest.skip(f"this filesystem takes no user xattrs ({exc.strerror})")
+    tool = editor_tool(workspace_root=workspace)
+    result = await tool(action="edit", file_path="a.txt", old_string="one", new_string="two")
+    assert result["success"], result
+    assert os.getxattr(target, "user.origin") == b"downloaded"
+
+
+async def test_a_hard_linked_file_is_edited_in_place_and_its_twin_follows(workspace: Path):
+    target = workspace / "a.txt"
+    target.write_text("one\n")
+    twin = workspace / "twin.txt"
+    os.link(target, twin)
+    inode = target.stat().st_ino
+    tool = editor_tool(workspace_root=workspace)
+    result = await tool(action="edit", file_path="a.txt", old_string="one", new_string="three")
+    assert result["success"], result
+    assert target.stat().st_ino == inode
+    assert twin.read_text() == "three\n"
+    result = await tool(action="write", file_path="twin.txt", content="x\n")
+    assert result["success"], result
+    assert target.read_text() == "x\n"
+    assert leftovers(workspace) == []
+
+
+async def test_a_failed_write_removes_the_directories_it_created(workspace: Path):
+    (workspace / "kept").mkdir()
+    tool = editor_tool(
+        workspace_root=workspace, _write_steps=attrs.evolve(_files.WriteSteps(), write=fail)
+    )
+    result = await tool(action="write", file_path="kept/a/b/c/new.txt", content="x")
+    assert result["success"] is False
+    assert sorted(p.name for p in workspace.rglob("*")) == ["kept"]
