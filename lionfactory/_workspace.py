@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_PATH_MAX = 4096  # Linux's limit, its terminating NUL included
 
 # A private key announces itself in its first line: PEM ("-----BEGIN RSA
 # PRIVATE KEY-----", "... ENCRYPTED PRIVATE KEY", "OPENSSH PRIVATE KEY", "PGP
@@ -442,6 +443,15 @@ class Workspace:
         lexical = Path(os.path.normpath(candidate))
         if not self.contains(lexical):
             raise PathRefused(path, self.escape_message(path))
+        if len(os.fsencode(lexical)) >= _PATH_MAX:
+            # Opening below a descriptor has no length limit, but a file no
+            # path can name is out of reach for git, shells and every other
+            # program, and for the user.
+            raise PathRefused(
+                path,
+                f"The path is longer than the system allows ({_PATH_MAX - 1} bytes from the "
+                f"filesystem root); use a shorter path.",
+            )
         return path, lexical
 
     def _refuse_protected(self, path: str, parts: tuple[str, ...]) -> None:
