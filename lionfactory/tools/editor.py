@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._beneath import open_child, release_created
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace, refuse_private_key
+from lionfactory.tools._edit_text import match_lines, not_found, snippet
 from lionfactory.tools._evidence import (
     MAX_HASHED_BYTES,
     FileEvidence,
@@ -57,11 +57,6 @@ from lionfactory.tools._files import (
 )
 
 __all__ = ["EditorRequest", "EditorResponse", "editor_tool"]
-
-_SNIPPET_CONTEXT = 3
-_SNIPPET_MAX_LINES = 30
-_SNIPPET_LINE_CHARS = 2000
-_NUMBERED = re.compile(r"^\s*\d+\t")
 
 
 class EditorRequest(BaseModel):
@@ -347,9 +342,9 @@ def _apply(
         # file with mixed endings is left to the model's own choice.
         new = new.replace("\r\n", "\n").replace("\n", "\r\n")
     if not count or old_b is None:
-        return _failure(_not_found(data.decode("utf-8"), old, shown))
+        return _failure(not_found(data.decode("utf-8"), old, shown))
     if count > 1 and not replace_all:
-        where = ", ".join(str(n) for n in _match_lines(data, old_b, 10))
+        where = ", ".join(str(n) for n in match_lines(data, old_b, 10))
         return _failure(
             f"old_string occurs {count} times in {shown!r} (lines {where}"
             f"{', ...' if count > 10 else ''}); include more surrounding lines to make it "
@@ -367,98 +362,9 @@ def _apply(
         return _failure(_os_error("write", shown, exc))
     evidence = _evidence(loc.path, written, updated) if want_evidence else None
     done = f"{count} occurrences" if count > 1 else "1 occurrence"
-    snippet = _snippet(updated, site, len(new_b))
-    message = f"Edited {shown!r}: replaced {done}. Around the edit:\n{snippet}"
+    shown_lines = snippet(updated, site, len(new_b))
+    message = f"Edited {shown!r}: replaced {done}. Around the edit:\n{shown_lines}"
     return EditorResponse(success=True, content=message), evidence
-
-
-def _match_lines(data: bytes, needle: bytes, most: int) -> list[int]:
-    lines: list[int] = []
-    start = data.find(needle)
-    while start >= 0 and len(lines) < most:
-        lines.append(data.count(b"\n", 0, start) + 1)
-        start = data.find(needle, start + len(needle))
-    return lines
-
-
-def _not_found(text: str, old: str, shown: str) -> str:
-    hints: list[str] = []
-    old_lines = old.split("\n")
-    filled = [line for line in old_lines if line.strip()]
-    if filled and all(_NUMBERED.match(line) for line in filled):
-        stripped = "\n".join(_NUMBERED.sub("", line, count=1) for line in old_lines)
-        found = " (without them it matches)" if stripped and stripped in text else ""
-        hints.append(
-            f"old_string seems to include the reader's line-number prefixes ('12<TAB>'); "
-            f"remove them{found}."
-        )
-    else:
-        line = _loose_match(text, old)
-        if line is not None:
-            hints.append(
-                f"A match exists at line {line} if surrounding whitespace is ignored; copy "
-                f"the exact indentation and spacing from the file."
-            )
-        elif old.split() and re.search(r"\s+".join(map(re.escape, old.split())), text):
-            hints.append(
-                "A match exists if whitespace is ignored; copy the exact spacing and line "
-                "breaks from the file."
-            )
-    hints.append("Read the file again (it may have changed) and copy old_string exactly.")
-    return f"old_string was not found in {shown!r}. " + " ".join(hints)
-
-
-def _loose_match(text: str, old: str) -> int | None:
-    """The line where `old` matches line by line, ignoring each line's outer whitespace.
-
-    One regular expression over the text: splitting a big file into stripped
-    lines to compare them cost a failed 50 MB edit ~0.5 s and ~450 MB.
-    """
-    wanted = [line.strip() for line in old.strip("\r\n").split("\n")]
-    if not any(wanted):
-        return None
-    if len(wanted) == 1:
-        found = re.search(re.escape(wanted[0]), text)
-    else:
-        blank = r"[^\S\n]*"  # whitespace within one line
-        pattern = "\n".join(f"^{blank}{re.escape(w)}{blank}$" for w in wanted)
-        found = re.search(pattern, text, re.MULTILINE)
-    return None if found is None else text.count("\n", 0, found.start()) + 1
-
-
-def _snippet(data: bytes, site: int, length: int) -> str:
-    """Numbered lines around the edit at byte `site`, as the reader shows them.
-
-    Only the shown lines are located and decoded; splitting the whole file
-    into lines cost a 50 MB edit 0.1 s and ~75 MB.
-    """
-    first = data.count(b"\n", 0, site)
-    last = first + data.count(b"\n", site, site + length)
-    start = max(first - _SNIPPET_CONTEXT, 0)
-    wanted = min(last + _SNIPPET_CONTEXT, start + _SNIPPET_MAX_LINES - 1) - start + 1
-    begin = site
-    for _ in range(first - start + 1):
-        begin = data.rfind(b"\n", 0, begin)
-        if begin < 0:
-            break
-    begin += 1  # just after a newline, or 0
-    stop, at_end = begin, False
-    for _ in range(wanted):
-        newline = data.find(b"\n", stop)
-        if newline < 0:
-            stop, at_end = len(data), True
-            break
-        stop = newline + 1
-    lines = data[begin:stop].decode("utf-8", "replace").split("\n")
-    if not at_end:
-        lines.pop()  # the empty piece after the last shown newline
-    rows = []
-    for index, line in enumerate(lines, start):
-        line = line.removesuffix("\r")
-        if len(line) > _SNIPPET_LINE_CHARS:
-            line = line[:_SNIPPET_LINE_CHARS] + " … [line cut]"
-        rows.append(f"{index + 1}\t{line}")
-    return "\n".join(rows)
 
 
 # --- the tool -------------------------------------------------------------------
