@@ -62,7 +62,7 @@ __all__ = [
 
 TEMP_PREFIX = ".lionfactory-tmp-"
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"[0-9a-f]{12}")
-_COMPARE_CHUNK = 1 << 20
+_COMPARE_CHUNK = 1 << 16
 # A same-size overwrite within one tick of the filesystem clock leaves size
 # and mtime as they were; only content tells. Files modified this recently
 # (and small enough to compare cheaply) are compared byte for byte.
@@ -199,12 +199,18 @@ def remove_stale_temps(dir_fd: int) -> None:
             os.unlink(name, dir_fd=dir_fd)
 
 
-def _same_content(fd: int, data: bytes) -> bool:
-    for start in range(0, max(len(data), 1), _COMPARE_CHUNK):
-        chunk = os.pread(fd, _COMPARE_CHUNK, start)
-        if chunk != data[start : start + _COMPARE_CHUNK]:
+def _has_prefix(fd: int, data: bytes) -> bool:
+    """Whether the open file starts with `data` (compared in chunks, without copies)."""
+    view = memoryview(data)
+    for start in range(0, len(data), _COMPARE_CHUNK):
+        expected = view[start : start + _COMPARE_CHUNK]
+        if os.pread(fd, len(expected), start) != expected:
             return False
-    return os.pread(fd, 1, len(data)) == b""
+    return True
+
+
+def _same_content(fd: int, data: bytes) -> bool:
+    return _has_prefix(fd, data) and os.pread(fd, 1, len(data)) == b""
 
 
 def _unchanged(dir_fd: int, name: str, original: Original) -> bool:
@@ -227,7 +233,7 @@ def _unchanged(dir_fd: int, name: str, original: Original) -> bool:
         return (
             data is not None
             and now.st_size > len(data)
-            and os.pread(original.fd, len(data), 0) == data
+            and _has_prefix(original.fd, data)
         )
     recent = time.time_ns() - now.st_mtime_ns < _RECENT_NS
     if data is not None and recent and len(data) <= _COMPARE_MAX_BYTES:
@@ -348,7 +354,7 @@ def _carry_late_appends(dir_fd: int, name: str, original: Original) -> None:
             ):
                 return
             raise LateChange(name)
-        if late.st_size < carried or os.pread(original.fd, len(data), 0) != data:
+        if late.st_size < carried or not _has_prefix(original.fd, data):
             raise LateChange(name)
         tail = os.pread(original.fd, late.st_size - carried, carried)
         fd = open_child(dir_fd, name, os.O_WRONLY | os.O_APPEND)
