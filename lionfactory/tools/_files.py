@@ -230,11 +230,7 @@ def _unchanged(dir_fd: int, name: str, original: Original) -> bool:
     if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
         return False
     if now.st_size != before.st_size or now.st_mtime_ns != before.st_mtime_ns:
-        return (
-            data is not None
-            and now.st_size > len(data)
-            and _has_prefix(original.fd, data)
-        )
+        return data is not None and now.st_size > len(data) and _has_prefix(original.fd, data)
     recent = time.time_ns() - now.st_mtime_ns < _RECENT_NS
     if data is not None and recent and len(data) <= _COMPARE_MAX_BYTES:
         return _same_content(original.fd, data)
