@@ -39,7 +39,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -314,7 +314,13 @@ class Workspace:
         self._refuse_protected(shown, parts)
         return Location(workspace=self, parts=parts, shown=shown)
 
-    def entries(self, location: Location, *, recursive: bool) -> Iterator[tuple[str, bool]]:
+    def entries(
+        self,
+        location: Location,
+        *,
+        recursive: bool,
+        skip: Callable[[str, bool], bool] | None = None,
+    ) -> Iterator[tuple[str, bool]]:
         """The visible entries under a directory: ``(root-relative path, is_directory)``.
 
         Regular files and directories only, depth first in name order; hidden
@@ -323,6 +329,13 @@ class Workspace:
         relative to its parent's descriptor with ``O_NOFOLLOW``, so swapping
         one for a link mid-walk ends that branch of the walk instead of
         listing the link's target.
+
+        Args:
+            location: the directory to list.
+            recursive: also walk subdirectories.
+            skip: ``skip(relative_path, is_directory)``; an entry it accepts
+                is neither yielded nor, for a directory, entered (an ignore
+                filter prunes whole subtrees this way).
 
         Raises:
             PathRefused: the directory itself is (or passes through) a link.
@@ -345,6 +358,8 @@ class Workspace:
                     stack.pop()
                     continue
                 name, is_dir = entry
+                if skip is not None and skip(base + name, is_dir):
+                    continue
                 yield base + name, is_dir
                 if not (is_dir and recursive):
                     continue

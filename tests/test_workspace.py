@@ -343,3 +343,18 @@ def test_a_private_key_family_is_refused_with_any_suffix_but_pub(family: str, ta
 def test_ordinary_names_are_not_protected(name: str) -> None:
     ws = Workspace.at(Path(__file__).parent)
     assert ws.locate(name).parts == (name,)
+
+
+def test_entries_skip_prunes_whole_subtrees(ws: Workspace):
+    (ws.root / "build" / "deep").mkdir(parents=True)
+    (ws.root / "build" / "deep" / "out.py").write_text("")
+    (ws.root / "src" / "b.py").write_text("")
+    seen: list[str] = []
+
+    def skip(relative: str, is_dir: bool) -> bool:
+        seen.append(relative)
+        return relative == "build" or relative.endswith("b.py")
+
+    found = list(ws.entries(ws.locate("."), recursive=True, skip=skip))
+    assert found == [("src", True), ("src/a.py", False)]
+    assert "build/deep" not in seen
