@@ -1,59 +1,75 @@
 """The workspace: one root directory, path containment and protected names.
 
-Every file-touching tool resolves the paths a model gives it through a
-`Workspace`, the single seam between model input and the filesystem. A path
-either resolves to a location inside the root or is refused with a
-`PathRefused` whose message tells the model what to do instead; tools turn that
-into their typed failure response.
+Every file-touching tool goes through a `Workspace`, the single seam between
+model input and the filesystem. A path is checked once, lexically
+(`Workspace.locate`): it must stay inside the root and no component may be a
+protected name. The resulting `Location` is then **opened relative to a
+descriptor of the root**, one atomic lookup that follows no symbolic link
+anywhere (`lionfactory._beneath`), so no name is ever checked and then
+resolved again: a directory swapped for a link to the outside between the
+check and the open gets a refusal, never the outside file. Writes happen
+relative to the descriptor of the parent directory for the same reason.
 
-Rules (DESIGN §9, file-tools issue):
+Rules:
 
 * The root is resolved once, when the factory runs (`Workspace.at`).
 * Refused: a NUL byte, an empty path, a leading ``~``, anything that escapes
-  the root lexically (``..``, an absolute path elsewhere) or after resolving
-  intermediate symlinks, a symlink as the final component, and a protected
-  name in *any* component (``.env``, ``.env.*``, ``.netrc``, private keys...).
-* Protected names match case-insensitively (`fnmatch` patterns), so ``.ENV``
-  is hidden too: hiding one harmless file is cheaper than leaking one secret.
+  the root lexically (``..``, an absolute path elsewhere), a symbolic link in
+  *any* component (file tools never follow links, not even links that stay
+  inside), and a protected name in any component (``.env``, ``.netrc``,
+  private keys, cloud credentials...; `DEFAULT_PROTECTED_NAMES`).
+* A file whose first bytes are a PEM or OpenSSH private-key header is refused
+  whatever its name (`Location.open_read`): renaming a key does not make it
+  readable.
+* Protected names match case-insensitively (`fnmatch` patterns), and also
+  with the Windows spellings that name the same file there (trailing dots and
+  spaces, an ``:stream`` suffix), so ``.ENV`` is hidden too: hiding one
+  harmless file is cheaper than leaking one secret.
+
+Tools that hand a path to another program (bash's working directory, search,
+code_check, ast_search) cannot pass a descriptor; they use `Workspace.resolve`,
+which checks the path as it is at that moment.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import functools
 import os
 import re
-from collections.abc import Iterable, Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import attrs
 
+from lionfactory import _beneath
+from lionfactory._secret_names import BACKUP_SUFFIXES, DEFAULT_PROTECTED_NAMES
 from lionfactory.errors import LionfactoryError
 
 __all__ = [
+    "BACKUP_SUFFIXES",
     "DEFAULT_PROTECTED_NAMES",
+    "Location",
     "PathRefused",
     "Workspace",
-    "open_nofollow",
+    "refuse_private_key",
 ]
 
-DEFAULT_PROTECTED_NAMES: frozenset[str] = frozenset(
-    {
-        ".env",
-        ".env.*",
-        ".netrc",
-        ".pgpass",
-        ".htpasswd",
-        "id_rsa",
-        "id_dsa",
-        "id_ecdsa",
-        "id_ed25519",
-    }
-)
-"""Names (fnmatch patterns) that no tool reads, writes, lists or searches."""
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_PATH_MAX = 4096  # Linux's limit, its terminating NUL included
 
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# A private key announces itself in its first line: PEM ("-----BEGIN RSA
+# PRIVATE KEY-----", "... ENCRYPTED PRIVATE KEY", "OPENSSH PRIVATE KEY", "PGP
+# PRIVATE KEY BLOCK") or PuTTY's format. Leading whitespace and a BOM are
+# skipped; a header further down (a certificate bundle with the key after it)
+# is left to the name rules (*.pem, *.key).
+_KEY_SNIFF = 4096
+_PRIVATE_KEY_HEADER = re.compile(
+    rb"(?:\xef\xbb\xbf)?\s*(?:-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+    rb"|PuTTY-User-Key-File-)"
+)
 
 
 class PathRefused(LionfactoryError):
@@ -68,21 +84,23 @@ class PathRefused(LionfactoryError):
         return self.message
 
 
-def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
-    """`os.open` that refuses to follow a symlink in the final component.
-
-    Uses ``O_NOFOLLOW`` where the platform has it (it makes the open fail with
-    ``ELOOP``), so a symlink swapped in after resolution cannot redirect a write.
-    """
-    return os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC, mode)
-
-
 def _normalise_patterns(names: Iterable[str]) -> frozenset[str]:
     patterns = frozenset(name.casefold() for name in names)
     for pattern in patterns:
         if not pattern or "/" in pattern or "\x00" in pattern:
             raise ValueError(f"a protected name must be a single path component, got {pattern!r}")
     return patterns
+
+
+def _spellings(name: str) -> tuple[str, ...]:
+    """`name` casefolded, plus the name Windows would open for it.
+
+    Windows drops trailing dots and spaces and reads ``name:stream`` as a
+    stream of ``name``: on a share, ``.env.`` and ``.env::$DATA`` are ``.env``.
+    """
+    folded = name.casefold()
+    windows = folded.split(":", 1)[0].rstrip(". ")
+    return (folded,) if windows in (folded, "") else (folded, windows)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -94,7 +112,122 @@ def _hidden(protected: re.Pattern[str], relative: str) -> bool:
         return True
     if name in ("", "."):  # not components (Path.parts drops them too)
         return False
-    return name == ".git" or protected.match(name.casefold()) is not None
+    return name == ".git" or any(protected.match(n) for n in _spellings(name))
+
+
+def refuse_private_key(fd: int, shown: str) -> None:
+    """Raise `PathRefused` when the open regular file `fd` starts like a private key."""
+    head = os.pread(fd, _KEY_SNIFF, 0)
+    if _PRIVATE_KEY_HEADER.match(head):
+        raise PathRefused(
+            shown,
+            f"{shown!r} holds a private key (it starts with a private-key header); "
+            f"tools never read or change key material, whatever the file is called.",
+        )
+
+
+@attrs.frozen
+class Location:
+    """A model-supplied path, checked once and ready to be opened below the root.
+
+    Attributes:
+        workspace: the workspace it lies in.
+        parts: the components below the root (empty for the root itself);
+            none is ``.``, ``..``, empty or protected.
+        shown: the path as the model wrote it, for messages.
+    """
+
+    workspace: Workspace
+    parts: tuple[str, ...]
+    shown: str
+
+    @property
+    def path(self) -> Path:
+        """The absolute path (for messages, evidence and cache keys; never opened by name)."""
+        return self.workspace.root.joinpath(*self.parts)
+
+    @property
+    def name(self) -> str:
+        """The final component (``""`` for the root)."""
+        return self.parts[-1] if self.parts else ""
+
+    @property
+    def in_git_dir(self) -> bool:
+        """Whether a component is ``.git`` (in any spelling that opens it)."""
+        return any(".git" in _spellings(part) for part in self.parts)
+
+    @property
+    def relative(self) -> str:
+        """The path relative to the root in POSIX form (``"."`` for the root)."""
+        return "/".join(self.parts) or "."
+
+    def open(self, flags: int, mode: int = 0o666) -> int:
+        """Open this location with `flags`, following no symlink and never leaving the root.
+
+        Raises:
+            PathRefused: a component is a symbolic link.
+            OSError: anything else (``ENOENT``, ``ENOTDIR``, ``EACCES``...).
+        """
+        root_fd = self.workspace.open_root()
+        try:
+            return _beneath.open_beneath(root_fd, self.parts, flags, mode)
+        except OSError as exc:
+            raise self._translate(exc) from None
+        finally:
+            os.close(root_fd)
+
+    def open_dir(self) -> int:
+        """A directory descriptor of this location (usable for ``dir_fd=``, scandir and flock)."""
+        return self.open(_beneath.DIRECTORY_FLAGS)
+
+    def open_read(self) -> int:
+        """Open for reading; a regular file that starts like a private key is refused.
+
+        Non-blocking, so a FIFO planted under a file's name cannot hang the
+        call; callers check the type with ``fstat``.
+
+        Raises:
+            PathRefused: a symbolic link, or a private key.
+            OSError: as `open`.
+        """
+        fd = self.open(os.O_RDONLY | _O_NONBLOCK)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                refuse_private_key(fd, self.shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def make_parent(self) -> tuple[int, list[tuple[int, str]]]:
+        """The parent directory's descriptor, creating missing directories on the way.
+
+        Returns:
+            The descriptor and what `lionfactory._beneath.make_parents` created
+            (release it with `lionfactory._beneath.release_created`).
+
+        Raises:
+            PathRefused: a component is a symbolic link.
+            OSError: anything else.
+        """
+        root_fd = self.workspace.open_root()
+        try:
+            return _beneath.make_parents(root_fd, self.parts[:-1])
+        except OSError as exc:
+            raise self._translate(exc) from None
+        finally:
+            os.close(root_fd)
+
+    def _translate(self, exc: OSError) -> OSError | PathRefused:
+        if exc.errno == errno.ELOOP:
+            return PathRefused(
+                self.shown,
+                f"{self.shown!r} is, or passes through, a symbolic link; file tools do not "
+                f"follow links. Use the real path of the file, if it is inside the workspace.",
+            )
+        if exc.errno == errno.EXDEV:
+            return PathRefused(self.shown, self.workspace.escape_message(self.shown))
+        return exc
 
 
 @attrs.frozen
@@ -102,7 +235,7 @@ class Workspace:
     """A resolved workspace root and the protected-name policy.
 
     Build one with `Workspace.at(...)` at factory time; it does no I/O after that
-    except when resolving a path.
+    except when opening or resolving a path.
 
     Attributes:
         root: the absolute, symlink-free workspace root.
@@ -144,7 +277,7 @@ class Workspace:
 
     def is_protected(self, name: str) -> bool:
         """Whether one path component is a protected name."""
-        return self._protected_re.match(name.casefold()) is not None
+        return any(self._protected_re.match(n) for n in _spellings(name))
 
     def is_hidden(self, relative: str | Path) -> bool:
         """Whether a root-relative path has a protected or ``.git`` component.
@@ -163,8 +296,103 @@ class Workspace:
         """Whether an absolute, resolved path lies inside the root."""
         return path == self.root or self.root in path.parents
 
+    def open_root(self) -> int:
+        """A new directory descriptor of the root (the caller closes it)."""
+        return os.open(self.root, _beneath.DIRECTORY_FLAGS)
+
+    def locate(self, path: object) -> Location:
+        """Check a model-supplied path once, lexically, and return what to open.
+
+        No filesystem access: symbolic links are refused later, by the
+        kernel, when the `Location` is opened.
+
+        Raises:
+            PathRefused: with a message telling the model what to do instead.
+        """
+        shown, lexical = self._lexical(path)
+        parts = lexical.relative_to(self.root).parts
+        self._refuse_protected(shown, parts)
+        return Location(workspace=self, parts=parts, shown=shown)
+
+    def entries(
+        self,
+        location: Location,
+        *,
+        recursive: bool,
+        skip: Callable[[str, bool], bool] | None = None,
+    ) -> Iterator[tuple[str, bool]]:
+        """The visible entries under a directory: ``(root-relative path, is_directory)``.
+
+        Regular files and directories only, depth first in name order; hidden
+        names (``.git``, protected names) and their subtrees are skipped, and
+        symlinks are never listed or entered. Every directory is opened
+        relative to its parent's descriptor with ``O_NOFOLLOW``, so swapping
+        one for a link mid-walk ends that branch of the walk instead of
+        listing the link's target.
+
+        Args:
+            location: the directory to list.
+            recursive: also walk subdirectories.
+            skip: ``skip(relative_path, is_directory)``; an entry it accepts
+                is neither yielded nor, for a directory, entered (an ignore
+                filter prunes whole subtrees this way).
+
+        Raises:
+            PathRefused: the directory itself is (or passes through) a link.
+            OSError: the directory cannot be opened (``ENOENT``, ``ENOTDIR``...).
+        """
+        top = location.open_dir()
+        prefix = "" if not location.parts else location.relative + "/"
+        try:
+            listing = self._scan(top)
+        except BaseException:
+            os.close(top)
+            raise
+        stack = [(top, prefix, iter(listing))]
+        try:
+            while stack:
+                fd, base, pending = stack[-1]
+                entry = next(pending, None)
+                if entry is None:
+                    os.close(fd)
+                    stack.pop()
+                    continue
+                name, is_dir = entry
+                if skip is not None and skip(base + name, is_dir):
+                    continue
+                yield base + name, is_dir
+                if not (is_dir and recursive):
+                    continue
+                try:
+                    sub = _beneath.open_child(fd, name, _beneath.DIRECTORY_FLAGS)
+                except OSError:
+                    continue  # gone, swapped for a link, or unreadable: skip it
+                try:
+                    listing = self._scan(sub)
+                except OSError:
+                    os.close(sub)
+                    continue
+                stack.append((sub, base + name + "/", iter(listing)))
+        finally:
+            for fd, _, _ in stack:
+                os.close(fd)
+
+    def _scan(self, fd: int) -> list[tuple[str, bool]]:
+        with os.scandir(fd) as scan:
+            found = [
+                (entry.name, entry.is_dir(follow_symlinks=False))
+                for entry in scan
+                if entry.name != ".git"
+                and not self.is_protected(entry.name)
+                and (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False))
+            ]
+        return sorted(found)
+
     def resolve(self, path: object, *, allow_symlink: bool = False) -> Path:
         """Resolve a model-supplied path to an absolute path inside the root.
+
+        For handing a path to another program (a working directory, a search
+        root), which cannot take a descriptor; file tools use `locate`.
 
         Args:
             path: a path relative to the root, or absolute inside it.
@@ -177,6 +405,32 @@ class Workspace:
         Raises:
             PathRefused: with a message telling the model what to do instead.
         """
+        shown, lexical = self._lexical(path)
+        rel_parts = lexical.relative_to(self.root).parts
+        self._refuse_protected(shown, rel_parts)
+        try:
+            is_link = lexical.is_symlink()
+            # Resolve the parent only: the final component is checked by
+            # lstat above, and resolving it would follow a symlink.
+            real_parent = lexical.parent.resolve(strict=False)
+        except (OSError, RuntimeError) as exc:
+            raise PathRefused(
+                shown, f"The path {shown!r} cannot be resolved ({_reason(exc)}); check the name."
+            ) from None
+        if is_link and not allow_symlink:
+            raise PathRefused(
+                shown,
+                f"{shown!r} is a symbolic link; tools do not follow links. "
+                f"Use the path of the file it points to, if that is inside the workspace.",
+            )
+        real = real_parent / lexical.name if lexical != self.root else self.root
+        if not self.contains(real):
+            raise PathRefused(shown, self.escape_message(shown))
+        self._refuse_protected(shown, real.relative_to(self.root).parts)
+        return real
+
+    def _lexical(self, path: object) -> tuple[str, Path]:
+        """The path and its absolute, lexically normalised form, checked to stay inside."""
         if not isinstance(path, str):
             raise PathRefused(path, f"A path must be a string, got {type(path).__name__}.")
         if "\x00" in path:
@@ -203,58 +457,17 @@ class Workspace:
             candidate = self.root / candidate
         lexical = Path(os.path.normpath(candidate))
         if not self.contains(lexical):
-            raise PathRefused(path, self._escape_message(path))
-        rel_parts = lexical.relative_to(self.root).parts
-        self._refuse_protected(path, rel_parts)
-        try:
-            is_link = lexical.is_symlink()
-            # Resolve the parent only: the final component is checked by
-            # lstat above, and resolving it would follow a symlink.
-            real_parent = lexical.parent.resolve(strict=False)
-        except (OSError, RuntimeError) as exc:
-            raise PathRefused(
-                path, f"The path {path!r} cannot be resolved ({_reason(exc)}); check the name."
-            ) from None
-        if is_link and not allow_symlink:
+            raise PathRefused(path, self.escape_message(path))
+        if len(os.fsencode(lexical)) >= _PATH_MAX:
+            # Opening below a descriptor has no length limit, but a file no
+            # path can name is out of reach for git, shells and every other
+            # program, and for the user.
             raise PathRefused(
                 path,
-                f"{path!r} is a symbolic link; tools do not follow links. "
-                f"Use the path of the file it points to, if that is inside the workspace.",
+                f"The path is longer than the system allows ({_PATH_MAX - 1} bytes from the "
+                f"filesystem root); use a shorter path.",
             )
-        real = real_parent / lexical.name if lexical != self.root else self.root
-        if not self.contains(real):
-            raise PathRefused(path, self._escape_message(path))
-        self._refuse_protected(path, real.relative_to(self.root).parts)
-        return real
-
-    def iter_files(self, directory: Path, *, recursive: bool) -> Iterator[Path]:
-        """Yield the regular files under `directory`, skipping hidden paths and symlinks.
-
-        Directories are walked without following symlinks, so a link cannot
-        lead the walk outside the root or into a loop.
-        """
-        if recursive:
-            for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
-                base = Path(dirpath)
-                dirnames[:] = sorted(
-                    d for d in dirnames if d != ".git" and not self.is_protected(d)
-                )
-                for name in sorted(filenames):
-                    if self.is_protected(name):
-                        continue
-                    candidate = base / name
-                    if candidate.is_file() and not candidate.is_symlink():
-                        yield candidate
-        else:
-            try:
-                entries = sorted(os.scandir(directory), key=lambda e: e.name)
-            except OSError:
-                return
-            for entry in entries:
-                if self.is_protected(entry.name) or entry.name == ".git":
-                    continue
-                if entry.is_file(follow_symlinks=False):
-                    yield Path(entry.path)
+        return path, lexical
 
     def _refuse_protected(self, path: str, parts: tuple[str, ...]) -> None:
         for part in parts:
@@ -265,7 +478,8 @@ class Workspace:
                     f"tools never read, write, list or search it.",
                 )
 
-    def _escape_message(self, path: str) -> str:
+    def escape_message(self, path: str) -> str:
+        """The refusal text for a path outside the root."""
         return (
             f"The path {path!r} is outside the workspace {self.root}; "
             f"give a path inside it (relative paths start at the workspace root)."

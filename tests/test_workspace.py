@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from lionfactory._workspace import PathRefused, Workspace, open_nofollow
+from lionfactory import _beneath
+from lionfactory._workspace import BACKUP_SUFFIXES, PathRefused, Workspace
 
 
 @pytest.fixture
@@ -150,14 +152,15 @@ def test_root_of_the_wrong_type_is_rejected(tmp_path: Path):
         Workspace.at(3)  # type: ignore[arg-type]
 
 
-def test_iter_files_hides_git_protected_names_and_symlinks(ws: Workspace):
+def test_entries_hide_git_protected_names_and_symlinks(ws: Workspace):
     (ws.root / ".git").mkdir()
     (ws.root / ".git" / "HEAD").write_text("ref")
     (ws.root / ".env").write_text("SECRET=1")
     (ws.root / "src" / "id_ed25519").write_text("key")
     (ws.root / "src" / "link.py").symlink_to(ws.root / "src" / "a.py")
-    found = [ws.relative(p) for p in ws.iter_files(ws.root, recursive=True)]
-    assert found == ["src/a.py"]
+    (ws.root / "src" / "dirlink").symlink_to(ws.root / "src")
+    found = list(ws.entries(ws.locate("."), recursive=True))
+    assert found == [("src", True), ("src/a.py", False)]
 
 
 def test_is_hidden_marks_git_and_protected_paths(ws: Workspace):
@@ -166,10 +169,192 @@ def test_is_hidden_marks_git_and_protected_paths(ws: Workspace):
     assert not ws.is_hidden("src/a.py")
 
 
-def test_open_nofollow_refuses_a_symlink(ws: Workspace):
-    link = ws.root / "link.py"
-    link.symlink_to(ws.root / "src" / "a.py")
-    with pytest.raises(OSError, match="Too many levels of symbolic links") as info:
-        open_nofollow(link, os.O_WRONLY)
-    assert info.value.errno == errno.ELOOP
+@pytest.fixture(params=["openat2", "walk"])
+def strategy(request: pytest.FixtureRequest):
+    """Each opening test runs with the kernel's openat2 and with the component walk."""
+    with _beneath.forced_strategy(request.param):
+        yield request.param
+
+
+def test_locate_opens_a_file_below_the_root(ws: Workspace, strategy: str):
+    fd = ws.locate("src/a.py").open_read()
+    try:
+        assert os.read(fd, 100) == b"print(1)\n"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("link", ["link.py", "inner/a.py"])
+def test_opening_refuses_a_symlink_in_any_component(ws: Workspace, strategy: str, link: str):
+    (ws.root / "link.py").symlink_to(ws.root / "src" / "a.py")
+    (ws.root / "inner").symlink_to(ws.root / "src")  # stays inside, still refused
+    with pytest.raises(PathRefused, match="symbolic link"):
+        ws.locate(link).open(os.O_WRONLY)
     assert (ws.root / "src" / "a.py").read_text() == "print(1)\n"
+
+
+def test_a_missing_file_is_an_os_error(ws: Workspace, strategy: str):
+    with pytest.raises(FileNotFoundError):
+        ws.locate("src/missing.py").open_read()
+    with pytest.raises(NotADirectoryError):
+        ws.locate("src/a.py/x").open_read()
+
+
+def test_make_parent_creates_directories_and_reports_them(ws: Workspace, strategy: str):
+    fd, created = ws.locate("n1/n2/file.txt").make_parent()
+    os.close(fd)
+    assert [name for _, name in created] == ["n1", "n2"]
+    _beneath.release_created(created, remove=True)
+    assert not (ws.root / "n1").exists()
+
+
+def test_make_parent_refuses_a_link_on_the_way(ws: Workspace, strategy: str, tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws.root / "out").symlink_to(outside)
+    with pytest.raises(PathRefused, match="symbolic link"):
+        ws.locate("out/new/file.txt").make_parent()
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n",
+        b"-----BEGIN RSA PRIVATE KEY-----\n",
+        b"\xef\xbb\xbf\n  -----BEGIN ENCRYPTED PRIVATE KEY-----\n",
+        b"-----BEGIN PRIVATE KEY-----\n",
+        b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n",
+        b"PuTTY-User-Key-File-3: ssh-ed25519\n",
+    ],
+)
+def test_a_private_key_is_refused_whatever_its_name(ws: Workspace, header: bytes):
+    (ws.root / "notes.txt").write_bytes(header + b"AAAA\n")
+    with pytest.raises(PathRefused, match="private key"):
+        ws.locate("notes.txt").open_read()
+
+
+def test_a_public_key_or_certificate_is_not_a_private_key(ws: Workspace):
+    (ws.root / "cert.txt").write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n")
+    (ws.root / "pub.txt").write_bytes(b"ssh-ed25519 AAAAC3Nza user@host\n")
+    for name in ("cert.txt", "pub.txt"):
+        os.close(ws.locate(name).open_read())
+
+
+SECRET_NAMES = [
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "id_ecdsa_sk",
+    "id_ed25519_sk",
+    "id_xmss",
+    "identity",
+    "deploy_key",
+    "server.key",
+    "private.pem",
+    "cert.p12",
+    "cert.pfx",
+    "release.jks",
+    "release.keystore",
+    "AuthKey_ABC.p8",
+    "putty.ppk",
+    ".env",
+    ".env.local",
+    "prod.env",
+    ".envrc",
+    ".netrc",
+    "_netrc",
+    ".pgpass",
+    "pgpass.conf",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".yarnrc.yml",
+    ".vault-token",
+    "credentials.json",
+    "client_secret_123.apps.googleusercontent.com.json",
+    "application_default_credentials.json",
+    "credentials.db",
+    "access_tokens.db",
+    "accessTokens.json",
+    "msal_token_cache.json",
+    "service_principal_entries.json",
+    ".aws",
+    ".azure",
+    ".ssh",
+    ".gnupg",
+    ".kube",
+    "kubeconfig",
+]
+
+
+def _spelled(name: str, case: str, windows: str) -> str:
+    cased = {"lower": name, "upper": name.upper(), "title": name.title()}[case]
+    return cased + windows
+
+
+@given(
+    name=st.sampled_from(SECRET_NAMES),
+    suffix=st.sampled_from(("", *BACKUP_SUFFIXES)),
+    case=st.sampled_from(["lower", "upper", "title"]),
+    windows=st.sampled_from(["", ".", " ", "..", "::$DATA", ":secret"]),
+)
+def test_secret_names_are_refused_in_every_spelling(
+    name: str, suffix: str, case: str, windows: str
+) -> None:
+    """Any case, any backup suffix, and the spellings Windows opens as the same file."""
+    ws = Workspace.at(Path(__file__).parent)
+    path = "sub/" + _spelled(name + suffix, case, windows)
+    with pytest.raises(PathRefused, match="protected"):
+        ws.locate(path)
+
+
+@given(
+    family=st.sampled_from(["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"]),
+    tail=st.text(st.characters(blacklist_characters="/\x00", codec="utf-8"), max_size=8),
+)
+def test_a_private_key_family_is_refused_with_any_suffix_but_pub(family: str, tail: str) -> None:
+    ws = Workspace.at(Path(__file__).parent)
+    name = family + tail
+    if tail.casefold() == ".pub":
+        ws.locate(name)
+    else:
+        with pytest.raises(PathRefused, match="protected"):
+            ws.locate(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "id_rsa.pub",
+        "identity.py",
+        "deploy_keys.md",
+        "keys.py",
+        "environment.ts",
+        "README.md",
+        "credentials.py",
+        "pem.py",
+        "key_test.go",
+        "env",
+        "envrc.md",
+    ],
+)
+def test_ordinary_names_are_not_protected(name: str) -> None:
+    ws = Workspace.at(Path(__file__).parent)
+    assert ws.locate(name).parts == (name,)
+
+
+def test_entries_skip_prunes_whole_subtrees(ws: Workspace):
+    (ws.root / "build" / "deep").mkdir(parents=True)
+    (ws.root / "build" / "deep" / "out.py").write_text("")
+    (ws.root / "src" / "b.py").write_text("")
+    seen: list[str] = []
+
+    def skip(relative: str, is_dir: bool) -> bool:
+        seen.append(relative)
+        return relative == "build" or relative.endswith("b.py")
+
+    found = list(ws.entries(ws.locate("."), recursive=True, skip=skip))
+    assert found == [("src", True), ("src/a.py", False)]
+    assert "build/deep" not in seen

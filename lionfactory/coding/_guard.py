@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -39,7 +38,7 @@ from lionfactory.tools._evidence import EVIDENCE_KEY
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
 
-__all__ = ["EvidenceStore", "check_evidence"]
+__all__ = ["EvidenceStore", "check_evidence", "sha256_of"]
 
 _HASH_CHUNK = 1 << 20
 
@@ -66,52 +65,57 @@ def _active_evidence(branch: Branch, path: str) -> Iterable[Mapping[str, Any]]:
             yield evidence
 
 
-def _sha256(path: Path) -> str | None:
+def sha256_of(fd: int) -> str | None:
+    """The hex digest of an open file's whole content (read with ``pread``), or None."""
     digest = hashlib.sha256()
+    offset = 0
     try:
-        with path.open("rb") as handle:
-            while chunk := handle.read(_HASH_CHUNK):
-                digest.update(chunk)
+        while chunk := os.pread(fd, _HASH_CHUNK, offset):
+            digest.update(chunk)
+            offset += len(chunk)
     except OSError:
         return None
     return digest.hexdigest()
 
 
-def _matches(evidence: Mapping[str, Any], st: os.stat_result, path: Path) -> bool:
+def _matches(
+    evidence: Mapping[str, Any], st: os.stat_result, sha256: Callable[[], str | None]
+) -> bool:
     if evidence.get("size") != st.st_size:
         return False
     if evidence.get("mtime_ns") == st.st_mtime_ns:
         return True
     expected = evidence.get("sha256")
     # A big file's evidence carries no hash: a moved mtime then needs a new read.
-    return expected is not None and expected == _sha256(path)
+    return expected is not None and expected == sha256()
 
 
 def check_evidence(
     branch: Branch,
     store: EvidenceStore,
-    path: Path,
+    key: str,
+    st: os.stat_result,
+    sha256: Callable[[], str | None],
     *,
     whole_file: bool,
     display: str,
 ) -> str | None:
-    """Return None when the branch may change `path`, else the refusal text.
+    """Return None when the branch may change the file, else the refusal text.
 
-    Blocking (stat, maybe hashing): call it from a worker thread.
+    Blocking (maybe hashing): call it from a worker thread. The caller opened
+    the file through the workspace seam; `st` and `sha256` describe that
+    open file, so nothing here looks the path up again.
 
     Args:
         branch: the branch whose active view holds the evidence.
         store: evidence of calls made outside `Branch.act`.
-        path: the resolved path about to be changed; must exist.
+        key: the file's absolute path, as evidence records it.
+        st: the open file's stat.
+        sha256: computes the open file's content digest (called only when
+            the mtime moved but the size did not).
         whole_file: the change needs evidence of the whole file (a write).
         display: the path as the model wrote it, for the message.
     """
-    try:
-        st = path.stat()
-    except OSError:
-        # Gone since the caller checked: the editor reports the missing file.
-        return None
-    key = str(path)
     candidates = list(_active_evidence(branch, key))
     local = store.by_path.get(key)
     if local is not None:
@@ -124,7 +128,7 @@ def check_evidence(
             f"retry."
         )
     usable = [e for e in candidates if e.get("whole_file") or not whole_file]
-    if any(_matches(e, st, path) for e in usable):
+    if any(_matches(e, st, sha256) for e in usable):
         return None
     if not usable:
         return (

@@ -26,6 +26,8 @@ import base64
 import copy
 import inspect
 import mimetypes
+import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,9 +37,9 @@ import attrs
 
 from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._tool import Tool
-from lionfactory._workspace import PathRefused, Workspace
+from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
-from lionfactory.coding._guard import EvidenceStore, check_evidence
+from lionfactory.coding._guard import EvidenceStore, check_evidence, sha256_of
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.tools._evidence import EVIDENCE_KEY
 from lionfactory.tools.ast_search import ast_search_tool
@@ -248,27 +250,37 @@ class _GuardedEditor:
 
     async def __call__(self, request: EditorRequest) -> Any:
         try:
-            path = self.kit.active.resolve(request.file_path)
+            loc = self.kit.active.locate(request.file_path)
         except PathRefused:
-            path = None  # the editor itself explains the refusal
-        if path is not None:
-            refusal = await anyio.to_thread.run_sync(self._check, path, request)
+            loc = None  # the editor itself explains the refusal
+        if loc is not None:
+            refusal = await anyio.to_thread.run_sync(self._check, loc, request)
             if refusal is not None:
                 return EditorResponse(success=False, error=refusal)
         return await self.kit.call("editor", request)
 
-    def _check(self, path: Path, request: EditorRequest) -> str | None:
-        if not path.is_file():
-            # A new file needs no evidence; a missing file for edit, or a
-            # directory, gets the editor's own error.
+    def _check(self, loc: Location, request: EditorRequest) -> str | None:
+        try:
+            fd = loc.open_read()
+        except (PathRefused, OSError):
+            # A new file needs no evidence; a missing file for edit, a link
+            # or a key gets the editor's own error.
             return None
-        return check_evidence(
-            self.kit.branch,
-            self.kit.store,
-            path,
-            whole_file=request.action == "write",
-            display=request.file_path,
-        )
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None  # a directory or a device: the editor explains
+            return check_evidence(
+                self.kit.branch,
+                self.kit.store,
+                str(loc.path),
+                st,
+                lambda: sha256_of(fd),
+                whole_file=request.action == "write",
+                display=request.file_path,
+            )
+        finally:
+            os.close(fd)
 
 
 @attrs.frozen
@@ -280,34 +292,46 @@ class _ImageReader:
     async def __call__(self, request: ReaderRequest) -> Any:
         if request.action == "read" and Path(request.path).suffix.lower() in IMAGE_SUFFIXES:
             try:
-                path = self.kit.active.resolve(request.path)
+                loc = self.kit.active.locate(request.path)
             except PathRefused as exc:
                 return ReaderResponse(success=False, error=exc.message)
-            return await anyio.to_thread.run_sync(_read_image, path, request.path)
+            return await anyio.to_thread.run_sync(_read_image, loc)
         return await self.kit.call("reader", request)
 
 
-def _read_image(path: Path, shown: str) -> ReaderResponse:
+def _read_image(loc: Location) -> ReaderResponse:
+    shown = loc.shown
     try:
-        size = path.stat().st_size
-        if not path.is_file():
-            return ReaderResponse(success=False, error=f"{shown!r} is not a file.")
-        if size > MAX_IMAGE_BYTES:
-            return ReaderResponse(
-                success=False,
-                error=(
-                    f"{shown!r} is {size:,} bytes; images above {MAX_IMAGE_BYTES:,} bytes are not "
-                    f"returned. Use bash (e.g. `file` or an image tool) to inspect it."
-                ),
-            )
-        data = path.read_bytes()
+        fd = loc.open_read()
+    except PathRefused as exc:
+        return ReaderResponse(success=False, error=exc.message)
     except FileNotFoundError:
         return ReaderResponse(success=False, error=f"{shown!r} does not exist.")
     except OSError as exc:
         return ReaderResponse(success=False, error=f"Cannot read {shown!r}: {exc.strerror}.")
-    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return ReaderResponse(success=False, error=f"{shown!r} is not a file.")
+    with os.fdopen(fd, "rb") as stream:
+        if st.st_size > MAX_IMAGE_BYTES:
+            return ReaderResponse(success=False, error=_too_big(shown, st.st_size))
+        try:
+            data = stream.read(MAX_IMAGE_BYTES + 1)
+        except OSError as exc:
+            return ReaderResponse(success=False, error=f"Cannot read {shown!r}: {exc.strerror}.")
+    if len(data) > MAX_IMAGE_BYTES:
+        return ReaderResponse(success=False, error=_too_big(shown, len(data)))
+    mime = mimetypes.guess_type(loc.name)[0] or "application/octet-stream"
     encoded = base64.b64encode(data).decode("ascii")
     return ReaderResponse(success=True, content=f"data:{mime};base64,{encoded}")
+
+
+def _too_big(shown: str, size: int) -> str:
+    return (
+        f"{shown!r} is {size:,} bytes; images above {MAX_IMAGE_BYTES:,} bytes are not "
+        f"returned. Use bash (e.g. `file` or an image tool) to inspect it."
+    )
 
 
 def coding_toolkit(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.to_thread
 import attrs
 
-from lionfactory._workspace import open_nofollow
+from lionfactory._workspace import Location, PathRefused
 from lionfactory.tools import _remote
 
 if TYPE_CHECKING:
@@ -245,12 +245,13 @@ class _Cache:
             self._bytes -= len(entry[2])
 
 
-def _read_local(path: Path, shown: str, cache: _Cache) -> tuple[Hashable, bytes, bool]:
+def _read_local(loc: Location, cache: _Cache) -> tuple[Hashable, bytes, bool]:
     """Read a local document: (version, bytes, whether the bytes are cached Markdown).
 
     The cache is consulted between fstat and read, on the same descriptor, so
     a cached conversion skips reading up to 50 MiB again.
     """
+    path, shown = loc.path, loc.shown
     if path.suffix.casefold() not in SUPPORTED_SUFFIXES:
         kinds = ", ".join(sorted(SUPPORTED_SUFFIXES))
         raise DocumentError(
@@ -258,7 +259,9 @@ def _read_local(path: Path, shown: str, cache: _Cache) -> tuple[Hashable, bytes,
             f"for text files."
         )
     try:
-        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = loc.open_read()
+    except PathRefused as exc:
+        raise DocumentError(exc.message) from None
     except FileNotFoundError:
         raise DocumentError(
             f"Document not found: {shown!r}. Use action 'list_dir' to find the right path."
@@ -321,8 +324,8 @@ class DocumentOpener:
             ),
         )
 
-    async def open(self, target: str | Path, *, shown: str | None = None) -> bytes:
-        """Return the Markdown of a resolved local path or an https URL.
+    async def open(self, target: str | Location) -> bytes:
+        """Return the Markdown of a workspace location or an https URL.
 
         Raises:
             DocumentError: with a message for the model.
@@ -339,13 +342,13 @@ class DocumentOpener:
             if cached is not None:
                 return cached
         else:
-            shown = shown or str(target)
+            shown = target.shown
             version, data, is_cached = await anyio.to_thread.run_sync(
-                _read_local, target, shown, self.cache
+                _read_local, target, self.cache
             )
             if is_cached:
                 return data
-            name, identity = target.name, str(target)
+            name, identity = target.name, str(target.path)
         markdown = await anyio.to_thread.run_sync(self.converter.convert, name, data, shown)
         self.cache.put(identity, version, markdown)
         return markdown

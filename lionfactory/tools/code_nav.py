@@ -28,6 +28,7 @@ import ast
 import io
 import os
 import re
+import stat
 import tokenize
 from collections.abc import Iterable, Iterator
 from typing import Literal
@@ -265,19 +266,31 @@ class _NavHandler:
 
     def _parse(self, path: str) -> _Source:
         try:
-            resolved = self.workspace.resolve(path)
+            fd = self.workspace.locate(path).open_read()
         except PathRefused as exc:
             raise _NavFailure(exc.message) from None
-        if not resolved.is_file():
+        except OSError as exc:
+            raise _NavFailure(
+                f"{path!r} cannot be opened ({(exc.strerror or str(exc)).lower()}); give a "
+                f"Python file in the workspace."
+            ) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
             raise _NavFailure(f"{path!r} is not a file in the workspace; give a Python file.")
-        try:
-            if resolved.stat().st_size > MAX_FILE_BYTES:
+        with os.fdopen(fd, "rb") as stream:
+            if st.st_size > MAX_FILE_BYTES:
                 raise _NavFailure(
                     f"{path!r} is larger than {MAX_FILE_BYTES:,} bytes; use search on it instead."
                 )
-            data = resolved.read_bytes()
-        except OSError as exc:
-            raise _NavFailure(f"{path!r} cannot be read ({exc.strerror or exc}).") from None
+            try:
+                data = stream.read(MAX_FILE_BYTES + 1)
+            except OSError as exc:
+                raise _NavFailure(f"{path!r} cannot be read ({exc.strerror or exc}).") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise _NavFailure(
+                f"{path!r} is larger than {MAX_FILE_BYTES:,} bytes; use search on it instead."
+            )
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
             text = data.decode(encoding)

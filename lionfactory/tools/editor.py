@@ -5,13 +5,20 @@
 * ``write`` replaces (or creates) a whole file;
 * ``edit`` replaces an exact ``old_string`` with ``new_string``.
 
-Fixes over the baseline (DESIGN §9): the file is read and written as bytes and
-decoded strictly as UTF-8, so CRLF, mixed line endings, a BOM and a missing
-final newline survive an edit and a non-UTF-8 file is refused untouched; an
-empty ``old_string`` is refused; every write is atomic (a temporary file in
-the same directory, fsync, `os.replace`, the old mode kept); edits of one
-path are serialised by a per-path lock shared by every editor in the process;
-the success snippet is centred on the edit site.
+The file is read and written as bytes and decoded strictly as UTF-8, so
+CRLF, mixed line endings, a BOM and a missing final newline survive an edit
+and a non-UTF-8 file is refused untouched; an empty ``old_string`` is
+refused; the success snippet is centred on the edit site.
+
+Every path is opened through the workspace seam (no symlink followed, never
+outside the root) and written relative to its parent directory's
+descriptor (`lionfactory.tools._files`): atomically, with the old mode,
+owner, group and extended attributes kept, in place for a hard-linked file.
+Read-modify-replace runs under a directory lock that other lionfactory
+processes honour too, and the replacement happens only if the file is still
+the one that was read; an edit whose file changed meanwhile is redone on the
+new content. Files inside ``.git`` are refused by default: git executes
+what its config and hooks name.
 """
 
 from __future__ import annotations
@@ -19,7 +26,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,22 +35,28 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._beneath import open_child, release_created
 from lionfactory._tool import Tool
-from lionfactory._workspace import PathRefused, Workspace, open_nofollow
+from lionfactory._workspace import Location, PathRefused, Workspace, refuse_private_key
+from lionfactory.tools._edit_text import match_lines, not_found, snippet
 from lionfactory.tools._evidence import (
     MAX_HASHED_BYTES,
     FileEvidence,
     evidence_wanted,
     record_evidence,
 )
-from lionfactory.tools._files import DEFAULT_STEPS, WriteSteps, atomic_write, path_lock
+from lionfactory.tools._files import (
+    DEFAULT_STEPS,
+    FileChanged,
+    LateChange,
+    Original,
+    WriteSteps,
+    commit,
+    directory_lock,
+    remove_stale_temps,
+)
 
 __all__ = ["EditorRequest", "EditorResponse", "editor_tool"]
-
-_SNIPPET_CONTEXT = 3
-_SNIPPET_MAX_LINES = 30
-_SNIPPET_LINE_CHARS = 2000
-_NUMBERED = re.compile(r"^\s*\d+\t")
 
 
 class EditorRequest(BaseModel):
@@ -102,8 +114,13 @@ def _failure(message: str) -> _Outcome:
     return EditorResponse(success=False, error=message), None
 
 
-def _evidence(path: Path, data: bytes) -> FileEvidence:
-    st = os.stat(path, follow_symlinks=False)
+_ATTEMPTS = 3
+"""Reads of a file an edit makes before giving up on a file that keeps changing."""
+
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def _evidence(path: Path, st: os.stat_result, data: bytes) -> FileEvidence:
     digest = hashlib.sha256(data) if len(data) <= MAX_HASHED_BYTES else None
     return FileEvidence.of(path, st, digest, whole_file=True)
 
@@ -112,31 +129,87 @@ def _lines(data: bytes) -> int:
     return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
 
 
-def _write(path: Path, shown: str, content: str, steps: WriteSteps) -> _Outcome:
+def _changed_during(shown: str, what: str) -> str:
+    return (
+        f"{shown!r} changed while it was being {what} (another program wrote it); nothing "
+        f"was overwritten. Read it again and retry against its current content."
+    )
+
+
+def _late_change(shown: str) -> str:
+    return (
+        f"{shown!r} was changed by another program at the moment the edit replaced it: the "
+        f"edit is in place, but that program's change went to the previous version. Read "
+        f"the file and check it before going on."
+    )
+
+
+def _open_existing(dir_fd: int, loc: Location) -> Original | str | None:
+    """The file at `loc` opened for reading, None when absent, or a refusal message."""
+    shown = loc.shown
+    try:
+        fd = open_child(dir_fd, loc.name, os.O_RDONLY | _O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{shown!r} is a symbolic link; edit the file it points to instead."
+        return _os_error("read", shown, exc)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return f"{shown!r} is a directory; give a file path."
+        if not stat.S_ISREG(st.st_mode):
+            return f"{shown!r} is not a regular file; the editor changes files only."
+        refuse_private_key(fd, shown)
+    except PathRefused as exc:
+        os.close(fd)
+        return exc.message
+    except BaseException:
+        os.close(fd)
+        raise
+    return Original(fd=fd, st=st)
+
+
+def _write(loc: Location, content: str, steps: WriteSteps, want_evidence: bool) -> _Outcome:
+    shown = loc.shown
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError as exc:
         return _failure(f"content cannot be encoded as UTF-8 ({exc.reason}); fix the text.")
-    with path_lock(path):
-        try:
-            st: os.stat_result | None = os.lstat(path)
-        except FileNotFoundError:
-            st = None
-        except OSError as exc:
-            return _failure(_os_error("write", shown, exc))
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            return _failure(f"{shown!r} is a directory; give a file path.")
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            return _failure(f"{shown!r} is not a regular file; the editor writes files only.")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(
-                path, data, mode=None if st is None else stat.S_IMODE(st.st_mode), steps=steps
-            )
-        except OSError as exc:
-            return _failure(_os_error("write", shown, exc))
-        evidence = _evidence(path, data)
-    verb = "Created" if st is None else "Wrote"
+    if not loc.parts:
+        return _failure(f"{shown!r} is the workspace root, a directory; give a file path.")
+    try:
+        dir_fd, created = loc.make_parent()
+    except PathRefused as exc:
+        return _failure(exc.message)
+    except OSError as exc:
+        return _failure(_os_error("write", shown, exc))
+    done = False
+    try:
+        with directory_lock(dir_fd):
+            remove_stale_temps(dir_fd)
+            original = _open_existing(dir_fd, loc)
+            if isinstance(original, str):
+                return _failure(original)
+            try:
+                written = commit(dir_fd, loc.name, data, original=original, steps=steps)
+            except FileChanged:
+                return _failure(_changed_during(shown, "written"))
+            except LateChange:
+                return _failure(_late_change(shown))
+            except OSError as exc:
+                return _failure(_os_error("write", shown, exc))
+            finally:
+                if original is not None:
+                    os.close(original.fd)
+            done = True
+    finally:
+        os.close(dir_fd)
+        # A failed write removes the directories it created for the file.
+        release_created(created, remove=not done)
+    evidence = _evidence(loc.path, written, data) if want_evidence else None
+    verb = "Created" if original is None else "Wrote"
     message = f"{verb} {shown!r} ({len(data):,} bytes, {_lines(data)} lines)."
     return EditorResponse(success=True, content=message), evidence
 
@@ -148,42 +221,36 @@ def _os_error(what: str, shown: str, exc: OSError) -> str:
     return f"Cannot {what} {shown!r} ({reason}); the file was left unchanged."
 
 
-def _read_utf8(path: Path, shown: str) -> tuple[bytes, int] | str:
-    """The file's bytes (checked to be valid UTF-8) and mode, or a refusal message.
+def _read_utf8(dir_fd: int, loc: Location) -> Original | str:
+    """The file opened and read (its bytes checked to be valid UTF-8), or a refusal message.
 
     The decoded text is dropped at once: edits work on the bytes (see `_edit`),
     so a big file is held once, not as bytes and text side by side.
     """
-    try:
-        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
+    shown = loc.shown
+    opened = _open_existing(dir_fd, loc)
+    if opened is None:
         return (
             f"File not found: {shown!r}. To create it, use action 'write' with the full "
             f"content; to find an existing file, use the reader's list_dir."
         )
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return f"{shown!r} is a symbolic link; edit the file it points to instead."
-        return _os_error("read", shown, exc)
+    if isinstance(opened, str):
+        return opened
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return f"{shown!r} is a directory; give a file path."
-        if not stat.S_ISREG(st.st_mode):
-            return f"{shown!r} is not a regular file; the editor edits files only."
-        with os.fdopen(os.dup(fd), "rb") as stream:
+        with os.fdopen(os.dup(opened.fd), "rb") as stream:
             data = stream.read()
-    finally:
-        os.close(fd)
-    try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        os.close(opened.fd)
         return (
             f"{shown!r} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset "
             f"{exc.start}); the editor changes UTF-8 text only and left the file untouched. "
             f"Use bash for other encodings."
         )
-    return data, stat.S_IMODE(st.st_mode)
+    except BaseException:
+        os.close(opened.fd)
+        raise
+    return attrs.evolve(opened, data=data)
 
 
 def _encoded(text: str) -> bytes | None:
@@ -195,155 +262,109 @@ def _encoded(text: str) -> bytes | None:
 
 
 def _edit(
-    path: Path,
-    shown: str,
+    loc: Location,
     old: str,
     new: str,
     replace_all: bool,
     steps: WriteSteps,
     want_evidence: bool = True,
 ) -> _Outcome:
+    shown = loc.shown
+    if not loc.parts:
+        return _failure(f"{shown!r} is the workspace root, a directory; give a file path.")
+    try:
+        dir_fd = attrs.evolve(loc, parts=loc.parts[:-1]).open_dir()
+    except PathRefused as exc:
+        return _failure(exc.message)
+    except FileNotFoundError:
+        return _failure(
+            f"File not found: {shown!r} (its directory does not exist). To create it, use "
+            f"action 'write'; to find an existing file, use the reader's list_dir."
+        )
+    except OSError as exc:
+        return _failure(_os_error("read", shown, exc))
+    try:
+        with directory_lock(dir_fd):
+            remove_stale_temps(dir_fd)
+            # A file another program changes between the read and the
+            # replacement is read again and the edit redone on what it holds now.
+            for _ in range(_ATTEMPTS):
+                read = _read_utf8(dir_fd, loc)
+                if isinstance(read, str):
+                    return _failure(read)
+                try:
+                    outcome = _apply(dir_fd, loc, read, old, new, replace_all, steps, want_evidence)
+                except FileChanged:
+                    continue
+                except LateChange:
+                    return _failure(_late_change(shown))
+                finally:
+                    os.close(read.fd)
+                return outcome
+            return _failure(_changed_during(shown, "edited"))
+    finally:
+        os.close(dir_fd)
+
+
+def _apply(
+    dir_fd: int,
+    loc: Location,
+    read: Original,
+    old: str,
+    new: str,
+    replace_all: bool,
+    steps: WriteSteps,
+    want_evidence: bool,
+) -> _Outcome:
     # The search and replacement run on the UTF-8 bytes. For valid UTF-8 that
     # is exactly the same as on the text (UTF-8 is self-synchronising: an
     # encoded needle can only match at character boundaries), and it saves a
     # decode, an encode and two text copies of the file: a 50 MB edit drops
     # from ~4.7x to ~2x the file size in peak memory.
-    with path_lock(path):
-        read = _read_utf8(path, shown)
-        if isinstance(read, str):
-            return _failure(read)
-        data, mode = read
+    shown = loc.shown
+    data = read.data
+    assert data is not None
+    old_b = _encoded(old)
+    count = 0 if old_b is None else data.count(old_b)
+    # Only a new_string with line breaks needs to know the file's line
+    # endings; counting them costs two passes over a big file.
+    # An old_string with "\r" means the model handles line endings itself
+    # (say, turning CRLF into LF): its new_string is then taken literally.
+    crlf_file = "\n" in new and "\r" not in old and data.count(b"\n") == data.count(b"\r\n") > 0
+    if not count and b"\r\n" in data and "\n" in old and "\r" not in old:
+        # The model writes "\n"; a CRLF file keeps its CRLF endings.
+        old = old.replace("\n", "\r\n")
         old_b = _encoded(old)
         count = 0 if old_b is None else data.count(old_b)
-        # Only a new_string with line breaks needs to know the file's line
-        # endings; counting them costs two passes over a big file.
-        # An old_string with "\r" means the model handles line endings itself
-        # (say, turning CRLF into LF): its new_string is then taken literally.
-        crlf_file = "\n" in new and "\r" not in old and data.count(b"\n") == data.count(b"\r\n") > 0
-        if not count and b"\r\n" in data and "\n" in old and "\r" not in old:
-            # The model writes "\n"; a CRLF file keeps its CRLF endings.
-            old = old.replace("\n", "\r\n")
-            old_b = _encoded(old)
-            count = 0 if old_b is None else data.count(old_b)
-            crlf_file = True
-        if crlf_file:
-            # New lines in a file that uses CRLF throughout get CRLF too; a
-            # file with mixed endings is left to the model's own choice.
-            new = new.replace("\r\n", "\n").replace("\n", "\r\n")
-        if not count or old_b is None:
-            return _failure(_not_found(data.decode("utf-8"), old, shown))
-        if count > 1 and not replace_all:
-            where = ", ".join(str(n) for n in _match_lines(data, old_b, 10))
-            return _failure(
-                f"old_string occurs {count} times in {shown!r} (lines {where}"
-                f"{', ...' if count > 10 else ''}); include more surrounding lines to make it "
-                f"unique, or set replace_all=true to replace every occurrence."
-            )
-        new_b = _encoded(new)
-        if new_b is None:
-            reason = "surrogates not allowed"
-            return _failure(f"new_string cannot be encoded as UTF-8 ({reason}); fix it.")
-        site = data.find(old_b)
-        updated = data.replace(old_b, new_b) if replace_all else data.replace(old_b, new_b, 1)
-        del data
-        try:
-            atomic_write(path, updated, mode=mode, steps=steps)
-        except OSError as exc:
-            return _failure(_os_error("write", shown, exc))
-        evidence = _evidence(path, updated) if want_evidence else None
-    done = f"{count} occurrences" if count > 1 else "1 occurrence"
-    snippet = _snippet(updated, site, len(new_b))
-    message = f"Edited {shown!r}: replaced {done}. Around the edit:\n{snippet}"
-    return EditorResponse(success=True, content=message), evidence
-
-
-def _match_lines(data: bytes, needle: bytes, most: int) -> list[int]:
-    lines: list[int] = []
-    start = data.find(needle)
-    while start >= 0 and len(lines) < most:
-        lines.append(data.count(b"\n", 0, start) + 1)
-        start = data.find(needle, start + len(needle))
-    return lines
-
-
-def _not_found(text: str, old: str, shown: str) -> str:
-    hints: list[str] = []
-    old_lines = old.split("\n")
-    filled = [line for line in old_lines if line.strip()]
-    if filled and all(_NUMBERED.match(line) for line in filled):
-        stripped = "\n".join(_NUMBERED.sub("", line, count=1) for line in old_lines)
-        found = " (without them it matches)" if stripped and stripped in text else ""
-        hints.append(
-            f"old_string seems to include the reader's line-number prefixes ('12<TAB>'); "
-            f"remove them{found}."
+        crlf_file = True
+    if crlf_file:
+        # New lines in a file that uses CRLF throughout get CRLF too; a
+        # file with mixed endings is left to the model's own choice.
+        new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+    if not count or old_b is None:
+        return _failure(not_found(data.decode("utf-8"), old, shown))
+    if count > 1 and not replace_all:
+        where = ", ".join(str(n) for n in match_lines(data, old_b, 10))
+        return _failure(
+            f"old_string occurs {count} times in {shown!r} (lines {where}"
+            f"{', ...' if count > 10 else ''}); include more surrounding lines to make it "
+            f"unique, or set replace_all=true to replace every occurrence."
         )
-    else:
-        line = _loose_match(text, old)
-        if line is not None:
-            hints.append(
-                f"A match exists at line {line} if surrounding whitespace is ignored; copy "
-                f"the exact indentation and spacing from the file."
-            )
-        elif old.split() and re.search(r"\s+".join(map(re.escape, old.split())), text):
-            hints.append(
-                "A match exists if whitespace is ignored; copy the exact spacing and line "
-                "breaks from the file."
-            )
-    hints.append("Read the file again (it may have changed) and copy old_string exactly.")
-    return f"old_string was not found in {shown!r}. " + " ".join(hints)
-
-
-def _loose_match(text: str, old: str) -> int | None:
-    """The line where `old` matches line by line, ignoring each line's outer whitespace.
-
-    One regular expression over the text: splitting a big file into stripped
-    lines to compare them cost a failed 50 MB edit ~0.5 s and ~450 MB.
-    """
-    wanted = [line.strip() for line in old.strip("\r\n").split("\n")]
-    if not any(wanted):
-        return None
-    if len(wanted) == 1:
-        found = re.search(re.escape(wanted[0]), text)
-    else:
-        blank = r"[^\S\n]*"  # whitespace within one line
-        pattern = "\n".join(f"^{blank}{re.escape(w)}{blank}$" for w in wanted)
-        found = re.search(pattern, text, re.MULTILINE)
-    return None if found is None else text.count("\n", 0, found.start()) + 1
-
-
-def _snippet(data: bytes, site: int, length: int) -> str:
-    """Numbered lines around the edit at byte `site`, as the reader shows them.
-
-    Only the shown lines are located and decoded; splitting the whole file
-    into lines cost a 50 MB edit 0.1 s and ~75 MB.
-    """
-    first = data.count(b"\n", 0, site)
-    last = first + data.count(b"\n", site, site + length)
-    start = max(first - _SNIPPET_CONTEXT, 0)
-    wanted = min(last + _SNIPPET_CONTEXT, start + _SNIPPET_MAX_LINES - 1) - start + 1
-    begin = site
-    for _ in range(first - start + 1):
-        begin = data.rfind(b"\n", 0, begin)
-        if begin < 0:
-            break
-    begin += 1  # just after a newline, or 0
-    stop, at_end = begin, False
-    for _ in range(wanted):
-        newline = data.find(b"\n", stop)
-        if newline < 0:
-            stop, at_end = len(data), True
-            break
-        stop = newline + 1
-    lines = data[begin:stop].decode("utf-8", "replace").split("\n")
-    if not at_end:
-        lines.pop()  # the empty piece after the last shown newline
-    rows = []
-    for index, line in enumerate(lines, start):
-        line = line.removesuffix("\r")
-        if len(line) > _SNIPPET_LINE_CHARS:
-            line = line[:_SNIPPET_LINE_CHARS] + " … [line cut]"
-        rows.append(f"{index + 1}\t{line}")
-    return "\n".join(rows)
+    new_b = _encoded(new)
+    if new_b is None:
+        reason = "surrogates not allowed"
+        return _failure(f"new_string cannot be encoded as UTF-8 ({reason}); fix it.")
+    site = data.find(old_b)
+    updated = data.replace(old_b, new_b) if replace_all else data.replace(old_b, new_b, 1)
+    try:
+        written = commit(dir_fd, loc.name, updated, original=read, steps=steps)
+    except OSError as exc:
+        return _failure(_os_error("write", shown, exc))
+    evidence = _evidence(loc.path, written, updated) if want_evidence else None
+    done = f"{count} occurrences" if count > 1 else "1 occurrence"
+    shown_lines = snippet(updated, site, len(new_b))
+    message = f"Edited {shown!r}: replaced {done}. Around the edit:\n{shown_lines}"
+    return EditorResponse(success=True, content=message), evidence
 
 
 # --- the tool -------------------------------------------------------------------
@@ -355,12 +376,15 @@ class _EditorHandler:
 
     workspace: Workspace
     steps: WriteSteps = attrs.field(default=DEFAULT_STEPS, repr=False)
+    protect_git: bool = True
 
     async def __call__(self, request: EditorRequest) -> EditorResponse:
         try:
-            path = self.workspace.resolve(request.file_path)
+            loc = self.workspace.locate(request.file_path)
         except PathRefused as exc:
             return EditorResponse(success=False, error=exc.message)
+        if self.protect_git and loc.in_git_dir:
+            return EditorResponse(success=False, error=_git_refusal(request.file_path))
         context = evidence_wanted()
         if request.action == "write":
             if request.content is None:
@@ -369,7 +393,7 @@ class _EditorHandler:
                     error="action 'write' needs `content`: the complete new file content.",
                 )
             response, evidence = await anyio.to_thread.run_sync(
-                _write, path, request.file_path, request.content, self.steps
+                _write, loc, request.content, self.steps, context is not None
             )
         else:
             checked = _check_edit(request)
@@ -377,17 +401,18 @@ class _EditorHandler:
                 return EditorResponse(success=False, error=checked)
             old, new = checked
             response, evidence = await anyio.to_thread.run_sync(
-                _edit,
-                path,
-                request.file_path,
-                old,
-                new,
-                request.replace_all,
-                self.steps,
-                context is not None,
+                _edit, loc, old, new, request.replace_all, self.steps, context is not None
             )
         record_evidence(context, evidence)
         return response
+
+
+def _git_refusal(shown: str) -> str:
+    return (
+        f"{shown!r} is inside a .git directory (or is a .git file); the editor does not change "
+        f"git's internals, because git runs what they name (hooks, core.fsmonitor, "
+        f"core.pager). Change the repository with git commands instead."
+    )
 
 
 def _check_edit(request: EditorRequest) -> tuple[str, str] | str:
@@ -416,8 +441,8 @@ Actions:
   replace_all is true; add surrounding lines to make it unique. new_string '' deletes it.
   Line endings (CRLF or LF), a byte-order mark and a missing final newline are kept.
 
-Read a file before editing it. Paths outside the workspace, symbolic links and secret files
-(.env, .netrc, private keys, ...) are refused.
+Read a file before editing it. Paths outside the workspace, symbolic links, secret files
+(.env, .netrc, private keys, ...) and files inside .git are refused.
 """
 
 
@@ -425,6 +450,7 @@ def editor_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
+    allow_git_internals: bool = False,
     _write_steps: WriteSteps | None = None,
 ) -> Tool:
     """Build the ``editor`` tool.
@@ -434,6 +460,10 @@ def editor_tool(
             directory when None. Resolved once, now.
         protected_names: fnmatch patterns of names never written; the
             workspace defaults (``.env``, ``.env.*``, private keys, ...) when None.
+        allow_git_internals: let the editor change files inside ``.git``
+            directories (and ``.git`` files). Off by default: git executes
+            what its config and hooks name, so a model that can write
+            ``.git/config`` can run commands through any later git call.
         _write_steps: private test seam replacing the steps of the atomic write.
 
     Returns:
@@ -444,6 +474,8 @@ def editor_tool(
             name is not a single path component.
         TypeError: the root is not a path.
     """
+    if not isinstance(allow_git_internals, bool):
+        raise TypeError(f"allow_git_internals must be a bool, got {allow_git_internals!r}")
     if _write_steps is not None and not isinstance(_write_steps, WriteSteps):
         raise TypeError(f"_write_steps must be a WriteSteps, got {_write_steps!r}")
     workspace = Workspace.at(workspace_root, protected=protected_names)
@@ -451,5 +483,7 @@ def editor_tool(
         name="editor",
         description=_DESCRIPTION,
         request_model=EditorRequest,
-        handler=_EditorHandler(workspace, _write_steps or DEFAULT_STEPS),
+        handler=_EditorHandler(
+            workspace, _write_steps or DEFAULT_STEPS, protect_git=not allow_git_internals
+        ),
     )

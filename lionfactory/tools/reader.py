@@ -20,14 +20,13 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._tool import Tool
-from lionfactory._workspace import PathRefused, Workspace, open_nofollow
+from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.tools import _documents
 from lionfactory.tools._evidence import (
     MAX_HASHED_BYTES,
@@ -174,10 +173,13 @@ def _window_response(window: Window, offset: int, what: str) -> ReaderResponse:
 
 
 def _read_file(
-    path: Path, shown: str, offset: int, limit: int, want_evidence: bool
+    loc: Location, offset: int, limit: int, want_evidence: bool
 ) -> tuple[ReaderResponse, FileEvidence | None]:
+    shown = loc.shown
     try:
-        fd = open_nofollow(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = loc.open_read()
+    except PathRefused as exc:
+        return _failure(exc.message), None
     except OSError as exc:
         return _failure(_open_error(exc, shown)), None
     st = os.fstat(fd)
@@ -200,7 +202,7 @@ def _read_file(
     evidence = None
     if want_evidence:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0
-        evidence = FileEvidence.of(path, st, digest, whole_file=whole)
+        evidence = FileEvidence.of(loc.path, st, digest, whole_file=whole)
     return _window_response(window, offset, "file"), evidence
 
 
@@ -224,24 +226,48 @@ def _normalise_types(file_types: Iterable[str]) -> tuple[str, ...]:
     )
 
 
+def list_entries(
+    workspace: Workspace, loc: Location, recursive: bool, types: tuple[str, ...]
+) -> list[str]:
+    """The rows of one ``list_dir`` answer, unsorted: the one place listing entries are chosen.
+
+    Files (filtered by extension when `types` is given), plus, in a flat
+    listing without a filter, subdirectories marked with a trailing slash:
+    a flat listing that hid them would leave the model blind to most of a
+    tree. Hidden and protected names are already left out by the workspace.
+
+    Raises:
+        PathRefused: the directory is (or passes through) a symlink.
+        OSError: the directory cannot be opened.
+    """
+    rows: list[str] = []
+    show_dirs = not recursive and not types
+    for relative, is_dir in workspace.entries(loc, recursive=recursive):
+        if is_dir:
+            if show_dirs:
+                rows.append(relative + "/")
+        elif not types or relative.rpartition("/")[2].casefold().endswith(types):
+            rows.append(relative)
+    return rows
+
+
 def _list_dir(
-    workspace: Workspace, path: Path, shown: str, recursive: bool, types: tuple[str, ...]
+    workspace: Workspace, loc: Location, recursive: bool, types: tuple[str, ...]
 ) -> ReaderResponse:
-    if not path.exists():
+    shown = loc.shown
+    try:
+        entries = list_entries(workspace, loc, recursive, types)
+    except PathRefused as exc:
+        return _failure(exc.message)
+    except FileNotFoundError:
         return _failure(
             f"Directory not found: {shown!r}. Use action 'list_dir' on a parent directory "
             f"(e.g. '.') to see what exists."
         )
-    if not path.is_dir():
+    except NotADirectoryError:
         return _failure(f"{shown!r} is a file, not a directory; use action 'read' to see it.")
-    entries: list[str] = []
-    for file in workspace.iter_files(path, recursive=recursive):
-        if not types or file.name.casefold().endswith(types):
-            entries.append(workspace.relative(file))
-    if not recursive and not types:
-        # A flat listing that hid subdirectories would leave the model blind
-        # to most of a tree; they are marked with a trailing slash.
-        entries.extend(workspace.relative(sub) + "/" for sub in _subdirectories(workspace, path))
+    except OSError as exc:
+        return _failure(f"Cannot list {shown!r} ({(exc.strerror or str(exc)).lower()}).")
     entries.sort()
     total = len(entries)
     notice = None
@@ -259,20 +285,6 @@ def _list_dir(
         total=total,
         notice=notice,
     )
-
-
-def _subdirectories(workspace: Workspace, path: Path) -> list[Path]:
-    try:
-        with os.scandir(path) as scan:
-            return [
-                Path(entry.path)
-                for entry in scan
-                if entry.is_dir(follow_symlinks=False)
-                and entry.name != ".git"
-                and not workspace.is_protected(entry.name)
-            ]
-    except OSError:
-        return []
 
 
 class _ReaderHandler:
@@ -296,33 +308,32 @@ class _ReaderHandler:
                 f"hosts). For workspace files give a path."
             )
         try:
-            path = self.workspace.resolve(request.path)
+            loc = self.workspace.locate(request.path)
         except PathRefused as exc:
             return _failure(exc.message)
         if request.action == "read":
-            if path.suffix.casefold() in _BINARY_DOCUMENTS:
+            suffix = loc.path.suffix
+            if suffix.casefold() in _BINARY_DOCUMENTS:
                 return _failure(
-                    f"{request.path!r} is a {path.suffix} document; use action 'open' to read "
+                    f"{request.path!r} is a {suffix} document; use action 'open' to read "
                     f"it as Markdown."
                 )
             context = evidence_wanted()
             response, evidence = await anyio.to_thread.run_sync(
-                _read_file, path, request.path, offset, limit, context is not None
+                _read_file, loc, offset, limit, context is not None
             )
             record_evidence(context, evidence)
             return response
         if request.action == "list_dir":
             types = _normalise_types(request.file_types or ())
             return await anyio.to_thread.run_sync(
-                _list_dir, self.workspace, path, request.path, bool(request.recursive), types
+                _list_dir, self.workspace, loc, bool(request.recursive), types
             )
-        return await self._open(path, offset, limit, shown=request.path)
+        return await self._open(loc, offset, limit)
 
-    async def _open(
-        self, target: str | Path, offset: int, limit: int, *, shown: str | None = None
-    ) -> ReaderResponse:
+    async def _open(self, target: str | Location, offset: int, limit: int) -> ReaderResponse:
         try:
-            markdown = await self.opener.open(target, shown=shown)
+            markdown = await self.opener.open(target)
         except _documents.DocumentError as exc:
             return _failure(exc.message)
         window = await anyio.to_thread.run_sync(_window_of_text, markdown, offset, limit)

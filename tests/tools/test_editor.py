@@ -6,6 +6,8 @@ import errno
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -24,7 +26,7 @@ def editor(workspace: Path):
 
 
 def leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(_files.TEMP_PREFIX))
 
 
 # --- write ----------------------------------------------------------------------
@@ -310,21 +312,35 @@ def fail(*_args: object) -> None:
     raise Boom()
 
 
+@contextmanager
+def opened(target: Path) -> Iterator[tuple[int, _files.Original]]:
+    """The target's directory descriptor and the target as read."""
+    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        yield dir_fd, _files.Original(fd=fd, st=os.fstat(fd), data=target.read_bytes())
+    finally:
+        os.close(fd)
+        os.close(dir_fd)
+
+
 @pytest.mark.parametrize("step", ["open_temp", "write", "fsync", "replace"])
 def test_a_failed_step_leaves_the_original_and_no_temp_file(workspace: Path, step: str):
     target = workspace / "a.txt"
     target.write_bytes(b"original\r\n")
     steps = attrs.evolve(_files.WriteSteps(), **{step: fail})
-    with pytest.raises(Boom):
-        _files.atomic_write(target, b"new", mode=0o644, steps=steps)
+    with opened(target) as (dir_fd, original), pytest.raises(Boom):
+        _files.commit(dir_fd, "a.txt", b"new", original=original, steps=steps)
     assert target.read_bytes() == b"original\r\n"
     assert leftovers(workspace) == []
 
 
-def test_atomic_write_replaces_and_leaves_no_temp_file(workspace: Path):
+def test_commit_replaces_keeps_the_mode_and_leaves_no_temp_file(workspace: Path):
     target = workspace / "a.txt"
     target.write_bytes(b"old")
-    _files.atomic_write(target, b"new", mode=0o600)
+    target.chmod(0o600)
+    with opened(target) as (dir_fd, original):
+        _files.commit(dir_fd, "a.txt", b"new", original=original)
     assert target.read_bytes() == b"new"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert leftovers(workspace) == []
@@ -429,3 +445,58 @@ async def test_an_explicit_crlf_to_lf_edit_is_taken_literally(tmp_path):
     result = await editor(action="edit", file_path="w.txt", old_string="a\r\n", new_string="a\n")
     assert result["success"] is True
     assert (tmp_path / "w.txt").read_bytes() == b"a\nb\r\n"
+
+
+# --- metadata ---------------------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+async def test_an_edit_keeps_the_owner_and_group(workspace: Path):
+    target = workspace / "a.txt"
+    target.write_text("one\n")
+    os.chown(target, 12345, 23456)
+    tool = editor_tool(workspace_root=workspace)
+    result = await tool(action="edit", file_path="a.txt", old_string="one", new_string="two")
+    assert result["success"], result
+    st = target.stat()
+    assert (st.st_uid, st.st_gid) == (12345, 23456)
+
+
+async def test_an_edit_keeps_extended_attributes(workspace: Path):
+    target = workspace / "a.txt"
+    target.write_text("one\n")
+    try:
+        os.setxattr(target, "user.origin", b"downloaded")
+    except OSError as exc:
+        pytest.skip(f"this filesystem takes no user xattrs ({exc.strerror})")
+    tool = editor_tool(workspace_root=workspace)
+    result = await tool(action="edit", file_path="a.txt", old_string="one", new_string="two")
+    assert result["success"], result
+    assert os.getxattr(target, "user.origin") == b"downloaded"
+
+
+async def test_a_hard_linked_file_is_edited_in_place_and_its_twin_follows(workspace: Path):
+    target = workspace / "a.txt"
+    target.write_text("one\n")
+    twin = workspace / "twin.txt"
+    os.link(target, twin)
+    inode = target.stat().st_ino
+    tool = editor_tool(workspace_root=workspace)
+    result = await tool(action="edit", file_path="a.txt", old_string="one", new_string="three")
+    assert result["success"], result
+    assert target.stat().st_ino == inode
+    assert twin.read_text() == "three\n"
+    result = await tool(action="write", file_path="twin.txt", content="x\n")
+    assert result["success"], result
+    assert target.read_text() == "x\n"
+    assert leftovers(workspace) == []
+
+
+async def test_a_failed_write_removes_the_directories_it_created(workspace: Path):
+    (workspace / "kept").mkdir()
+    tool = editor_tool(
+        workspace_root=workspace, _write_steps=attrs.evolve(_files.WriteSteps(), write=fail)
+    )
+    result = await tool(action="write", file_path="kept/a/b/c/new.txt", content="x")
+    assert result["success"] is False
+    assert sorted(p.name for p in workspace.rglob("*")) == ["kept"]

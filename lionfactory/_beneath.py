@@ -1,0 +1,250 @@
+"""Open a path below a directory descriptor without following any symbolic link.
+
+This is the kernel half of the workspace seam. A path the model gives is
+checked once (lexically, for protected names) and then opened **relative to a
+descriptor of the workspace root**, so a directory swapped for a symlink
+between the check and the open cannot redirect it: there is no second
+resolution of the name for an attacker to race.
+
+Two mechanisms, chosen once per process:
+
+* ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` (Linux 5.6+), called
+  through ctypes because Python has no binding for it. The kernel refuses any
+  symlink in any component and any step out of the starting directory, in one
+  atomic lookup.
+* Elsewhere (an older kernel, a seccomp filter that blocks the syscall, not
+  Linux): a walk that opens one component at a time with
+  ``O_NOFOLLOW | O_DIRECTORY`` relative to the previous component's
+  descriptor. Each step is atomic, so the walk is just as safe; it costs one
+  ``open`` per component.
+
+Both fail with ``ELOOP`` on a symlink and ``ENOTDIR`` when a middle component
+is not a directory, so callers see the same errors whichever runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import platform
+import stat
+import sys
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+__all__ = [
+    "DIRECTORY_FLAGS",
+    "Strategy",
+    "current_strategy",
+    "forced_strategy",
+    "make_parents",
+    "open_beneath",
+    "open_child",
+    "release_created",
+]
+
+Strategy = Literal["openat2", "walk"]
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+DIRECTORY_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+"""Flags of a directory descriptor the walk (and `os.scandir`, `flock`) can use."""
+
+# openat2(2): struct open_how and the RESOLVE_* bits from <linux/openat2.h>.
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+# openat2 came after the syscall tables were unified: 437 on every
+# architecture this list names (alpha and ia64 differ; they use the walk).
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "riscv64": 437, "ppc64le": 437}
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+_Openat2 = Callable[[int, str, int, int], int]
+
+
+def _load_openat2() -> _Openat2 | None:
+    """A callable for the ``openat2`` syscall, or None when this system lacks it."""
+    number = _SYS_OPENAT2.get(platform.machine().lower())
+    if not sys.platform.startswith("linux") or number is None:
+        return None
+    try:
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.restype = ctypes.c_long
+
+    def openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
+        how = _OpenHow(
+            flags=flags,
+            mode=mode if flags & os.O_CREAT else 0,  # the kernel refuses a stray mode
+            resolve=_RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS,
+        )
+        encoded = os.fsencode(path)
+        # EAGAIN: a concurrent rename disturbed a "beneath" lookup; the
+        # kernel asks for a retry. A few retries, then report it.
+        for _ in range(8):
+            fd = int(
+                syscall(
+                    ctypes.c_long(number),
+                    ctypes.c_int(dir_fd),
+                    ctypes.c_char_p(encoded),
+                    ctypes.byref(how),
+                    ctypes.c_size_t(ctypes.sizeof(how)),
+                )
+            )
+            if fd >= 0:
+                return fd
+            code = ctypes.get_errno()
+            if code not in (errno.EAGAIN, errno.EINTR):
+                raise OSError(code, os.strerror(code), path)
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), path)
+
+    # Probe once: a seccomp filter (some container runtimes) answers ENOSYS
+    # or EPERM, and then the walk is the only way.
+    try:
+        root = os.open("/", DIRECTORY_FLAGS)
+    except OSError:
+        return None
+    try:
+        os.close(openat2(root, ".", DIRECTORY_FLAGS, 0))
+    except OSError:
+        return None
+    finally:
+        os.close(root)
+    return openat2
+
+
+_OPENAT2 = _load_openat2()
+_forced: list[Strategy] = []
+
+
+def current_strategy() -> Strategy:
+    """The mechanism in use: ``"openat2"`` when the kernel has it, else ``"walk"``."""
+    if _forced:
+        return _forced[-1]
+    return "openat2" if _OPENAT2 is not None else "walk"
+
+
+@contextlib.contextmanager
+def forced_strategy(strategy: Strategy) -> Iterator[None]:
+    """Use one mechanism while the block runs (tests exercise both).
+
+    Raises:
+        ValueError: ``"openat2"`` was asked for and this kernel lacks it.
+    """
+    if strategy == "openat2" and _OPENAT2 is None:
+        raise ValueError("openat2 is not available on this system")
+    _forced.append(strategy)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def open_child(dir_fd: int, name: str, flags: int, mode: int = 0o666) -> int:
+    """Open one name in a directory descriptor, refusing a symlink (``ELOOP``).
+
+    ``O_DIRECTORY | O_NOFOLLOW`` on a symlink fails with ``ENOTDIR``; that
+    case is reported as ``ELOOP`` too, the error ``openat2`` gives, so the
+    model hears "symbolic link" whichever mechanism ran. (The lstat only
+    chooses the message; the refusal itself came from the atomic open.)
+    """
+    try:
+        return os.open(name, flags | _O_NOFOLLOW | _O_CLOEXEC, mode, dir_fd=dir_fd)
+    except NotADirectoryError:
+        try:
+            link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        except OSError:
+            link = False
+        if link:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
+        raise
+
+
+def open_beneath(root_fd: int, parts: tuple[str, ...], flags: int, mode: int = 0o666) -> int:
+    """Open ``root/parts`` without leaving `root_fd` and without following a link.
+
+    Args:
+        root_fd: a directory descriptor the lookup starts at (and stays under).
+        parts: plain components: no ``..``, ``.``, empty name or slash.
+        flags: `os.open` flags for the final component.
+        mode: the permission bits when `flags` creates the file.
+
+    Raises:
+        OSError: ``ELOOP`` when any component is a symlink, ``ENOTDIR`` when
+            a middle one is not a directory, or whatever ``open`` reports.
+    """
+    if not parts:
+        return os.open(".", flags | _O_CLOEXEC, mode, dir_fd=root_fd)
+    if _OPENAT2 is not None and current_strategy() == "openat2":
+        return _OPENAT2(root_fd, "/".join(parts), flags | _O_CLOEXEC, mode)
+    current = root_fd
+    try:
+        for part in parts[:-1]:
+            step = open_child(current, part, DIRECTORY_FLAGS)
+            if current != root_fd:
+                os.close(current)
+            current = step
+        return open_child(current, parts[-1], flags, mode)
+    finally:
+        if current != root_fd:
+            os.close(current)
+
+
+def make_parents(root_fd: int, parts: tuple[str, ...]) -> tuple[int, list[tuple[int, str]]]:
+    """Open (creating what is missing) the directory ``root/parts``, one component at a time.
+
+    Returns:
+        The directory's descriptor, and for each directory this call created,
+        a descriptor of its parent and its name (open descriptors the caller
+        closes), so a failed write can remove exactly what it created.
+
+    Raises:
+        OSError: as `open_beneath`; a symlink anywhere is ``ELOOP``.
+    """
+    current = os.dup(root_fd)
+    created: list[tuple[int, str]] = []
+    try:
+        for part in parts:
+            try:
+                os.mkdir(part, 0o777, dir_fd=current)
+            except FileExistsError:
+                made = False
+            else:
+                created.append((current, part))
+                made = True
+            step = open_child(current, part, DIRECTORY_FLAGS)
+            if not made:
+                os.close(current)
+            current = step
+    except BaseException:
+        if not created or created[-1][0] != current:
+            os.close(current)
+        release_created(created, remove=True)
+        raise
+    return current, created
+
+
+def release_created(created: list[tuple[int, str]], *, remove: bool) -> None:
+    """Close the parent descriptors `make_parents` returned; first remove the directories.
+
+    Removal is ``rmdir`` of each created name, newest first, so it only ever
+    removes a directory that is still empty.
+    """
+    for parent, name in reversed(created):
+        if remove:
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=parent)
+        os.close(parent)
+    created.clear()
