@@ -344,7 +344,10 @@ def _to_openai(message: Message) -> dict[str, Any]:
     if message.role == "assistant" and message.tool_calls:
         return {
             "role": "assistant",
-            "content": message.content or None,
+            # A string, never null: llama-cpp-python's server rejects null
+            # content (HTTP 500) and omitting the key fails there too, while
+            # "" is accepted by it and by the OpenAI API alike.
+            "content": message.content,
             "tool_calls": [
                 {
                     "id": call.id,
