@@ -93,18 +93,12 @@ def _function_tool(source: ToolSource, tool: Tool, strict: bool | None) -> Funct
     name = tool.name
 
     async def invoke(context: ToolContext[Any], arguments: str) -> str:
-        problem: str | None = None
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            parsed, problem = None, f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-        else:
-            problem = None if isinstance(parsed, dict) else "expected a JSON object"
-        if problem is not None:
+        parsed = _json_object(arguments)
+        if isinstance(parsed, str):
             return json.dumps(
                 {
                     "error": f"The arguments of your call to {name!r} were not valid JSON: "
-                    f"{problem}. Call the tool again with its arguments as one JSON object.",
+                    f"{parsed}. Call the tool again with its arguments as one JSON object.",
                     "error_type": "ToolInputError",
                 }
             )
@@ -118,6 +112,17 @@ def _function_tool(source: ToolSource, tool: Tool, strict: bool | None) -> Funct
         on_invoke_tool=invoke,
         strict_json_schema=strict_form is not None,
     )
+
+
+def _json_object(text: str) -> dict[str, Any] | str:
+    """The arguments as a dict, or what is wrong with them ("" means no arguments)."""
+    if not text.strip():
+        return {}
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return parsed if isinstance(parsed, dict) else "expected a JSON object"
 
 
 def _required(schema: Any) -> list[tuple[str, frozenset[str]]]:
