@@ -76,7 +76,7 @@ class AnthropicMessages:
 
     Args:
         model: the model name, for example ``"claude-sonnet-4-5"``.
-        api_key: sent as ``x-api-key``; by default the ``ANTHROPIC_API_KEY``
+        api_key: sent as ``Authorization: Bearer <api_key>``; by default the ``ANTHROPIC_API_KEY``
             environment variable, read now.
         base_url: the API root, without ``/v1``.
         max_tokens: the most tokens one reply may have (the API requires it).
@@ -224,7 +224,8 @@ class AnthropicMessages:
     def _new_client(self) -> httpx.AsyncClient:
         headers = {
             "Accept": "application/json",
-            "x-api-key": self._api_key,
+            # As the official SDK (2.14) sends it; the API also takes x-api-key.
+            "Authorization": f"Bearer {self._api_key}",
             "anthropic-version": self.api_version,
         }
         headers.update(self.headers)
