@@ -281,6 +281,10 @@ class AnthropicMessages:
         return ModelReply(text=text, tool_calls=tuple(calls))
 
 
+# Documented, imported and pickled as lionfactory.models.AnthropicMessages.
+AnthropicMessages.__module__ = "lionfactory.models"
+
+
 def _parse_call(block: dict[str, Any]) -> ToolCall:
     name, call_id, arguments = block.get("name"), block.get("id"), block.get("input")
     # A call without a name still reaches the branch, which tells the model
