@@ -5,6 +5,7 @@ One module per framework, each a plain function behind its own extra:
 - `lionfactory.integrations.pydantic_ai`: ``pydantic_ai_toolset`` (``lionfactory[pydantic-ai]``)
 - `lionfactory.integrations.openai_agents`: ``openai_agents_tools`` (``lionfactory[openai-agents]``)
 - `lionfactory.integrations.langchain`: ``langchain_tools`` (``lionfactory[langchain]``)
+- `lionfactory.integrations.lionagi`: ``lionagi_tools`` (``lionfactory[lionagi]``)
 
 Every adapter takes a `Branch` (its tools, looked up at call time, so a tool
 registered later is offered too) or a list of `Tool` objects. Through a
