@@ -2,15 +2,16 @@
 
 lionagi asks the model for JSON that names the actions to run (its
 ``action_requests``), runs them, and shows their outputs in the next round.
-The mock model answers each round with scripted JSON. lionagi writes a log
-file under ``./data/logs`` when a run ends, so every test runs in its
-temporary directory.
+The mock model answers each round with scripted JSON. lionagi keeps a log
+it writes under ``./data/logs``, so every test runs in its temporary
+directory and writes that log there itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,6 +61,9 @@ def react(tools: list[Any], steps: tuple[tuple[str, dict[str, Any]], ...], final
     answer = asyncio.run(
         lion.ReAct(instruction="Change hello to goodbye.", max_extensions=len(steps) + 1)
     )
+    # Write lionagi's log here (the test's directory) and empty it, or lionagi
+    # writes it at interpreter exit into whatever the directory is then.
+    lion.dump_logs(clear=True, persist_path=Path.cwd() / "lionagi-log.json")
     return answer, [m.content.output for m in lion.messages if isinstance(m, ActionResponse)]
 
 
