@@ -51,6 +51,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: Any
+    client_port: int
 
 
 class Recorder:
@@ -73,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
         recorder = self.server.recorder
         raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         headers = {k.lower(): v for k, v in self.headers.items()}
-        recorder.seen.append(Seen(self.path, headers, json.loads(raw)))
+        recorder.seen.append(Seen(self.path, headers, json.loads(raw), self.client_address[1]))
         status, body = recorder.replies.popleft() if recorder.replies else (599, {})
         payload = json.dumps(body).encode()
         self.send_response(status)
@@ -462,3 +463,16 @@ def test_params_reach_the_request_body():
         "temperature": 0.0,
         "tool_choice": {"type": "any"},
     }
+
+
+async def test_calls_inside_async_with_share_one_connection(server):
+    server.play(reply(text("a")), reply(text("b")), reply(text("c")), reply(text("d")))
+    model = adapter(server)
+    async with model:
+        await model([Message(role="user", content="1")], [])
+        await model([Message(role="user", content="2")], [])
+    await model([Message(role="user", content="3")], [])
+    await model([Message(role="user", content="4")], [])
+    ports = [seen.client_port for seen in server.seen]
+    assert ports[0] == ports[1]
+    assert len({ports[1], ports[2], ports[3]}) == 3

@@ -33,6 +33,7 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
 from lionfactory import function_tool
+from lionfactory.errors import ToolDenied
 from lionfactory.integrations.pydantic_ai import pydantic_ai_toolset
 from lionfactory.testing import assert_no_foreign_bindings
 
@@ -179,3 +180,28 @@ def test_pydantic_ai_test_model_calls_every_tool_of_a_branch(tmp_path):
     agent = Agent(TestModel(call_tools=["reader"]), toolsets=[pydantic_ai_toolset(task.branch)])
     run(agent, "go")
     assert [c[0] for c in recorded_calls(task.branch)] == ["reader"]
+
+
+def test_a_denial_and_a_crash_come_back_as_the_error_payload():
+    def deny(name: str, arguments: dict[str, Any]) -> None:
+        raise ToolDenied("no shouting today")
+
+    def shout(text: str) -> str:
+        """Upper-case text."""
+        return text.upper()
+
+    def crash() -> None:
+        """Always fails."""
+        raise RuntimeError("boom")
+
+    tools = [function_tool(shout).with_hooks(pre=[deny]), function_tool(crash)]
+    seen: list[Any] = []
+    model = scripted((("shout", {"text": "hi"}), ("crash", {})), "ok", seen)
+    agent = Agent(model, toolsets=[pydantic_ai_toolset(tools)])
+    assert run(agent, "go") == "ok"
+    (denied,) = [p.content for p in seen[1][0].parts if isinstance(p, ToolReturnPart)]
+    (crashed,) = [p.content for p in seen[2][0].parts if isinstance(p, ToolReturnPart)]
+    assert denied["error_type"] == "ToolDenied"
+    assert "no shouting today" in denied["error"]
+    assert crashed["error_type"] == "RuntimeError"
+    assert "boom" in crashed["error"]
