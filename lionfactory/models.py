@@ -1,9 +1,10 @@
 """Chat model adapters for real model servers.
 
 `OpenAICompatible` speaks the OpenAI Chat Completions API with tools, which
-OpenAI and the common local servers (llama.cpp's ``llama-server``, vLLM,
-Ollama, LM Studio) all serve at ``<base_url>/chat/completions``. It is a
-`ChatModel`: give it to ``Branch(chat_model=...)``.
+OpenAI and the common local servers (llama.cpp's ``llama-server`` and
+llama-cpp-python's server, vLLM, Ollama, LM Studio) all serve at
+``<base_url>/chat/completions``. `AnthropicMessages` speaks Anthropic's
+Messages API. Each is a `ChatModel`: give it to ``Branch(chat_model=...)``.
 
 Importing this module imports httpx (the ``models`` extra); importing
 `lionfactory` does not.
@@ -25,66 +26,35 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-import anyio
 import attrs
 
-try:
-    import httpx
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "lionfactory.models needs httpx; install it with `pip install 'lionfactory[models]'`"
-    ) from exc
-
+from lionfactory._anthropic import AnthropicMessages
 from lionfactory._messages import Message, ToolCall
 from lionfactory._model import ModelReply
-from lionfactory.errors import LionfactoryError
+from lionfactory._model_http import (
+    BODY_EXCERPT,
+    ModelError,
+    ModelTimeoutError,
+    check_positive,
+    check_retries,
+    close_client,
+    new_client,
+    post_json,
+)
 
 if TYPE_CHECKING:
+    import httpx
+
     from lionfactory._tool import Tool
 
-__all__ = ["ModelError", "ModelTimeoutError", "OpenAICompatible"]
+__all__ = ["AnthropicMessages", "ModelError", "ModelTimeoutError", "OpenAICompatible"]
 """The one argument a tool call carries when the model's arguments were not a JSON object.
 
 Its value says what was wrong and quotes what the model sent. Every request
 model in lionfactory forbids unknown fields, so validation rejects the call
 and the model reads, in the tool message, that its JSON was malformed."""
 
-# Retried: rate limits, request timeouts and server errors, which a later
-# attempt may not meet. Any other 4xx is the request's fault and is final.
-_RETRY_STATUSES = frozenset({408, 429})
-# A server's Retry-After is honoured up to this many seconds, and so is the
-# exponential backoff: a retry loop must stay bounded whatever a server says.
-_MAX_DELAY = 30.0
-_BODY_EXCERPT = 1000
 _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream"})
-
-
-class ModelError(LionfactoryError):
-    """A chat model request failed: an HTTP error status, no connection, or an unusable reply.
-
-    Attributes:
-        status: the HTTP status of the last response, or None when none arrived.
-        body: the start of that response's body (at most 1,000 characters).
-        attempts: how many requests were made before giving up.
-    """
-
-    def __init__(
-        self, message: str, *, status: int | None = None, body: str = "", attempts: int = 1
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
-        self.attempts = attempts
-
-
-class ModelTimeoutError(ModelError, TimeoutError):
-    """The chat model did not answer within the timeout, on every attempt."""
-
-
-def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
 
 
 @attrs.define(eq=False, init=False, repr=False)
@@ -164,19 +134,14 @@ class OpenAICompatible:
             raise ValueError(f"model must be a non-empty model name, got {model!r}")
         if api_key is not None and not isinstance(api_key, str):
             raise TypeError(f"api_key must be a string or None, got {type(api_key).__name__}")
-        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
-            raise TypeError(f"transport must be an httpx.AsyncBaseTransport, got {transport!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
-        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
-            raise ValueError(f"backoff must be a number of seconds >= 0, got {backoff!r}")
+        check_retries(max_retries, backoff, transport)
         reserved = sorted(_RESERVED_PARAMS.intersection(params or {}))
         if reserved:
             raise ValueError(f"params cannot set {reserved}; the adapter sends those itself")
         self.__attrs_init__(
             base_url=base_url.rstrip("/"),
             model=model,
-            timeout=_check_positive("timeout", timeout),
+            timeout=check_positive("timeout", timeout),
             max_retries=max_retries,
             backoff=float(backoff),
             headers=dict(headers or {}),
@@ -247,64 +212,21 @@ class OpenAICompatible:
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key}"
         headers.update(self.headers)
-        # httpx's own timeouts are off: one anyio deadline per attempt covers
-        # connecting, waiting and reading, whereas httpx's read timeout
-        # restarts on every chunk and a trickling server would never time out.
-        return httpx.AsyncClient(headers=headers, transport=self._transport, timeout=None)
+        return new_client(headers, self._transport)
 
     async def _close(self, client: httpx.AsyncClient) -> None:
-        if self._transport is not None:
-            # Closing the client would close the caller's transport, and a
-            # client on a given transport holds nothing else to release.
-            return
-        # Shielded so a cancelled call still releases its sockets.
-        with anyio.CancelScope(shield=True):
-            await client.aclose()
+        await close_client(client, self._transport)
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        attempts = 0
-        while True:
-            attempts += 1
-            retry_after: float | None = None
-            failure: ModelError
-            try:
-                with anyio.fail_after(self.timeout):
-                    response = await client.post(self.url, json=body)
-            except TimeoutError:
-                failure = ModelTimeoutError(
-                    f"the chat model at {self.url} did not answer within {self.timeout:g} s "
-                    f"({attempts} attempt(s))",
-                    attempts=attempts,
-                )
-            except httpx.TransportError as exc:
-                failure = ModelError(
-                    f"could not talk to the chat model at {self.url} "
-                    f"({attempts} attempt(s)): {type(exc).__name__}: {exc}",
-                    attempts=attempts,
-                )
-            else:
-                if response.is_success:
-                    return self._decode(response, attempts)
-                status = response.status_code
-                excerpt = response.text[:_BODY_EXCERPT]
-                retryable = status in _RETRY_STATUSES or status >= 500
-                failure = ModelError(
-                    f"the chat model at {self.url} answered HTTP {status} "
-                    f"({attempts} attempt(s){'' if retryable else ', not retried'}): "
-                    f"{excerpt[:300]}",
-                    status=status,
-                    body=excerpt,
-                    attempts=attempts,
-                )
-                if not retryable:
-                    raise failure
-                retry_after = _retry_after(response)
-            if attempts > self.max_retries:
-                raise failure
-            delay = self.backoff * 2 ** (attempts - 1)
-            if retry_after is not None:
-                delay = max(delay, retry_after)
-            await anyio.sleep(min(delay, _MAX_DELAY))
+        return await post_json(
+            client,
+            self.url,
+            body,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            decode=self._decode,
+        )
 
     def _decode(self, response: httpx.Response, attempts: int) -> Any:
         try:
@@ -314,7 +236,7 @@ class OpenAICompatible:
                 f"the chat model at {self.url} answered HTTP {response.status_code} "
                 f"with a body that is not JSON: {response.text[:300]!r}",
                 status=response.status_code,
-                body=response.text[:_BODY_EXCERPT],
+                body=response.text[:BODY_EXCERPT],
                 attempts=attempts,
             ) from None
 
@@ -327,7 +249,7 @@ class OpenAICompatible:
             raise ModelError(
                 f"the chat model at {self.url} answered without choices[0].message: {text[:300]}",
                 status=200,
-                body=text[:_BODY_EXCERPT],
+                body=text[:BODY_EXCERPT],
             )
         calls = message.get("tool_calls")
         calls = calls if isinstance(calls, list) else []
@@ -344,7 +266,10 @@ def _to_openai(message: Message) -> dict[str, Any]:
     if message.role == "assistant" and message.tool_calls:
         return {
             "role": "assistant",
-            "content": message.content or None,
+            # A string, never null: llama-cpp-python's server rejects null
+            # content (HTTP 500) and omitting the key fails there too, while
+            # "" is accepted by it and by the OpenAI API alike.
+            "content": message.content,
             "tool_calls": [
                 {
                     "id": call.id,
@@ -415,13 +340,3 @@ def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
                 return parsed, None
             problem = f"expected a JSON object, got a JSON {type(parsed).__name__}"
     return {}, f"{problem}; you sent: {shown[:500]}"
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """The server's Retry-After in seconds, when it gives a number (dates are ignored)."""
-    value = response.headers.get("Retry-After")
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and 0 <= seconds < float("inf") else None

@@ -209,7 +209,7 @@ async def test_request_maps_messages_and_sends_openai_tool_schemas(server):
         {"role": "user", "content": "add 1 and 2"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call_1",
@@ -221,6 +221,25 @@ async def test_request_maps_messages_and_sends_openai_tool_schemas(server):
         {"role": "tool", "tool_call_id": "call_1", "content": '{"result": 3}'},
         {"role": "assistant", "content": "3"},
     ]
+
+
+async def test_tool_call_turn_sends_string_content_never_null(server):
+    # llama-cpp-python's server answers 500 to "content": null and to a missing
+    # "content" on the assistant turn that carried tool calls; "" works there
+    # and on the OpenAI API.
+    server.play(completion("ok"))
+    call = ToolCall(id="c1", name="add", arguments={"a": 1, "b": 2})
+    said = ToolCall(id="c2", name="add", arguments={"a": 3, "b": 4})
+    messages = [
+        Message(role="user", content="add"),
+        Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", content='{"result": 3}', call_id="c1", tool="add"),
+        Message(role="assistant", content="Adding again.", tool_calls=(said,)),
+        Message(role="tool", content='{"result": 7}', call_id="c2", tool="add"),
+    ]
+    await model_for(server)(messages, [function_tool(add)])
+    sent = [m for m in server.seen[0].body["messages"] if m["role"] == "assistant"]
+    assert [m["content"] for m in sent] == ["", "Adding again."]
 
 
 async def test_no_tools_means_no_tools_key(server):
@@ -255,7 +274,7 @@ async def test_tool_call_round_trip_through_branch_run(server):
     second = server.seen[1].body["messages"]
     assert second[-2] == {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [
             {
                 "id": "call_9",

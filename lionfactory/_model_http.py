@@ -1,0 +1,188 @@
+"""What every HTTP chat model adapter shares: its errors, its client, its retry loop.
+
+`OpenAICompatible` and `AnthropicMessages` differ in the request they build
+and the reply they parse; how a request is sent (one anyio deadline per
+attempt, which statuses are retried, how long to wait) is decided here once.
+
+Importing this module imports httpx (the ``models`` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "lionfactory.models needs httpx; install it with `pip install 'lionfactory[models]'`"
+    ) from exc
+
+from lionfactory.errors import LionfactoryError
+
+__all__ = [
+    "BODY_EXCERPT",
+    "ModelError",
+    "ModelTimeoutError",
+    "check_positive",
+    "check_retries",
+    "close_client",
+    "new_client",
+    "post_json",
+]
+
+# Retried: rate limits, request timeouts and server errors (Anthropic's 529
+# "overloaded" among them), which a later attempt may not meet. Any other 4xx
+# is the request's fault and is final.
+_RETRY_STATUSES = frozenset({408, 429})
+# A server's Retry-After is honoured up to this many seconds, and so is the
+# exponential backoff: a retry loop must stay bounded whatever a server says.
+_MAX_DELAY = 30.0
+BODY_EXCERPT = 1000
+"""How much of an error response's body a `ModelError` keeps."""
+
+
+class ModelError(LionfactoryError):
+    """A chat model request failed: an HTTP error status, no connection, or an unusable reply.
+
+    Attributes:
+        status: the HTTP status of the last response, or None when none arrived.
+        body: the start of that response's body (at most 1,000 characters).
+        attempts: how many requests were made before giving up.
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, body: str = "", attempts: int = 1
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.attempts = attempts
+
+
+class ModelTimeoutError(ModelError, TimeoutError):
+    """The chat model did not answer within the timeout, on every attempt."""
+
+
+# Both errors are documented and raised as lionfactory.models' own.
+ModelError.__module__ = ModelTimeoutError.__module__ = "lionfactory.models"
+
+
+def check_positive(name: str, value: Any) -> float:
+    """`value` as a float, or ValueError when it is not a positive number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def check_retries(max_retries: Any, backoff: Any, transport: Any) -> None:
+    """Refuse a negative `max_retries` or `backoff`, or a `transport` httpx cannot use."""
+    if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+        raise TypeError(f"transport must be an httpx.AsyncBaseTransport, got {transport!r}")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+    if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
+        raise ValueError(f"backoff must be a number of seconds >= 0, got {backoff!r}")
+
+
+def new_client(
+    headers: Mapping[str, str], transport: httpx.AsyncBaseTransport | None
+) -> httpx.AsyncClient:
+    """An HTTP client sending `headers`, through `transport` when one is given."""
+    # httpx's own timeouts are off: one anyio deadline per attempt covers
+    # connecting, waiting and reading, whereas httpx's read timeout restarts
+    # on every chunk and a trickling server would never time out.
+    return httpx.AsyncClient(headers=dict(headers), transport=transport, timeout=None)
+
+
+async def close_client(
+    client: httpx.AsyncClient, transport: httpx.AsyncBaseTransport | None
+) -> None:
+    """Close a client from `new_client`, leaving a caller's `transport` open."""
+    if transport is not None:
+        # Closing the client would close the caller's transport, and a
+        # client on a given transport holds nothing else to release.
+        return
+    # Shielded so a cancelled call still releases its sockets.
+    with anyio.CancelScope(shield=True):
+        await client.aclose()
+
+
+async def post_json(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    *,
+    timeout: float,
+    max_retries: int,
+    backoff: float,
+    decode: Callable[[httpx.Response, int], Any],
+) -> Any:
+    """POST `body` as JSON and return ``decode(response, attempts)`` of the first success.
+
+    Rate limits (429), 408 and 5xx answers, lost connections and timeouts
+    are retried up to `max_retries` times, after ``backoff * 2**n`` seconds
+    (or the server's Retry-After), each wait capped at 30 seconds. Other 4xx
+    answers raise at once.
+
+    Raises:
+        ModelError: an error status (after retries when retryable), or no
+            connection after retries.
+        ModelTimeoutError: every attempt outlasted `timeout`.
+    """
+    attempts = 0
+    while True:
+        attempts += 1
+        wait_at_least: float | None = None
+        failure: ModelError
+        try:
+            with anyio.fail_after(timeout):
+                response = await client.post(url, json=body)
+        except TimeoutError:
+            failure = ModelTimeoutError(
+                f"the chat model at {url} did not answer within {timeout:g} s "
+                f"({attempts} attempt(s))",
+                attempts=attempts,
+            )
+        except httpx.TransportError as exc:
+            failure = ModelError(
+                f"could not talk to the chat model at {url} "
+                f"({attempts} attempt(s)): {type(exc).__name__}: {exc}",
+                attempts=attempts,
+            )
+        else:
+            if response.is_success:
+                return decode(response, attempts)
+            status = response.status_code
+            excerpt = response.text[:BODY_EXCERPT]
+            retryable = status in _RETRY_STATUSES or status >= 500
+            failure = ModelError(
+                f"the chat model at {url} answered HTTP {status} "
+                f"({attempts} attempt(s){'' if retryable else ', not retried'}): "
+                f"{excerpt[:300]}",
+                status=status,
+                body=excerpt,
+                attempts=attempts,
+            )
+            if not retryable:
+                raise failure
+            wait_at_least = _retry_after(response)
+        if attempts > max_retries:
+            raise failure
+        delay = backoff * 2 ** (attempts - 1)
+        if wait_at_least is not None:
+            delay = max(delay, wait_at_least)
+        await anyio.sleep(min(delay, _MAX_DELAY))
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The server's Retry-After in seconds, when it gives a number (dates are ignored)."""
+    value = response.headers.get("Retry-After")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
