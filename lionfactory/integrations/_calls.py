@@ -7,17 +7,15 @@ adapters differ only in the foreign shapes they build.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from lionfactory._acting import execute_call
+from lionfactory._acting import ActionResult, execute_call
 from lionfactory._branch import Branch
 from lionfactory._messages import ToolCall
-from lionfactory._registration import ActionResult
 from lionfactory._tool import Tool
 from lionfactory.errors import ToolInputError
 
@@ -94,13 +92,10 @@ def model_view(action: ActionResult) -> dict[str, Any]:
     """What the model reads about a call: the tool's response, or the error payload.
 
     The error payload (``error``, ``error_type``, ``errors`` for invalid
-    input) is the tool message `Branch.act` recorded, so a framework's model
-    reads exactly what lionfactory's own loop would show it.
+    input) is the one `Branch.act` recorded on the tool message, so a
+    framework's model reads exactly what lionfactory's own loop would show it.
     """
-    if action.error is None and action.result is not None:
-        return action.result
-    payload = json.loads(action.message.content or "{}")
-    return payload if isinstance(payload, dict) else {"error": action.error}
+    return action.payload
 
 
 def is_input_error(action: ActionResult) -> bool:
