@@ -29,8 +29,25 @@ def workspace(tmp_path: Path) -> Path:
     return root
 
 
-async def search(workspace: Path, **arguments: Any) -> dict[str, Any]:
-    return await search_tool(workspace_root=workspace)(**arguments)
+ENGINES = ("ripgrep", "builtin")
+
+
+def finder(engine: str) -> BinaryFinder:
+    """The default lookup, or one that cannot see rg (so the builtin engine runs)."""
+    return BinaryFinder(hidden={"rg"} if engine == "builtin" else ())
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+async def search(workspace: Path, engine: str, **arguments: Any) -> dict[str, Any]:
+    result = await search_tool(workspace_root=workspace, _binaries=finder(engine))(**arguments)
+    if result["success"]:
+        assert result["engine"] == engine
+    return result
 
 
 def fake_binary(directory: Path, name: str, body: str) -> Path:
@@ -41,8 +58,8 @@ def fake_binary(directory: Path, name: str, body: str) -> Path:
     return program
 
 
-async def test_grep_matches_an_extended_regex(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="def (load|save)_")
+async def test_grep_matches_an_extended_regex(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="def (load|save)_")
     assert result == {
         "success": True,
         "content": "src/app.py:1:def load_config():\nsrc/pkg/util.py:1:def save_state():",
@@ -50,73 +67,83 @@ async def test_grep_matches_an_extended_regex(workspace: Path) -> None:
         "total": 2,
         "truncated": False,
         "error": None,
+        "engine": engine,
+        "ignore_rules": "applied",
+        "ignored": None if engine == "ripgrep" else 0,
+        "notice": None,
     }
 
 
-async def test_grep_include_filters_by_file_name(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="load", include="*.md")
+async def test_grep_include_filters_by_file_name(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="load", include="*.md")
     assert result["content"] == "docs/notes.md:1:load the config, then save it"
 
 
-async def test_grep_in_a_subdirectory_reports_paths_from_the_root(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="load", path="src/pkg")
+async def test_grep_in_a_subdirectory_reports_paths_from_the_root(
+    workspace: Path, engine: str
+) -> None:
+    result = await search(workspace, engine, action="grep", pattern="load", path="src/pkg")
     assert result["content"] == "src/pkg/util.py:3:# load later"
 
 
-async def test_grep_in_a_single_file_names_the_file(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="save", path="src/app.py")
+async def test_grep_in_a_single_file_names_the_file(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="save", path="src/app.py")
     assert result["content"] == "src/app.py:2:    return save_state()"
 
 
-async def test_grep_pattern_starting_with_a_dash_is_a_pattern(workspace: Path) -> None:
+async def test_grep_pattern_starting_with_a_dash_is_a_pattern(workspace: Path, engine: str) -> None:
     (workspace / "flags.txt").write_text("use --verbose here\n")
-    result = await search(workspace, action="grep", pattern="--verbose")
+    result = await search(workspace, engine, action="grep", pattern="--verbose")
     assert result["content"] == "flags.txt:1:use --verbose here"
 
 
-async def test_grep_without_matches_is_a_success(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="nothing_like_this")
+async def test_grep_without_matches_is_a_success(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="nothing_like_this")
     assert (result["success"], result["count"], result["total"]) == (True, 0, 0)
-    assert result["content"] == "No matches found."
+    assert result["content"] == "No matches found (ignored files were not searched)."
 
 
-async def test_grep_skips_binary_files(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="binary")
+async def test_grep_skips_binary_files(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="binary")
     assert result["total"] == 0
 
 
-async def test_grep_never_searches_protected_files_or_git(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="load")
+async def test_grep_never_searches_protected_files_or_git(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="load")
     assert ".env" not in result["content"].lower()
     assert "secret" not in result["content"]
     assert ".git" not in result["content"]
     assert result["total"] == 3
 
 
-async def test_grep_cuts_very_long_lines(workspace: Path) -> None:
+async def test_grep_cuts_very_long_lines(workspace: Path, engine: str) -> None:
     (workspace / "long.txt").write_text("needle" + "x" * 5000 + "\n")
-    result = await search(workspace, action="grep", pattern="needle")
+    result = await search(workspace, engine, action="grep", pattern="needle")
     assert result["content"].endswith("...[line cut]")
     assert len(result["content"]) < 600
 
 
-async def test_grep_cap_reports_total_and_truncated(workspace: Path) -> None:
+async def test_grep_cap_reports_total_and_truncated(workspace: Path, engine: str) -> None:
     (workspace / "many.txt").write_text("hit\n" * 30)
-    result = await search(workspace, action="grep", pattern="hit", max_results=10)
+    result = await search(workspace, engine, action="grep", pattern="hit", max_results=10)
     assert (result["count"], result["total"], result["truncated"]) == (10, 30, True)
     assert result["content"].splitlines()[-1].startswith("[showing 10 of 30 matches")
 
 
-async def test_grep_default_shows_50(workspace: Path) -> None:
+async def test_grep_default_shows_50(workspace: Path, engine: str) -> None:
     (workspace / "many.txt").write_text("hit\n" * 120)
-    result = await search(workspace, action="grep", pattern="hit")
+    result = await search(workspace, engine, action="grep", pattern="hit")
     assert (result["count"], result["total"], result["truncated"]) == (50, 120, True)
 
 
-async def test_grep_invalid_regex_exit_2_is_an_error(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="(unclosed")
+async def test_grep_invalid_regex_is_a_typed_failure_quoting_the_engine(
+    workspace: Path, engine: str
+) -> None:
+    result = await search(workspace, engine, action="grep", pattern="(unclosed")
     assert result["success"] is False
-    assert "exit 2" in result["error"]
+    assert result["error"].startswith("The pattern is not a valid regular expression;")
+    quoted = {"ripgrep": "ripgrep said: regex parse error", "builtin": "grep said: "}
+    assert quoted[engine] in result["error"]
 
 
 async def test_grep_launch_failure_is_an_error(tmp_path: Path, workspace: Path) -> None:
@@ -139,19 +166,19 @@ async def test_missing_grep_is_an_error(tmp_path: Path, workspace: Path) -> None
     assert "not installed" in result["error"]
 
 
-async def test_find_matches_a_glob_on_names(workspace: Path) -> None:
-    result = await search(workspace, action="find", pattern="*.py")
+async def test_find_matches_a_glob_on_names(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="find", pattern="*.py")
     assert result["content"] == "src/app.py\nsrc/pkg/util.py"
     assert (result["count"], result["total"]) == (2, 2)
 
 
-async def test_find_marks_directories(workspace: Path) -> None:
-    result = await search(workspace, action="find", pattern="pkg")
+async def test_find_marks_directories(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="find", pattern="pkg")
     assert result["content"] == "src/pkg/"
 
 
-async def test_find_never_lists_protected_files_or_git(workspace: Path) -> None:
-    result = await search(workspace, action="find", pattern="*")
+async def test_find_never_lists_protected_files_or_git(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="find", pattern="*")
     listed = result["content"].splitlines()
     assert listed == [
         "bin.dat",
@@ -164,50 +191,52 @@ async def test_find_never_lists_protected_files_or_git(workspace: Path) -> None:
     ]
 
 
-async def test_find_explicit_protected_glob_lists_nothing(workspace: Path) -> None:
-    result = await search(workspace, action="find", pattern=".env*")
+async def test_find_explicit_protected_glob_lists_nothing(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="find", pattern=".env*")
     assert (result["success"], result["total"]) == (True, 0)
 
 
-async def test_find_does_not_list_symlinks(workspace: Path) -> None:
+async def test_find_does_not_list_symlinks(workspace: Path, engine: str) -> None:
     (workspace / "link.py").symlink_to(workspace / "src" / "app.py")
-    result = await search(workspace, action="find", pattern="*.py")
+    result = await search(workspace, engine, action="find", pattern="*.py")
     assert "link.py" not in result["content"]
 
 
-async def test_find_cap_reports_total_and_truncated(workspace: Path) -> None:
+async def test_find_cap_reports_total_and_truncated(workspace: Path, engine: str) -> None:
     for index in range(120):
         (workspace / "docs" / f"page{index:03}.txt").write_text("")
-    result = await search(workspace, action="find", pattern="page*")
+    result = await search(workspace, engine, action="find", pattern="page*")
     assert (result["count"], result["total"], result["truncated"]) == (100, 120, True)
     assert result["content"].splitlines()[0] == "docs/page000.txt"
 
 
-async def test_find_pattern_with_a_slash_is_an_error(workspace: Path) -> None:
-    result = await search(workspace, action="find", pattern="src/*.py")
+async def test_find_pattern_with_a_slash_is_an_error(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="find", pattern="src/*.py")
     assert result["success"] is False
     assert "path='src'" in result["error"]
 
 
-async def test_include_with_find_is_an_error(workspace: Path) -> None:
-    result = await search(workspace, action="find", pattern="*", include="*.py")
+async def test_include_with_find_is_an_error(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="find", pattern="*", include="*.py")
     assert result["success"] is False
 
 
 @pytest.mark.parametrize("max_results", [0, -1, 1001])
-async def test_max_results_out_of_range_is_rejected(workspace: Path, max_results: int) -> None:
+async def test_max_results_out_of_range_is_rejected(
+    workspace: Path, max_results: int, engine: str
+) -> None:
     with pytest.raises(ToolInputError, match="max_results"):
-        await search(workspace, action="grep", pattern="x", max_results=max_results)
+        await search(workspace, engine, action="grep", pattern="x", max_results=max_results)
 
 
-async def test_empty_pattern_is_rejected(workspace: Path) -> None:
+async def test_empty_pattern_is_rejected(workspace: Path, engine: str) -> None:
     with pytest.raises(ToolInputError, match="pattern"):
-        await search(workspace, action="find", pattern="")
+        await search(workspace, engine, action="find", pattern="")
 
 
-async def test_unknown_action_is_rejected(workspace: Path) -> None:
+async def test_unknown_action_is_rejected(workspace: Path, engine: str) -> None:
     with pytest.raises(ToolInputError, match="action"):
-        await search(workspace, action="list", pattern="x")
+        await search(workspace, engine, action="list", pattern="x")
 
 
 @pytest.mark.parametrize(
@@ -229,8 +258,8 @@ async def test_escape_attempts_are_refused_before_launch(
     assert "launched" not in os.listdir(tmp_path)
 
 
-async def test_missing_path_is_an_error(workspace: Path) -> None:
-    result = await search(workspace, action="grep", pattern="x", path="nope")
+async def test_missing_path_is_an_error(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="x", path="nope")
     assert result["success"] is False
     assert "does not exist" in result["error"]
 

@@ -1,0 +1,192 @@
+"""What is in the project: the ignore matcher against real git."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lionfactory._binaries import BinaryFinder
+from lionfactory._project import ProjectView, global_excludes, project_top, stray_ignore_files
+from lionfactory._workspace import Workspace
+
+TREE = {
+    ".gitignore": "*.log\nbuild/\n/top_only.txt\n.venv/\nnode_modules\n",
+    "app.log": "",
+    "top_only.txt": "",
+    "src/top_only.txt": "",
+    "src/main.py": "",
+    "src/build/out.py": "",
+    "build/out.py": "",
+    "build.py": "",
+    ".venv/lib/site.py": "",
+    "node_modules/pkg/index.js": "",
+    "sub/.gitignore": "!keep.log\nlocal/\n",
+    "sub/keep.log": "",
+    "sub/drop.log": "",
+    "sub/local/x.py": "",
+    "sub/deep/.gitignore": "*.tmp\n!important.tmp\n",
+    "sub/deep/important.tmp": "",
+    "sub/deep/other.tmp": "",
+    "sub/deep/keep.log": "",
+    "sub/deep/a.log": "",
+    "logs/.gitignore": "!*.log\n",
+    "logs/kept.log": "",
+    "excluded.txt": "",
+    ".github/workflow.yml": "",
+    ".ignore": "from_dot_ignore.txt\n",
+    "from_dot_ignore.txt": "",
+    "docs/.ignore": "!app.log\n",
+    "docs/app.log": "",
+}
+
+
+def git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent / "home")}
+    done = subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True, env=env
+    )
+    return done.stdout
+
+
+def build(root: Path, tree: dict[str, str]) -> None:
+    for name, text in tree.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def walked(root: Path, *, include_ignored: bool = False, start: str = ".") -> set[str]:
+    workspace = Workspace.at(root)
+    view = ProjectView(workspace, include_ignored=include_ignored)
+    return {
+        workspace.relative(path)
+        for path, is_dir in view.walk(root / start if start != "." else root)
+        if not is_dir
+    }
+
+
+def git_project_files(root: Path) -> set[str]:
+    """What git calls the project: untracked files not ignored (nothing is committed)."""
+    output = git(root, "ls-files", "--others", "--exclude-standard", "-z")
+    return {name for name in output.split("\0") if name}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (tmp_path / "home").mkdir()
+    git(root, "init", "-q")
+    build(root, TREE)
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "exclude").write_text("excluded.txt\n")
+    return root
+
+
+def test_the_walk_agrees_with_git_on_nested_rules_and_negation(repo: Path) -> None:
+    # .ignore is ripgrep's convention, unknown to git: leave its two effects aside.
+    expected = git_project_files(repo) - {"from_dot_ignore.txt"} | {"docs/app.log"}
+    assert walked(repo) == expected
+
+
+def test_negation_in_nested_gitignore_matches_git_check_ignore(repo: Path) -> None:
+    paths = ["sub/keep.log", "sub/drop.log", "sub/deep/keep.log", "sub/deep/a.log", "logs/kept.log"]
+    # check-ignore exits 1 when some path is not ignored; its output is what counts.
+    done = subprocess.run(
+        ["git", "check-ignore", *paths], cwd=repo, capture_output=True, text=True, check=False
+    )
+    ignored_by_git = set(done.stdout.split())
+    assert ignored_by_git == {"sub/drop.log", "sub/deep/a.log"}
+    files = walked(repo)
+    assert {p for p in paths if p not in files} == ignored_by_git
+
+
+def test_ignored_directories_are_not_entered_and_counted_once(repo: Path) -> None:
+    workspace = Workspace.at(repo)
+    view = ProjectView(workspace)
+    files = [workspace.relative(p) for p, is_dir in view.walk(repo) if not is_dir]
+    assert not [f for f in files if f.startswith((".venv/", "node_modules/", "build/"))]
+    assert "src/build/out.py" not in files  # "build/" matches at any depth
+    assert "build.py" in files  # a directory-only pattern does not match a file
+    # app.log, top_only.txt, build/, .venv/, node_modules/, sub/drop.log, sub/local/,
+    # sub/deep/other.tmp, sub/deep/a.log, excluded.txt, from_dot_ignore.txt, src/build/
+    assert view.skipped == 12
+
+
+def test_include_ignored_walks_everything_but_git_and_protected(repo: Path) -> None:
+    (repo / ".env").write_text("SECRET=1\n")
+    files = walked(repo, include_ignored=True)
+    assert {".venv/lib/site.py", "node_modules/pkg/index.js", "app.log"} <= files
+    assert ".env" not in files
+    assert not [f for f in files if f.startswith(".git/")]
+
+
+def test_the_same_rules_apply_outside_a_git_repository(tmp_path: Path, repo: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    build(plain, TREE)
+    assert project_top(plain) == (plain, False)
+    # Only .git/info/exclude belongs to the repository.
+    assert walked(plain) == walked(repo) | {"excluded.txt"}
+
+
+def test_a_named_ignored_directory_is_walked_below_its_rules(repo: Path) -> None:
+    assert walked(repo, start=".venv") == {".venv/lib/site.py"}
+    view = ProjectView(Workspace.at(repo))
+    assert view.visible(".venv/lib/site.py", start=".venv")
+    assert not view.visible(".venv/lib/site.py")
+    assert not view.visible("sub/drop.log")
+    assert view.visible("sub/keep.log")
+
+
+def test_a_subdirectory_workspace_inherits_the_repository_rules(repo: Path) -> None:
+    files = walked(repo / "sub")
+    assert "sub/keep.log" not in files  # paths are relative to the workspace
+    assert files == {".gitignore", "keep.log", "deep/.gitignore", "deep/important.tmp"} | {
+        "deep/keep.log"
+    }
+
+
+def test_a_worktree_reads_the_common_info_exclude(repo: Path, tmp_path: Path) -> None:
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", str(worktree))
+    (worktree / "excluded.txt").write_text("")
+    assert (worktree / ".git").is_file()
+    assert "excluded.txt" not in walked(worktree)
+
+
+async def test_global_excludes_come_from_git_config(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / "global-ignore").write_text("*.swp\n")
+    (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/global-ignore\n")
+    (repo / "notes.swp").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    found = await global_excludes(repo, BinaryFinder())
+    assert found == home / "global-ignore"
+    view = ProjectView(Workspace.at(repo), global_file=found)
+    assert not view.visible("notes.swp")
+    assert "notes.swp" not in git_project_files(repo)  # git, with the same HOME, agrees
+
+
+async def test_no_global_excludes_outside_a_repository(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert await global_excludes(plain, BinaryFinder()) is None
+
+
+def test_ignore_files_above_the_project_are_reported_as_stray(tmp_path: Path) -> None:
+    outer = tmp_path / "outer"
+    (outer / "ws").mkdir(parents=True)
+    assert stray_ignore_files(outer / "ws") == []
+    (outer / ".gitignore").write_text("*.py\n")
+    assert stray_ignore_files(outer / "ws") == [outer / ".gitignore"]
+    (outer / "ws" / ".git").mkdir()
+    # Inside a repository ripgrep stops reading .gitignore at the repository root.
+    assert stray_ignore_files(outer / "ws") == []
