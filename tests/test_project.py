@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lionfactory import Branch
 from lionfactory._binaries import BinaryFinder
 from lionfactory._project import ProjectView, global_excludes, project_top, stray_ignore_files
 from lionfactory._workspace import Workspace
+from lionfactory.coding import coding_toolkit
+from lionfactory.tools import ast_search_tool, code_check_tool, reader_tool, search_tool
 
 TREE = {
     ".gitignore": "*.log\nbuild/\n/top_only.txt\n.venv/\nnode_modules\n",
@@ -190,3 +194,76 @@ def test_ignore_files_above_the_project_are_reported_as_stray(tmp_path: Path) ->
     (outer / "ws" / ".git").mkdir()
     # Inside a repository ripgrep stops reading .gitignore at the repository root.
     assert stray_ignore_files(outer / "ws") == []
+
+
+# -- every tool that walks the tree sees the same project ---------------------------
+
+
+def python_checkout(root: Path, *, repository: bool, venv_files: int) -> None:
+    root.mkdir()
+    if repository:
+        git(root, "init", "-q")
+    build(
+        root,
+        {
+            ".gitignore": ".venv/\nnode_modules/\n",
+            "src/app.py": "import os\nprint(1)\n",
+            "src/util.py": "def clone():\n    print(2)\n",
+            "node_modules/pkg/tool.py": "import sys\nprint(3)\n",
+        },
+    )
+    venv = root / ".venv" / "lib"
+    venv.mkdir(parents=True)
+    for index in range(venv_files):
+        (venv / f"mod{index:04d}.py").write_text("import os\ndef clone():\n    print(4)\n")
+
+
+def paths_of(name: str, answer: dict[str, Any]) -> set[str]:
+    if name in ("code_check", "ast_search"):
+        items = answer.get("diagnostics") or answer.get("matches") or []
+        return {item["file"] for item in items}
+    content = answer["content"] or ""
+    return {row.split(":")[0].rstrip("/") for row in content.splitlines() if "." in row}
+
+
+async def walk_all(tools: dict[str, Any], include_ignored: bool) -> dict[str, set[str]]:
+    flag = {"include_ignored": include_ignored}
+    answers = {
+        "grep": await tools["search"](action="grep", pattern="print", max_results=1000, **flag),
+        "find": await tools["search"](action="find", pattern="*.py", max_results=1000, **flag),
+        "list_dir": await tools["reader"](action="list_dir", path=".", recursive=True, **flag),
+        "code_check": await tools["code_check"](paths=["."], max_diagnostics=500, **flag),
+        "ast_search": await tools["ast_search"](pattern="print($A)", max_results=500, **flag),
+    }
+    return {name: paths_of(name, answer) for name, answer in answers.items()}
+
+
+IGNORED = (".venv/", "node_modules/")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("repository", [True, False], ids=["git", "no-git"])
+@pytest.mark.parametrize("kit", [False, True], ids=["standalone", "toolkit"])
+async def test_every_walking_tool_skips_ignored_directories(
+    tmp_path: Path, repository: bool, kit: bool
+) -> None:
+    root = tmp_path / "ws"
+    python_checkout(root, repository=repository, venv_files=5000 if not kit else 50)
+    if kit:
+        tools = {t.name: t for t in coding_toolkit(Branch(), workspace_root=root, notify=False)}
+    else:
+        tools = {
+            "search": search_tool(workspace_root=root),
+            "reader": reader_tool(workspace_root=root),
+            "code_check": code_check_tool(workspace_root=root),
+            "ast_search": ast_search_tool(workspace_root=root),
+        }
+    default = await walk_all(tools, include_ignored=False)
+    for name, paths in default.items():
+        assert paths, f"{name} found nothing"
+        assert not [p for p in paths if p.startswith(IGNORED)], (name, sorted(paths)[:5])
+        assert "src/app.py" in paths, (name, paths)
+    everything = await walk_all(tools, include_ignored=True)
+    for name, paths in everything.items():
+        # Sorted by path, the .venv's thousands of files come first.
+        assert any(p.startswith(".venv/lib/mod") for p in paths), (name, sorted(paths)[:5])

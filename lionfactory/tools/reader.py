@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._binaries import BinaryFinder
+from lionfactory._project import ProjectView, global_excludes
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace, open_nofollow
 from lionfactory.tools import _documents
@@ -92,6 +94,13 @@ class ReaderRequest(BaseModel):
     file_types: list[str] | None = Field(
         default=None,
         description="list_dir: only files with these extensions, e.g. ['py', '.md'].",
+    )
+    include_ignored: bool | None = Field(
+        default=None,
+        description=(
+            "list_dir: also list paths that .gitignore, .ignore or git's exclude files "
+            "ignore (virtualenvs, node_modules, build output). Default false."
+        ),
     )
 
 
@@ -225,7 +234,13 @@ def _normalise_types(file_types: Iterable[str]) -> tuple[str, ...]:
 
 
 def _list_dir(
-    workspace: Workspace, path: Path, shown: str, recursive: bool, types: tuple[str, ...]
+    workspace: Workspace,
+    path: Path,
+    shown: str,
+    recursive: bool,
+    types: tuple[str, ...],
+    include_ignored: bool,
+    global_file: Path | None,
 ) -> ReaderResponse:
     if not path.exists():
         return _failure(
@@ -234,45 +249,39 @@ def _list_dir(
         )
     if not path.is_dir():
         return _failure(f"{shown!r} is a file, not a directory; use action 'read' to see it.")
+    # The project's rules decide what is listed (the same matcher as search):
+    # a recursive listing of a checkout must not be a listing of its .venv.
+    view = ProjectView(workspace, include_ignored=include_ignored, global_file=global_file)
     entries: list[str] = []
-    for file in workspace.iter_files(path, recursive=recursive):
-        if not types or file.name.casefold().endswith(types):
-            entries.append(workspace.relative(file))
-    if not recursive and not types:
-        # A flat listing that hid subdirectories would leave the model blind
-        # to most of a tree; they are marked with a trailing slash.
-        entries.extend(workspace.relative(sub) + "/" for sub in _subdirectories(workspace, path))
+    for entry, is_dir in view.walk(path, recursive=recursive):
+        if not is_dir and (not types or entry.name.casefold().endswith(types)):
+            entries.append(workspace.relative(entry))
+        elif is_dir and not recursive and not types:
+            # A flat listing that hid subdirectories would leave the model
+            # blind to most of a tree; they are marked with a trailing slash.
+            entries.append(workspace.relative(entry) + "/")
     entries.sort()
     total = len(entries)
-    notice = None
+    notes = []
     if total > MAX_LIST_ROWS:
-        notice = (
+        notes.append(
             f"Showing the first {MAX_LIST_ROWS} of {total} entries; list a subdirectory "
             f"or filter with file_types to see the rest."
         )
     elif total == 0:
-        notice = "No matching files."
+        notes.append("No matching files.")
+    if view.skipped:
+        notes.append(
+            f"{view.skipped} ignored path(s) (.gitignore, .ignore, git excludes) were left "
+            f"out; set include_ignored=true to list them."
+        )
     return ReaderResponse(
         success=True,
         content="\n".join(entries[:MAX_LIST_ROWS]),
         truncated=total > MAX_LIST_ROWS,
         total=total,
-        notice=notice,
+        notice=" ".join(notes) or None,
     )
-
-
-def _subdirectories(workspace: Workspace, path: Path) -> list[Path]:
-    try:
-        with os.scandir(path) as scan:
-            return [
-                Path(entry.path)
-                for entry in scan
-                if entry.is_dir(follow_symlinks=False)
-                and entry.name != ".git"
-                and not workspace.is_protected(entry.name)
-            ]
-    except OSError:
-        return []
 
 
 class _ReaderHandler:
@@ -313,8 +322,19 @@ class _ReaderHandler:
             return response
         if request.action == "list_dir":
             types = _normalise_types(request.file_types or ())
+            include_ignored = bool(request.include_ignored)
+            global_file = None
+            if not include_ignored:
+                global_file = await global_excludes(self.workspace.root, BinaryFinder())
             return await anyio.to_thread.run_sync(
-                _list_dir, self.workspace, path, request.path, bool(request.recursive), types
+                _list_dir,
+                self.workspace,
+                path,
+                request.path,
+                bool(request.recursive),
+                types,
+                include_ignored,
+                global_file,
             )
         return await self._open(path, offset, limit, shown=request.path)
 
@@ -344,7 +364,8 @@ Actions:
   with offset=next_offset to continue. Binary files are refused (use bash for those).
 - list_dir: list the files under `path` (set recursive=true for subdirectories, file_types
   to filter by extension). Paths are relative to the workspace root; at most
-  {MAX_LIST_ROWS} rows, with the total when more match.
+  {MAX_LIST_ROWS} rows, with the total when more match. Paths ignored by .gitignore,
+  .ignore or git's exclude files are left out unless include_ignored=true.
 - open: convert a .pdf, .pptx, .docx, .html or .htm document (a workspace path, or an
   https:// URL on an allowed host) to Markdown and show it like 'read'.
 
