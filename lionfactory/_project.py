@@ -103,16 +103,19 @@ class _Rules:
     end, or (for ``foo/**``-style patterns that have no marker) consumes only
     part of the path, meaning the path lies strictly inside the pattern's
     directory. For a file, a marker that took part means an ancestor matched.
+
+    Paths are absolute strings: the walk judges tens of thousands of them,
+    and `pathlib` operations would cost more than the matching itself.
     """
 
-    base: Path
+    prefix: str  # the directory, with a trailing "/"
     patterns: tuple[GitIgnoreSpecPattern, ...]
 
-    def decide(self, path: Path, is_dir: bool) -> bool | None:
+    def decide(self, path: str, is_dir: bool) -> bool | None:
         """True: ignored; False: re-included by a ``!`` pattern; None: no pattern matches."""
         if not self.patterns:
             return None
-        text = path.relative_to(self.base).as_posix() + ("/" if is_dir else "")
+        text = path[len(self.prefix) :] + ("/" if is_dir else "")
         for pattern in reversed(self.patterns):
             regex = pattern.regex
             assert regex is not None  # _load_patterns keeps only compiled patterns
@@ -128,14 +131,17 @@ class _Rules:
         return None
 
 
-_NO_RULES = _Rules(Path("/"), ())
+_NO_RULES = _Rules("/", ())
+
+
+def _prefix(directory: str) -> str:
+    return directory if directory.endswith("/") else directory + "/"
 
 
 @attrs.frozen
 class _Level:
     """One directory's contribution: its ignore files and whether it holds ``.git``."""
 
-    directory: Path
     custom: _Rules
     dot: _Rules
     git: _Rules
@@ -198,6 +204,52 @@ def stray_ignore_files(root: Path) -> list[Path]:
     return found
 
 
+# Where git's configuration can name core.excludesFile. Asking git costs a
+# process per call (tens of milliseconds on a loaded machine, a third of a
+# whole search), so the answer is kept while none of these files and none of
+# the variables that move them change. A file pulled in by an include.path
+# of one of them is not watched: editing only that file is noticed once one of
+# these changes, or a new process starts.
+_GIT_CONFIG_ENV = (
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_DIR",
+)
+_EXCLUDES_CACHE: dict[tuple[object, ...], Path | None] = {}
+_EXCLUDES_CACHE_SIZE = 64
+
+
+def _config_files(top: Path) -> list[Path]:
+    home = Path(os.environ.get("HOME", "/"))
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+    files = [Path("/etc/gitconfig"), home / ".gitconfig", Path(xdg) / "git" / "config"]
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
+        if os.environ.get(name):
+            files.append(Path(os.environ[name]))
+    git_dir = _git_dir(top)
+    if git_dir is not None:
+        files += [git_dir / "config", top / ".git"]
+    return files
+
+
+def _signature(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+def _excludes_key(top: Path) -> tuple[object, ...]:
+    env = tuple(os.environ.get(name) for name in _GIT_CONFIG_ENV)
+    return (str(top), env, *(_signature(path) for path in _config_files(top)))
+
+
 async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
     """The global excludes file git names, for a workspace inside a repository, else None.
 
@@ -209,8 +261,22 @@ async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
     top, is_repo = project_top(root)
     if not is_repo:
         return None
+    key = await anyio.to_thread.run_sync(_excludes_key, top)
+    if key in _EXCLUDES_CACHE:
+        configured = _EXCLUDES_CACHE[key]
+    else:
+        configured = await _ask_git(top, binaries)
+        if len(_EXCLUDES_CACHE) >= _EXCLUDES_CACHE_SIZE:
+            _EXCLUDES_CACHE.clear()
+        _EXCLUDES_CACHE[key] = configured
+    if configured is None:
+        return None
+    return configured if await anyio.to_thread.run_sync(configured.is_file) else None
+
+
+async def _ask_git(top: Path, binaries: BinaryFinder) -> Path | None:
     configured: str | None = None
-    git = binaries.find("git")
+    git = await anyio.to_thread.run_sync(binaries.find, "git")
     if git is not None:
         try:
             result = await run_process(
@@ -228,9 +294,7 @@ async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
         )
         configured = os.path.join(xdg, "git", "ignore")
     path = Path(configured)
-    if not path.is_absolute():
-        path = top / path
-    return path if await anyio.to_thread.run_sync(path.is_file) else None
+    return path if path.is_absolute() else top / path
 
 
 @attrs.define(eq=False)
@@ -254,70 +318,106 @@ class ProjectView:
     include_ignored: bool = False
     global_file: Path | None = None
     skipped: int = 0
-    _top: Path = attrs.field(init=False)
-    _levels: dict[Path, _Level] = attrs.field(init=False, factory=dict)
-    _chains: dict[Path, list[_Level]] = attrs.field(init=False, factory=dict)
+    _top: str = attrs.field(init=False)
+    _root: str = attrs.field(init=False)
+    _chains: dict[str, tuple[_Rules, ...]] = attrs.field(init=False, factory=dict)
+    _levels: dict[str, _Level] = attrs.field(init=False, factory=dict)
     _global: _Rules = attrs.field(init=False)
+    _hidden_dirs: dict[str, bool] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
-        self._top, _ = project_top(self.workspace.root)
+        top, _ = project_top(self.workspace.root)
+        self._top = str(top)
+        self._root = str(self.workspace.root)
         if self.global_file is None:
             self._global = _NO_RULES
         else:
             # Matched relative to the workspace root, as ripgrep matches the
             # file it is given with --ignore-file.
-            self._global = _Rules(self.workspace.root, _load_patterns(self.global_file))
+            patterns = _load_patterns(self.global_file)
+            self._global = _Rules(_prefix(self._root), patterns)
 
-    def _level(self, directory: Path) -> _Level:
+    def _level(self, directory: str) -> _Level:
         level = self._levels.get(directory)
         if level is None:
+            base = Path(directory)
+            prefix = _prefix(directory)
             custom, dot, git = (
-                _Rules(directory, _load_patterns(directory / name)) for name in IGNORE_FILES
+                _Rules(prefix, _load_patterns(base / name)) for name in IGNORE_FILES
             )
-            git_dir = _git_dir(directory)
+            git_dir = _git_dir(base)
             exclude = _NO_RULES
             if git_dir is not None:
-                exclude = _Rules(directory, _load_patterns(git_dir / "info" / "exclude"))
-            level = _Level(directory, custom, dot, git, exclude, git_dir is not None)
+                exclude = _Rules(prefix, _load_patterns(git_dir / "info" / "exclude"))
+            level = _Level(custom, dot, git, exclude, git_dir is not None)
             self._levels[directory] = level
         return level
 
-    def _chain(self, directory: Path) -> list[_Level]:
-        """The levels from `directory` up to the project top, deepest first."""
+    def _rules(self, directory: str) -> tuple[_Rules, ...]:
+        """Every rule set that judges an entry of `directory`, in precedence order.
+
+        ``.rgignore`` files deepest first, then ``.ignore`` files, then
+        ``.gitignore`` files up to the nearest repository root and that
+        repository's ``info/exclude``, then the global file: the first rule
+        set with a matching pattern decides (ripgrep's order).
+        """
         chain = self._chains.get(directory)
-        if chain is None:
-            chain = [self._level(directory)]
-            if directory != self._top and directory.parent != directory:
-                chain += self._chain(directory.parent)
-            self._chains[directory] = chain
+        if chain is not None:
+            return chain
+        levels = []
+        current = directory
+        while True:
+            levels.append(self._level(current))
+            parent = os.path.dirname(current)
+            if current == self._top or parent == current:
+                break
+            current = parent
+        git: list[_Rules] = []
+        for level in levels:
+            git.append(level.git)
+            if level.is_repo:
+                git.append(level.exclude)
+                break
+        rules = (
+            *(level.custom for level in levels),
+            *(level.dot for level in levels),
+            *git,
+            self._global,
+        )
+        chain = tuple(r for r in rules if r.patterns)
+        self._chains[directory] = chain
         return chain
 
-    def ignored(self, path: Path, is_dir: bool) -> bool:
-        """Whether the ignore rules exclude `path` (absolute, its parent not ignored)."""
-        if self.include_ignored:
-            return False
-        chain = self._chain(path.parent)
-        for rules in (
-            *(level.custom for level in chain),
-            *(level.dot for level in chain),
-        ):
+    def _ignored(self, path: str, is_dir: bool) -> bool:
+        for rules in self._rules(os.path.dirname(path)):
             decision = rules.decide(path, is_dir)
             if decision is not None:
                 return decision
-        for level in chain:
-            decision = level.git.decide(path, is_dir)
-            if decision is not None:
-                return decision
-            if level.is_repo:
-                decision = level.exclude.decide(path, is_dir)
-                if decision is not None:
-                    return decision
-                break
-        decision = self._global.decide(path, is_dir)
-        return bool(decision)
+        return False
+
+    def ignored(self, path: Path, is_dir: bool) -> bool:
+        """Whether the ignore rules exclude `path` (absolute, its parent not ignored)."""
+        return not self.include_ignored and self._ignored(str(path), is_dir)
 
     def _excluded_name(self, name: str) -> bool:
         return name == ".git" or self.workspace.is_protected(name)
+
+    def hidden(self, relative: str) -> bool:
+        """`Workspace.is_hidden` for many paths: ``.git`` or a protected component.
+
+        Remembers the answer per directory, so a helper's output of tens of
+        thousands of paths costs one name check per path.
+        """
+        head, _, name = relative.rpartition("/")
+        if self._excluded_name(name):
+            return True
+        if not head:
+            return False
+        known = self._hidden_dirs.get(head)
+        if known is None:
+            known = self.hidden(head)
+            self._hidden_dirs[head] = known
+        return known
 
     def visible(self, relative: str, start: str = ".") -> bool:
         """Whether a root-relative path is project content when reached from `start`.
@@ -340,15 +440,16 @@ class ProjectView:
         for index, part in enumerate(parts):
             current = current / part
             is_dir = index < len(parts) - 1 or current.is_dir()
-            if self.ignored(current, is_dir):
+            if self._ignored(str(current), is_dir):
                 return False
         return True
 
-    def walk(self, start: Path, *, recursive: bool = True) -> Iterator[tuple[Path, bool]]:
-        """Yield ``(path, is_dir)`` for the project content under `start`, sorted per directory.
+    def walk(self, start: Path, *, recursive: bool = True) -> Iterator[tuple[str, bool]]:
+        """Yield ``(relative, is_dir)`` for the project content under `start`.
 
-        `start` itself is not yielded nor judged. A file `start` yields
-        itself. Symlinks, ``.git``, protected names and (unless
+        Paths are POSIX and relative to the workspace root, sorted within each
+        directory. `start` itself is not yielded nor judged; a file `start`
+        yields itself. Symlinks, ``.git``, protected names and (unless
         ``include_ignored``) ignored paths are left out; ignored directories
         are not entered.
         """
@@ -356,12 +457,14 @@ class ProjectView:
             mode = os.lstat(start).st_mode
         except OSError:
             return
+        skip = len(_prefix(self._root))
         if stat.S_ISREG(mode):
-            yield start, False
+            yield str(start)[skip:], False
             return
         if not stat.S_ISDIR(mode):
             return
-        pending = [start]
+        judge = not self.include_ignored
+        pending = [str(start)]
         while pending:
             directory = pending.pop()
             try:
@@ -380,11 +483,11 @@ class ProjectView:
                     continue
                 if not (is_dir or is_file):
                     continue
-                path = Path(entry.path)
-                if self.ignored(path, is_dir):
+                path = entry.path
+                if judge and self._ignored(path, is_dir):
                     self.skipped += 1
                     continue
-                yield path, is_dir
+                yield path[skip:], is_dir
                 if is_dir and recursive:
                     subdirs.append(path)
             pending.extend(reversed(subdirs))

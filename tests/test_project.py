@@ -66,9 +66,7 @@ def walked(root: Path, *, include_ignored: bool = False, start: str = ".") -> se
     workspace = Workspace.at(root)
     view = ProjectView(workspace, include_ignored=include_ignored)
     return {
-        workspace.relative(path)
-        for path, is_dir in view.walk(root / start if start != "." else root)
-        if not is_dir
+        path for path, is_dir in view.walk(root / start if start != "." else root) if not is_dir
     }
 
 
@@ -111,7 +109,7 @@ def test_negation_in_nested_gitignore_matches_git_check_ignore(repo: Path) -> No
 def test_ignored_directories_are_not_entered_and_counted_once(repo: Path) -> None:
     workspace = Workspace.at(repo)
     view = ProjectView(workspace)
-    files = [workspace.relative(p) for p, is_dir in view.walk(repo) if not is_dir]
+    files = [path for path, is_dir in view.walk(repo) if not is_dir]
     assert not [f for f in files if f.startswith((".venv/", "node_modules/", "build/"))]
     assert "src/build/out.py" not in files  # "build/" matches at any depth
     assert "build.py" in files  # a directory-only pattern does not match a file
@@ -267,3 +265,16 @@ async def test_every_walking_tool_skips_ignored_directories(
     for name, paths in everything.items():
         # Sorted by path, the .venv's thousands of files come first.
         assert any(p.startswith(".venv/lib/mod") for p in paths), (name, sorted(paths)[:5])
+
+
+async def test_a_changed_git_config_is_asked_again(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    for name in ("first", "second"):
+        (home / name).write_text("*.swp\n")
+    monkeypatch.setenv("HOME", str(home))
+    (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/first\n")
+    assert await global_excludes(repo, BinaryFinder()) == home / "first"
+    (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/second\n\n")
+    assert await global_excludes(repo, BinaryFinder()) == home / "second"

@@ -237,7 +237,9 @@ def _parse_json_events(stdout: str, cut: bool) -> list[Line]:
     lines: list[Line] = []
     records = stdout.split("\n")
     for record in records[:-1] if cut or not stdout.endswith("\n") else records:
-        if not record:
+        # Only match and context events matter; begin, end and summary events
+        # (two per file) are skipped without decoding them.
+        if not record.startswith(('{"type":"match"', '{"type":"context"')):
             continue
         event = json.loads(record)
         kind = event.get("type")
@@ -298,9 +300,7 @@ async def list_ripgrep(rg: str, workspace: Workspace, view: ProjectView, target:
 
 def _walk_files(view: ProjectView, workspace: Workspace, target: str) -> list[str]:
     start = workspace.root if target == "." else workspace.root / _strip_dot(target)
-    return sorted(
-        workspace.relative(path) for path, is_dir in view.walk(start, recursive=True) if not is_dir
-    )
+    return sorted(path for path, is_dir in view.walk(start, recursive=True) if not is_dir)
 
 
 async def list_builtin(workspace: Workspace, view: ProjectView, target: str) -> Found:

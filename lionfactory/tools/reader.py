@@ -254,12 +254,12 @@ def _list_dir(
     view = ProjectView(workspace, include_ignored=include_ignored, global_file=global_file)
     entries: list[str] = []
     for entry, is_dir in view.walk(path, recursive=recursive):
-        if not is_dir and (not types or entry.name.casefold().endswith(types)):
-            entries.append(workspace.relative(entry))
+        if not is_dir and (not types or entry.casefold().endswith(types)):
+            entries.append(entry)
         elif is_dir and not recursive and not types:
             # A flat listing that hid subdirectories would leave the model
             # blind to most of a tree; they are marked with a trailing slash.
-            entries.append(workspace.relative(entry) + "/")
+            entries.append(entry + "/")
     entries.sort()
     total = len(entries)
     notes = []

@@ -415,7 +415,7 @@ class _SearchHandler:
             found = await grep_ripgrep(rg, self.workspace, view, query)
         else:
             found = await grep_builtin(self.binaries, self.workspace, view, query)
-        hidden = self.workspace.is_hidden
+        hidden = view.hidden
         found.lines = [line for line in found.lines if not hidden(line.path)]
         counts = {path: n for path, n in sorted(found.counts.items()) if not hidden(path)}
         limit = request.max_results or request.head_limit or DEFAULT_GREP_RESULTS
@@ -442,7 +442,7 @@ class _SearchHandler:
             found = await list_ripgrep(rg, self.workspace, view, target)
         else:
             found = await list_builtin(self.workspace, view, target)
-        files = [f for f in found.files if not self.workspace.is_hidden(f)]
+        files = [f for f in found.files if not view.hidden(f)]
         directories = _directories(files, relative)
         entries = sorted(
             [(f, False) for f in files] + [(d, True) for d in directories],
