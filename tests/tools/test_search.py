@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +285,167 @@ def test_tool_schema_states_the_defaults() -> None:
     assert "default 50 for grep and 100 for find" in description
     assert "default 50 for grep, 100 for find" in tool.description
     assert all(field.description for field in SearchResponse.model_fields.values())
+
+
+# -- the fields a model knows from other coding agents ---------------------------
+
+
+async def test_grep_output_mode_files_with_matches(workspace: Path, engine: str) -> None:
+    result = await search(
+        workspace, engine, action="grep", pattern="load", output_mode="files_with_matches"
+    )
+    assert result["content"] == "docs/notes.md\nsrc/app.py\nsrc/pkg/util.py"
+    assert (result["count"], result["total"]) == (3, 3)
+
+
+async def test_grep_output_mode_count(workspace: Path, engine: str) -> None:
+    (workspace / "many.txt").write_text("load\nload\nx\nload\n")
+    result = await search(workspace, engine, action="grep", pattern="load", output_mode="count")
+    assert result["content"].splitlines() == [
+        "docs/notes.md:1",
+        "many.txt:3",
+        "src/app.py:1",
+        "src/pkg/util.py:1",
+    ]
+
+
+async def test_grep_context_lines_and_group_separators(workspace: Path, engine: str) -> None:
+    (workspace / "f.txt").write_text("a\nhit 1\nb\nc\nd\nhit 2\ne\n")
+    result = await search(workspace, engine, action="grep", pattern="hit", path="f.txt", context=1)
+    assert result["content"].splitlines() == [
+        "f.txt-1-a",
+        "f.txt:2:hit 1",
+        "f.txt-3-b",
+        "--",
+        "f.txt-5-d",
+        "f.txt:6:hit 2",
+        "f.txt-7-e",
+    ]
+    assert result["count"] == 2
+    after = await search(workspace, engine, action="grep", pattern="hit 1", path="f.txt", after=2)
+    assert after["content"].splitlines() == ["f.txt:2:hit 1", "f.txt-3-b", "f.txt-4-c"]
+
+
+async def test_grep_case_insensitive(workspace: Path, engine: str) -> None:
+    (workspace / "f.txt").write_text("Hello\nHELLO\nhello\n")
+    sensitive = await search(workspace, engine, action="grep", pattern="hello", path="f.txt")
+    insensitive = await search(
+        workspace, engine, action="grep", pattern="hello", path="f.txt", case_insensitive=True
+    )
+    assert (sensitive["total"], insensitive["total"]) == (1, 3)
+
+
+async def test_grep_multiline_spans_lines(workspace: Path, engine: str) -> None:
+    (workspace / "f.py").write_text("def f(\n    x,\n):\n    pass\n")
+    single = await search(workspace, engine, action="grep", pattern=r"f\(\n\s+x")
+    multi = await search(workspace, engine, action="grep", pattern=r"f\(\n\s+x", multiline=True)
+    assert single["total"] == 0
+    assert multi["content"] == "f.py:1:def f(\nf.py:2:    x,"
+
+
+async def test_grep_type_filter(workspace: Path, engine: str) -> None:
+    result = await search(workspace, engine, action="grep", pattern="load", type="md")
+    assert result["content"] == "docs/notes.md:1:load the config, then save it"
+
+
+async def test_grep_perl_classes_work_on_both_engines(workspace: Path, engine: str) -> None:
+    (workspace / "n.txt").write_text("id 42\nid x\n")
+    result = await search(workspace, engine, action="grep", pattern=r"id \d+")
+    assert result["content"] == "n.txt:1:id 42"
+
+
+async def test_head_limit_is_max_results(workspace: Path, engine: str) -> None:
+    (workspace / "many.txt").write_text("hit\n" * 30)
+    result = await search(workspace, engine, action="grep", pattern="hit", head_limit=5)
+    assert (result["count"], result["total"], result["truncated"]) == (5, 30, True)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"type": "cobol"}, "unknown file type 'cobol'; use one of c, cpp"),
+        ({"include": "src/*.py"}, "without '/' or braces"),
+        ({"include": "*.{py,md}"}, "without '/' or braces"),
+        ({"context": 1, "before": 2}, "either context, or before"),
+        ({"max_results": 5, "head_limit": 6}, "same setting"),
+        ({"include": "*.py", "type": "py"}, "either include or type"),
+        ({"output_mode": "lines"}, "output_mode"),
+        ({"context": -1}, "context"),
+        ({"after": 51}, "after"),
+        ({"head_limit": 0}, "head_limit"),
+    ],
+)
+async def test_new_fields_are_validated_with_a_clear_message(
+    workspace: Path, arguments: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ToolInputError, match=re.escape(message)):
+        await search_tool(workspace_root=workspace)(action="grep", pattern="x", **arguments)
+
+
+async def test_grep_only_fields_with_find_are_refused(workspace: Path) -> None:
+    result = await search_tool(workspace_root=workspace)(
+        action="find", pattern="*", context=2, case_insensitive=True
+    )
+    assert result["success"] is False
+    assert result["error"].startswith("context, case_insensitive apply to grep only")
+
+
+# -- what is in the project -------------------------------------------------------
+
+
+@pytest.fixture
+def checkout(workspace: Path) -> Path:
+    for rel, text in {
+        ".gitignore": ".venv/\nnode_modules/\n*.log\n",
+        "sub/.gitignore": "!keep.log\n",
+        "sub/keep.log": "needle\n",
+        "sub/drop.log": "needle\n",
+        ".venv/lib/site.py": "needle\n",
+        "node_modules/pkg/index.js": "needle\n",
+    }.items():
+        (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / rel).write_text(text)
+    return workspace
+
+
+async def test_grep_skips_ignored_paths_and_says_so(checkout: Path, engine: str) -> None:
+    result = await search(checkout, engine, action="grep", pattern="needle")
+    assert result["content"] == "sub/keep.log:1:needle"
+    assert result["ignore_rules"] == "applied"
+    # .venv/, node_modules/ and sub/drop.log (the builtin engine counts them)
+    assert result["ignored"] == (None if engine == "ripgrep" else 3)
+
+
+async def test_include_ignored_searches_everything(checkout: Path, engine: str) -> None:
+    result = await search(checkout, engine, action="grep", pattern="needle", include_ignored=True)
+    assert result["content"].splitlines() == [
+        ".venv/lib/site.py:1:needle",
+        "node_modules/pkg/index.js:1:needle",
+        "sub/drop.log:1:needle",
+        "sub/keep.log:1:needle",
+    ]
+    assert result["ignore_rules"] == "not applied"
+
+
+async def test_an_ignored_directory_given_as_path_is_searched(checkout: Path, engine: str) -> None:
+    result = await search(checkout, engine, action="find", pattern="*.py", path=".venv")
+    assert result["content"] == ".venv/lib/site.py"
+
+
+async def test_find_skips_ignored_directories(checkout: Path, engine: str) -> None:
+    result = await search(checkout, engine, action="find", pattern="*")
+    assert ".venv" not in result["content"] and "node_modules" not in result["content"]
+    assert "sub/keep.log" in result["content"].splitlines()
+
+
+async def test_an_ignore_file_above_the_project_selects_the_builtin_engine(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "outer" / "ws"
+    root.mkdir(parents=True)
+    (root / "a.py").write_text("needle\n")
+    (tmp_path / "outer" / ".ignore").write_text("*.py\n")
+    result = await search_tool(workspace_root=root)(action="grep", pattern="needle")
+    # Only ignore files inside the project apply; ripgrep would read this one too.
+    assert (result["engine"], result["content"]) == ("builtin", "a.py:1:needle")
+    assert "outside the project" in result["notice"]
