@@ -15,7 +15,8 @@ this matcher agree (a property test compares them on generated trees):
 
 * ``.gitignore`` files at every level from the project top down, plus
   ``.git/info/exclude`` of the repository and git's global excludes file
-  (``core.excludesFile``, resolved by git itself; lowest precedence). A
+  (``core.excludesFile``, resolved by git itself in
+  `lionfactory._global_excludes`; lowest precedence). A
   deeper file overrides a shallower one; inside a file the last matching
   pattern decides; ``!`` re-includes; a leading or inner ``/`` anchors; a
   trailing ``/`` matches directories only. An ignored directory is not
@@ -49,18 +50,15 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio.to_thread
 import attrs
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
-from lionfactory._binaries import BinaryFinder
-from lionfactory._process import LaunchError, run_process
 from lionfactory._workspace import Workspace
 
 __all__ = [
     "IGNORE_FILES",
     "ProjectView",
-    "global_excludes",
+    "git_dir",
     "project_top",
     "stray_ignore_files",
 ]
@@ -70,7 +68,6 @@ IGNORE_FILES = (".rgignore", ".ignore", ".gitignore")
 
 _DIR_MARK = "ps_d"
 _MAX_IGNORE_FILE = 1_000_000
-_GIT_TIMEOUT = 10.0
 
 
 def _load_patterns(path: Path) -> tuple[GitIgnoreSpecPattern, ...]:
@@ -149,7 +146,7 @@ class _Level:
     is_repo: bool
 
 
-def _git_dir(directory: Path) -> Path | None:
+def git_dir(directory: Path) -> Path | None:
     """The repository's common directory for a ``.git`` folder or worktree file."""
     dot_git = directory / ".git"
     try:
@@ -204,99 +201,6 @@ def stray_ignore_files(root: Path) -> list[Path]:
     return found
 
 
-# Where git's configuration can name core.excludesFile. Asking git costs a
-# process per call (tens of milliseconds on a loaded machine, a third of a
-# whole search), so the answer is kept while none of these files and none of
-# the variables that move them change. A file pulled in by an include.path
-# of one of them is not watched: editing only that file is noticed once one of
-# these changes, or a new process starts.
-_GIT_CONFIG_ENV = (
-    "HOME",
-    "XDG_CONFIG_HOME",
-    "GIT_CONFIG_GLOBAL",
-    "GIT_CONFIG_SYSTEM",
-    "GIT_CONFIG_NOSYSTEM",
-    "GIT_CONFIG_COUNT",
-    "GIT_CONFIG_PARAMETERS",
-    "GIT_DIR",
-)
-_EXCLUDES_CACHE: dict[tuple[object, ...], Path | None] = {}
-_EXCLUDES_CACHE_SIZE = 64
-
-
-def _config_files(top: Path) -> list[Path]:
-    home = Path(os.environ.get("HOME", "/"))
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
-    files = [Path("/etc/gitconfig"), home / ".gitconfig", Path(xdg) / "git" / "config"]
-    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
-        if os.environ.get(name):
-            files.append(Path(os.environ[name]))
-    git_dir = _git_dir(top)
-    if git_dir is not None:
-        files += [git_dir / "config", top / ".git"]
-    return files
-
-
-def _signature(path: Path) -> tuple[str, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (str(path), st.st_mtime_ns, st.st_size)
-
-
-def _excludes_key(top: Path) -> tuple[object, ...]:
-    env = tuple(os.environ.get(name) for name in _GIT_CONFIG_ENV)
-    return (str(top), env, *(_signature(path) for path in _config_files(top)))
-
-
-async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
-    """The global excludes file git names, for a workspace inside a repository, else None.
-
-    Asks git (``core.excludesFile`` from every configuration git reads, ``~``
-    expanded); unset, it is git's default ``$XDG_CONFIG_HOME/git/ignore`` or
-    ``~/.config/git/ignore``. None when the file does not exist, or when the
-    workspace is not in a repository (git applies it to repositories only).
-    """
-    top, is_repo = project_top(root)
-    if not is_repo:
-        return None
-    key = await anyio.to_thread.run_sync(_excludes_key, top)
-    if key in _EXCLUDES_CACHE:
-        configured = _EXCLUDES_CACHE[key]
-    else:
-        configured = await _ask_git(top, binaries)
-        if len(_EXCLUDES_CACHE) >= _EXCLUDES_CACHE_SIZE:
-            _EXCLUDES_CACHE.clear()
-        _EXCLUDES_CACHE[key] = configured
-    if configured is None:
-        return None
-    return configured if await anyio.to_thread.run_sync(configured.is_file) else None
-
-
-async def _ask_git(top: Path, binaries: BinaryFinder) -> Path | None:
-    configured: str | None = None
-    git = await anyio.to_thread.run_sync(binaries.find, "git")
-    if git is not None:
-        try:
-            result = await run_process(
-                [git, "config", "--type=path", "--get", "core.excludesFile"],
-                cwd=top,
-                timeout=_GIT_TIMEOUT,
-            )
-        except LaunchError:
-            result = None
-        if result is not None and result.returncode == 0 and result.stdout.strip():
-            configured = result.stdout.strip()
-    if configured is None:
-        xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(
-            os.environ.get("HOME", "/"), ".config"
-        )
-        configured = os.path.join(xdg, "git", "ignore")
-    path = Path(configured)
-    return path if path.is_absolute() else top / path
-
-
 @attrs.define(eq=False)
 class ProjectView:
     """Which paths of one workspace are project content, for the length of one call.
@@ -309,7 +213,8 @@ class ProjectView:
         workspace: the workspace (root, protected names).
         include_ignored: when True, ignore files are not consulted at all;
             ``.git``, protected names and symlinks stay out regardless.
-        global_file: git's global excludes file (see `global_excludes`).
+        global_file: git's global excludes file
+            (`lionfactory._global_excludes.global_excludes`).
         skipped: how many ignored paths the walk left out so far (an ignored
             directory counts once, whatever it holds).
     """
@@ -345,11 +250,11 @@ class ProjectView:
             custom, dot, git = (
                 _Rules(prefix, _load_patterns(base / name)) for name in IGNORE_FILES
             )
-            git_dir = _git_dir(base)
+            repository = git_dir(base)
             exclude = _NO_RULES
-            if git_dir is not None:
-                exclude = _Rules(prefix, _load_patterns(git_dir / "info" / "exclude"))
-            level = _Level(custom, dot, git, exclude, git_dir is not None)
+            if repository is not None:
+                exclude = _Rules(prefix, _load_patterns(repository / "info" / "exclude"))
+            level = _Level(custom, dot, git, exclude, repository is not None)
             self._levels[directory] = level
         return level
 

@@ -40,8 +40,9 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._global_excludes import global_excludes
 from lionfactory._process import LaunchError, ProcessResult, run_process
-from lionfactory._project import ProjectView, global_excludes
+from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
 

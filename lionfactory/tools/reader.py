@@ -27,7 +27,8 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder
-from lionfactory._project import ProjectView, global_excludes
+from lionfactory._global_excludes import global_excludes
+from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace, open_nofollow
 from lionfactory.tools import _documents

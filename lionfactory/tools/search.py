@@ -31,31 +31,16 @@ Decisions:
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterable
 from typing import Literal
 
-import anyio.to_thread
-import attrs
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
-from lionfactory._project import ProjectView, global_excludes, stray_ignore_files
 from lionfactory._tool import Tool
-from lionfactory._workspace import PathRefused, Workspace
-from lionfactory.tools._search_engines import (
-    FILE_TYPES,
-    OUTPUT_CAP,
-    EngineFailure,
-    Found,
-    GrepQuery,
-    Line,
-    grep_builtin,
-    grep_ripgrep,
-    list_builtin,
-    list_ripgrep,
-)
+from lionfactory._workspace import Workspace
+from lionfactory.tools._search_engines import FILE_TYPES
 
 __all__ = ["SearchRequest", "SearchResponse", "search_tool"]
 
@@ -63,8 +48,6 @@ DEFAULT_GREP_RESULTS = 50
 DEFAULT_FIND_RESULTS = 100
 MAX_RESULTS = 1000
 MAX_CONTEXT = 50
-
-_LINE_CAP = 500
 
 _DESCRIPTION = f"""\
 Search the project. Two actions:
@@ -88,17 +71,6 @@ At most `max_results` results are shown (default {DEFAULT_GREP_RESULTS} for grep
 {DEFAULT_FIND_RESULTS} for find,
 at most {MAX_RESULTS}); `total` says how many were found and `truncated` whether
 some were left out. Results are sorted by path, then line."""
-
-_GREP_ONLY = (
-    "include",
-    "type",
-    "output_mode",
-    "before",
-    "after",
-    "context",
-    "case_insensitive",
-    "multiline",
-)
 
 
 class SearchRequest(BaseModel):
@@ -270,213 +242,6 @@ class SearchResponse(BaseModel):
     notice: str | None = Field(default=None, description="Notes on the answer, if any.")
 
 
-def _failure(message: str) -> SearchResponse:
-    return SearchResponse(success=False, error=message)
-
-
-def _cut(text: str) -> str:
-    text = text.removesuffix("\r")
-    return text if len(text) <= _LINE_CAP else text[:_LINE_CAP] + "...[line cut]"
-
-
-def _content_rows(lines: list[Line], limit: int, before: int, after: int) -> tuple[list[str], int]:
-    """Rows for the first `limit` matching lines with their context; and the match count."""
-    matches = [line for line in lines if line.is_match]
-    kept = {(line.path, line.number) for line in matches[:limit]}
-    rows: list[str] = []
-    previous: tuple[str, int] | None = None
-    for line in lines:
-        key = (line.path, line.number)
-        if not line.is_match:
-            near = any(
-                (line.path, number) in kept
-                for number in range(line.number - after, line.number + before + 1)
-            )
-            if not near:
-                continue
-        elif key not in kept:
-            continue
-        if (before or after) and previous is not None and previous != (line.path, line.number - 1):
-            rows.append("--")
-        sign = ":" if line.is_match else "-"
-        rows.append(f"{line.path}{sign}{line.number}{sign}{_cut(line.text)}")
-        previous = key
-    return rows, len(matches)
-
-
-def _globs(request: SearchRequest) -> tuple[str, ...]:
-    if request.type is not None:
-        return FILE_TYPES[request.type]
-    return () if request.include is None else (request.include,)
-
-
-def _directories(files: list[str], base: str) -> set[str]:
-    """Every directory strictly below `base` that holds one of `files`."""
-    found: set[str] = set()
-    prefix = "" if base == "." else base + "/"
-    for file in files:
-        head = file.rpartition("/")[0]
-        while head and head.startswith(prefix) and head != base and head not in found:
-            found.add(head)
-            head = head.rpartition("/")[0]
-    return found
-
-
-@attrs.frozen
-class _SearchHandler:
-    workspace: Workspace
-    binaries: BinaryFinder
-
-    def _target(self, path: str) -> str:
-        resolved = self.workspace.resolve(path)
-        relative = self.workspace.relative(resolved)
-        if self.workspace.is_hidden(relative):
-            raise PathRefused(path, f"{path!r} is inside .git; search the working tree instead.")
-        if not resolved.exists():
-            raise PathRefused(path, f"{path!r} does not exist; search '.' or an existing folder.")
-        return relative
-
-    async def _view(self, request: SearchRequest) -> ProjectView:
-        global_file = None
-        if not request.include_ignored:
-            global_file = await global_excludes(self.workspace.root, self.binaries)
-        return ProjectView(
-            self.workspace, include_ignored=request.include_ignored, global_file=global_file
-        )
-
-    async def _ripgrep(self, request: SearchRequest) -> tuple[str | None, str | None]:
-        """The rg binary to use, or None and why the builtin engine runs instead."""
-        rg = await anyio.to_thread.run_sync(self.binaries.find, "rg")
-        if rg is None:
-            return None, None
-        if not request.include_ignored:
-            stray = await anyio.to_thread.run_sync(stray_ignore_files, self.workspace.root)
-            if stray:
-                return None, (
-                    f"The builtin engine ran: ripgrep would also apply {stray[0]}, an ignore "
-                    f"file outside the project."
-                )
-        return rg, None
-
-    def _finish(
-        self,
-        request: SearchRequest,
-        found: Found,
-        rows: list[str],
-        total: int,
-        limit: int,
-        noun: str,
-        notes: list[str],
-    ) -> SearchResponse:
-        lines = list(rows)
-        if total > limit:
-            lines.append(
-                f"[showing {limit} of {total} {noun}; narrow the search or raise "
-                f"max_results (at most {MAX_RESULTS})]"
-            )
-        if found.cut:
-            lines.append(
-                f"[{found.engine} printed more than {OUTPUT_CAP:,} bytes; the total counts only "
-                f"what fitted; narrow the search]"
-            )
-        if total == 0:
-            hint = "" if request.include_ignored else " (ignored files were not searched)"
-            lines.append(f"No {noun} found{hint}.")
-        if found.warning:
-            notes.append(f"The engine reported: {found.warning}")
-        return SearchResponse(
-            success=True,
-            content="\n".join(lines),
-            count=min(total, limit),
-            total=total,
-            truncated=total > limit or found.cut,
-            engine="ripgrep" if found.engine == "ripgrep" else "builtin",
-            ignore_rules="not applied" if request.include_ignored else "applied",
-            ignored=found.skipped,
-            notice=" ".join(notes) or None,
-        )
-
-    async def _grep(self, request: SearchRequest, relative: str) -> SearchResponse:
-        context = request.context or 0
-        query = GrepQuery(
-            pattern=request.pattern,
-            target="." if relative == "." else f"./{relative}",
-            mode=request.output_mode,
-            case_insensitive=request.case_insensitive,
-            multiline=request.multiline,
-            before=request.before if request.before is not None else context,
-            after=request.after if request.after is not None else context,
-            globs=_globs(request),
-            include_ignored=request.include_ignored,
-        )
-        view = await self._view(request)
-        rg, why = await self._ripgrep(request)
-        if rg is not None:
-            found = await grep_ripgrep(rg, self.workspace, view, query)
-        else:
-            found = await grep_builtin(self.binaries, self.workspace, view, query)
-        hidden = view.hidden
-        found.lines = [line for line in found.lines if not hidden(line.path)]
-        counts = {path: n for path, n in sorted(found.counts.items()) if not hidden(path)}
-        limit = request.max_results or request.head_limit or DEFAULT_GREP_RESULTS
-        notes = [why] if why else []
-        if request.output_mode == "content":
-            rows, total = _content_rows(found.lines, limit, query.before, query.after)
-            return self._finish(request, found, rows, total, limit, "matches", notes)
-        if request.output_mode == "files_with_matches":
-            rows = list(counts)[:limit]
-        else:
-            rows = [f"{path}:{n}" for path, n in list(counts.items())[:limit]]
-        return self._finish(request, found, rows, len(counts), limit, "files", notes)
-
-    async def _find(self, request: SearchRequest, relative: str) -> SearchResponse:
-        if "/" in request.pattern:
-            return _failure(
-                "find matches names, not paths: give a glob without '/' as pattern and put "
-                "the directory in path (e.g. pattern='*.py', path='src')."
-            )
-        view = await self._view(request)
-        rg, why = await self._ripgrep(request)
-        target = "." if relative == "." else f"./{relative}"
-        if rg is not None:
-            found = await list_ripgrep(rg, self.workspace, view, target)
-        else:
-            found = await list_builtin(self.workspace, view, target)
-        files = [f for f in found.files if not view.hidden(f)]
-        directories = _directories(files, relative)
-        entries = sorted(
-            [(f, False) for f in files] + [(d, True) for d in directories],
-            key=lambda entry: entry[0],
-        )
-        matching = [
-            f"{path}/" if is_dir else path
-            for path, is_dir in entries
-            if fnmatch.fnmatchcase(path.rpartition("/")[2], request.pattern)
-        ]
-        limit = request.max_results or request.head_limit or DEFAULT_FIND_RESULTS
-        notes = [why] if why else []
-        return self._finish(request, found, matching[:limit], len(matching), limit, "files", notes)
-
-    async def __call__(self, request: SearchRequest) -> SearchResponse:
-        if request.action == "find":
-            given = [name for name in _GREP_ONLY if name in request.model_fields_set]
-            if given:
-                return _failure(
-                    f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to grep only; "
-                    f"for find put the glob in pattern."
-                )
-        try:
-            relative = await anyio.to_thread.run_sync(self._target, request.path)
-        except PathRefused as exc:
-            return _failure(exc.message)
-        try:
-            if request.action == "grep":
-                return await self._grep(request, relative)
-            return await self._find(request, relative)
-        except EngineFailure as exc:
-            return _failure(exc.message)
-
-
 def search_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
@@ -502,11 +267,14 @@ def search_tool(
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
     """
+    # Imported here: the handler module imports this one's request and response models.
+    from lionfactory.tools._search_handler import SearchHandler
+
     binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     return Tool(
         name="search",
         description=_DESCRIPTION,
         request_model=SearchRequest,
-        handler=_SearchHandler(workspace, binaries),
+        handler=SearchHandler(workspace, binaries),
     )

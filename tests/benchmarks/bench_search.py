@@ -33,7 +33,7 @@ PATTERN = "needle_[0-9]+"
 
 SIZES: dict[Size, dict[str, Any]] = {
     "tiny": {"dirs": 10, "files_per_dir": 20, "venv_files": 300, "repeat": 2},
-    "full": {"dirs": 200, "files_per_dir": 100, "venv_files": 30_000, "repeat": 5},
+    "full": {"dirs": 200, "files_per_dir": 100, "venv_files": 30_000, "repeat": 7},
 }
 
 
