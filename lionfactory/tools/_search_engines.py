@@ -206,10 +206,26 @@ def _rg_walk_args(workspace: Workspace, view: ProjectView) -> list[str]:
 
 def _type_args(globs: tuple[str, ...]) -> list[str]:
     # A --glob that includes would override the ignore rules (ripgrep gives
-    # overrides the last word); a file type is judged after them.
+    # overrides the last word); a file type is judged after them. A type
+    # definition cannot hold ":" (its separator): "?" stands in, and the
+    # results are filtered by the exact glob afterwards.
     if not globs:
         return []
-    return [*(f"--type-add=lfselect:{glob}" for glob in globs), "--type=lfselect"]
+    escaped = (glob.replace(":", "?") for glob in globs)
+    return [*(f"--type-add=lfselect:{glob}" for glob in escaped), "--type=lfselect"]
+
+
+def _exactly(found: Found, globs: tuple[str, ...]) -> None:
+    """Keep only results whose file name matches one of `globs` (after a ":" stand-in)."""
+    if not any(":" in glob for glob in globs):
+        return
+    found.lines = [line for line in found.lines if _selected(line.path, globs)]
+    found.counts = {path: n for path, n in found.counts.items() if _selected(path, globs)}
+
+
+def _selected(path: str, globs: tuple[str, ...]) -> bool:
+    name = path.rpartition("/")[2]
+    return any(fnmatch.fnmatchcase(name, glob) for glob in globs)
 
 
 def _text(field: dict[str, Any] | None) -> str:
@@ -277,11 +293,12 @@ async def grep_ripgrep(rg: str, workspace: Workspace, view: ProjectView, query: 
         found.warning = result.stderr.strip()[:_STDERR_CAP] or None
     if query.mode == "content":
         found.lines = _sort_lines(_parse_json_events(result.stdout, result.stdout_truncated))
-        return found
-    for record in _records(result, "\n"):
-        path, nul, count = record.partition("\0")
-        if nul and count.isdigit():
-            found.counts[_strip_dot(path)] = int(count)
+    else:
+        for record in _records(result, "\n"):
+            path, nul, count = record.partition("\0")
+            if nul and count.isdigit():
+                found.counts[_strip_dot(path)] = int(count)
+    _exactly(found, query.globs)
     return found
 
 
@@ -310,9 +327,7 @@ async def list_builtin(workspace: Workspace, view: ProjectView, target: str) -> 
 
 
 def _select(files: list[str], globs: tuple[str, ...]) -> list[str]:
-    if not globs:
-        return files
-    return [f for f in files if any(fnmatch.fnmatchcase(f.rpartition("/")[2], g) for g in globs)]
+    return [file for file in files if _selected(file, globs)] if globs else files
 
 
 def _batches(files: list[str]) -> list[list[str]]:

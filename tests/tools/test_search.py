@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from fnmatch import fnmatchcase as fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -449,3 +450,12 @@ async def test_an_ignore_file_above_the_project_selects_the_builtin_engine(
     # Only ignore files inside the project apply; ripgrep would read this one too.
     assert (result["engine"], result["content"]) == ("builtin", "a.py:1:needle")
     assert "outside the project" in result["notice"]
+
+
+@pytest.mark.parametrize("include", ["x:y.txt", "*:*", "a,b.txt", "[xa]*.txt"])
+async def test_include_globs_with_punctuation(workspace: Path, engine: str, include: str) -> None:
+    for name in ("a,b.txt", "x:y.txt", "xzy.txt"):
+        (workspace / name).write_text("hit\n")
+    result = await search(workspace, engine, action="grep", pattern="hit", include=include)
+    expected = sorted(n for n in ("a,b.txt", "x:y.txt", "xzy.txt") if fnmatch(n, include))
+    assert result["content"].splitlines() == [f"{n}:1:hit" for n in expected]
