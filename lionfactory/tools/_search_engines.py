@@ -249,6 +249,21 @@ def _rg_failure(result: ProcessResult) -> EngineFailure:
     )
 
 
+def _rg_check(result: ProcessResult, produced: bool) -> str | None:
+    """Raise for a failed run; a warning when ripgrep finished but skipped something.
+
+    With ``--no-messages`` ripgrep still exits 2 after a file it could not
+    read, but says nothing; a pattern it rejects is always printed. A run that
+    printed its results (the summary event, or any record) and no complaint
+    is a success that skipped some files.
+    """
+    if result.returncode in (0, 1):
+        return None
+    if result.stderr.strip() or not produced:
+        raise _rg_failure(result)
+    return "ripgrep could not read some files; they were skipped."
+
+
 def _parse_json_events(stdout: str, cut: bool) -> list[Line]:
     lines: list[Line] = []
     records = stdout.split("\n")
@@ -287,10 +302,8 @@ async def grep_ripgrep(rg: str, workspace: Workspace, view: ProjectView, query: 
     args += ["--regexp", query.pattern, "--", query.target]
     result = await _run(rg, args, workspace.root, "ripgrep")
     found = Found(engine="ripgrep", cut=result.stdout_truncated)
-    if result.returncode not in (0, 1):
-        if query.mode != "content" or '"type":"summary"' not in result.stdout:
-            raise _rg_failure(result)
-        found.warning = result.stderr.strip()[:_STDERR_CAP] or None
+    produced = '"type":"summary"' in result.stdout if query.mode == "content" else result.stdout
+    found.warning = _rg_check(result, bool(produced))
     if query.mode == "content":
         found.lines = _sort_lines(_parse_json_events(result.stdout, result.stdout_truncated))
     else:
@@ -306,10 +319,9 @@ async def list_ripgrep(rg: str, workspace: Workspace, view: ProjectView, target:
     """The project's files under `target` with ``rg --files``."""
     args = [*_rg_walk_args(workspace, view), "--files", "--null", "--", target]
     result = await _run(rg, args, workspace.root, "ripgrep")
-    if result.returncode not in (0, 1):
-        raise _rg_failure(result)
+    warning = _rg_check(result, bool(result.stdout))
     files = sorted(_strip_dot(record) for record in _records(result, "\0"))
-    return Found(engine="ripgrep", files=files, cut=result.stdout_truncated)
+    return Found(engine="ripgrep", files=files, cut=result.stdout_truncated, warning=warning)
 
 
 # -- builtin: a Python walk, then grep -------------------------------------------
