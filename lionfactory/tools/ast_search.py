@@ -192,14 +192,17 @@ class _AstSearchHandler:
 
     def _match(
         self, entry: dict[str, Any], view: ProjectView, target: str
-    ) -> AstSearchMatch | None:
+    ) -> AstSearchMatch | Literal["ignored"] | None:
+        """The match, or "ignored" (the project's rules skip its file), or None (never shown)."""
         start = entry.get("range", {}).get("start", {})
         path = Path(os.path.normpath(self.workspace.root / str(entry.get("file", ""))))
         if not self.workspace.contains(path):
             return None
         relative = self.workspace.relative(path)
-        if not view.visible(relative, start=target):
+        if view.hidden(relative):
             return None
+        if not view.visible(relative, start=target):
+            return "ignored"
         text = str(entry.get("text", ""))
         if len(text) > _TEXT_CAP:
             text = text[:_TEXT_CAP] + "...[cut]"
@@ -219,9 +222,19 @@ class _AstSearchHandler:
             found = [self._match(entry, view, target) for entry in entries]
         except (ValueError, TypeError, AttributeError) as exc:
             return _error(f"ast-grep printed output that is not its JSON report ({exc}).")
-        matches = sorted((m for m in found if m is not None), key=lambda m: (m.file, m.line, m.col))
+        matches = sorted(
+            (m for m in found if isinstance(m, AstSearchMatch)),
+            key=lambda m: (m.file, m.line, m.col),
+        )
+        ignored = sum(m == "ignored" for m in found)
+        skipped = (
+            f" Left out {_count(ignored, 'match', 'matches')} in files ignored by "
+            f".gitignore/.ignore; set include_ignored=true to see them."
+            if ignored
+            else ""
+        )
         if not matches:
-            summary = "No matches."
+            summary = "No matches." + skipped
             if stderr:
                 summary += f" ast-grep said: {stderr}"
             return AstSearchResponse(status="ok", summary=summary)
@@ -232,6 +245,7 @@ class _AstSearchHandler:
             summary += f" Showing the first {len(shown)}; raise max_results to see more."
         if result.stdout_truncated:
             summary += f" ast-grep printed more than {_OUTPUT_CAP:,} bytes; total is a lower bound."
+        summary += skipped
         return AstSearchResponse(
             status="matches",
             matches=shown,

@@ -199,13 +199,11 @@ class _CodeCheckHandler:
 
     def _visible(
         self, view: ProjectView, targets: list[str], diagnostics: list[CodeDiagnostic]
-    ) -> list[CodeDiagnostic]:
-        return [
-            d
-            for d in diagnostics
-            if not os.path.isabs(d.file)
-            and any(view.visible(d.file, start=target) for target in targets)
-        ]
+    ) -> tuple[list[CodeDiagnostic], int]:
+        """The diagnostics in project files, and how many the ignore rules left out."""
+        shown = [d for d in diagnostics if not os.path.isabs(d.file) and not view.hidden(d.file)]
+        kept = [d for d in shown if any(view.visible(d.file, start=t) for t in targets)]
+        return kept, len(shown) - len(kept)
 
     async def __call__(self, request: CodeCheckRequest) -> CodeCheckResponse:
         try:
@@ -256,9 +254,17 @@ class _CodeCheckHandler:
             return _error(f"ruff printed output that is not its JSON report ({exc}): {stderr}")
         # ruff has its own reading of the ignore files (and its own exclusions);
         # what is reported is what the project's rules call project content.
-        diagnostics = await anyio.to_thread.run_sync(self._visible, view, targets, diagnostics)
+        diagnostics, ignored = await anyio.to_thread.run_sync(
+            self._visible, view, targets, diagnostics
+        )
+        skipped = (
+            f" Left out {_count(ignored, 'diagnostic')} in files ignored by .gitignore/.ignore; "
+            f"set include_ignored=true to see them."
+            if ignored
+            else ""
+        )
         if not diagnostics:
-            return CodeCheckResponse(status="ok", summary="ruff found no problems.")
+            return CodeCheckResponse(status="ok", summary="ruff found no problems." + skipped)
         shown = diagnostics[: request.max_diagnostics]
         files = len({d.file for d in diagnostics})
         fixable = sum(d.fixable for d in diagnostics)
@@ -266,6 +272,7 @@ class _CodeCheckHandler:
         summary += f" ({fixable} fixable with `ruff check --fix`)." if fixable else "."
         if len(shown) < len(diagnostics):
             summary += f" Showing the first {len(shown)}; raise max_diagnostics to see more."
+        summary += skipped
         return CodeCheckResponse(
             status="diagnostics",
             diagnostics=shown,
