@@ -203,6 +203,12 @@ class SearchRequest(BaseModel):
             )
         if self.include is not None and self.type is not None:
             raise ValueError("give either include or type, not both")
+        lines = [n for n in ("context", "before", "after") if getattr(self, n) is not None]
+        if lines and self.output_mode != "content":
+            raise ValueError(
+                f"{', '.join(lines)} add context lines to output_mode 'content'; "
+                f"drop them for {self.output_mode!r}"
+            )
         return self
 
 

@@ -374,6 +374,7 @@ async def test_head_limit_is_max_results(workspace: Path, engine: str) -> None:
         ({"context": -1}, "context"),
         ({"after": 51}, "after"),
         ({"head_limit": 0}, "head_limit"),
+        ({"output_mode": "count", "context": 2}, "context add context lines to output_mode"),
     ],
 )
 async def test_new_fields_are_validated_with_a_clear_message(
