@@ -12,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lionfactory._binaries import BinaryFinder
+from lionfactory._project import ProjectView
+from lionfactory._workspace import Workspace
 from lionfactory.tools.search import search_tool
 
 DIRS = ("", "a", "b", "build", "a/sub", "b/build", "a/sub/deep", ".hidden")
@@ -111,6 +113,10 @@ async def compare(root: Path, tree: dict[str, str], repository: bool) -> None:
     assert {r for r in listed(everything["ripgrep"]) if not r.endswith("/")} == set(tree)
     if repository and not any(name.endswith(".ignore") for name in tree):
         assert files == git_project_files(root)
+    # code_check and ast_search filter a helper's report path by path with
+    # `visible`; it must agree with the walk.
+    view = ProjectView(Workspace.at(root))
+    assert {name for name in tree if view.visible(name)} == files
 
 
 @given(tree=trees(), repository=st.booleans())
