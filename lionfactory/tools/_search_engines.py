@@ -15,8 +15,11 @@ see lives here, and a property test compares the engines on generated trees.
   repository too) and ``--no-ignore-global`` with the global excludes file
   git names passed as ``--ignore-file`` (git's answer, not ripgrep's own
   reading of two config files). ``grep`` parses ``rg --json`` events; the
-  files and count modes read ``--count --null`` records. ripgrep never
-  follows symlinks unless asked, and is never asked.
+  files and count modes read ``--count --null`` records; ``find`` lists
+  ``rg --files`` and the handler matches names against the glob (a
+  ``--glob`` that includes would override the ignore rules in ripgrep, so a
+  file-name filter is a ``--type-add`` definition, judged after them).
+  ripgrep never follows symlinks unless asked, and is never asked.
 * **builtin**, used when ``rg`` is not installed (or when ignore files
   above the project would leak into ripgrep's walk): `ProjectView.walk`
   lists the project's files and ``grep -P`` (Perl syntax, the closest to
