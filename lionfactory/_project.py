@@ -7,8 +7,7 @@ from those is useless to an agent, so every tool that walks a directory
 `ProjectView` of one call which paths are project content. Ignored content is
 reachable only when the model asks for it (``include_ignored=true``) or names
 an ignored directory as the path to search or list: the rules apply *below*
-the starting point, as they do for ripgrep and for ``git ls-files`` on an
-explicit path.
+the starting point, as ripgrep applies them to a path it is given.
 
 The rules are git's, in ripgrep's precedence, so that the ripgrep engine and
 this matcher agree (a property test compares them on generated trees):
@@ -46,6 +45,7 @@ into its regular expressions is used to tell the two apart (`_Rules`).
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,7 +81,7 @@ def _load_patterns(path: Path) -> tuple[GitIgnoreSpecPattern, ...]:
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             pattern = GitIgnoreSpecPattern(line)
-        except ValueError:
+        except (ValueError, re.error):
             continue  # git skips a pattern it cannot read; so does ripgrep
         if pattern.include is not None and pattern.regex is not None:
             patterns.append(pattern)
@@ -294,15 +294,12 @@ class ProjectView:
         return chain
 
     def _ignored(self, path: str, is_dir: bool) -> bool:
+        """Whether the rules exclude `path` (absolute; its parent is not ignored)."""
         for rules in self._rules(os.path.dirname(path)):
             decision = rules.decide(path, is_dir)
             if decision is not None:
                 return decision
         return False
-
-    def ignored(self, path: Path, is_dir: bool) -> bool:
-        """Whether the ignore rules exclude `path` (absolute, its parent not ignored)."""
-        return not self.include_ignored and self._ignored(str(path), is_dir)
 
     def _excluded_name(self, name: str) -> bool:
         return name == ".git" or self.workspace.is_protected(name)

@@ -279,3 +279,9 @@ async def test_a_changed_git_config_is_asked_again(
     assert await global_excludes(repo, BinaryFinder()) == home / "first"
     (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/second\n\n")
     assert await global_excludes(repo, BinaryFinder()) == home / "second"
+
+
+def test_patterns_git_cannot_read_are_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    build(root, {".gitignore": "[z-a]\n\\\\\n!\n*.log\n", "a.log": "", "b.txt": ""})
+    assert walked(root) == {".gitignore", "b.txt"}
