@@ -77,6 +77,8 @@ def _load_patterns(path: Path) -> tuple[GitIgnoreSpecPattern, ...]:
             data = stream.read(_MAX_IGNORE_FILE)
     except OSError:
         return ()
+    if len(data) == _MAX_IGNORE_FILE:
+        data = data[: data.rfind(b"\n") + 1]  # a cut line is not a pattern
     patterns = []
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
