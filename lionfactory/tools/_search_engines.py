@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import contextlib
 import fnmatch
 import json
 import re
@@ -268,14 +269,22 @@ def _rg_check(result: ProcessResult, produced: bool) -> str | None:
 
 
 def _parse_json_events(stdout: str, cut: bool) -> list[Line]:
-    lines: list[Line] = []
     records = stdout.split("\n")
-    for record in records[:-1] if cut or not stdout.endswith("\n") else records:
-        # Only match and context events matter; begin, end and summary events
-        # (two per file) are skipped without decoding them.
-        if not record.startswith(('{"type":"match"', '{"type":"context"')):
-            continue
-        event = json.loads(record)
+    if cut or not stdout.endswith("\n"):
+        records.pop()  # a record cut by the output cap
+    # Only match and context events matter; begin, end and summary events (two
+    # per file) are skipped without decoding them, and the rest is decoded as
+    # one array: one call into the JSON decoder instead of one per event.
+    wanted = [r for r in records if r.startswith(('{"type":"match"', '{"type":"context"'))]
+    try:
+        events = json.loads("[" + ",".join(wanted) + "]")
+    except ValueError:
+        events = []
+        for record in wanted:
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(record))
+    lines: list[Line] = []
+    for event in events:
         kind = event.get("type")
         if kind not in ("match", "context"):
             continue
