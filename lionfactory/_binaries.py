@@ -56,10 +56,14 @@ class BinaryFinder:
         env_dirs: folders searched first (default: `environment_dirs()`).
         path: a PATH-style string searched next; ``None`` reads the
             ``PATH`` environment variable at lookup time.
+        hidden: program names never found, wherever they are installed
+            (a test runs the fallback of a tool whose preferred helper is
+            installed, e.g. search without ``rg``).
     """
 
     env_dirs: tuple[Path, ...] = attrs.field(factory=environment_dirs, converter=_paths)
     path: str | None = None
+    hidden: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
 
     def _search_dirs(self) -> list[Path]:
         path = os.environ.get("PATH", os.defpath) if self.path is None else self.path
@@ -69,6 +73,8 @@ class BinaryFinder:
     def candidates(self, name: str) -> list[str]:
         """Every executable called `name`, in lookup order, without duplicates."""
         found: list[str] = []
+        if name in self.hidden:
+            return found
         for directory in self._search_dirs():
             candidate = directory / name
             if _is_executable(candidate) and str(candidate) not in found:

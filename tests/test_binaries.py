@@ -49,3 +49,10 @@ def test_path_none_reads_the_environment_variable(
     finder = BinaryFinder(env_dirs=())
     monkeypatch.setenv("PATH", str(tmp_path / "a"))
     assert finder.find("tool") == str(program)
+
+
+def test_hidden_names_are_never_found(tmp_path: Path) -> None:
+    make_program(tmp_path / "a", "tool")
+    other = make_program(tmp_path / "a", "other")
+    finder = BinaryFinder(env_dirs=(), path=str(tmp_path / "a"), hidden={"tool"})
+    assert (finder.find("tool"), finder.find("other")) == (None, str(other))

@@ -50,6 +50,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._isolation",
         "lionfactory._landlock",
         "lionfactory._project",
+        "lionfactory._global_excludes",
         "lionfactory._ignore",
         "lionfactory.stores",
         "lionfactory._stores",

@@ -14,8 +14,12 @@ Decisions (ADR-0013 D2, DESIGN §9):
   JSON forms are parsed. Exit 0 is matches, exit 1 with no output is no
   match (ast-grep's warnings, such as a pattern that did not parse, go into
   the summary); anything else, a timeout or a launch failure is ``error``.
-* ast-grep skips hidden and git-ignored files on its own; matches in
-  protected names or ``.git`` are also dropped here. The search path is
+* What is searched is the project: every match is checked against the
+  project's ignore rules (`lionfactory._project`, the matcher search and
+  list_dir use), because ast-grep applies ``.gitignore`` only inside a git
+  repository. Hidden files are searched (``--no-ignore=hidden``), as search
+  does; ``.git`` and protected names never are. ``include_ignored`` turns
+  the rules off (and ast-grep's own). The search path is
   contained in the workspace before anything starts.
 * Matches are sorted by file, line and column (ast-grep searches in
   parallel, so its own order varies). ``line`` and ``col`` are one-based;
@@ -36,7 +40,9 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._global_excludes import global_excludes
 from lionfactory._process import LaunchError, ProcessResult, run_process
+from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
 
@@ -48,6 +54,7 @@ MAX_RESULTS = 500
 INSTALL_HINT = "pip install 'lionfactory[code]'"
 
 _VERSION_TIMEOUT = 10.0
+_ALL_IGNORES = ("hidden", "dot", "exclude", "global", "parent", "vcs")
 _OUTPUT_CAP = 16_000_000
 _STDERR_CAP = 300
 _TEXT_CAP = 500
@@ -60,9 +67,10 @@ metavariables, matched structurally (whitespace and formatting do not matter).
 $NAME matches one node (print($A) matches print(x) but not print(a, b)); $$$NAME
 matches any number of nodes (print($$$ARGS) matches every call of print).
 `lang` picks the language of the pattern and of the files searched. `path` is a
-directory or file relative to the workspace root (default "."). Hidden and
-git-ignored files are skipped. At most `max_results` matches are returned
-(default {DEFAULT_RESULTS}, at most {MAX_RESULTS}); `total` says how many there were.
+directory or file relative to the workspace root (default "."). Files ignored by
+.gitignore, .ignore or git's exclude files are skipped unless include_ignored=true.
+At most `max_results` matches are returned (default {DEFAULT_RESULTS}, at most
+{MAX_RESULTS}); `total` says how many there were.
 status is "matches", "ok" (no match), "unavailable" (ast-grep is not installed)
 or "error" (see summary)."""
 
@@ -82,6 +90,13 @@ class AstSearchRequest(BaseModel):
         description="Directory or file to search, relative to the workspace root (default '.').",
     )
     lang: Language = Field(default="python", description="Language of the pattern and files.")
+    include_ignored: bool = Field(
+        default=False,
+        description=(
+            "Also search files that .gitignore, .ignore or git's exclude files ignore "
+            "(virtualenvs, node_modules, build output). Default false."
+        ),
+    )
     max_results: int = Field(
         default=DEFAULT_RESULTS,
         ge=1,
@@ -164,7 +179,7 @@ class _AstSearchHandler:
             raise PathRefused(path, f"{path!r} is inside .git; search the working tree instead.")
         if not resolved.exists():
             raise PathRefused(path, f"{path!r} does not exist; search '.' or an existing folder.")
-        return "." if relative == "." else f"./{relative}"
+        return relative
 
     def _candidates(self) -> list[str]:
         return self.binaries.candidates("ast-grep") + self.binaries.candidates("sg")
@@ -175,14 +190,19 @@ class _AstSearchHandler:
                 return candidate
         return None
 
-    def _match(self, entry: dict[str, Any]) -> AstSearchMatch | None:
+    def _match(
+        self, entry: dict[str, Any], view: ProjectView, target: str
+    ) -> AstSearchMatch | Literal["ignored"] | None:
+        """The match, or "ignored" (the project's rules skip its file), or None (never shown)."""
         start = entry.get("range", {}).get("start", {})
         path = Path(os.path.normpath(self.workspace.root / str(entry.get("file", ""))))
         if not self.workspace.contains(path):
             return None
         relative = self.workspace.relative(path)
-        if self.workspace.is_hidden(relative):
+        if view.hidden(relative):
             return None
+        if not view.visible(relative, start=target):
+            return "ignored"
         text = str(entry.get("text", ""))
         if len(text) > _TEXT_CAP:
             text = text[:_TEXT_CAP] + "...[cut]"
@@ -193,16 +213,28 @@ class _AstSearchHandler:
             text=text,
         )
 
-    def _response(self, result: ProcessResult, limit: int) -> AstSearchResponse:
+    def _response(
+        self, result: ProcessResult, limit: int, view: ProjectView, target: str
+    ) -> AstSearchResponse:
         stderr = result.stderr.strip()[:_STDERR_CAP]
         try:
             entries = _entries(result.stdout, result.stdout_truncated)
-            found = [self._match(entry) for entry in entries]
+            found = [self._match(entry, view, target) for entry in entries]
         except (ValueError, TypeError, AttributeError) as exc:
             return _error(f"ast-grep printed output that is not its JSON report ({exc}).")
-        matches = sorted((m for m in found if m is not None), key=lambda m: (m.file, m.line, m.col))
+        matches = sorted(
+            (m for m in found if isinstance(m, AstSearchMatch)),
+            key=lambda m: (m.file, m.line, m.col),
+        )
+        ignored = sum(m == "ignored" for m in found)
+        skipped = (
+            f" Left out {_count(ignored, 'match', 'matches')} in files ignored by "
+            f".gitignore/.ignore; set include_ignored=true to see them."
+            if ignored
+            else ""
+        )
         if not matches:
-            summary = "No matches."
+            summary = "No matches." + skipped
             if stderr:
                 summary += f" ast-grep said: {stderr}"
             return AstSearchResponse(status="ok", summary=summary)
@@ -213,6 +245,7 @@ class _AstSearchHandler:
             summary += f" Showing the first {len(shown)}; raise max_results to see more."
         if result.stdout_truncated:
             summary += f" ast-grep printed more than {_OUTPUT_CAP:,} bytes; total is a lower bound."
+        summary += skipped
         return AstSearchResponse(
             status="matches",
             matches=shown,
@@ -233,8 +266,20 @@ class _AstSearchHandler:
                 summary=f"ast-grep is not installed; install it with {INSTALL_HINT} "
                 f"(or pip install ast-grep-cli).",
             )
+        global_file = None
+        if not request.include_ignored:
+            global_file = await global_excludes(self.workspace.root, self.binaries)
+        view = ProjectView(
+            self.workspace, include_ignored=request.include_ignored, global_file=global_file
+        )
         argv = [binary, "run", f"--pattern={request.pattern}", "--lang", request.lang]
-        argv += ["--json=stream", "--", target]
+        # Hidden files (.github/...) are project content here as in search;
+        # ast-grep's own ignore handling is a first cut, the project's rules
+        # decide (it applies .gitignore only inside a git repository).
+        kinds = _ALL_IGNORES if request.include_ignored else ("hidden",)
+        argv += [f"--no-ignore={kind}" for kind in kinds]
+        # "./" keeps a name starting with "-" from reading as an option.
+        argv += ["--json=stream", "--", "." if target == "." else f"./{target}"]
         try:
             result = await run_process(
                 argv,
@@ -252,7 +297,9 @@ class _AstSearchHandler:
         if result.returncode not in (0, 1) or (result.returncode == 1 and result.stdout.strip()):
             detail = result.stderr.strip()[:_STDERR_CAP] or "no message"
             return _error(f"ast-grep failed (exit {result.returncode}): {detail}")
-        return self._response(result, request.max_results)
+        return await anyio.to_thread.run_sync(
+            self._response, result, request.max_results, view, target
+        )
 
 
 def ast_search_tool(

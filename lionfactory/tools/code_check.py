@@ -6,6 +6,10 @@ Decisions (ADR-0013 D2 "Diagnostics", DESIGN §9):
   --no-fix`` from the workspace root, so the workspace's own ruff
   configuration applies; ``--no-fix`` because a configuration with
   ``fix = true`` would otherwise let a *check* rewrite files.
+* Only project content is reported: ruff's own file discovery runs (the
+  workspace's ruff configuration keeps its say), then every diagnostic is
+  checked against the project's ignore rules (`lionfactory._project`), the
+  same matcher search and list_dir use. ``include_ignored`` turns both off.
 * Empty ``paths`` checks the workspace root (the baseline scanned the
   process's current directory). Every path is contained in the workspace
   before ruff starts.
@@ -33,7 +37,9 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._global_excludes import global_excludes
 from lionfactory._process import LaunchError, run_process
+from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
 
@@ -54,6 +60,8 @@ Lint Python files with ruff and return structured diagnostics (rule code,
 message, one-based line and column, whether ruff can fix it automatically).
 `paths` are files or directories relative to the workspace root; an empty list
 checks the whole workspace. The workspace's own ruff configuration applies.
+Files ignored by .gitignore, .ignore or git's exclude files are not checked unless
+include_ignored=true.
 Nothing is modified. At most `max_diagnostics` diagnostics are returned (default
 {DEFAULT_DIAGNOSTICS}, at most {MAX_DIAGNOSTICS}); `total` says how many there were.
 status is "ok" (no findings), "diagnostics", "unavailable" (ruff is not installed)
@@ -94,6 +102,14 @@ class CodeCheckRequest(BaseModel):
         ),
     )
     tool: Literal["ruff"] = Field(default="ruff", description="The checker; only 'ruff'.")
+    include_ignored: bool = Field(
+        default=False,
+        description=(
+            "Also check files that .gitignore, .ignore or git's exclude files ignore, and "
+            "those ruff excludes by default (virtualenvs, node_modules, build output). "
+            "Default false."
+        ),
+    )
     max_diagnostics: int = Field(
         default=DEFAULT_DIAGNOSTICS,
         ge=1,
@@ -142,14 +158,13 @@ class _CodeCheckHandler:
     binaries: BinaryFinder
 
     def _targets(self, paths: list[str]) -> list[str]:
+        """The root-relative paths to check, each contained in the workspace."""
         targets = []
         for path in paths or ["."]:
             resolved = self.workspace.resolve(path)
             if not resolved.exists():
                 raise PathRefused(path, f"{path!r} does not exist in the workspace.")
-            relative = self.workspace.relative(resolved)
-            # "./" keeps a name starting with "-" from reading as an option.
-            targets.append("." if relative == "." else f"./{relative}")
+            targets.append(self.workspace.relative(resolved))
         return targets
 
     def _relative(self, filename: str) -> str:
@@ -182,11 +197,25 @@ class _CodeCheckHandler:
             fixable=entry.get("fix") is not None,
         )
 
+    def _visible(
+        self, view: ProjectView, targets: list[str], diagnostics: list[CodeDiagnostic]
+    ) -> tuple[list[CodeDiagnostic], int]:
+        """The diagnostics in project files, and how many the ignore rules left out."""
+        shown = [d for d in diagnostics if not os.path.isabs(d.file) and not view.hidden(d.file)]
+        kept = [d for d in shown if any(view.visible(d.file, start=t) for t in targets)]
+        return kept, len(shown) - len(kept)
+
     async def __call__(self, request: CodeCheckRequest) -> CodeCheckResponse:
         try:
             targets = await anyio.to_thread.run_sync(self._targets, request.paths)
         except PathRefused as exc:
             return _error(exc.message)
+        global_file = None
+        if not request.include_ignored:
+            global_file = await global_excludes(self.workspace.root, self.binaries)
+        view = ProjectView(
+            self.workspace, include_ignored=request.include_ignored, global_file=global_file
+        )
         ruff = await anyio.to_thread.run_sync(self.binaries.find, "ruff")
         if ruff is None:
             return CodeCheckResponse(
@@ -194,7 +223,13 @@ class _CodeCheckHandler:
                 summary=f"ruff is not installed; install it with {INSTALL_HINT} "
                 f"(or pip install ruff).",
             )
-        argv = [ruff, "check", "--output-format=json", "--no-cache", "--no-fix", "--", *targets]
+        argv = [ruff, "check", "--output-format=json", "--no-cache", "--no-fix"]
+        if request.include_ignored:
+            # ruff's default exclusions (.venv, node_modules, build, ...) would
+            # still hide what the model asked for; .git stays out.
+            argv += ["--no-respect-gitignore", "--exclude=.git"]
+        # "./" keeps a name starting with "-" from reading as an option.
+        argv += ["--", *("." if t == "." else f"./{t}" for t in targets)]
         try:
             result = await run_process(
                 argv,
@@ -217,9 +252,19 @@ class _CodeCheckHandler:
             diagnostics = [self._diagnostic(entry) for entry in entries]
         except (ValueError, TypeError, AttributeError) as exc:
             return _error(f"ruff printed output that is not its JSON report ({exc}): {stderr}")
-        diagnostics = [d for d in diagnostics if not self.workspace.is_hidden(d.file)]
+        # ruff has its own reading of the ignore files (and its own exclusions);
+        # what is reported is what the project's rules call project content.
+        diagnostics, ignored = await anyio.to_thread.run_sync(
+            self._visible, view, targets, diagnostics
+        )
+        skipped = (
+            f" Left out {_count(ignored, 'diagnostic')} in files ignored by .gitignore/.ignore; "
+            f"set include_ignored=true to see them."
+            if ignored
+            else ""
+        )
         if not diagnostics:
-            return CodeCheckResponse(status="ok", summary="ruff found no problems.")
+            return CodeCheckResponse(status="ok", summary="ruff found no problems." + skipped)
         shown = diagnostics[: request.max_diagnostics]
         files = len({d.file for d in diagnostics})
         fixable = sum(d.fixable for d in diagnostics)
@@ -227,6 +272,7 @@ class _CodeCheckHandler:
         summary += f" ({fixable} fixable with `ruff check --fix`)." if fixable else "."
         if len(shown) < len(diagnostics):
             summary += f" Showing the first {len(shown)}; raise max_diagnostics to see more."
+        summary += skipped
         return CodeCheckResponse(
             status="diagnostics",
             diagnostics=shown,

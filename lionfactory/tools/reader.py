@@ -20,11 +20,15 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._binaries import BinaryFinder
+from lionfactory._global_excludes import global_excludes
+from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.tools import _documents
@@ -91,6 +95,13 @@ class ReaderRequest(BaseModel):
     file_types: list[str] | None = Field(
         default=None,
         description="list_dir: only files with these extensions, e.g. ['py', '.md'].",
+    )
+    include_ignored: bool | None = Field(
+        default=None,
+        description=(
+            "list_dir: also list paths that .gitignore, .ignore or git's exclude files "
+            "ignore (virtualenvs, node_modules, build output). Default false."
+        ),
     )
 
 
@@ -227,14 +238,21 @@ def _normalise_types(file_types: Iterable[str]) -> tuple[str, ...]:
 
 
 def list_entries(
-    workspace: Workspace, loc: Location, recursive: bool, types: tuple[str, ...]
+    workspace: Workspace,
+    loc: Location,
+    recursive: bool,
+    types: tuple[str, ...],
+    view: ProjectView | None = None,
 ) -> list[str]:
     """The rows of one ``list_dir`` answer, unsorted: the one place listing entries are chosen.
 
     Files (filtered by extension when `types` is given), plus, in a flat
     listing without a filter, subdirectories marked with a trailing slash:
     a flat listing that hid them would leave the model blind to most of a
-    tree. Hidden and protected names are already left out by the workspace.
+    tree. Hidden and protected names are already left out by the workspace;
+    `view` (the project's ignore rules, the same matcher search uses) prunes
+    ignored files and whole ignored directories, so a recursive listing of a
+    checkout is not a listing of its ``.venv``.
 
     Raises:
         PathRefused: the directory is (or passes through) a symlink.
@@ -242,7 +260,8 @@ def list_entries(
     """
     rows: list[str] = []
     show_dirs = not recursive and not types
-    for relative, is_dir in workspace.entries(loc, recursive=recursive):
+    skip = None if view is None else view.skips
+    for relative, is_dir in workspace.entries(loc, recursive=recursive, skip=skip):
         if is_dir:
             if show_dirs:
                 rows.append(relative + "/")
@@ -252,11 +271,17 @@ def list_entries(
 
 
 def _list_dir(
-    workspace: Workspace, loc: Location, recursive: bool, types: tuple[str, ...]
+    workspace: Workspace,
+    loc: Location,
+    recursive: bool,
+    types: tuple[str, ...],
+    include_ignored: bool,
+    global_file: Path | None,
 ) -> ReaderResponse:
     shown = loc.shown
+    view = ProjectView(workspace, include_ignored=include_ignored, global_file=global_file)
     try:
-        entries = list_entries(workspace, loc, recursive, types)
+        entries = list_entries(workspace, loc, recursive, types, view)
     except PathRefused as exc:
         return _failure(exc.message)
     except FileNotFoundError:
@@ -270,20 +295,25 @@ def _list_dir(
         return _failure(f"Cannot list {shown!r} ({(exc.strerror or str(exc)).lower()}).")
     entries.sort()
     total = len(entries)
-    notice = None
+    notes = []
     if total > MAX_LIST_ROWS:
-        notice = (
+        notes.append(
             f"Showing the first {MAX_LIST_ROWS} of {total} entries; list a subdirectory "
             f"or filter with file_types to see the rest."
         )
     elif total == 0:
-        notice = "No matching files."
+        notes.append("No matching files.")
+    if view.skipped:
+        notes.append(
+            f"{view.skipped} ignored path(s) (.gitignore, .ignore, git excludes) were left "
+            f"out; set include_ignored=true to list them."
+        )
     return ReaderResponse(
         success=True,
         content="\n".join(entries[:MAX_LIST_ROWS]),
         truncated=total > MAX_LIST_ROWS,
         total=total,
-        notice=notice,
+        notice=" ".join(notes) or None,
     )
 
 
@@ -326,8 +356,18 @@ class _ReaderHandler:
             return response
         if request.action == "list_dir":
             types = _normalise_types(request.file_types or ())
+            include_ignored = bool(request.include_ignored)
+            global_file = None
+            if not include_ignored:
+                global_file = await global_excludes(self.workspace.root, BinaryFinder())
             return await anyio.to_thread.run_sync(
-                _list_dir, self.workspace, loc, bool(request.recursive), types
+                _list_dir,
+                self.workspace,
+                loc,
+                bool(request.recursive),
+                types,
+                include_ignored,
+                global_file,
             )
         return await self._open(loc, offset, limit)
 
@@ -355,7 +395,8 @@ Actions:
   with offset=next_offset to continue. Binary files are refused (use bash for those).
 - list_dir: list the files under `path` (set recursive=true for subdirectories, file_types
   to filter by extension). Paths are relative to the workspace root; at most
-  {MAX_LIST_ROWS} rows, with the total when more match.
+  {MAX_LIST_ROWS} rows, with the total when more match. Paths ignored by .gitignore,
+  .ignore or git's exclude files are left out unless include_ignored=true.
 - open: convert a .pdf, .pptx, .docx, .html or .htm document (a workspace path, or an
   https:// URL on an allowed host) to Markdown and show it like 'read'.
 

@@ -1,30 +1,32 @@
-"""The ``search`` tool: grep file contents and find files by name in the workspace.
+r"""The ``search`` tool: grep file contents and find files by name in the project.
 
-Both actions run a fixed argv (no shell) through `lionfactory._process` with a
-30-second timeout, from the workspace root, so every result is a path relative
-to that root.
+Decisions:
 
-Decisions (DESIGN §9):
-
-* ``grep`` is ``grep -rnHIE``: the pattern is an *extended* regular
-  expression, passed with ``-e`` so one starting with ``-`` is never read as
-  an option; binary files are skipped; ``include`` is a glob on file names
-  (``grep --include``). Exit 0 and 1 (no match) are success; any other exit,
-  a timeout or a launch failure is an error.
-* ``find`` matches a glob against file and directory names (``find -name``);
-  directories are shown with a trailing ``/``; symlinks are not listed. A
-  nonzero exit, a timeout or a launch failure is an error.
-* ``max_results`` is validated (1 to 1,000); omitted it is 50 for grep and
-  100 for find. ``count`` is what is shown, ``total`` what was found, and
-  ``truncated`` says when they differ; the content says so too.
-* Protected names (``.env`` and friends) and ``.git`` internals are never
-  searched nor listed: they are excluded from the command line *and* filtered
-  from its output, because grep's and find's name matching is not the
-  workspace's case-insensitive matching. A search path outside the
-  workspace, through a protected name or into ``.git`` is refused before any
-  process starts.
-* ripgrep is not used even when installed: one implementation means one set
-  of results and one set of tests.
+* **What is searched** is the project, not everything under the root: git's
+  ignore rules (``.gitignore`` at every level, ``.git/info/exclude``, the
+  global excludes file, ``.ignore``) decide, through the one matcher of
+  `lionfactory._project`. ``include_ignored=true`` searches ignored files on
+  purpose; naming an ignored directory as ``path`` searches it too (the
+  rules apply below it). ``.git`` internals and protected names (``.env``
+  and friends) are never searched nor listed, and symlinks are not followed.
+* **Engines** (`lionfactory.tools._search_engines`): ripgrep when ``rg`` is
+  installed (the ``search`` extra ships it), else grep over a Python walk
+  with the same rules. The response names the engine that ran; both return
+  the same results on the same tree.
+* ``grep`` takes a regular expression in ripgrep's syntax (Perl-like:
+  ``\d``, ``\w``, ``(a|b)``); ``output_mode`` picks matching lines (with
+  optional context), the files that match, or a count per file. A pattern
+  the engine rejects is a typed failure quoting the engine's message.
+* ``find`` matches a glob against file and directory names; a directory is
+  listed (with a trailing ``/``) when it holds project files, the way git
+  sees directories.
+* ``max_results`` (alias ``head_limit``) is 1 to 1,000; omitted it is 50 for
+  grep and 100 for find. Results are sorted by path, then line, relative to
+  the workspace root; ``count`` is what is shown, ``total`` what was found,
+  ``truncated`` says when they differ.
+* A search path outside the workspace, through a protected name or into
+  ``.git`` is refused before any process starts. Every launch failure, a
+  timeout or an unexpected exit status is an error, never an empty success.
 """
 
 from __future__ import annotations
@@ -33,42 +35,42 @@ import os
 from collections.abc import Iterable
 from typing import Literal
 
-import anyio.to_thread
-import attrs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
-from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._tool import Tool
-from lionfactory._workspace import PathRefused, Workspace
+from lionfactory._workspace import Workspace
+from lionfactory.tools._search_engines import FILE_TYPES
 
 __all__ = ["SearchRequest", "SearchResponse", "search_tool"]
 
 DEFAULT_GREP_RESULTS = 50
 DEFAULT_FIND_RESULTS = 100
 MAX_RESULTS = 1000
-TIMEOUT_SECONDS = 30.0
-
-# grep's and find's output is parsed, not shown, so it may be longer than
-# bash's 100,000 bytes; past this cap `total` becomes a lower bound.
-_OUTPUT_CAP = 8_000_000
-_LINE_CAP = 500
-_STDERR_CAP = 300
+MAX_CONTEXT = 50
 
 _DESCRIPTION = f"""\
-Search the workspace. Two actions:
-- grep: lines of files whose text matches `pattern`, an extended regular
-  expression (grep -E: use | for alternation, \\. for a literal dot). Results are
-  "path:line:text". `include` limits the search to file names matching a glob
-  such as "*.py". Binary files are skipped.
+Search the project. Two actions:
+- grep: lines of files whose text matches `pattern`, a regular expression in
+  ripgrep's syntax (\\d, \\w, \\s, (a|b), a.*?b; escape ( [ {{ . with a backslash).
+  output_mode "content" (default) shows "path:line:text" rows (context rows, set with
+  `context` or `before`/`after`, are "path-line-text"); "files_with_matches" shows
+  the paths; "count" shows "path:count". Filter files with `type` (e.g. "py") or
+  `include` (a glob on file names such as "*.py"). `case_insensitive` and
+  `multiline` (a match may span lines) are off by default. Binary files are skipped.
 - find: files and directories whose name matches `pattern`, a glob such as
   "*.py" or "test_*" (names only, no "/"; put the directory in `path`).
   Directories end with "/".
+Only project files are searched: paths ignored by .gitignore (at any level),
+.git/info/exclude, git's global excludes file or .ignore files are skipped, so a
+.venv or node_modules does not drown the results. Set include_ignored=true to search
+ignored files too (or give an ignored directory as `path`). Secret files such as .env
+and the .git folder are never searched.
 `path` is a directory or file relative to the workspace root (default ".").
 At most `max_results` results are shown (default {DEFAULT_GREP_RESULTS} for grep, \
 {DEFAULT_FIND_RESULTS} for find,
 at most {MAX_RESULTS}); `total` says how many were found and `truncated` whether
-some were left out. Secret files such as .env and the .git folder are never searched."""
+some were left out. Results are sorted by path, then line."""
 
 
 class SearchRequest(BaseModel):
@@ -82,7 +84,7 @@ class SearchRequest(BaseModel):
     pattern: str = Field(
         min_length=1,
         description=(
-            "grep: an extended regular expression (grep -E), e.g. 'def (load|save)_'. "
+            "grep: a regular expression (ripgrep syntax), e.g. 'def (load|save)_\\w+'. "
             "find: a glob on names, e.g. '*.py' or 'test_*'."
         ),
     )
@@ -92,7 +94,63 @@ class SearchRequest(BaseModel):
     )
     include: str | None = Field(
         default=None,
-        description="grep only: search only files whose name matches this glob, e.g. '*.py'.",
+        description=(
+            "grep only: search only files whose name matches this glob, e.g. '*.py' "
+            "(*, ? and [...]; no '/', no braces). Use either include or type."
+        ),
+    )
+    type: str | None = Field(
+        default=None,
+        description=(
+            "grep only: search only files of this type: "
+            + ", ".join(f"{name} ({' '.join(globs)})" for name, globs in FILE_TYPES.items())
+            + "."
+        ),
+    )
+    output_mode: Literal["content", "files_with_matches", "count"] = Field(
+        default="content",
+        description=(
+            "grep only: 'content' shows matching lines (default); 'files_with_matches' "
+            "only the paths of matching files; 'count' the number of matching lines per file."
+        ),
+    )
+    before: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CONTEXT,
+        description=f"grep content only: lines of context before each match (0-{MAX_CONTEXT}).",
+    )
+    after: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CONTEXT,
+        description=f"grep content only: lines of context after each match (0-{MAX_CONTEXT}).",
+    )
+    context: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CONTEXT,
+        description=(
+            f"grep content only: lines of context before and after each match "
+            f"(0-{MAX_CONTEXT}); give either context or before/after."
+        ),
+    )
+    case_insensitive: bool = Field(
+        default=False, description="grep only: match regardless of case (default false)."
+    )
+    multiline: bool = Field(
+        default=False,
+        description=(
+            "grep only: let a match span lines: \\n in the pattern matches a line break "
+            "('.' still does not). Default false."
+        ),
+    )
+    include_ignored: bool = Field(
+        default=False,
+        description=(
+            "Also search files that .gitignore, .ignore or git's exclude files ignore "
+            "(virtualenvs, node_modules, build output). Default false."
+        ),
     )
     max_results: int | None = Field(
         default=None,
@@ -103,6 +161,55 @@ class SearchRequest(BaseModel):
             f"{DEFAULT_FIND_RESULTS} for find, at most {MAX_RESULTS}."
         ),
     )
+    head_limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RESULTS,
+        description="Another name for max_results; give one of them.",
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str | None) -> str | None:
+        if value is not None and value not in FILE_TYPES:
+            raise ValueError(
+                f"unknown file type {value!r}; use one of {', '.join(FILE_TYPES)}, "
+                f"or a glob in include"
+            )
+        return value
+
+    @field_validator("include")
+    @classmethod
+    def _plain_glob(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "/" in value or "{" in value or "}" in value):
+            raise ValueError(
+                f"include is one glob on file names with *, ? and [...], without '/' or braces "
+                f"(got {value!r}); search a directory with path, or use type"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchRequest:
+        if self.context is not None and (self.before is not None or self.after is not None):
+            raise ValueError("give either context, or before and/or after, not both")
+        if (
+            self.max_results is not None
+            and self.head_limit is not None
+            and self.max_results != self.head_limit
+        ):
+            raise ValueError(
+                f"max_results ({self.max_results}) and head_limit ({self.head_limit}) are the "
+                f"same setting; give one of them"
+            )
+        if self.include is not None and self.type is not None:
+            raise ValueError("give either include or type, not both")
+        lines = [n for n in ("context", "before", "after") if getattr(self, n) is not None]
+        if lines and self.output_mode != "content":
+            raise ValueError(
+                f"{', '.join(lines)} add context lines to output_mode 'content'; "
+                f"drop them for {self.output_mode!r}"
+            )
+        return self
 
 
 class SearchResponse(BaseModel):
@@ -120,168 +227,25 @@ class SearchResponse(BaseModel):
         default=False, description="True when some results were left out (count < total)."
     )
     error: str | None = Field(default=None, description="Why the search failed, and what to do.")
-
-
-def _failure(message: str) -> SearchResponse:
-    return SearchResponse(success=False, error=message)
-
-
-def _strip_dot(path: str) -> str:
-    return path[2:] if path.startswith("./") else path
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= _LINE_CAP else text[:_LINE_CAP] + "...[line cut]"
-
-
-def _records(result: ProcessResult, separator: str) -> list[str]:
-    records = result.stdout.split(separator)
-    # The last record is either empty (output ends with a separator) or a
-    # fragment cut by the output cap; neither is a result.
-    return records[:-1]
-
-
-@attrs.frozen
-class _SearchHandler:
-    workspace: Workspace
-    binaries: BinaryFinder
-
-    def _target(self, path: str) -> str:
-        resolved = self.workspace.resolve(path)
-        relative = self.workspace.relative(resolved)
-        if self.workspace.is_hidden(relative):
-            raise PathRefused(path, f"{path!r} is inside .git; search the working tree instead.")
-        if not resolved.exists():
-            raise PathRefused(path, f"{path!r} does not exist; search '.' or an existing folder.")
-        # A leading "./" keeps a name starting with "-" from reading as an option.
-        return "." if relative == "." else f"./{relative}"
-
-    def _exclusions(self, grep: bool) -> list[str]:
-        if grep:
-            args = ["--exclude-dir=.git"]
-            for pattern in sorted(self.workspace.protected):
-                args += [f"--exclude={pattern}", f"--exclude-dir={pattern}"]
-            return args
-        args = ["(", "-name", ".git"]
-        for pattern in sorted(self.workspace.protected):
-            args += ["-o", "-iname", pattern]
-        return [*args, ")", "-prune", "-o"]
-
-    async def _run(self, program: str, args: list[str]) -> ProcessResult | SearchResponse:
-        binary = await anyio.to_thread.run_sync(self.binaries.find, program)
-        if binary is None:
-            return _failure(f"{program} is not installed (not found on PATH); use bash instead.")
-        try:
-            return await run_process(
-                [binary, *args],
-                cwd=self.workspace.root,
-                timeout=TIMEOUT_SECONDS,
-                max_bytes=_OUTPUT_CAP,
-                announce_truncation=False,
-            )
-        except LaunchError as exc:
-            return _failure(f"{exc.message} The search could not run.")
-
-    def _finish(
-        self, results: list[str], limit: int, noun: str, cut: bool, program: str
-    ) -> SearchResponse:
-        shown = results[:limit]
-        lines = list(shown)
-        if len(results) > limit:
-            lines.append(
-                f"[showing {limit} of {len(results)} {noun}; narrow the search or raise "
-                f"max_results (at most {MAX_RESULTS})]"
-            )
-        if cut:
-            lines.append(
-                f"[{program} printed more than {_OUTPUT_CAP:,} bytes; the total counts only "
-                f"what fitted; narrow the search]"
-            )
-        if not results:
-            lines.append(f"No {noun} found.")
-        return SearchResponse(
-            success=True,
-            content="\n".join(lines),
-            count=len(shown),
-            total=len(results),
-            truncated=len(results) > limit or cut,
-        )
-
-    def _error(self, program: str, result: ProcessResult) -> SearchResponse | None:
-        if result.timed_out:
-            return _failure(
-                f"{program} did not finish within {TIMEOUT_SECONDS:.0f} s; search a smaller "
-                f"path or a more specific pattern."
-            )
-        ok = (0, 1) if program == "grep" else (0,)
-        if result.returncode not in ok:
-            detail = result.stderr.strip()[:_STDERR_CAP] or "no message"
-            return _failure(f"{program} failed (exit {result.returncode}): {detail}")
-        return None
-
-    async def _grep(self, request: SearchRequest, target: str) -> SearchResponse:
-        args = ["-rnHIE", "-Z", "--color=never"]
-        if request.include is not None:
-            args.append(f"--include={request.include}")
-        # After --include: when both match, grep obeys the last one given.
-        args += [*self._exclusions(grep=True), "-e", request.pattern, "--", target]
-        result = await self._run("grep", args)
-        if isinstance(result, SearchResponse):
-            return result
-        error = self._error("grep", result)
-        if error is not None:
-            return error
-        matches: list[tuple[str, int, str]] = []
-        for record in _records(result, "\n"):
-            path, nul, rest = record.partition("\0")
-            number, colon, text = rest.partition(":")
-            if not (nul and colon and number.isdigit()):
-                continue
-            relative = _strip_dot(path)
-            if not self.workspace.is_hidden(relative):
-                matches.append((relative, int(number), text))
-        matches.sort(key=lambda match: (match[0], match[1]))
-        rows = [f"{path}:{number}:{_cut(text)}" for path, number, text in matches]
-        limit = request.max_results or DEFAULT_GREP_RESULTS
-        return self._finish(rows, limit, "matches", result.stdout_truncated, "grep")
-
-    async def _find(self, request: SearchRequest, target: str) -> SearchResponse:
-        if "/" in request.pattern:
-            return _failure(
-                "find matches names, not paths: give a glob without '/' as pattern and put "
-                "the directory in path (e.g. pattern='*.py', path='src')."
-            )
-        args = [target, "-mindepth", "1", *self._exclusions(grep=False)]
-        args += ["-name", request.pattern, "!", "-type", "l", "-print0"]
-        result = await self._run("find", args)
-        if isinstance(result, SearchResponse):
-            return result
-        error = self._error("find", result)
-        if error is not None:
-            return error
-        found = sorted(
-            relative
-            for relative in map(_strip_dot, _records(result, "\0"))
-            if not self.workspace.is_hidden(relative)
-        )
-        limit = request.max_results or DEFAULT_FIND_RESULTS
-        shown = await anyio.to_thread.run_sync(self._mark_dirs, found[:limit])
-        return self._finish(shown + found[limit:], limit, "files", result.stdout_truncated, "find")
-
-    def _mark_dirs(self, paths: list[str]) -> list[str]:
-        root = self.workspace.root
-        return [f"{p}/" if os.path.isdir(root / p) else p for p in paths]
-
-    async def __call__(self, request: SearchRequest) -> SearchResponse:
-        if request.action == "find" and request.include is not None:
-            return _failure("include applies to grep only; for find put the glob in pattern.")
-        try:
-            target = await anyio.to_thread.run_sync(self._target, request.path)
-        except PathRefused as exc:
-            return _failure(exc.message)
-        if request.action == "grep":
-            return await self._grep(request, target)
-        return await self._find(request, target)
+    engine: Literal["ripgrep", "builtin"] | None = Field(
+        default=None,
+        description="Which engine ran: 'ripgrep', or 'builtin' (grep and a Python walk).",
+    )
+    ignore_rules: Literal["applied", "not applied"] | None = Field(
+        default=None,
+        description=(
+            "'applied': paths ignored by .gitignore/.ignore/git excludes were skipped; "
+            "'not applied': include_ignored was set."
+        ),
+    )
+    ignored: int | None = Field(
+        default=None,
+        description=(
+            "How many ignored paths were skipped (an ignored directory counts once); null "
+            "when the engine does not count them (ripgrep)."
+        ),
+    )
+    notice: str | None = Field(default=None, description="Notes on the answer, if any.")
 
 
 def search_tool(
@@ -298,8 +262,9 @@ def search_tool(
         protected_names: fnmatch patterns of names never searched nor listed;
             the workspace defaults (``.env``, ``.env.*``, private keys, ...)
             when None.
-        _binaries: private test seam: where ``grep`` and ``find`` are looked
-            up (the running environment, then PATH, by default).
+        _binaries: private test seam: where ``rg``, ``grep`` and ``git`` are
+            looked up (the running environment, then PATH, by default). A
+            finder that cannot see ``rg`` selects the builtin engine.
 
     Returns:
         The ``search`` Tool (safe to share: it is bound to no branch).
@@ -308,11 +273,14 @@ def search_tool(
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
     """
+    # Imported here: the handler module imports this one's request and response models.
+    from lionfactory.tools._search_handler import SearchHandler
+
     binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     return Tool(
         name="search",
         description=_DESCRIPTION,
         request_model=SearchRequest,
-        handler=_SearchHandler(workspace, binaries),
+        handler=SearchHandler(workspace, binaries),
     )

@@ -1,11 +1,17 @@
-"""Target 4: the ``search`` tool's grep over a large tree.
+"""Target 4: the ``search`` tool over a checkout that holds a virtualenv.
 
-Generates a tree of 20,000 small text files (200 directories of 100 files;
-one file in ten holds a match) and compares ``search(action="grep")`` with
-the same ``grep -rnIE`` invocation run directly with ``subprocess.run``
-(target: at most 1.2x). For information it also runs grep directly with the
-exclusion flags the tool adds (``.git`` and the protected names), which
-separates grep's own cost of those flags from the tool's Python work.
+Generates a git repository of 20,000 small project files (200 directories of
+100; one file in ten holds a match) plus an ignored ``.venv`` of 30,000 files
+that match too, the way a checkout looks after ``python -m venv .venv``.
+
+* grep: ``search(action="grep")`` on ripgrep against raw ``rg -n`` on the
+  same tree (target: at most 1.2x; both skip the ignored ``.venv``) and
+  against raw ``grep -rn`` (target: faster; grep reads the ``.venv`` too).
+  The builtin engine (rg hidden) is shown against raw ``grep -rn`` for
+  information.
+* find (``pattern="*.py"``) and a recursive ``list_dir`` against raw
+  ``rg --files --hidden`` (the same walk the tool asks of ripgrep): what
+  listing the project costs.
 """
 
 from __future__ import annotations
@@ -19,21 +25,23 @@ from typing import Any
 import trio
 from _common import Row, Size, check_row, info_row, interleaved, ratio_row, sizes
 
-from lionfactory._workspace import Workspace
-from lionfactory.tools import search_tool
+from lionfactory._binaries import BinaryFinder
+from lionfactory.tools import reader_tool, search_tool
 
 BENCH = "search"
 PATTERN = "needle_[0-9]+"
 
 SIZES: dict[Size, dict[str, Any]] = {
-    "tiny": {"dirs": 10, "files_per_dir": 20, "repeat": 2},
-    "full": {"dirs": 200, "files_per_dir": 100, "repeat": 5},
+    "tiny": {"dirs": 10, "files_per_dir": 20, "venv_files": 300, "repeat": 2},
+    "full": {"dirs": 200, "files_per_dir": 100, "venv_files": 30_000, "repeat": 7},
 }
 
 
-def make_tree(root: Path, dirs: int, files_per_dir: int) -> int:
-    """Write the tree; return how many lines match `PATTERN`."""
+def make_tree(root: Path, dirs: int, files_per_dir: int, venv_files: int) -> int:
+    """Write the checkout; return how many project lines match `PATTERN`."""
     filler = "".join(f"line {i}: nothing to see here, just ordinary text\n" for i in range(40))
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    (root / ".gitignore").write_text(".venv/\n__pycache__/\n")
     matches = 0
     for d in range(dirs):
         folder = root / f"pkg{d:03d}"
@@ -44,55 +52,109 @@ def make_tree(root: Path, dirs: int, files_per_dir: int) -> int:
                 text += f"found needle_{d * files_per_dir + f} here\n"
                 matches += 1
             (folder / f"module{f:03d}.py").write_text(text)
+    site = root / ".venv" / "lib" / "site-packages"
+    for index in range(venv_files):
+        folder = site / f"dist{index // 100:03d}"
+        if index % 100 == 0:
+            folder.mkdir(parents=True)
+        (folder / f"mod{index % 100:03d}.py").write_text(filler + f"needle_{index}\n")
     return matches
+
+
+def direct(argv: list[str], root: Path) -> int:
+    done = subprocess.run(argv, cwd=root, capture_output=True, check=False)
+    return done.stdout.count(b"\n")
 
 
 def run(size: Size) -> list[Row]:
     params = sizes(size, SIZES)
     repeat = params["repeat"]
+    rg = BinaryFinder().find("rg") or "rg"
     grep = shutil.which("grep") or "grep"
     with tempfile.TemporaryDirectory(prefix="lf-bench-search-") as tmp:
         root = Path(tmp)
-        expected = make_tree(root, params["dirs"], params["files_per_dir"])
-        files = params["dirs"] * params["files_per_dir"]
+        expected = make_tree(root, params["dirs"], params["files_per_dir"], params["venv_files"])
+        project_files = params["dirs"] * params["files_per_dir"]
         search = search_tool(workspace_root=root)
-        exclusions = ["--exclude-dir=.git"]
-        for pattern in sorted(Workspace.at(root).protected):
-            exclusions += [f"--exclude={pattern}", f"--exclude-dir={pattern}"]
-        plain_argv = [grep, "-rnIE", "-e", PATTERN, "."]
-        tool_argv = [grep, "-rnHIE", "-Z", "--color=never", *exclusions, "-e", PATTERN, "--", "."]
+        builtin = search_tool(workspace_root=root, _binaries=BinaryFinder(hidden={"rg"}))
+        reader = reader_tool(workspace_root=root)
+        raw_rg = [rg, "-n", "-e", PATTERN, "."]
+        raw_grep = [grep, "-rnE", "-e", PATTERN, "."]
+        raw_files = [rg, "--files", "--hidden", "--glob=!.git"]
 
-        def direct(argv: list[str]) -> int:
-            done = subprocess.run(argv, cwd=root, capture_output=True, check=False)
-            return done.stdout.count(b"\n")
+        async def tool_grep() -> dict[str, Any]:
+            return await search(action="grep", pattern=PATTERN, max_results=1000)
 
-        async def through_tool() -> dict[str, Any]:
-            return await search(action="grep", pattern=PATTERN, path=".", max_results=1000)
+        async def builtin_grep() -> dict[str, Any]:
+            return await builtin(action="grep", pattern=PATTERN, max_results=1000)
 
-        async def measure() -> tuple[dict[str, float], dict[str, Any]]:
-            result = await through_tool()  # also warms the page cache and dentries
+        async def tool_find() -> dict[str, Any]:
+            return await search(action="find", pattern="*.py", max_results=1000)
+
+        async def tool_list() -> dict[str, Any]:
+            return await reader(action="list_dir", path=".", recursive=True)
+
+        async def measure() -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+            # One call each first: warms the page cache and checks the answers.
+            answers = {
+                "grep": await tool_grep(),
+                "builtin": await builtin_grep(),
+                "find": await tool_find(),
+                "list": await tool_list(),
+            }
             best = await interleaved(
                 {
-                    "plain": lambda: direct(plain_argv),
-                    "exclusions": lambda: direct(tool_argv),
-                    "tool": through_tool,
+                    "rg": lambda: direct(raw_rg, root),
+                    "tool": tool_grep,
+                    "grep": lambda: direct(raw_grep, root),
+                    "builtin": builtin_grep,
+                    "files": lambda: direct(raw_files, root),
+                    "find": tool_find,
+                    "list": tool_list,
                 },
                 repeat,
             )
-            return best, result
+            return best, answers
 
-        found = direct(plain_argv)
-        best, result = trio.run(measure)
-        base, with_exclusions, tool_time = best["plain"], best["exclusions"], best["tool"]
+        rg_found = direct(raw_rg, root)
+        listed = direct(raw_files, root)
+        best, answers = trio.run(measure)
+    venv = params["venv_files"]
+    tree = f"{project_files:,} files + {venv:,} ignored"
     return [
-        ratio_row(BENCH, f"grep over {files:,} files", tool_time, base, "s", 1.2),
+        ratio_row(BENCH, f"grep over {tree}, vs raw rg -n", best["tool"], best["rg"], "s", 1.2),
+        ratio_row(
+            BENCH, f"grep over {tree}, vs raw grep -rn", best["tool"], best["grep"], "s", 1.0
+        ),
         info_row(
-            BENCH, "grep with the tool's exclusion flags", with_exclusions, "s", baseline=base
+            BENCH,
+            "grep, builtin engine (no rg), vs raw grep -rn",
+            best["builtin"],
+            "s",
+            baseline=best["grep"],
+        ),
+        info_row(BENCH, "find *.py, vs raw rg --files", best["find"], "s", baseline=best["files"]),
+        info_row(
+            BENCH,
+            "list_dir recursive, vs raw rg --files",
+            best["list"],
+            "s",
+            baseline=best["files"],
         ),
         check_row(
             BENCH,
-            f"tool and grep find all {expected:,} matches",
-            found == expected and result["total"] == expected,
+            f"both engines and raw rg find all {expected:,} project matches, none in .venv",
+            rg_found == expected
+            and answers["grep"]["total"] == expected
+            and answers["builtin"]["total"] == expected
+            and ".venv" not in answers["grep"]["content"],
+            "equal",
+        ),
+        check_row(
+            BENCH,
+            f"find and list_dir see the {listed:,} project files rg lists",
+            answers["find"]["total"] == listed - 1  # .gitignore is not *.py
+            and answers["list"]["total"] == listed,
             "equal",
         ),
     ]

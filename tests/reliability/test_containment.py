@@ -26,6 +26,7 @@ from _support import NAMES, Layout, allowed_target, hostile_workspace, leaks, sn
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
+from lionfactory._binaries import BinaryFinder
 from lionfactory.tools.ast_search import ast_search_tool
 from lionfactory.tools.bash import bash_tool
 from lionfactory.tools.code_check import code_check_tool
@@ -204,11 +205,21 @@ async def run_process_tools(layout: Layout, path: str) -> list[tuple[str, dict[s
         code_check_tool(workspace_root=root),
         ast_search_tool(workspace_root=root),
     )
+    # The same search without rg: the builtin engine (a Python walk, then grep).
+    builtin = search_tool(workspace_root=root, _binaries=BinaryFinder(hidden={"rg"}))
     bash = bash_tool(workspace_root=root)
     pwd = f"{sys.executable} -I -S -c 'import os;print(os.getcwd())'"
     return [
         ("search.grep", await search(action="grep", pattern="SECRET|PROTECTED|hello", path=path)),
         ("search.find", await search(action="find", pattern="*", path=path, max_results=1000)),
+        (
+            "search.grep builtin",
+            await builtin(action="grep", pattern="SECRET|PROTECTED|hello", path=path),
+        ),
+        (
+            "search.find builtin",
+            await builtin(action="find", pattern="*", path=path, max_results=1000),
+        ),
         ("code_check", await check_(paths=[path])),
         ("ast_search", await ast(pattern="print($A)", path=path)),
         ("bash", await bash(command=pwd, cwd=path)),
@@ -240,10 +251,13 @@ def test_searching_the_root_reports_nothing_beside_or_protected() -> None:
         answers = trio.run(run_process_tools, layout, ".")
         tools = dict(answers)
         assert all(worked(answer) for _, answer in answers), answers
-        assert tools["search.grep"]["content"] == "a.txt:1:hello world"
-        found = tools["search.find"]["content"].splitlines()
-        assert "pkg/mod.py" in found
-        assert not [f for f in found if "secret" in f or ".env" in f or "id_rsa" in f]
+        for engine in ("", " builtin"):
+            assert tools["search.grep" + engine]["content"] == "a.txt:1:hello world"
+            found = tools["search.find" + engine]["content"].splitlines()
+            assert "pkg/mod.py" in found
+            assert not [f for f in found if "secret" in f or ".env" in f or "id_rsa" in f]
+        assert tools["search.grep"]["engine"] == "ripgrep"
+        assert tools["search.grep builtin"]["engine"] == "builtin"
         assert tools["code_check"]["status"] == "ok", tools["code_check"]
         assert tools["ast_search"]["status"] == "ok", tools["ast_search"]
 

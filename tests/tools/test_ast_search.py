@@ -188,3 +188,19 @@ def test_models_describe_every_field() -> None:
     assert (tool.name, tool.request_model) == ("ast_search", AstSearchRequest)
     for model in (AstSearchRequest, AstSearchResponse, AstSearchMatch):
         assert all(field.description for field in model.model_fields.values())
+
+
+@needs_ast_grep
+async def test_ignored_files_are_left_out_and_counted(workspace: Path) -> None:
+    """Outside a git repository ast-grep reads .venv; the project's rules drop it."""
+    (workspace / ".gitignore").write_text(".venv/\n")
+    (workspace / ".venv" / "lib").mkdir(parents=True)
+    (workspace / ".venv" / "lib" / "site.py").write_text("print(9)\n")
+    (workspace / ".github").mkdir()
+    (workspace / ".github" / "tool.py").write_text("print(8)\n")
+    result = await search(workspace, pattern="print($A)")
+    files = {m["file"] for m in result["matches"]}
+    assert files == {"pkg/a.py", "pkg/b.py", ".github/tool.py"}  # hidden is not ignored
+    assert "Left out 1 match in files ignored by .gitignore/.ignore;" in result["summary"]
+    everything = await search(workspace, pattern="print($A)", include_ignored=True)
+    assert ".venv/lib/site.py" in {m["file"] for m in everything["matches"]}

@@ -160,3 +160,13 @@ def test_models_describe_every_field() -> None:
     assert (tool.name, tool.request_model) == ("code_check", CodeCheckRequest)
     for model in (CodeCheckRequest, CodeCheckResponse, CodeDiagnostic):
         assert all(field.description for field in model.model_fields.values())
+
+
+async def test_ignored_files_are_not_reported_unless_asked(workspace: Path) -> None:
+    (workspace / ".gitignore").write_text("generated/\n")
+    (workspace / "generated").mkdir()
+    (workspace / "generated" / "out.py").write_text("import sys\n")
+    result = await check(workspace)
+    assert {d["file"] for d in result["diagnostics"]} == {"pkg/unused.py"}
+    everything = await check(workspace, include_ignored=True)
+    assert {d["file"] for d in everything["diagnostics"]} == {"pkg/unused.py", "generated/out.py"}

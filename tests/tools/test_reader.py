@@ -282,6 +282,55 @@ async def test_list_dir_paths_are_relative_to_the_workspace_root(reader, tree: P
     assert result["content"] == "src/data/table.csv"
 
 
+@pytest.fixture
+def checkout(workspace: Path) -> Path:
+    """A project with a .venv, node_modules and nested .gitignore rules (no git repository)."""
+    for rel, text in {
+        ".gitignore": ".venv/\nnode_modules/\n*.log\n",
+        "src/app.py": "",
+        "src/run.log": "",
+        "logs/.gitignore": "!keep.log\n",
+        "logs/keep.log": "",
+        "logs/drop.log": "",
+        ".venv/lib/site.py": "",
+        "node_modules/pkg/index.js": "",
+    }.items():
+        path = workspace / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return workspace
+
+
+async def test_list_dir_recursive_leaves_out_ignored_paths(reader, checkout: Path):
+    result = await reader(action="list_dir", path=".", recursive=True)
+    assert result["content"].split("\n") == [
+        ".gitignore",
+        "logs/.gitignore",
+        "logs/keep.log",
+        "src/app.py",
+    ]
+    # .venv/, node_modules/, src/run.log, logs/drop.log
+    assert result["notice"].startswith("4 ignored path(s)")
+    assert "include_ignored=true" in result["notice"]
+
+
+async def test_list_dir_flat_leaves_out_ignored_directories(reader, checkout: Path):
+    result = await reader(action="list_dir", path=".")
+    assert result["content"].split("\n") == [".gitignore", "logs/", "src/"]
+
+
+async def test_list_dir_include_ignored_lists_everything(reader, checkout: Path):
+    result = await reader(action="list_dir", path=".", recursive=True, include_ignored=True)
+    listed = result["content"].split("\n")
+    assert {".venv/lib/site.py", "node_modules/pkg/index.js", "src/run.log"} <= set(listed)
+    assert result["notice"] is None
+
+
+async def test_list_dir_of_a_named_ignored_directory_lists_it(reader, checkout: Path):
+    result = await reader(action="list_dir", path=".venv", recursive=True)
+    assert result["content"] == ".venv/lib/site.py"
+
+
 @pytest.mark.parametrize("types", [["py"], [".py"], ["PY"], [".Py"]])
 async def test_file_types_match_case_insensitively_with_or_without_dot(reader, tree, types):
     result = await reader(action="list_dir", path=".", recursive=True, file_types=types)

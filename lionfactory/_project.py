@@ -1,0 +1,409 @@
+"""What is in the project: git's ignore rules, one matcher for every tool that walks the tree.
+
+A workspace usually holds more than the project: a ``.venv`` with thousands of
+installed packages, ``node_modules``, build output. A search that answers
+from those is useless to an agent, so every tool that walks a directory
+(search, the reader's ``list_dir``, code_check and ast_search) asks the
+`ProjectView` of one call which paths are project content. Ignored content is
+reachable only when the model asks for it (``include_ignored=true``) or names
+an ignored directory as the path to search or list: the rules apply *below*
+the starting point, as ripgrep applies them to a path it is given.
+
+The rules are git's, in ripgrep's precedence, so that the ripgrep engine and
+this matcher agree (a property test compares them on generated trees):
+
+* ``.gitignore`` files at every level from the project top down, plus
+  ``.git/info/exclude`` of the repository and git's global excludes file
+  (``core.excludesFile``, resolved by git itself in
+  `lionfactory._global_excludes`; lowest precedence). A
+  deeper file overrides a shallower one; inside a file the last matching
+  pattern decides; ``!`` re-includes; a leading or inner ``/`` anchors; a
+  trailing ``/`` matches directories only. An ignored directory is not
+  entered, so nothing below it can be re-included (git's rule).
+* ``.ignore`` (and ripgrep's ``.rgignore``) files the same way, taking
+  precedence over every ``.gitignore`` (ripgrep's convention for rules meant
+  for search tools only).
+* A directory holding ``.git`` (a repository or a worktree) starts a new
+  ``.gitignore`` chain: the outer project's ``.gitignore`` files do not apply
+  inside a nested repository, its own ``info/exclude`` does.
+* The *project top* is the nearest directory at or above the workspace root
+  that holds ``.git``; outside a repository it is the workspace root itself,
+  so only ignore files inside the workspace apply, and neither
+  ``info/exclude`` nor the global file (git applies those to repositories
+  only). Ignore files in directories above the top are never read.
+* ``.git`` and the protected names are never project content, whatever the
+  rules say; symbolic links are never followed (nor listed).
+
+Pattern matching is pathspec's (`GitIgnoreSpecPattern`, a maintained
+implementation of gitignore's wildmatch), not hand-written globbing. pathspec
+matches a directory pattern against everything below the directory too (it
+is built to test paths without walking); a walk must judge each path by the
+patterns that match *that* path, so the directory marker group pathspec puts
+into its regular expressions is used to tell the two apart (`_Rules`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+from lionfactory._workspace import Workspace
+
+__all__ = [
+    "IGNORE_FILES",
+    "ProjectView",
+    "git_dir",
+    "project_top",
+    "stray_ignore_files",
+]
+
+IGNORE_FILES = (".rgignore", ".ignore", ".gitignore")
+"""Ignore files read in every directory, highest precedence first."""
+
+_DIR_MARK = "ps_d"
+_MAX_IGNORE_FILE = 1_000_000
+
+
+def _load_patterns(path: Path) -> tuple[GitIgnoreSpecPattern, ...]:
+    """The patterns of one ignore file; a missing or unreadable file has none."""
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(_MAX_IGNORE_FILE)
+    except OSError:
+        return ()
+    if len(data) == _MAX_IGNORE_FILE:
+        data = data[: data.rfind(b"\n") + 1]  # a cut line is not a pattern
+    patterns = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            pattern = GitIgnoreSpecPattern(line)
+        except (ValueError, re.error):
+            continue  # git skips a pattern it cannot read; so does ripgrep
+        if pattern.include is not None and pattern.regex is not None:
+            patterns.append(pattern)
+    return tuple(patterns)
+
+
+@attrs.frozen
+class _Rules:
+    """The patterns of one ignore file, matched relative to its directory.
+
+    pathspec's regular expressions match a path *or anything below it*:
+    ``foo/`` becomes ``^(?:.+/)?foo(?P<ps_d>/)`` and also matches
+    ``foo/bar``. Only a match of the path itself counts here, because the walk
+    never reaches a path below an ignored directory. A directory is tested as
+    ``"name/"``: a self-match then ends with the directory marker at the very
+    end, or (for ``foo/**``-style patterns that have no marker) consumes only
+    part of the path, meaning the path lies strictly inside the pattern's
+    directory. For a file, a marker that took part means an ancestor matched.
+
+    Paths are absolute strings: the walk judges tens of thousands of them,
+    and `pathlib` operations would cost more than the matching itself.
+    """
+
+    prefix: str  # the directory, with a trailing "/"
+    patterns: tuple[GitIgnoreSpecPattern, ...]
+
+    def decide(self, path: str, is_dir: bool) -> bool | None:
+        """True: ignored; False: re-included by a ``!`` pattern; None: no pattern matches."""
+        if not self.patterns:
+            return None
+        text = path[len(self.prefix) :] + ("/" if is_dir else "")
+        for pattern in reversed(self.patterns):
+            regex = pattern.regex
+            assert regex is not None  # _load_patterns keeps only compiled patterns
+            match = regex.search(text) if regex.pattern[:1] != "^" else regex.match(text)
+            if match is None:
+                continue
+            if _DIR_MARK in regex.groupindex and match.start(_DIR_MARK) != -1:
+                if not (is_dir and match.end(_DIR_MARK) == len(text)):
+                    continue
+            elif is_dir and match.end() == len(text):
+                continue
+            return bool(pattern.include)
+        return None
+
+
+_NO_RULES = _Rules("/", ())
+
+
+def _prefix(directory: str) -> str:
+    return directory if directory.endswith("/") else directory + "/"
+
+
+@attrs.frozen
+class _Level:
+    """One directory's contribution: its ignore files and whether it holds ``.git``."""
+
+    custom: _Rules
+    dot: _Rules
+    git: _Rules
+    exclude: _Rules
+    is_repo: bool
+
+
+def git_dir(directory: Path) -> Path | None:
+    """The repository's common directory for a ``.git`` folder or worktree file."""
+    dot_git = directory / ".git"
+    try:
+        mode = os.lstat(dot_git).st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode):
+        return dot_git
+    if not stat.S_ISREG(mode):
+        return None
+    # A worktree's .git is a file "gitdir: <path>"; info/exclude lives in the
+    # common directory its "commondir" file names (as git and ripgrep read it).
+    try:
+        text = dot_git.read_text(errors="replace")
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = Path(text[len("gitdir:") :].strip())
+    gitdir = gitdir if gitdir.is_absolute() else directory / gitdir
+    try:
+        common = (gitdir / "commondir").read_text(errors="replace").strip()
+    except OSError:
+        return gitdir
+    return Path(common) if Path(common).is_absolute() else gitdir / common
+
+
+def project_top(root: Path) -> tuple[Path, bool]:
+    """The project top for a workspace root and whether it is a git repository."""
+    for directory in (root, *root.parents):
+        if os.path.lexists(directory / ".git"):
+            return directory, True
+    return root, False
+
+
+def stray_ignore_files(root: Path) -> list[Path]:
+    """Ignore files above the project top that ripgrep would read but the rules do not.
+
+    ripgrep reads ``.ignore``/``.rgignore`` files in every parent of the
+    searched path, and ``.gitignore`` files up to the repository root (in
+    every parent when there is no repository). The matcher stops at the
+    project top, so a search runs on ripgrep only when none of those exist.
+    """
+    top, is_repo = project_top(root)
+    found = []
+    for directory in top.parents:
+        for name in IGNORE_FILES:
+            if name == ".gitignore" and is_repo:
+                continue
+            if os.path.lexists(directory / name):
+                found.append(directory / name)
+    return found
+
+
+@attrs.define(eq=False)
+class ProjectView:
+    """Which paths of one workspace are project content, for the length of one call.
+
+    Ignore files are read lazily, once per directory, as the walk or the
+    checks reach them; build a fresh view per call so that edits to the
+    rules apply to the next call.
+
+    Attributes:
+        workspace: the workspace (root, protected names).
+        include_ignored: when True, ignore files are not consulted at all;
+            ``.git``, protected names and symlinks stay out regardless.
+        global_file: git's global excludes file
+            (`lionfactory._global_excludes.global_excludes`).
+        skipped: how many ignored paths the walk left out so far (an ignored
+            directory counts once, whatever it holds).
+    """
+
+    workspace: Workspace
+    include_ignored: bool = False
+    global_file: Path | None = None
+    skipped: int = 0
+    _top: str = attrs.field(init=False)
+    _root: str = attrs.field(init=False)
+    _chains: dict[str, tuple[_Rules, ...]] = attrs.field(init=False, factory=dict)
+    _levels: dict[str, _Level] = attrs.field(init=False, factory=dict)
+    _global: _Rules = attrs.field(init=False)
+    _hidden_dirs: dict[str, bool] = attrs.field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        top, _ = project_top(self.workspace.root)
+        self._top = str(top)
+        self._root = str(self.workspace.root)
+        if self.global_file is None:
+            self._global = _NO_RULES
+        else:
+            # Matched relative to the workspace root, as ripgrep matches the
+            # file it is given with --ignore-file.
+            patterns = _load_patterns(self.global_file)
+            self._global = _Rules(_prefix(self._root), patterns)
+
+    def _level(self, directory: str) -> _Level:
+        level = self._levels.get(directory)
+        if level is None:
+            base = Path(directory)
+            prefix = _prefix(directory)
+            custom, dot, git = (
+                _Rules(prefix, _load_patterns(base / name)) for name in IGNORE_FILES
+            )
+            repository = git_dir(base)
+            exclude = _NO_RULES
+            if repository is not None:
+                exclude = _Rules(prefix, _load_patterns(repository / "info" / "exclude"))
+            level = _Level(custom, dot, git, exclude, repository is not None)
+            self._levels[directory] = level
+        return level
+
+    def _rules(self, directory: str) -> tuple[_Rules, ...]:
+        """Every rule set that judges an entry of `directory`, in precedence order.
+
+        ``.rgignore`` files deepest first, then ``.ignore`` files, then
+        ``.gitignore`` files up to the nearest repository root and that
+        repository's ``info/exclude``, then the global file: the first rule
+        set with a matching pattern decides (ripgrep's order).
+        """
+        chain = self._chains.get(directory)
+        if chain is not None:
+            return chain
+        levels = []
+        current = directory
+        while True:
+            levels.append(self._level(current))
+            parent = os.path.dirname(current)
+            if current == self._top or parent == current:
+                break
+            current = parent
+        git: list[_Rules] = []
+        for level in levels:
+            git.append(level.git)
+            if level.is_repo:
+                git.append(level.exclude)
+                break
+        rules = (
+            *(level.custom for level in levels),
+            *(level.dot for level in levels),
+            *git,
+            self._global,
+        )
+        chain = tuple(r for r in rules if r.patterns)
+        self._chains[directory] = chain
+        return chain
+
+    def _ignored(self, path: str, is_dir: bool) -> bool:
+        """Whether the rules exclude `path` (absolute; its parent is not ignored)."""
+        for rules in self._rules(os.path.dirname(path)):
+            decision = rules.decide(path, is_dir)
+            if decision is not None:
+                return decision
+        return False
+
+    def skips(self, relative: str, is_dir: bool) -> bool:
+        """Whether a walk should leave out `relative` (and, for a directory, its subtree).
+
+        The predicate form of the rules for walks done elsewhere (the
+        workspace's descriptor-based listing): `relative` is root-relative and
+        its parent was not skipped. Counts what it skips in `skipped`.
+        """
+        if not self.include_ignored and self._ignored(_prefix(self._root) + relative, is_dir):
+            self.skipped += 1
+            return True
+        return False
+
+    def _excluded_name(self, name: str) -> bool:
+        return name == ".git" or self.workspace.is_protected(name)
+
+    def hidden(self, relative: str) -> bool:
+        """`Workspace.is_hidden` for many paths: ``.git`` or a protected component.
+
+        Remembers the answer per directory, so a helper's output of tens of
+        thousands of paths costs one name check per path.
+        """
+        head, _, name = relative.rpartition("/")
+        if self._excluded_name(name):
+            return True
+        if not head:
+            return False
+        known = self._hidden_dirs.get(head)
+        if known is None:
+            known = self.hidden(head)
+            self._hidden_dirs[head] = known
+        return known
+
+    def visible(self, relative: str, start: str = ".") -> bool:
+        """Whether a root-relative path is project content when reached from `start`.
+
+        `start` is the directory or file a tool was pointed at; it and its
+        ancestors are not judged (naming an ignored directory is a way in).
+        Used to filter what a helper program (ruff, ast-grep) reported.
+        """
+        if self.workspace.is_hidden(relative):
+            return False
+        if self.include_ignored:
+            return True
+        root = self.workspace.root
+        base = root if start in ("", ".") else root / start
+        path = root / relative
+        if base not in path.parents:
+            return path == base
+        parts = path.relative_to(base).parts
+        current = base
+        for index, part in enumerate(parts):
+            current = current / part
+            is_dir = index < len(parts) - 1 or current.is_dir()
+            if self._ignored(str(current), is_dir):
+                return False
+        return True
+
+    def walk(self, start: Path, *, recursive: bool = True) -> Iterator[tuple[str, bool]]:
+        """Yield ``(relative, is_dir)`` for the project content under `start`.
+
+        Paths are POSIX and relative to the workspace root, sorted within each
+        directory. `start` itself is not yielded nor judged; a file `start`
+        yields itself. Symlinks, ``.git``, protected names and (unless
+        ``include_ignored``) ignored paths are left out; ignored directories
+        are not entered.
+        """
+        try:
+            mode = os.lstat(start).st_mode
+        except OSError:
+            return
+        skip = len(_prefix(self._root))
+        if stat.S_ISREG(mode):
+            yield str(start)[skip:], False
+            return
+        if not stat.S_ISDIR(mode):
+            return
+        judge = not self.include_ignored
+        pending = [str(start)]
+        while pending:
+            directory = pending.pop()
+            try:
+                with os.scandir(directory) as scan:
+                    entries = sorted(scan, key=lambda entry: entry.name)
+            except OSError:
+                continue
+            subdirs = []
+            for entry in entries:
+                if self._excluded_name(entry.name):
+                    continue
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    is_file = not is_dir and entry.is_file(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not (is_dir or is_file):
+                    continue
+                path = entry.path
+                if judge and self._ignored(path, is_dir):
+                    self.skipped += 1
+                    continue
+                yield path[skip:], is_dir
+                if is_dir and recursive:
+                    subdirs.append(path)
+            pending.extend(reversed(subdirs))
