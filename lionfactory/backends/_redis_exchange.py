@@ -210,7 +210,7 @@ class RedisExchange(BaseExchange):
             raise ValueError(f"namespace must be a non-empty string without ':', got {namespace!r}")
         if (url is None) == (client is None):
             raise ValueError(f"pass exactly one of url and client, got url={url!r}")
-        self._client = client if client is not None else _connect(url or "")
+        self._client = client if client is not None else connect(url or "")
         self.namespace = namespace
         self._owners_key = f"{namespace}:owners"
         self._seq_key = f"{namespace}:seq"
@@ -443,9 +443,12 @@ class RedisExchange(BaseExchange):
         )
 
 
-def _connect(url: str) -> redis.Redis:
+def connect(url: str) -> redis.Redis:
+    """A redis-py client for `url`, or an ImportError that says which extra to install."""
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("RedisExchange needs redis-py: pip install 'lionfactory[redis]'") from exc
+        raise ImportError(
+            "the Redis backends need redis-py: pip install 'lionfactory[redis]'"
+        ) from exc
     return redis.Redis.from_url(url)
