@@ -69,7 +69,10 @@ async def test_every_save_is_a_new_version_listed_with_its_name(
     first.messages.append(Message(role="user", content="more"))
     assert await store.save(first) == 2
     listed = await store.list()
-    assert [(s.id, s.name, s.version) for s in listed] == [(second.id, "two", 1), (first.id, "one", 2)]
+    assert [(s.id, s.name, s.version) for s in listed] == [
+        (second.id, "two", 1),
+        (first.id, "one", 2),
+    ]
     assert all(isinstance(s, StoredBranch) and s.saved_at.tzinfo is not None for s in listed)
     assert await store.version(first.id) == 2
     assert await store.version(uuid.uuid4()) == 0
