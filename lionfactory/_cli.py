@@ -6,6 +6,7 @@
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
                           [--transport stdio|http] [--host H] [--port N]
+                          [--store sqlite:///PATH|redis://HOST:PORT/DB] [--session NAME]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -20,6 +21,7 @@ import argparse
 import json
 import re
 import sys
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -237,6 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="http only; 0 picks a free port (default: 8000)"
     )
     serve.add_argument("--name", default="lionfactory", help="the server name clients see")
+    serve.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="keep every session's branch (conversation and read evidence) in a store, saved "
+        "after each tool call, so sessions survive a restart: sqlite:///path.db (one machine) "
+        "or redis://host:port/db (shared by several servers)",
+    )
+    serve.add_argument(
+        "--session",
+        default="stdio",
+        metavar="NAME",
+        help="stdio with --store: the name the connection's session is stored under; a server "
+        "started again with the same store and name resumes it (default: stdio)",
+    )
     return parser
 
 
@@ -331,6 +348,21 @@ def _print_result(result: Mapping[str, Any]) -> None:
             print(f"{key}: {value}", file=sys.stderr)
 
 
+def _open_store(url: str) -> Any:
+    """The store of ``--store``, checked once so a bad URL fails before serving."""
+    import anyio
+
+    from lionfactory.backends import open_store
+
+    store = open_store(url)
+    try:
+        anyio.run(store.version, uuid.UUID(int=0), backend="trio")
+    except Exception as exc:
+        # sqlite3 and redis-py raise their own error types; one message for all.
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
+    return store
+
+
 def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         from lionfactory.mcp import serve_mcp
@@ -342,9 +374,13 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         check_serve_options(args.transport, args.host, args.port)
         factories = cli_factories(args.toolkit, names, workspace)
+        store = None if args.store is None else _open_store(args.store)
     except ValueError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except (OSError, ImportError) as exc:
+        print(f"lionfactory: cannot use the store {args.store!r}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     try:
         serve_mcp(
             factories,
@@ -352,6 +388,8 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
             host=args.host,
             port=args.port,
             name=args.name,
+            store=store,
+            stream_session=args.session,
             on_ready=lambda url: print(
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
             ),
