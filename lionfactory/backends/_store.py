@@ -1,7 +1,7 @@
 """`BranchStore`: save and load branches by id, with optimistic concurrency.
 
 A store keeps, per branch id, the latest saved state (`Branch.to_dict`, as
-JSON) and a version number that every save increments. Loading restores the
+JSON: see `encode`) and a version number that every save increments. Loading restores the
 branch with `Branch.from_dict`, so its factories are called again exactly as
 for `clone()`; live objects among their arguments (an exchange, a chat
 model) come back through ``resources``.
@@ -28,8 +28,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from pydantic import TypeAdapter
 
 from lionfactory._branch import Branch
+from lionfactory._messages import Message
+from lionfactory._persist import branch_to_dict
 
 if TYPE_CHECKING:
     from lionfactory.backends._redis_store import RedisBranchStore
@@ -67,6 +70,30 @@ def branch_id_of(value: Any) -> uuid.UUID:
     raise TypeError(f"branch_id must be a UUID (or its string), got {value!r:.200}")
 
 
+_RECORD: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+
+
+def encode(branch: Branch) -> bytes:
+    """`branch.to_dict()` as stored: the JSON envelope, a newline, the record as JSON.
+
+    The message record (nearly all of a long branch) is serialised by
+    pydantic in one call rather than message by message; the envelope is
+    ordinary JSON without raw newlines, so the first newline splits the two.
+    """
+    data = branch_to_dict(branch, dump_messages=False)
+    record = data["messages"].pop("record")
+    envelope = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return envelope + b"\n" + _RECORD.dump_json(record)
+
+
+def decode(blob: bytes) -> dict[str, Any]:
+    """What `encode` stored, as `Branch.from_dict` takes it."""
+    envelope, _, record = blob.partition(b"\n")
+    data: dict[str, Any] = json.loads(envelope)
+    data["messages"]["record"] = _RECORD.validate_json(record)
+    return data
+
+
 def timestamp(seconds: float) -> datetime:
     """Seconds since the epoch as an aware UTC datetime."""
     return datetime.fromtimestamp(seconds, UTC)
@@ -94,9 +121,8 @@ class BranchStore(abc.ABC):
         """
         if not isinstance(branch, Branch):
             raise TypeError(f"save takes a Branch, got {branch!r:.200}")
-        data = json.dumps(branch.to_dict(), ensure_ascii=False, separators=(",", ":"))
         expected = self._versions.get(branch, 0)
-        version = await self._write(branch.id, branch.name, expected, data.encode())
+        version = await self._write(branch.id, branch.name, expected, encode(branch))
         self._versions[branch] = version
         return version
 
@@ -117,7 +143,7 @@ class BranchStore(abc.ABC):
         """
         key = branch_id_of(branch_id)
         version, data = await self._read(key)
-        branch = Branch.from_dict(json.loads(data), resources=resources)
+        branch = Branch.from_dict(decode(data), resources=resources)
         self._versions[branch] = version
         return branch
 
