@@ -81,7 +81,15 @@ class StoredSessions:
         return session_branch_id(key or self.stream_session)
 
     async def resume(self, sessions: SessionBranches, key: str) -> None:
-        """Before a call: serve session `key` with the newest stored branch, or a new one."""
+        """Before a call: serve session `key` with the newest stored branch, or a new one.
+
+        Under the session's lock, so two first calls of a new session arriving
+        together make one branch, not two.
+        """
+        async with self._lock(key):
+            await self._resume(sessions, key)
+
+    async def _resume(self, sessions: SessionBranches, key: str) -> None:
         branch_id = self.branch_id(key)
         current = sessions.get(key)
         stored = await self.store.version(branch_id)
@@ -99,10 +107,12 @@ class StoredSessions:
             branch = Branch.from_dict(data, resources=self.resources)
         sessions.adopt(key, branch)
 
+    def _lock(self, key: str) -> anyio.Lock:
+        return self._locks.setdefault(key, anyio.Lock())
+
     async def save(self, key: str, branch: Branch) -> None:
         """After a call: save the session's branch (one save at a time per session)."""
-        lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:
+        async with self._lock(key):
             try:
                 await self.store.save(branch)
             except ConflictError as exc:
