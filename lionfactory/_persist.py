@@ -217,7 +217,7 @@ def branch_from_dict(
         )
     messages = data["messages"]
     log = MessageLog.from_state(
-        [Message.model_validate(m) for m in messages["record"]],
+        [m if isinstance(m, Message) else Message.model_validate(m) for m in messages["record"]],
         [tuple(k) for k in messages["keys"]],
         list(messages["active"]),
         {int(k): tuple(v) for k, v in messages["summaries"].items()},

@@ -240,8 +240,11 @@ def big_branch(messages: int) -> Branch:
 
 
 def store_rows(label: str, store: BranchStore, branch: Branch, repeat: int) -> list[Row]:
-    """Save and load against dumps and loads, alternated round by round (a shared machine's
-    load then weighs on both sides alike).
+    """Save and load against dumps and loads, alternated round by round.
+
+    Alternating lets a shared machine's load weigh on both sides alike. A
+    third baseline is what restoring a branch costs without any store:
+    ``json.loads`` and then `Branch.from_dict`.
     """
     data = branch.to_dict()
     text = json.dumps(data)
@@ -260,6 +263,7 @@ def store_rows(label: str, store: BranchStore, branch: Branch, repeat: int) -> l
             "save": save,
             "loads": lambda: json.loads(text),
             "load": load,
+            "restore": lambda: Branch.from_dict(json.loads(text)),
         }
         try:
             return await interleaved(subjects, repeat)
@@ -284,6 +288,13 @@ def store_rows(label: str, store: BranchStore, branch: Branch, repeat: int) -> l
             best["loads"] * 1e3,
             "ms",
             2,
+        ),
+        info_row(
+            BENCH,
+            f"{label} load vs json.loads + Branch.from_dict",
+            best["load"] * 1e3,
+            "ms",
+            baseline=best["restore"] * 1e3,
         ),
     ]
 

@@ -259,3 +259,74 @@ def test_the_cli_reports_an_unreachable_store_before_serving(
         == 1
     )
     assert "cannot use the store" in capsys.readouterr().err
+
+
+def two_servers(tmp_path: Path) -> tuple[Any, Any, SqliteBranchStore, SqliteBranchStore]:
+    """Two servers' session registries and stores over one SQLite file, in this process."""
+    from lionfactory import Branch
+    from lionfactory.mcp import SessionBranches
+    from lionfactory.mcp._stored_sessions import StoredSessions
+    from lionfactory.tools import reader_tool
+
+    def new_branch() -> Branch:
+        branch = Branch(name="mcp-session")
+        branch.register(reader_tool, workspace_root=tmp_path)
+        return branch
+
+    stores = SqliteBranchStore(tmp_path / "s.db"), SqliteBranchStore(tmp_path / "s.db")
+    servers = [
+        (SessionBranches(new_branch), StoredSessions(store, new_branch, {})) for store in stores
+    ]
+    return servers[0], servers[1], stores[0], stores[1]
+
+
+async def test_a_new_session_gets_one_branch_with_the_session_id_even_on_concurrent_calls(
+    tmp_path: Path,
+) -> None:
+    (sessions, stored), _, store, _ = two_servers(tmp_path)
+    adopted = []
+
+    async def first_call() -> None:
+        await stored.resume(sessions, "abc")
+        adopted.append(sessions.get("abc"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first_call)
+        tg.start_soon(first_call)
+    assert adopted[0] is adopted[1] is not None
+    assert adopted[0].id == session_branch_id("abc")
+    assert list(adopted[0].tools) == ["reader"]
+    await store.aclose()
+
+
+async def test_a_server_picks_up_the_newer_save_of_another_and_a_racing_save_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (a_sessions, a), (b_sessions, b), a_store, b_store = two_servers(tmp_path)
+    (tmp_path / "n.txt").write_text("x\n", encoding="utf-8")
+    await a.resume(a_sessions, "s")
+    with a_sessions.use("s") as branch:
+        await branch.act("reader", {"action": "read", "path": "n.txt"})
+    await a.save("s", branch)
+    await b.resume(b_sessions, "s")  # b never saw the session: it loads a's save
+    b_branch = b_sessions.get("s")
+    assert b_branch is not None and len(b_branch.messages.record) == 2
+    await b_branch.act("reader", {"action": "read", "path": "n.txt"})
+    await b.save("s", b_branch)
+    # a's next call starts from b's save, not from its own stale copy.
+    await a.resume(a_sessions, "s")
+    assert len(a_sessions.get("s").messages.record) == 4
+    # Two servers answering at the same moment: the later save is refused
+    # and logged; nothing raises into the call.
+    stale = a_sessions.get("s")
+    await b.resume(b_sessions, "s")
+    fresh = b_sessions.get("s")
+    await fresh.act("reader", {"action": "read", "path": "n.txt"})
+    await b.save("s", fresh)
+    await stale.act("reader", {"action": "read", "path": "n.txt"})
+    with caplog.at_level("WARNING", logger="lionfactory"):
+        await a.save("s", stale)
+    assert "was not saved" in caplog.text
+    assert await a_store.version(session_branch_id("s")) == 3
+    await a_store.aclose()
+    await b_store.aclose()
