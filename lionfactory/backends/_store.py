@@ -20,6 +20,7 @@ same store object.
 from __future__ import annotations
 
 import abc
+import functools
 import json
 import uuid
 import weakref
@@ -70,7 +71,10 @@ def branch_id_of(value: Any) -> uuid.UUID:
     raise TypeError(f"branch_id must be a UUID (or its string), got {value!r:.200}")
 
 
-_RECORD: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+@functools.cache
+def _record() -> TypeAdapter[list[Message]]:
+    """The record's serializer, built on first use (building it costs import time)."""
+    return TypeAdapter(list[Message])
 
 
 def encode(branch: Branch) -> bytes:
@@ -83,14 +87,14 @@ def encode(branch: Branch) -> bytes:
     data = branch_to_dict(branch, dump_messages=False)
     record = data["messages"].pop("record")
     envelope = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    return envelope + b"\n" + _RECORD.dump_json(record)
+    return envelope + b"\n" + _record().dump_json(record)
 
 
 def decode(blob: bytes) -> dict[str, Any]:
     """What `encode` stored, as `Branch.from_dict` takes it."""
     envelope, _, record = blob.partition(b"\n")
     data: dict[str, Any] = json.loads(envelope)
-    data["messages"]["record"] = _RECORD.validate_json(record)
+    data["messages"]["record"] = _record().validate_json(record)
     return data
 
 

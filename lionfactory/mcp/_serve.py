@@ -40,7 +40,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
@@ -52,8 +52,9 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from lionfactory import ActionResult, Branch
 from lionfactory._cli import call_failed
-from lionfactory.backends import BranchStore
-from lionfactory.mcp._stored_sessions import StoredSessions, adopt_stored_sessions
+
+if TYPE_CHECKING:
+    from lionfactory.backends import BranchStore
 
 __all__ = [
     "SessionBranches",
@@ -249,11 +250,12 @@ def create_mcp_server(
             `ValueError` for an unknown coding tool name), at once.
     """
     new_branch = _as_branch_maker(source)
-    stored = (
-        None
-        if store is None
-        else StoredSessions(store, new_branch, dict(store_resources or {}), stream_session)
-    )
+    stored = None
+    if store is not None:
+        # Imported only with a store: a server without one never loads the backends.
+        from lionfactory.mcp._stored_sessions import StoredSessions
+
+        stored = StoredSessions(store, new_branch, dict(store_resources or {}), stream_session)
     probe = new_branch()
     listing = [types.Tool.model_validate(t.schema("mcp")) for t in probe.tools.values()]
     names = frozenset(probe.tools)
@@ -424,6 +426,8 @@ async def _serve_http(
 
     app: Any = server.streamable_http_app(host=host, session_idle_timeout=session_idle_timeout)
     if store is not None:
+        from lionfactory.mcp._stored_sessions import adopt_stored_sessions
+
         app = adopt_stored_sessions(app, server, store)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # Bind and listen before announcing the URL: connections made after
