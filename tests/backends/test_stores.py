@@ -129,9 +129,18 @@ async def test_a_missing_resource_is_named_on_load(store: BranchStore) -> None:
     assert "messenger" in loaded.tools
 
 
-def test_the_store_works_under_asyncio(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_the_stores_work_under_asyncio(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    def make() -> BranchStore:
+        if backend == "sqlite":
+            return SqliteBranchStore(tmp_path / "b.db")
+        namespace = request.getfixturevalue("redis_namespace")
+        return RedisBranchStore(request.getfixturevalue("redis_url"), namespace=namespace)
+
     async def main() -> str:
-        async with SqliteBranchStore(tmp_path / "b.db") as store:
+        async with make() as store:
             branch = Branch(name="asyncio")
             await store.save(branch)
             return (await store.load(branch.id)).name or ""
