@@ -20,9 +20,12 @@ it reaches all or none), and receiving reads the pending and the new entries
 (and, when consuming, acknowledges and deletes them) in another.
 
 Concurrency: redis-py's asyncio client cannot run under trio, so the async
-methods run the synchronous client in anyio worker threads. One thread hop
-costs tens of microseconds against a network round trip of about a hundred;
-``tests/benchmarks/bench_exchange.py`` measures it against a raw redis-py loop.
+methods run the synchronous client in anyio worker threads (a second client
+for asyncio alone would be a second implementation of every operation). The
+hop is not free: on a busy two-core machine a send plus a receive through
+the async methods costs about twice the synchronous calls, and the same as a
+raw redis-py loop run in worker threads, which is what any trio code must do;
+``tests/benchmarks/bench_exchange.py`` measures all three.
 The client's connection pool is thread-safe, so one `RedisExchange` may be
 shared by every task and thread of a process.
 """
@@ -40,6 +43,7 @@ import anyio
 
 from lionfactory._exchange import BaseExchange, check_timeout, owner_id
 from lionfactory._messages import Message
+from lionfactory.backends._redis_scripts import ACK, PEEK, RECEIVE, SEND
 from lionfactory.errors import UnknownOwnerError
 
 if TYPE_CHECKING:
@@ -54,117 +58,6 @@ _CONSUMER = "owner"
 # How long one blocking read in `wait` may hold a worker thread: a cancelled
 # wait abandons its thread, which then returns within this bound.
 _BLOCK_MS = 1000
-
-# KEYS: owners set. ARGV: inbox prefix, sender, recipient ("" = broadcast),
-# message id, message JSON. Returns 0, or 1/2 for an unknown sender/recipient.
-_SEND = """
-local owners, prefix, sender, recipient = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-if not redis.call('ZSCORE', owners, sender) then return 1 end
-local targets
-if recipient ~= '' then
-  if not redis.call('ZSCORE', owners, recipient) then return 2 end
-  targets = {recipient}
-else
-  targets = redis.call('ZRANGE', owners, 0, -1)
-end
-for _, target in ipairs(targets) do
-  if target ~= sender then
-    redis.call('XADD', prefix .. target, '*', 'id', ARGV[4], 'm', ARGV[5])
-  end
-end
-return 0
-"""
-
-# KEYS: inbox. ARGV: group, consumer, "1" to consume. Returns the owner's
-# pending entries, then the new ones, as [stream id, message JSON] pairs.
-_RECEIVE = """
-local inbox, group, consumer, consume = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-local out, ids = {}, {}
-for _, start in ipairs({'0', '>'}) do
-  local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'STREAMS', inbox, start)
-  if res and res[1] then
-    for _, entry in ipairs(res[1][2]) do
-      local fields = entry[2]
-      if fields then
-        for i = 1, #fields, 2 do
-          if fields[i] == 'm' then table.insert(out, {entry[1], fields[i + 1]}) end
-        end
-      end
-      table.insert(ids, entry[1])
-    end
-  end
-end
-if consume == '1' then
-  for i = 1, #ids, 500 do
-    local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
-    redis.call('XACK', inbox, group, unpack(chunk))
-    redis.call('XDEL', inbox, unpack(chunk))
-  end
-end
-return out
-"""
-
-# KEYS: inbox. ARGV: group, consumer, then the message ids to acknowledge.
-_ACK = """
-local inbox, group, consumer = KEYS[1], ARGV[1], ARGV[2]
-local wanted = {}
-for i = 3, #ARGV do wanted[ARGV[i]] = true end
-local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'STREAMS', inbox, '0')
-local n = 0
-if res and res[1] then
-  for _, entry in ipairs(res[1][2]) do
-    local fields = entry[2]
-    local drop = not fields
-    if fields then
-      for i = 1, #fields, 2 do
-        if fields[i] == 'id' and wanted[fields[i + 1]] then drop = true end
-      end
-    end
-    if drop then
-      redis.call('XACK', inbox, group, entry[1])
-      redis.call('XDEL', inbox, entry[1])
-      n = n + 1
-    end
-  end
-end
-return n
-"""
-
-# KEYS: inbox. ARGV: group, consumer. Returns [last stream id, pending and new
-# message JSONs...] without delivering anything.
-_PEEK = """
-local inbox, group, consumer = KEYS[1], ARGV[1], ARGV[2]
-local last = '0-0'
-local top = redis.call('XREVRANGE', inbox, '+', '-', 'COUNT', 1)
-if top[1] then last = top[1][1] end
-local delivered = '0-0'
-for _, info in ipairs(redis.call('XINFO', 'GROUPS', inbox)) do
-  local name, seen
-  for i = 1, #info, 2 do
-    if info[i] == 'name' then name = info[i + 1] end
-    if info[i] == 'last-delivered-id' then seen = info[i + 1] end
-  end
-  if name == group then delivered = seen end
-end
-local out = {last}
-local pending = redis.call('XPENDING', inbox, group, '-', '+', 1000000, consumer)
-for _, p in ipairs(pending) do
-  local entry = redis.call('XRANGE', inbox, p[1], p[1])
-  if entry[1] then
-    local fields = entry[1][2]
-    for i = 1, #fields, 2 do
-      if fields[i] == 'm' then table.insert(out, fields[i + 1]) end
-    end
-  end
-end
-for _, entry in ipairs(redis.call('XRANGE', inbox, '(' .. delivered, '+')) do
-  local fields = entry[2]
-  for i = 1, #fields, 2 do
-    if fields[i] == 'm' then table.insert(out, fields[i + 1]) end
-  end
-end
-return out
-"""
 
 
 class RedisExchange(BaseExchange):
@@ -215,10 +108,10 @@ class RedisExchange(BaseExchange):
         self._owners_key = f"{namespace}:owners"
         self._seq_key = f"{namespace}:seq"
         self._prefix = f"{namespace}:inbox:"
-        self._send = self._client.register_script(_SEND)
-        self._receive = self._client.register_script(_RECEIVE)
-        self._ack = self._client.register_script(_ACK)
-        self._peek = self._client.register_script(_PEEK)
+        self._send = self._client.register_script(SEND)
+        self._receive = self._client.register_script(RECEIVE)
+        self._ack = self._client.register_script(ACK)
+        self._peek = self._client.register_script(PEEK)
 
     def __repr__(self) -> str:
         return f"RedisExchange(namespace={self.namespace!r})"
