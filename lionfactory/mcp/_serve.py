@@ -311,6 +311,10 @@ def create_mcp_server(
         )
 
     server.add_request_handler("server/discover", types.RequestParams, discover)
+    if stored is not None:
+        from lionfactory.mcp._stored_sessions import attach
+
+        attach(server, stored)
     return server
 
 
@@ -398,7 +402,7 @@ def serve_mcp(
             port,
             session_idle_timeout,
             on_ready,
-            store,
+            store is not None,
             backend="asyncio",
         )
 
@@ -420,15 +424,15 @@ async def _serve_http(
     port: int,
     session_idle_timeout: float | None,
     on_ready: Callable[[str], object] | None,
-    store: BranchStore | None = None,
+    stored_sessions: bool = False,
 ) -> None:
     import uvicorn
 
     app: Any = server.streamable_http_app(host=host, session_idle_timeout=session_idle_timeout)
-    if store is not None:
+    if stored_sessions:
         from lionfactory.mcp._stored_sessions import adopt_stored_sessions
 
-        app = adopt_stored_sessions(app, server, store)
+        app = adopt_stored_sessions(app, server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # Bind and listen before announcing the URL: connections made after
     # on_ready wait in the backlog until uvicorn accepts them, so a caller

@@ -20,17 +20,22 @@ serves the stored version from the next call on.
 
 Over Streamable HTTP a restarted server does not know the client's session
 id and the SDK would answer 404. `adopt_stored_sessions` wraps the server's
-ASGI app: a request whose session id is unknown to this process but saved
-in the store gets a session of that id, already initialized (the client did
-the handshake with the server that created the session), and is then served
-as usual. This reaches into the SDK's session manager; the version range of
-the ``mcp`` extra pins the SDK it was written against.
+ASGI app: a new session's (empty) branch is stored before the response that
+opens the session leaves, and a request whose session id is unknown to this
+process but stored gets a session of that id, already initialized (the
+client did the handshake with the server that created the session), and is
+then served as usual. So servers sharing a store can take any request of
+any session, the handshake's follow-ups included. This reaches into the
+SDK's session manager; the version range of the ``mcp`` extra pins the SDK
+it was written against.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
 
     from lionfactory.mcp._serve import SessionBranches
 
-__all__ = ["StoredSessions", "adopt_stored_sessions", "session_branch_id"]
+__all__ = ["StoredSessions", "adopt_stored_sessions", "attach", "session_branch_id"]
 
 logger = logging.getLogger("lionfactory")
 
@@ -98,14 +103,29 @@ class StoredSessions:
         if stored:
             branch = await self.store.load(branch_id, resources=self.resources)
         else:
-            # A new session: its branch takes the session's id. Replaying the
-            # factories through from_dict builds it with that id from the
-            # start (a factory may register the id somewhere, as the
-            # messenger does).
-            data = self.new_branch().to_dict()
-            data["id"] = str(branch_id)
-            branch = Branch.from_dict(data, resources=self.resources)
+            branch = self._fresh(branch_id)
         sessions.adopt(key, branch)
+
+    async def create(self, session: str) -> None:
+        """Store a new HTTP session's branch as soon as the session exists.
+
+        So every server sharing the store knows the session from its first
+        request on (the tool listing, say), not only from its first tool call.
+        """
+        # A conflict means it is stored already: nothing to do.
+        with contextlib.suppress(ConflictError):
+            await self.store.save(self._fresh(self.branch_id(session)))
+
+    def _fresh(self, branch_id: uuid.UUID) -> Branch:
+        """A new session's branch with the session's id.
+
+        Replaying the factories through from_dict builds it with that id from
+        the start (a factory may register the id somewhere, as the messenger
+        does).
+        """
+        data = self.new_branch().to_dict()
+        data["id"] = str(branch_id)
+        return Branch.from_dict(data, resources=self.resources)
 
     def _lock(self, key: str) -> anyio.Lock:
         return self._locks.setdefault(key, anyio.Lock())
@@ -119,24 +139,48 @@ class StoredSessions:
                 logger.warning("MCP session %r was not saved: %s", key[:64], exc)
 
 
-def adopt_stored_sessions(app: ASGIApp, server: Server[Any], store: BranchStore) -> ASGIApp:
-    """Wrap a Streamable HTTP app so that stored sessions unknown to this process resume.
+_ATTACHED: weakref.WeakKeyDictionary[Any, StoredSessions] = weakref.WeakKeyDictionary()
+
+
+def attach(server: Server[Any], stored: StoredSessions) -> None:
+    """Remember which `StoredSessions` a server built by `create_mcp_server` uses."""
+    _ATTACHED[server] = stored
+
+
+def adopt_stored_sessions(app: ASGIApp, server: Server[Any]) -> ASGIApp:
+    """Wrap a server's Streamable HTTP app so its sessions live in its store.
+
+    A new session's branch is stored before the response that opens it
+    leaves, and a request for a session unknown to this process but stored
+    (after a restart, or opened by another server) resumes it.
 
     Args:
         app: what ``server.streamable_http_app()`` returned.
-        server: that server (its session manager is reached through it).
-        store: the store the server saves its session branches in.
+        server: that server, made by `create_mcp_server` with a store.
     """
     from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 
+    stored = _ATTACHED[server]
     header = MCP_SESSION_ID_HEADER.lower().encode("latin-1")
 
     async def adopting(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            session = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
-            if session is not None:
-                await _adopt(server, store, session, scope)
-        await app(scope, receive, send)
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        session = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
+        if session is not None:
+            await _adopt(server, stored.store, session, scope)
+            await app(scope, receive, send)
+            return
+
+        async def send_after_storing(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 300:
+                opened = next((v for k, v in message.get("headers", ()) if k == header), None)
+                if opened is not None:
+                    await stored.create(opened.decode("latin-1"))
+            await send(message)
+
+        await app(scope, receive, send_after_storing)
 
     return adopting
 

@@ -55,16 +55,15 @@ EDIT_AGAIN = {"action": "edit", "file_path": "notes.txt", "old_string": "alpha",
 
 
 class Router(httpx2.AsyncBaseTransport):
-    """Send tool calls to the servers in `urls` in turn, the rest to the first.
+    """Send every request to the servers in `urls` in turn, as a load balancer would.
 
-    A session is stored from its first tool call on, so the handshake and the
-    tool listing go to the server that made the session; the optional GET
-    stream is refused (405 says "none here").
+    The optional GET stream is refused (405 says "none here").
     """
 
     def __init__(self) -> None:
         self.urls: list[str] = []
-        self.calls: list[int] = []
+        self.sent: list[tuple[str, int]] = []  # (JSON-RPC method, port)
+        self.statuses: list[int] = []
         self.session: str | None = None
         self.inner = httpx2.AsyncHTTPTransport()
 
@@ -72,13 +71,14 @@ class Router(httpx2.AsyncBaseTransport):
         if request.method == "GET":
             return httpx2.Response(405, request=request)
         body = json.loads(request.content or b"{}")
-        target = 0
-        if isinstance(body, dict) and body.get("method") == "tools/call":
-            target = len(self.calls) % len(self.urls)
-            self.calls.append(httpx2.URL(self.urls[target]).port or 0)
-        request.url = request.url.copy_with(port=httpx2.URL(self.urls[target]).port)
+        method = body.get("method", request.method) if isinstance(body, dict) else "batch"
+        port = httpx2.URL(self.urls[len(self.sent) % len(self.urls)]).port or 0
+        self.sent.append((method, port))
+        request.url = request.url.copy_with(port=port)
         self.session = request.headers.get("mcp-session-id") or self.session
-        return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(request)
+        self.statuses.append(response.status_code)
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -204,14 +204,22 @@ async def test_two_servers_sharing_a_redis_store_serve_alternate_calls_of_one_se
             edit = result_of(await client.call_tool("editor", EDIT))
             again = result_of(await client.call_tool("editor", EDIT_AGAIN))
             final = result_of(await client.call_tool("reader", READ))
-        ports = [httpx2.URL(u).port for u in (a_url, b_url)]
-        assert router.calls == [ports[0], ports[1], ports[0], ports[1]]
+    # Every request went to the other server than the one before: the
+    # handshake's follow-ups and the tool listing as well as the calls.
+    ports = [httpx2.URL(u).port for u in (a_url, b_url)]
+    assert [port for _, port in router.sent] == [ports[i % 2] for i in range(len(router.sent))]
+    calls = [port for method, port in router.sent if method == "tools/call"]
+    assert set(calls) == set(ports), router.sent
+    assert "tools/list" in [method for method, _ in router.sent]
+    # No server answered "Session not found", not even to the notification
+    # that follows the handshake (the client would not have said so).
+    assert all(status < 300 for status in router.statuses), router.statuses
     assert read["success"] and edit["success"] and again["success"], (edit, again)
     assert final["content"] == "1\tA\n2\tBETA"
     assert router.session is not None
     async with RedisBranchStore(redis_url) as store:
         branch = await store.load(session_branch_id(router.session))
-        assert await store.version(branch.id) == 4
+        assert await store.version(branch.id) == 5  # made at the handshake, then 4 calls
     calls = [m.tool_calls[0].name for m in branch.messages.record if m.tool_calls]
     assert calls == ["reader", "editor", "editor", "reader"]
 
