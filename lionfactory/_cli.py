@@ -9,6 +9,7 @@
                           [--transport stdio|http] [--host H] [--port N]
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
                           [--allow-merge-into-protected]
+                          [--store sqlite:///PATH|redis://HOST:PORT/DB] [--session NAME]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import sys
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -262,6 +264,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="the environment variable holding the API key for --model-url (a key on the "
         "command line would show in the process list)",
     )
+    serve.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="keep every session's branch (conversation and read evidence) in a store, saved "
+        "after each tool call, so sessions survive a restart: sqlite:///path.db (one machine) "
+        "or redis://host:port/db (shared by several servers)",
+    )
+    serve.add_argument(
+        "--session",
+        default="stdio",
+        metavar="NAME",
+        help="stdio with --store: the name the connection's session is stored under; a server "
+        "started again with the same store and name resumes it (default: stdio)",
+    )
     return parser
 
 
@@ -401,6 +418,21 @@ def _print_result(result: Mapping[str, Any]) -> None:
             print(f"{key}: {value}", file=sys.stderr)
 
 
+def _open_store(url: str) -> Any:
+    """The store of ``--store``, checked once so a bad URL fails before serving."""
+    import anyio
+
+    from lionfactory.backends import open_store
+
+    store = open_store(url)
+    try:
+        anyio.run(store.version, uuid.UUID(int=0), backend="trio")
+    except Exception as exc:
+        # sqlite3 and redis-py raise their own error types; one message for all.
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
+    return store
+
+
 def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         from lionfactory.mcp import serve_mcp
@@ -424,17 +456,27 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
                 "configured. Give one with --model-url URL --model NAME (an OpenAI-compatible "
                 "server), or leave subagent out of --tools."
             )
-    except (ValueError, TypeError, ImportError) as exc:
+        store = None if args.store is None else _open_store(args.store)
+    except (ValueError, TypeError) as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except (OSError, ImportError) as exc:
+        if args.store is None:
+            print(f"lionfactory: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"lionfactory: cannot use the store {args.store!r}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     source: Any = factories
+    resources: dict[str, Any] = {}
     if chat_model is not None:
-        # A template branch carries the model; each session gets a clone of it.
+        # A template branch carries the model; each session gets a clone of it,
+        # and a session restored from the store gets the same model back.
         from lionfactory._branch import Branch
 
         source = Branch(name="mcp-session", chat_model=chat_model)
         for factory, kwargs in factories:
             source.register(factory, **kwargs)
+        resources["chat_model"] = chat_model
     try:
         serve_mcp(
             source,
@@ -442,6 +484,9 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
             host=args.host,
             port=args.port,
             name=args.name,
+            store=store,
+            store_resources=resources,
+            stream_session=args.session,
             on_ready=lambda url: print(
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
             ),

@@ -1,4 +1,4 @@
-"""`Exchange`: mailboxes between branches.
+"""`Exchange`: mailboxes between branches, and `BaseExchange`, the contract of every backend.
 
 An exchange routes `Message` objects between *owners*, identified by branch
 UUIDs. It holds ids and messages only, never `Branch` objects, so a clone
@@ -11,6 +11,15 @@ to flush. Inboxes are FIFO queues appended to in send order, which keeps the
 order of every sender's messages; `receive` consumes, `peek` does not, and
 `wait` sleeps on an anyio event until mail arrives (no polling).
 
+At-least-once delivery: ``receive(owner, ack=False)`` hands messages out
+without consuming them; they stay *pending* and come back, first and in
+order, from every later `receive` until `ack` names their ids. A consumer
+that records what it received before acknowledging (the messenger tool does,
+on its branch) therefore never loses a message when it stops between the two,
+and drops the repeats by id. The in-memory exchange keeps the same contract
+as the Redis one (`lionfactory.backends.RedisExchange`), so code written
+against one runs on the other.
+
 Concurrency: an exchange belongs to one event loop. Every mutation is a
 synchronous method without an ``await`` inside, so under a cooperative loop
 it is atomic: concurrent senders in a task group cannot interleave inside a
@@ -20,10 +29,11 @@ it from the loop's thread (``anyio.from_thread.run_sync`` from a worker).
 
 from __future__ import annotations
 
+import abc
 import math
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -32,7 +42,7 @@ import attrs
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
 
-__all__ = ["Exchange"]
+__all__ = ["BaseExchange", "Exchange", "check_timeout", "new_message", "owner_id"]
 
 
 @attrs.define(eq=False)
@@ -43,15 +53,140 @@ class _Waiters:
     count: int = 0
 
 
-def _owner(value: Any, role: str) -> uuid.UUID:
+def owner_id(value: Any, role: str) -> uuid.UUID:
+    """`value` if it is a UUID, else a TypeError naming its `role`."""
     if isinstance(value, uuid.UUID):
         return value
     raise TypeError(f"{role} must be a branch id (uuid.UUID), got {value!r}")
 
 
+def check_timeout(timeout: float | None) -> None:
+    """Refuse a negative or NaN `wait` timeout."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+
+
+def new_message(
+    registered: Any,
+    sender: uuid.UUID,
+    recipient: uuid.UUID | None,
+    content: str,
+    channel: str,
+    metadata: Mapping[str, Any] | None,
+) -> Message:
+    """Check a send's arguments against `registered` owners and build its `Message`.
+
+    One rule for every backend: the ids must be registered UUIDs and the
+    content a string, or nothing is sent.
+    """
+    if owner_id(sender, "sender") not in registered:
+        raise UnknownOwnerError(sender, "sender")
+    if recipient is not None and owner_id(recipient, "recipient") not in registered:
+        raise UnknownOwnerError(recipient, "recipient")
+    if not isinstance(content, str):
+        raise TypeError(f"content must be a string, got {content!r:.200}")
+    return Message(
+        role="user",
+        content=content,
+        sender=str(sender),
+        recipient=None if recipient is None else str(recipient),
+        channel=channel,
+        metadata=dict(metadata or {}),
+    )
+
+
+class BaseExchange(abc.ABC):
+    """What every exchange offers: the contract the messenger tool is written against.
+
+    The synchronous methods suit scripts and worker threads; the ``a``-prefixed
+    coroutines are what async code calls. Their defaults call the synchronous
+    method directly, which is right for a backend that never blocks (the
+    in-memory `Exchange`); a backend that does network I/O overrides them to
+    run it off the event loop.
+    """
+
+    @abc.abstractmethod
+    def register(self, owner: uuid.UUID) -> None:
+        """Give `owner` an inbox; registering twice is harmless."""
+
+    @abc.abstractmethod
+    def unregister(self, owner: uuid.UUID) -> list[Message]:
+        """Remove `owner`'s inbox and return the messages still in it (pending first)."""
+
+    @abc.abstractmethod
+    def __contains__(self, owner: object) -> bool: ...
+
+    @property
+    @abc.abstractmethod
+    def owners(self) -> tuple[uuid.UUID, ...]:
+        """The registered owners, in registration order."""
+
+    @abc.abstractmethod
+    def send(
+        self,
+        sender: uuid.UUID,
+        recipient: uuid.UUID | None,
+        content: str,
+        channel: str = "team",
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Message:
+        """Deliver a message to `recipient`'s inbox now, or broadcast it (recipient None)."""
+
+    @abc.abstractmethod
+    def receive(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+    ) -> list[Message]:
+        """The messages for `owner` (from `sender`), pending ones first, oldest first.
+
+        With ``ack=True`` they are consumed; with ``ack=False`` they stay
+        pending until `ack` names them, and every `receive` returns them again.
+        """
+
+    @abc.abstractmethod
+    def peek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+        """What `receive` would return, without taking anything."""
+
+    @abc.abstractmethod
+    def ack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
+        """Consume pending messages of `owner` by id; unknown ids are ignored."""
+
+    @abc.abstractmethod
+    async def wait(
+        self, owner: uuid.UUID, timeout: float | None = None, *, sender: uuid.UUID | None = None
+    ) -> bool:
+        """Sleep until `owner` has mail (from `sender`), or `timeout` seconds pass."""
+
+    async def asend(
+        self,
+        sender: uuid.UUID,
+        recipient: uuid.UUID | None,
+        content: str,
+        channel: str = "team",
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Message:
+        """`send` for async code."""
+        return self.send(sender, recipient, content, channel, metadata=metadata)
+
+    async def areceive(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+    ) -> list[Message]:
+        """`receive` for async code."""
+        return self.receive(owner, sender=sender, ack=ack)
+
+    async def apeek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+        """`peek` for async code."""
+        return self.peek(owner, sender=sender)
+
+    async def aack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
+        """`ack` for async code."""
+        self.ack(owner, message_ids)
+
+
 @attrs.define(eq=False, init=False, repr=False)
-class Exchange:
-    """Mailboxes between branches, keyed by branch id.
+class Exchange(BaseExchange):
+    """Mailboxes between branches, keyed by branch id, in this process's memory.
 
     Example::
 
@@ -63,33 +198,38 @@ class Exchange:
     """
 
     _inboxes: dict[uuid.UUID, deque[Message]]
+    # Handed out with ack=False and not acknowledged yet, in delivery order.
+    _pending: dict[uuid.UUID, dict[str, Message]]
     _waiters: dict[uuid.UUID, _Waiters]
 
     def __init__(self) -> None:
-        self.__attrs_init__(inboxes={}, waiters={})
+        self.__attrs_init__(inboxes={}, pending={}, waiters={})
 
     def __repr__(self) -> str:
-        pending = sum(len(inbox) for inbox in self._inboxes.values())
-        return f"Exchange(owners={len(self._inboxes)}, pending={pending})"
+        waiting = sum(len(inbox) for inbox in self._inboxes.values())
+        waiting += sum(len(taken) for taken in self._pending.values())
+        return f"Exchange(owners={len(self._inboxes)}, pending={waiting})"
 
     # -- owners --------------------------------------------------------------
 
     def register(self, owner: uuid.UUID) -> None:
         """Give `owner` an inbox; registering twice is harmless."""
-        self._inboxes.setdefault(_owner(owner, "owner"), deque())
+        self._inboxes.setdefault(owner_id(owner, "owner"), deque())
+        self._pending.setdefault(owner, {})
 
     def unregister(self, owner: uuid.UUID) -> list[Message]:
-        """Remove `owner`'s inbox and return the messages still in it.
+        """Remove `owner`'s inbox and return the messages still in it, pending ones first.
 
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
         inbox = self._inbox(owner, "owner")
+        left = [*self._pending.pop(owner, {}).values(), *inbox]
         del self._inboxes[owner]
         waiting = self._waiters.pop(owner, None)
         if waiting is not None:
             waiting.event.set()  # wake waiters; they find no inbox and return False
-        return list(inbox)
+        return left
 
     def __contains__(self, owner: object) -> bool:
         return owner in self._inboxes
@@ -130,19 +270,7 @@ class Exchange:
             UnknownOwnerError: the sender or the recipient is not registered.
             TypeError: an id is not a UUID or the content is not a string.
         """
-        self._inbox(sender, "sender")
-        if recipient is not None:
-            self._inbox(recipient, "recipient")
-        if not isinstance(content, str):
-            raise TypeError(f"content must be a string, got {content!r:.200}")
-        message = Message(
-            role="user",
-            content=content,
-            sender=str(sender),
-            recipient=None if recipient is None else str(recipient),
-            channel=channel,
-            metadata=dict(metadata or {}),
-        )
+        message = new_message(self._inboxes, sender, recipient, content, channel, metadata)
         targets = (
             [recipient] if recipient is not None else [o for o in self._inboxes if o != sender]
         )
@@ -153,47 +281,72 @@ class Exchange:
                 waiting.event.set()
         return message
 
-    def receive(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
-        """Take the messages waiting for `owner`, oldest first.
+    def receive(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+    ) -> list[Message]:
+        """Take the messages waiting for `owner`: pending ones first, then new ones, oldest first.
 
         Args:
             owner: whose inbox.
             sender: only take this sender's messages; the others stay, in order.
+            ack: consume them (the default); False leaves them pending, so
+                every `receive` returns them again until `ack` names them.
 
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
         inbox = self._inbox(owner, "owner")
-        if sender is None:
-            taken = list(inbox)
+        wanted = None if sender is None else str(owner_id(sender, "sender"))
+        pending = self._pending[owner]
+        taken = [m for m in pending.values() if wanted is None or m.sender == wanted]
+        if wanted is None:
+            fresh = list(inbox)
             inbox.clear()
-            return taken
-        wanted = str(_owner(sender, "sender"))
-        taken = [m for m in inbox if m.sender == wanted]
-        if taken:
-            kept = [m for m in inbox if m.sender != wanted]
-            inbox.clear()
-            inbox.extend(kept)
+        else:
+            fresh = [m for m in inbox if m.sender == wanted]
+            if fresh:
+                kept = [m for m in inbox if m.sender != wanted]
+                inbox.clear()
+                inbox.extend(kept)
+        taken.extend(fresh)
+        if ack:
+            for message in taken:
+                pending.pop(message.id, None)
+        else:
+            pending.update((m.id, m) for m in fresh)
         return taken
 
     def peek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
-        """The messages waiting for `owner`, oldest first, without taking them.
+        """The messages waiting for `owner` (pending first), oldest first, without taking them.
 
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
         inbox = self._inbox(owner, "owner")
+        waiting = [*self._pending[owner].values(), *inbox]
         if sender is None:
-            return list(inbox)
-        wanted = str(_owner(sender, "sender"))
-        return [m for m in inbox if m.sender == wanted]
+            return waiting
+        wanted = str(owner_id(sender, "sender"))
+        return [m for m in waiting if m.sender == wanted]
+
+    def ack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
+        """Consume pending messages of `owner` by id; ids not pending are ignored.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+        """
+        self._inbox(owner, "owner")
+        pending = self._pending[owner]
+        for message_id in message_ids:
+            pending.pop(message_id, None)
 
     async def wait(
         self, owner: uuid.UUID, timeout: float | None = None, *, sender: uuid.UUID | None = None
     ) -> bool:
         """Sleep until `owner` has mail (from `sender`, if given), or `timeout` seconds pass.
 
-        Returns at once when such mail is already waiting. Nothing is consumed.
+        Returns at once when such mail is already waiting (pending mail
+        counts). Nothing is consumed.
 
         Args:
             owner: whose inbox.
@@ -208,10 +361,9 @@ class Exchange:
             UnknownOwnerError: `owner` is not registered.
             ValueError: a negative or NaN timeout.
         """
-        if timeout is not None and not timeout >= 0:
-            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+        check_timeout(timeout)
         self._inbox(owner, "owner")
-        wanted = None if sender is None else str(_owner(sender, "sender"))
+        wanted = None if sender is None else str(owner_id(sender, "sender"))
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while owner in self._inboxes and not self._has_mail(owner, wanted):
                 await self._sleep(owner)
@@ -220,10 +372,10 @@ class Exchange:
     # -- internals -----------------------------------------------------------
 
     def _has_mail(self, owner: uuid.UUID, sender: str | None) -> bool:
-        inbox = self._inboxes.get(owner)
-        if not inbox:
+        if owner not in self._inboxes:
             return False
-        return sender is None or any(m.sender == sender for m in inbox)
+        waiting = [*self._pending[owner].values(), *self._inboxes[owner]]
+        return any(sender is None or m.sender == sender for m in waiting)
 
     async def _sleep(self, owner: uuid.UUID) -> None:
         """Sleep until the next delivery to `owner` (or its unregistration)."""
@@ -244,6 +396,6 @@ class Exchange:
 
     def _inbox(self, owner: Any, role: str) -> deque[Message]:
         try:
-            return self._inboxes[_owner(owner, role)]
+            return self._inboxes[owner_id(owner, role)]
         except KeyError:
             raise UnknownOwnerError(owner, role) from None

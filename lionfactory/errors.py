@@ -12,6 +12,8 @@ never crashes an agent loop::
     ├── CloneError (ValueError)          a registration cannot be rebuilt for a clone
     ├── ConfigurationError (ValueError)  a branch lacks what an operation needs
     ├── UnknownOwnerError (LookupError)  an Exchange call named an unregistered owner
+    ├── ConflictError                    a branch store holds a newer save than the one loaded
+    ├── UnknownBranchError (LookupError) a branch store has no branch of that id
     ├── ScriptExhaustedError (AssertionError)
     │                                    a ScriptedModel ran out of replies (testing)
     ├── ModelError                       a chat model request failed (lionfactory.models)
@@ -38,6 +40,7 @@ from uuid import UUID
 __all__ = [
     "CloneError",
     "ConfigurationError",
+    "ConflictError",
     "FactoryError",
     "LionfactoryError",
     "McpConnectionError",
@@ -46,6 +49,7 @@ __all__ = [
     "ToolDenied",
     "ToolError",
     "ToolInputError",
+    "UnknownBranchError",
     "UnknownOwnerError",
     "UnknownToolError",
 ]
@@ -107,6 +111,43 @@ class McpConnectionError(LionfactoryError, ConnectionError):
         self.server = server
         self.phase = phase
         self.reason = reason
+
+
+class ConflictError(LionfactoryError):
+    """Saving would overwrite a version of the branch that this writer never loaded.
+
+    Another writer (a process, a server replica) saved the branch after this
+    one loaded it; saving anyway would drop that writer's messages. Load the
+    branch again, redo the work on the fresh copy, and save that.
+
+    Attributes:
+        branch_id: the branch.
+        expected: the version this writer loaded or last saved (0: none).
+        found: the version the store holds (0: none).
+    """
+
+    def __init__(self, branch_id: UUID, expected: int, found: int) -> None:
+        had = f"version {expected}" if expected else "no saved version"
+        holds = f"version {found}" if found else "no version (it was deleted)"
+        super().__init__(
+            f"branch {branch_id} was saved by another writer: this copy has {had}, the store "
+            f"holds {holds}; load it again and redo the change on the fresh copy"
+        )
+        self.branch_id = branch_id
+        self.expected = expected
+        self.found = found
+
+
+class UnknownBranchError(LionfactoryError, LookupError):
+    """A branch store has no branch of that id.
+
+    Attributes:
+        branch_id: the id asked for.
+    """
+
+    def __init__(self, branch_id: UUID) -> None:
+        super().__init__(f"no saved branch {branch_id} in this store; list() shows what it holds")
+        self.branch_id = branch_id
 
 
 class ScriptExhaustedError(LionfactoryError, AssertionError):

@@ -1,8 +1,16 @@
-"""Shared fixtures: a temporary workspace and hypothesis profiles."""
+"""Shared fixtures: a temporary workspace, hypothesis profiles, a real redis-server."""
 
 from __future__ import annotations
 
 import os
+import queue
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +40,91 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
     return root
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``redis-server`` on a free loopback port for the whole run; yields its URL.
+
+    Started from the Debian package's binary with no persistence, in a
+    temporary directory, and shut down after the last test. Without the
+    binary the tests that need it fail in CI (``CI`` set: CI installs it, so
+    its absence is a broken setup) and are skipped elsewhere.
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed (apt-get install redis-server)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    directory = tmp_path_factory.mktemp("redis")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    argv += ["--dir", str(directory)]
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    log: threading.Thread | None = None
+    try:
+        log = _wait_until_ready(process, port)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if log is not None:
+            log.join(timeout=10)  # the log reaches its end once the server is gone
+        assert process.stdout is not None
+        process.stdout.close()
+
+
+def _wait_until_ready(process: subprocess.Popen[bytes], port: int) -> threading.Thread:
+    """Return once redis-server logs that it accepts connections and answers PING.
+
+    A thread drains its log (so the pipe never fills) and hands the lines
+    over; the fixture waits on them, with no polling, for 20 s at most.
+    """
+    lines: queue.Queue[bytes] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    def drain() -> None:
+        for line in stdout:
+            lines.put(line)
+        lines.put(b"")
+
+    thread = threading.Thread(target=drain, daemon=True, name="redis-server log")
+    thread.start()
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f"redis-server did not become ready in 20 s: {b''.join(seen)[-2000:]!r}")
+        if not line:
+            pytest.fail(f"redis-server exited: {b''.join(seen)[-2000:]!r}")
+        seen.append(line)
+        if b"Ready to accept connections" in line:
+            break
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"PING\r\n")
+        assert conn.recv(64).startswith(b"+PONG")
+    return thread
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """The session's Redis URL (every test names its own keys: see `redis_namespace`)."""
+    return redis_server
+
+
+@pytest.fixture
+def redis_namespace() -> str:
+    """A key prefix no other test uses, so tests share one server without clearing it."""
+    return f"t{uuid.uuid4().hex[:12]}"

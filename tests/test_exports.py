@@ -15,6 +15,7 @@ MODULES = [
     "lionfactory.errors",
     "lionfactory.models",
     "lionfactory.mcp",
+    "lionfactory.backends",
 ]
 
 
@@ -31,6 +32,7 @@ def test_all_is_sorted_and_complete(module_name):
         "lionfactory.tools",
         "lionfactory.coding",
         "lionfactory.mcp",
+        "lionfactory.backends",
     )
     public = {
         name

@@ -7,9 +7,9 @@ operating-system seams) can be read, tested and changed without the rest:
 0. records: errors, messages, the Tool record and its call pipeline, call
    context, the chat-model protocol, registration records;
 1. seams to the outside world: workspace paths, processes and their
-   isolation, helper binaries, mailboxes, stores;
-2. the branch: acting, cloning, persistence (and the package facade, which
-   re-exports floors 0-2);
+   isolation, helper binaries, the project's ignore rules, mailboxes;
+2. the branch: acting, cloning, persistence and the stores and exchanges
+   built on it (and the package facade, which re-exports floors 0-2);
 3. the built-in tools;
 4. what composes tools: the coding toolkit, MCP, framework integrations,
    model adapters, the testing fakes;
@@ -51,12 +51,14 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._landlock",
         "lionfactory._project",
         "lionfactory._global_excludes",
-        "lionfactory._ignore",
-        "lionfactory.stores",
-        "lionfactory._stores",
-        "lionfactory._redis",
     ),
-    ("lionfactory", "lionfactory._acting", "lionfactory._branch", "lionfactory._persist"),
+    (
+        "lionfactory",
+        "lionfactory._acting",
+        "lionfactory._branch",
+        "lionfactory._persist",
+        "lionfactory.backends",
+    ),
     ("lionfactory.tools",),
     (
         "lionfactory.coding",

@@ -40,7 +40,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
@@ -51,6 +51,9 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from lionfactory import ActionResult, Branch, reports_failure
+
+if TYPE_CHECKING:
+    from lionfactory.backends import BranchStore
 
 __all__ = [
     "SessionBranches",
@@ -137,6 +140,22 @@ class SessionBranches:
     def __contains__(self, key: object) -> bool:
         return key in self._sessions
 
+    def get(self, key: str) -> Branch | None:
+        """The branch session `key` has now, without making one."""
+        session = self._sessions.get(key)
+        return None if session is None else session.branch
+
+    def adopt(self, key: str, branch: Branch) -> None:
+        """Serve session `key` with `branch` from now on (a branch loaded from a store).
+
+        A call already running keeps the branch it started with.
+        """
+        session = self._sessions.get(key)
+        if session is None:
+            self._sessions[key] = _Session(branch=branch, last_used=self.clock())
+        else:
+            session.branch = branch
+
     @contextmanager
     def use(self, key: str) -> Iterator[Branch]:
         """The branch of session `key` (made on first use) for the duration of one call."""
@@ -193,6 +212,9 @@ def create_mcp_server(
     name: str = "lionfactory",
     instructions: str | None = None,
     session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    store: BranchStore | None = None,
+    store_resources: Mapping[str, Any] | None = None,
+    stream_session: str = "stdio",
 ) -> Server[SessionBranches]:
     """Build a low-level MCP server that gives each client session its own Branch.
 
@@ -210,6 +232,15 @@ def create_mcp_server(
         instructions: text the server gives clients at connection.
         session_idle_timeout: seconds without calls after which an HTTP
             session's branch is dropped; None keeps them until shutdown.
+        store: where session branches survive the server: each session's
+            branch is saved after every tool call and loaded again when the
+            session comes back (after a restart, or on another server
+            sharing the store).
+        store_resources: the live objects the served factories take, by
+            keyword name, to rebuild a loaded branch (see `Branch.from_dict`).
+        stream_session: the name a stdio connection's session is stored
+            under (a stream has no session id): a restarted stdio server
+            with the same store and name resumes it.
 
     Raises:
         TypeError: `source` is none of the above.
@@ -218,6 +249,12 @@ def create_mcp_server(
             `ValueError` for an unknown coding tool name), at once.
     """
     new_branch = _as_branch_maker(source)
+    stored = None
+    if store is not None:
+        # Imported only with a store: a server without one never loads the backends.
+        from lionfactory.mcp._stored_sessions import StoredSessions
+
+        stored = StoredSessions(store, new_branch, dict(store_resources or {}), stream_session)
     probe = new_branch()
     if "subagent" in probe.tools and probe.chat_model is None:
         # Advertising it would make every call fail with "no chat model".
@@ -250,8 +287,12 @@ def create_mcp_server(
                 "protocol; the SDK's Client does so in mode='auto' or 'legacy'), or over stdio.",
             )
         sessions: SessionBranches = ctx.lifespan_context
+        if stored is not None:
+            await stored.resume(sessions, key)
         with sessions.use(key) as branch:
             action = await branch.act(params.name, params.arguments or {})
+        if stored is not None:
+            await stored.save(key, branch)
         return _to_call_result(action)
 
     server: Server[SessionBranches] = Server(
@@ -275,6 +316,10 @@ def create_mcp_server(
         )
 
     server.add_request_handler("server/discover", types.RequestParams, discover)
+    if stored is not None:
+        from lionfactory.mcp._stored_sessions import attach
+
+        attach(server, stored)
     return server
 
 
@@ -311,6 +356,9 @@ def serve_mcp(
     instructions: str | None = None,
     session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     on_ready: Callable[[str], object] | None = None,
+    store: BranchStore | None = None,
+    store_resources: Mapping[str, Any] | None = None,
+    stream_session: str = "stdio",
 ) -> None:
     """Serve tools over MCP until the client disconnects (stdio) or the process is stopped.
 
@@ -329,19 +377,38 @@ def serve_mcp(
         session_idle_timeout: see `create_mcp_server`.
         on_ready: called with ``"stdio"`` or the server's URL once it accepts
             connections.
+        store: keep session branches in this store, so sessions survive a
+            restart and servers sharing it can serve one session (see
+            `create_mcp_server`); over HTTP a stored session id unknown to
+            this process is resumed instead of refused.
+        store_resources: see `create_mcp_server`.
+        stream_session: see `create_mcp_server`.
 
     Raises:
         ValueError: an unknown transport, a non-loopback host, a bad port.
     """
     check_serve_options(transport, host, port)
     server = create_mcp_server(
-        source, name=name, instructions=instructions, session_idle_timeout=session_idle_timeout
+        source,
+        name=name,
+        instructions=instructions,
+        session_idle_timeout=session_idle_timeout,
+        store=store,
+        store_resources=store_resources,
+        stream_session=stream_session,
     )
     if transport == "stdio":
         anyio.run(_serve_stdio, server, on_ready, backend="trio")
     else:
         anyio.run(
-            _serve_http, server, host, port, session_idle_timeout, on_ready, backend="asyncio"
+            _serve_http,
+            server,
+            host,
+            port,
+            session_idle_timeout,
+            on_ready,
+            store is not None,
+            backend="asyncio",
         )
 
 
@@ -362,10 +429,15 @@ async def _serve_http(
     port: int,
     session_idle_timeout: float | None,
     on_ready: Callable[[str], object] | None,
+    stored_sessions: bool = False,
 ) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host=host, session_idle_timeout=session_idle_timeout)
+    app: Any = server.streamable_http_app(host=host, session_idle_timeout=session_idle_timeout)
+    if stored_sessions:
+        from lionfactory.mcp._stored_sessions import adopt_stored_sessions
+
+        app = adopt_stored_sessions(app, server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # Bind and listen before announcing the URL: connections made after
     # on_ready wait in the backlog until uvicorn accepts them, so a caller

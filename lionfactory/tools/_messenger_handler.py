@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
-from lionfactory._exchange import Exchange
+from lionfactory._exchange import BaseExchange
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
 from lionfactory.tools.messenger import (
@@ -41,7 +41,7 @@ class _MessengerHandler:
     def __init__(
         self,
         branch: Branch,
-        exchange: Exchange,
+        exchange: BaseExchange,
         roster: dict[str, uuid.UUID],
         name: str,
         channel: str,
@@ -55,6 +55,10 @@ class _MessengerHandler:
         self.callbacks = callbacks
         self._by_folded = {n.casefold(): n for n in roster}
         self._names = {i: n for n, i in reversed(roster.items())}
+        # Ids of the exchange messages this branch has recorded as received,
+        # read from its append-only record (a restored branch included).
+        self._seen: set[str] = set()
+        self._scanned = 0
 
     def __repr__(self) -> str:
         return f"<messenger handler {self.name!r} branch={str(self.branch.id)[:8]}>"
@@ -63,7 +67,7 @@ class _MessengerHandler:
         action = request.action
         try:
             if action == "send":
-                return self._send(request)
+                return await self._send(request)
             if action == "receive":
                 return await self._receive(request)
             if action == "wakeup":
@@ -76,11 +80,11 @@ class _MessengerHandler:
 
     # -- actions -------------------------------------------------------------
 
-    def _send(self, request: MessengerRequest) -> MessengerResponse:
+    async def _send(self, request: MessengerRequest) -> MessengerResponse:
         names = self._targets(request.to, "send")
         if not request.content:
             raise _Failure("send needs `content`: the message to deliver.")
-        results, sent = self._deliver(names, request.content)
+        results, sent = await self._deliver(names, request.content)
         self._record(sent=sent)
         return self._delivery_response("send", results)
 
@@ -94,7 +98,16 @@ class _MessengerHandler:
         me = self.branch.id
         if request.timeout:
             await self.exchange.wait(me, request.timeout, sender=sender)
-        taken = self.exchange.receive(me, sender=sender)
+        # At-least-once: take without consuming, record on the branch, and
+        # acknowledge on a later receive, once the record holds them. What
+        # comes back after a crash between the two is shown only if this
+        # branch never recorded it, so the model never sees a message twice.
+        handed = await self.exchange.areceive(me, sender=sender, ack=False)
+        seen = self._recorded_ids()
+        repeats = [m.id for m in handed if m.id in seen]
+        if repeats:
+            await self.exchange.aack(me, repeats)
+        taken = [m for m in handed if m.id not in seen]
         self._record(received=taken)
         shown = [
             ReceivedMessage(
@@ -123,7 +136,7 @@ class _MessengerHandler:
                 f"teammate."
             )
         note = f" {request.content}" if request.content else ""
-        results, sent = self._deliver(names, f"[WAKEUP]{note}")
+        results, sent = await self._deliver(names, f"[WAKEUP]{note}")
         self._record(sent=sent)
         response = self._delivery_response("wakeup", results)
         if sent:
@@ -139,7 +152,7 @@ class _MessengerHandler:
             raise _Failure(
                 "No one receives help requests here: name teammates in `to` to ask them."
             )
-        results, sent = self._deliver(names, f"[HELP:{request.urgency}] {request.content}")
+        results, sent = await self._deliver(names, f"[HELP:{request.urgency}] {request.content}")
         self._record(sent=sent)
         response = (
             self._delivery_response("help", results)
@@ -158,6 +171,18 @@ class _MessengerHandler:
         return response
 
     # -- helpers -------------------------------------------------------------
+
+    def _recorded_ids(self) -> set[str]:
+        """The exchange message ids the branch's record shows as received."""
+        record = self.branch.messages.record
+        for message in record[self._scanned :]:
+            entry = message.metadata.get("messenger")
+            if message.role == "tool" and isinstance(entry, dict):
+                self._seen.update(m.get("id", "") for m in entry.get("received", ()))
+            elif message.role == "user" and "exchange_message_id" in message.metadata:
+                self._seen.add(message.metadata["exchange_message_id"])
+        self._scanned = len(record)
+        return self._seen
 
     def _targets(self, to: str | list[str] | None, action: str) -> list[str]:
         names = [to] if isinstance(to, str) else list(to or [])
@@ -178,7 +203,7 @@ class _MessengerHandler:
             return f"{name!r} is you"
         return owner
 
-    def _deliver(
+    async def _deliver(
         self, names: list[str], content: str
     ) -> tuple[list[RecipientResult], list[Message]]:
         results: list[RecipientResult] = []
@@ -189,7 +214,7 @@ class _MessengerHandler:
                 results.append(RecipientResult(name=name, delivered=False, error=owner))
                 continue
             try:
-                message = self.exchange.send(
+                message = await self.exchange.asend(
                     self.branch.id,
                     owner,
                     content,

@@ -48,7 +48,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
-from lionfactory._exchange import Exchange
+from lionfactory._exchange import BaseExchange
 from lionfactory._messages import Message
 from lionfactory._tool import Tool
 
@@ -250,7 +250,7 @@ Actions:
 def messenger_tool(
     branch: Branch,
     *,
-    exchange: Exchange,
+    exchange: BaseExchange,
     roster: Mapping[str, uuid.UUID],
     sender_name: str | None = None,
     channel: str = "team",
@@ -265,7 +265,8 @@ def messenger_tool(
 
     Args:
         branch: the branch whose model sends and receives.
-        exchange: the shared `Exchange`.
+        exchange: the shared exchange: an `Exchange` in this process, or a
+            `lionfactory.backends.RedisExchange` between processes.
         roster: display name -> branch id of the teammates the model may
             address. An entry for the branch itself is allowed.
         sender_name: this branch's display name; the first 8 characters of
@@ -285,8 +286,11 @@ def messenger_tool(
     """
     if not isinstance(branch, Branch):
         raise TypeError(f"messenger_tool needs a Branch, got {branch!r}")
-    if not isinstance(exchange, Exchange):
-        raise TypeError(f"exchange must be an Exchange, got {exchange!r}")
+    if not isinstance(exchange, BaseExchange):
+        raise TypeError(
+            f"exchange must be an Exchange (or another BaseExchange such as RedisExchange), "
+            f"got {exchange!r}"
+        )
     if not isinstance(channel, str) or not channel.strip():
         raise ValueError(f"channel must be a non-empty string, got {channel!r}")
     if sender_name is not None and (not isinstance(sender_name, str) or not sender_name.strip()):

@@ -1,0 +1,29 @@
+"""Backends for work beyond one process: an exchange on Redis, stores for branches.
+
+* `RedisExchange`: the `Exchange` contract (mailboxes between branches) on
+  Redis Streams, shared by any number of processes and machines.
+  `BaseExchange` is the contract both implement.
+* `BranchStore`: save and load branches by id, with optimistic concurrency
+  (`lionfactory.errors.ConflictError`). `SqliteBranchStore` is embedded (one
+  file, the standard library's sqlite3); `RedisBranchStore` is shared over
+  the network. `open_store(url)` picks one from a URL.
+
+Redis needs the ``redis`` extra (``pip install 'lionfactory[redis]'``); it
+is imported only when a Redis backend is built.
+"""
+
+from lionfactory._exchange import BaseExchange
+from lionfactory.backends._redis_exchange import RedisExchange
+from lionfactory.backends._redis_store import RedisBranchStore
+from lionfactory.backends._sqlite_store import SqliteBranchStore
+from lionfactory.backends._store import BranchStore, StoredBranch, open_store
+
+__all__ = [
+    "BaseExchange",
+    "BranchStore",
+    "RedisBranchStore",
+    "RedisExchange",
+    "SqliteBranchStore",
+    "StoredBranch",
+    "open_store",
+]

@@ -1,0 +1,347 @@
+"""`RedisExchange`: the exchange contract across processes and machines, on Redis Streams.
+
+Layout, under one key prefix (the `namespace`):
+
+* ``<ns>:owners``: a sorted set of the registered owners, scored by
+  registration order (``<ns>:seq`` counts);
+* ``<ns>:inbox:<owner>``: the owner's mailbox, a Redis Stream with one
+  consumer group. An entry holds the message id and its JSON.
+
+Why Streams: an entry handed to a consumer stays in the group's pending list
+until it is acknowledged, and the same consumer reading from id ``0`` gets
+its pending entries back, first and in order. That is at-least-once delivery
+with ids, kept by the server, so a process that dies between reading and
+acknowledging loses nothing: its successor (the same owner) reads them again.
+Acknowledged entries are deleted, so a stream holds only unconsumed mail.
+
+Each operation is one round trip: sending checks both owners and appends in
+one Lua script (a broadcast appends to every inbox in that same script, so
+it reaches all or none), and receiving reads the pending and the new entries
+(and, when consuming, acknowledges and deletes them) in another.
+
+Concurrency: redis-py's asyncio client cannot run under trio, so the async
+methods run the synchronous client in anyio worker threads (a second client
+for asyncio alone would be a second implementation of every operation). The
+hop is not free: on a busy two-core machine a send plus a receive through
+the async methods costs about twice the synchronous calls, and the same as a
+raw redis-py loop run in worker threads, which is what any trio code must do;
+``tests/benchmarks/bench_exchange.py`` measures all three.
+The client's connection pool is thread-safe, so one `RedisExchange` may be
+shared by every task and thread of a process.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from lionfactory._exchange import BaseExchange, check_timeout, owner_id
+from lionfactory._messages import Message
+from lionfactory.backends._redis_scripts import ACK, PEEK, RECEIVE, SEND
+from lionfactory.errors import UnknownOwnerError
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisExchange"]
+
+T = TypeVar("T")
+
+_GROUP = "lionfactory"
+_CONSUMER = "owner"
+# How long one blocking read in `wait` may hold a worker thread: a cancelled
+# wait abandons its thread, which then returns within this bound.
+_BLOCK_MS = 1000
+
+
+class RedisExchange(BaseExchange):
+    """Mailboxes between branches in any number of processes, on Redis Streams.
+
+    The same contract as `Exchange`: per-owner inboxes, delivery at once,
+    per-sender order, broadcast, `peek`/`receive`/`wait`, and at-least-once
+    delivery with ids (``receive(..., ack=False)`` then `ack`). Pass it to
+    `messenger_tool` exactly like an `Exchange`.
+
+    Example::
+
+        exchange = RedisExchange("redis://127.0.0.1:6379/0", namespace="team-a")
+        exchange.register(alice.id)
+        exchange.register(bob.id)
+        exchange.send(alice.id, bob.id, "the tests pass")
+        [message] = exchange.receive(bob.id)
+
+    An owner is one consumer: run each branch in one process at a time. Two
+    processes receiving for the same owner would split its mail between them.
+
+    Args:
+        url: a Redis URL (``redis://host:port/db``, ``rediss://``,
+            ``unix://``), as redis-py's ``Redis.from_url`` takes it.
+        namespace: the key prefix; exchanges with different namespaces on
+            one server never see each other's owners or mail.
+        client: an existing ``redis.Redis`` client to use instead of `url`
+            (it must not decode responses).
+
+    Raises:
+        ImportError: redis-py is missing (``pip install 'lionfactory[redis]'``).
+        ValueError: an empty namespace, or neither/both of `url` and `client`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str = "lionfactory",
+        client: redis.Redis | None = None,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace or ":" in namespace:
+            raise ValueError(f"namespace must be a non-empty string without ':', got {namespace!r}")
+        if (url is None) == (client is None):
+            raise ValueError(f"pass exactly one of url and client, got url={url!r}")
+        self._client = client if client is not None else connect(url or "")
+        self.namespace = namespace
+        self._owners_key = f"{namespace}:owners"
+        self._seq_key = f"{namespace}:seq"
+        self._prefix = f"{namespace}:inbox:"
+        self._send = self._client.register_script(SEND)
+        self._receive = self._client.register_script(RECEIVE)
+        self._ack = self._client.register_script(ACK)
+        self._peek = self._client.register_script(PEEK)
+
+    def __repr__(self) -> str:
+        return f"RedisExchange(namespace={self.namespace!r})"
+
+    def close(self) -> None:
+        """Close the client's connections (the exchange may not be used after)."""
+        self._client.close()
+
+    # -- owners --------------------------------------------------------------
+
+    def register(self, owner: uuid.UUID) -> None:
+        """Give `owner` an inbox; registering twice (from any process) is harmless."""
+        import redis
+
+        key = self._inbox(owner_id(owner, "owner"))
+        try:
+            self._client.xgroup_create(key, _GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        if self._client.zscore(self._owners_key, str(owner)) is None:
+            order = self._client.incr(self._seq_key)
+            self._client.zadd(self._owners_key, {str(owner): order}, nx=True)
+
+    def unregister(self, owner: uuid.UUID) -> list[Message]:
+        """Remove `owner`'s inbox and return the messages still in it, pending ones first.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+        """
+        left = self.peek(owner)
+        pipe = self._client.pipeline()
+        pipe.zrem(self._owners_key, str(owner))
+        pipe.delete(self._inbox(owner))
+        pipe.execute()
+        return left
+
+    def __contains__(self, owner: object) -> bool:
+        if not isinstance(owner, uuid.UUID):
+            return False
+        return self._client.zscore(self._owners_key, str(owner)) is not None
+
+    @property
+    def owners(self) -> tuple[uuid.UUID, ...]:
+        """The registered owners, in registration order."""
+        members: list[bytes] = self._client.zrange(self._owners_key, 0, -1)  # type: ignore[assignment]
+        return tuple(uuid.UUID(o.decode()) for o in members)
+
+    # -- mail ----------------------------------------------------------------
+
+    def send(
+        self,
+        sender: uuid.UUID,
+        recipient: uuid.UUID | None,
+        content: str,
+        channel: str = "team",
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Message:
+        """Deliver a message to `recipient`'s inbox now, or broadcast it (see `Exchange.send`).
+
+        Raises:
+            UnknownOwnerError: the sender or the recipient is not registered.
+            TypeError: an id is not a UUID or the content is not a string.
+        """
+        owner_id(sender, "sender")
+        if recipient is not None:
+            owner_id(recipient, "recipient")
+        if not isinstance(content, str):
+            raise TypeError(f"content must be a string, got {content!r:.200}")
+        message = Message(
+            role="user",
+            content=content,
+            sender=str(sender),
+            recipient=None if recipient is None else str(recipient),
+            channel=channel,
+            metadata=dict(metadata or {}),
+        )
+        outcome = self._send(
+            keys=[self._owners_key],
+            args=[
+                self._prefix,
+                str(sender),
+                "" if recipient is None else str(recipient),
+                message.id,
+                message.model_dump_json(),
+            ],
+        )
+        if outcome == 1:
+            raise UnknownOwnerError(sender, "sender")
+        if outcome == 2:
+            assert recipient is not None
+            raise UnknownOwnerError(recipient, "recipient")
+        return message
+
+    def receive(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+    ) -> list[Message]:
+        """Take the messages for `owner` (see `Exchange.receive`): pending first, then new.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+        """
+        wanted = None if sender is None else str(owner_id(sender, "sender"))
+        consume = ack and wanted is None
+        entries = self._call(owner, self._receive, _GROUP, _CONSUMER, "1" if consume else "0")
+        messages = [Message.model_validate_json(payload) for _, payload in entries]
+        if wanted is not None:
+            messages = [m for m in messages if m.sender == wanted]
+            if ack and messages:
+                self.ack(owner, [m.id for m in messages])
+        return messages
+
+    def peek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+        """What `receive` would return, without delivering or taking anything.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+        """
+        return self._peek_from(owner, sender)[1]
+
+    def ack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
+        """Consume pending messages of `owner` by id; ids not pending are ignored.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+        """
+        ids = [str(i) for i in message_ids]
+        if ids:
+            self._call(owner, self._ack, _GROUP, _CONSUMER, *ids)
+
+    async def wait(
+        self, owner: uuid.UUID, timeout: float | None = None, *, sender: uuid.UUID | None = None
+    ) -> bool:
+        """Sleep until `owner` has mail (from `sender`), or `timeout` seconds pass.
+
+        Blocks on the stream in a worker thread (``XREAD BLOCK`` from the
+        newest entry seen), so mail wakes it at once; nothing is polled.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+            ValueError: a negative or NaN timeout.
+        """
+        check_timeout(timeout)
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        key = self._inbox(owner_id(owner, "owner"))
+        first = True
+        while True:
+            try:
+                last, waiting = await self._thread(self._peek_from, owner, sender)
+            except UnknownOwnerError:
+                if first:
+                    raise
+                return False  # unregistered while we waited
+            first = False
+            if waiting:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            block = _BLOCK_MS if left > _BLOCK_MS / 1000 else max(1, math.ceil(left * 1000))
+            await self._thread(self._client.xread, {key: last}, count=1, block=block)
+
+    # -- async ---------------------------------------------------------------
+
+    async def asend(
+        self,
+        sender: uuid.UUID,
+        recipient: uuid.UUID | None,
+        content: str,
+        channel: str = "team",
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Message:
+        """`send` in a worker thread."""
+        return await self._thread(self.send, sender, recipient, content, channel, metadata=metadata)
+
+    async def areceive(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+    ) -> list[Message]:
+        """`receive` in a worker thread."""
+        return await self._thread(self.receive, owner, sender=sender, ack=ack)
+
+    async def apeek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+        """`peek` in a worker thread."""
+        return await self._thread(self.peek, owner, sender=sender)
+
+    async def aack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
+        """`ack` in a worker thread."""
+        await self._thread(self.ack, owner, list(message_ids))
+
+    # -- internals -----------------------------------------------------------
+
+    def _inbox(self, owner: uuid.UUID) -> str:
+        return f"{self._prefix}{owner}"
+
+    def _peek_from(self, owner: uuid.UUID, sender: uuid.UUID | None) -> tuple[bytes, list[Message]]:
+        wanted = None if sender is None else str(owner_id(sender, "sender"))
+        last, *payloads = self._call(owner, self._peek, _GROUP, _CONSUMER)
+        messages = [Message.model_validate_json(p) for p in payloads]
+        if wanted is not None:
+            messages = [m for m in messages if m.sender == wanted]
+        return last, messages
+
+    def _call(self, owner: uuid.UUID, script: Any, *args: str) -> Any:
+        """Run a script on `owner`'s inbox; a missing inbox is an unknown owner."""
+        import redis
+
+        key = self._inbox(owner_id(owner, "owner"))
+        try:
+            return script(keys=[key], args=list(args))
+        except redis.ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                raise UnknownOwnerError(owner, "owner") from None
+            raise
+
+    @staticmethod
+    async def _thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        # abandon_on_cancel: a cancelled wait must not sit out a blocking read.
+        return await anyio.to_thread.run_sync(
+            functools.partial(fn, *args, **kwargs), abandon_on_cancel=True
+        )
+
+
+def connect(url: str) -> redis.Redis:
+    """A redis-py client for `url`, or an ImportError that says which extra to install."""
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the Redis backends need redis-py: pip install 'lionfactory[redis]'"
+        ) from exc
+    return redis.Redis.from_url(url)

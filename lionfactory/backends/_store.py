@@ -1,0 +1,233 @@
+"""`BranchStore`: save and load branches by id, with optimistic concurrency.
+
+A store keeps, per branch id, the latest saved state (`Branch.to_dict`, as
+JSON: see `encode`) and a version number that every save increments. Loading restores the
+branch with `Branch.from_dict`, so its factories are called again exactly as
+for `clone()`; live objects among their arguments (an exchange, a chat
+model) come back through ``resources``.
+
+Optimistic concurrency: the store remembers, per `Branch` object, the
+version it loaded or last saved. A save whose remembered version is no
+longer the stored one raises `ConflictError` instead of overwriting another
+writer's messages; a branch the store has never seen may only be saved if
+its id is not stored yet. The check and the write are one transaction (a
+SQLite write transaction, a Redis script), so two writers racing from the
+same version cannot both win. Versions are remembered by the store object
+(weakly: they go with the branch), so load and save a branch through the
+same store object.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import json
+import uuid
+import weakref
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from pydantic import TypeAdapter
+
+from lionfactory._branch import Branch
+from lionfactory._messages import Message
+from lionfactory._persist import branch_to_dict
+
+if TYPE_CHECKING:
+    from lionfactory.backends._redis_store import RedisBranchStore
+    from lionfactory.backends._sqlite_store import SqliteBranchStore
+
+__all__ = ["BranchStore", "StoredBranch", "open_store"]
+
+
+@attrs.frozen
+class StoredBranch:
+    """One entry of `BranchStore.list()`.
+
+    Attributes:
+        id: the branch id.
+        name: the branch name (None if it had none).
+        version: how many times it was saved.
+        saved_at: when the last save happened (UTC).
+    """
+
+    id: uuid.UUID
+    name: str | None
+    version: int
+    saved_at: datetime
+
+
+def branch_id_of(value: Any) -> uuid.UUID:
+    """A branch id from a UUID or its string; anything else is a TypeError naming it."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise TypeError(f"branch_id must be a UUID (or its string), got {value!r:.200}")
+
+
+@functools.cache
+def _record() -> TypeAdapter[list[Message]]:
+    """The record's serializer, built on first use (building it costs import time)."""
+    return TypeAdapter(list[Message])
+
+
+def encode(branch: Branch) -> bytes:
+    """`branch.to_dict()` as stored: the JSON envelope, a newline, the record as JSON.
+
+    The message record (nearly all of a long branch) is serialised by
+    pydantic in one call rather than message by message; the envelope is
+    ordinary JSON without raw newlines, so the first newline splits the two.
+    """
+    data = branch_to_dict(branch, dump_messages=False)
+    record = data["messages"].pop("record")
+    envelope = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return envelope + b"\n" + _record().dump_json(record)
+
+
+def decode(blob: bytes) -> dict[str, Any]:
+    """What `encode` stored, as `Branch.from_dict` takes it."""
+    envelope, _, record = blob.partition(b"\n")
+    data: dict[str, Any] = json.loads(envelope)
+    data["messages"]["record"] = _record().validate_json(record)
+    return data
+
+
+def timestamp(seconds: float) -> datetime:
+    """Seconds since the epoch as an aware UTC datetime."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class BranchStore(abc.ABC):
+    """Branches saved by id: the contract of `SqliteBranchStore` and `RedisBranchStore`.
+
+    Every method is a coroutine that keeps blocking I/O off the event loop,
+    under trio and asyncio alike.
+    """
+
+    def __init__(self) -> None:
+        self._versions: weakref.WeakKeyDictionary[Branch, int] = weakref.WeakKeyDictionary()
+
+    async def save(self, branch: Branch) -> int:
+        """Save `branch` as the newest version of its id and return that version.
+
+        Raises:
+            ConflictError: another writer saved the branch after this store
+                object loaded (or last saved) it, or saved a branch of this
+                id that this store object never loaded.
+            ConfigurationError: the branch cannot be saved (metadata that is
+                not JSON-ready).
+        """
+        if not isinstance(branch, Branch):
+            raise TypeError(f"save takes a Branch, got {branch!r:.200}")
+        expected = self._versions.get(branch, 0)
+        version = await self._write(branch.id, branch.name, expected, encode(branch))
+        self._versions[branch] = version
+        return version
+
+    async def load(
+        self, branch_id: uuid.UUID | str, *, resources: Mapping[str, Any] | None = None
+    ) -> Branch:
+        """Restore the newest saved version of a branch, calling its factories again.
+
+        Args:
+            branch_id: the branch's id (a UUID or its string).
+            resources: the live objects the branch's registrations need back,
+                by name (see `Branch.from_dict`).
+
+        Raises:
+            UnknownBranchError: nothing is saved under that id.
+            ConfigurationError: a resource is missing or a factory cannot be
+                imported (the message lists what is needed).
+        """
+        key = branch_id_of(branch_id)
+        version, data = await self._read(key)
+        branch = Branch.from_dict(decode(data), resources=resources)
+        self._versions[branch] = version
+        return branch
+
+    async def version(self, branch_id: uuid.UUID | str) -> int:
+        """The stored version of a branch: 0 when nothing is saved under that id."""
+        return await self._version(branch_id_of(branch_id))
+
+    def known_version(self, branch: Branch) -> int:
+        """The version this store object loaded or last saved for `branch` (0: none)."""
+        return self._versions.get(branch, 0)
+
+    @abc.abstractmethod
+    async def list(self) -> list[StoredBranch]:
+        """Every stored branch, oldest save first."""
+
+    async def delete(self, branch_id: uuid.UUID | str) -> bool:
+        """Delete a branch's saved state; return whether there was one."""
+        return await self._delete(branch_id_of(branch_id))
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release the store's connections."""
+
+    async def __aenter__(self) -> BranchStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- what a backend implements ---------------------------------------------
+
+    @abc.abstractmethod
+    async def _write(
+        self, branch_id: uuid.UUID, name: str | None, expected: int, data: bytes
+    ) -> int:
+        """Store `data` as version ``expected + 1`` if `expected` is the stored version.
+
+        Raises:
+            ConflictError: the stored version is not `expected` (0: absent).
+        """
+
+    @abc.abstractmethod
+    async def _read(self, branch_id: uuid.UUID) -> tuple[int, bytes]:
+        """The stored version and data. Raises `UnknownBranchError`."""
+
+    @abc.abstractmethod
+    async def _version(self, branch_id: uuid.UUID) -> int:
+        """The stored version, 0 if absent."""
+
+    @abc.abstractmethod
+    async def _delete(self, branch_id: uuid.UUID) -> bool:
+        """Delete; whether something was there."""
+
+
+def open_store(url: str, *, namespace: str = "lionfactory") -> SqliteBranchStore | RedisBranchStore:
+    """A branch store from a URL: ``sqlite:///path.db`` or ``redis://host:port/db``.
+
+    Args:
+        url: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or a
+            Redis URL (``redis://``, ``rediss://``, ``unix://``).
+        namespace: the key prefix for Redis.
+
+    Raises:
+        ValueError: any other scheme, or a sqlite URL without a path.
+    """
+    from lionfactory.backends._redis_store import RedisBranchStore
+    from lionfactory.backends._sqlite_store import SqliteBranchStore
+
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string, got {url!r:.200}")
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        if not path:
+            raise ValueError(
+                f"a sqlite store URL needs a file path (sqlite:///path.db), got {url!r}"
+            )
+        return SqliteBranchStore(path)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisBranchStore(url, namespace=namespace)
+    raise ValueError(
+        f"unknown store URL {url!r}: use sqlite:///path.db (a file on this machine) or "
+        f"redis://host:port/db (shared)"
+    )

@@ -1,0 +1,175 @@
+"""`BranchStore`: the contract on `SqliteBranchStore` and on `RedisBranchStore` (real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from lionfactory import Branch, Exchange, Message
+from lionfactory.backends import (
+    BranchStore,
+    RedisBranchStore,
+    SqliteBranchStore,
+    StoredBranch,
+    open_store,
+)
+from lionfactory.errors import ConfigurationError, ConflictError, UnknownBranchError
+from lionfactory.tools import messenger_tool, reader_tool
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BranchStore]:
+    made: BranchStore
+    if request.param == "sqlite":
+        made = SqliteBranchStore(tmp_path / "branches.db")
+    else:
+        url = request.getfixturevalue("redis_url")
+        made = RedisBranchStore(url, namespace=request.getfixturevalue("redis_namespace"))
+    async with made:
+        yield made
+
+
+def a_branch(workspace: Path, name: str = "worker") -> Branch:
+    branch = Branch("You read files.", name=name)
+    branch.register(reader_tool, workspace_root=workspace)
+    branch.messages.append(Message(role="user", content="read a.txt"))
+    return branch
+
+
+async def test_a_saved_branch_loads_with_its_messages_and_rebuilt_tools(
+    store: BranchStore, workspace: Path
+) -> None:
+    (workspace / "a.txt").write_text("hello\n", encoding="utf-8")
+    branch = a_branch(workspace)
+    await branch.act("reader", {"action": "read", "path": "a.txt"})
+    assert await store.save(branch) == 1
+    loaded = await store.load(branch.id)
+    assert loaded.id == branch.id and loaded.name == "worker"
+    assert [m.model_dump() for m in loaded.messages.record] == [
+        m.model_dump() for m in branch.messages.record
+    ]
+    assert list(loaded.tools) == ["reader"]
+    assert loaded.tools["reader"] is not branch.tools["reader"]  # the factory ran again
+    again = await loaded.act("reader", {"action": "read", "path": "a.txt"})
+    assert again.result["content"] == "1\thello"
+    assert await store.load(str(branch.id)) is not loaded  # a string id works too
+
+
+async def test_every_save_is_a_new_version_listed_with_its_name(
+    store: BranchStore, workspace: Path
+) -> None:
+    first, second = a_branch(workspace, "one"), a_branch(workspace, "two")
+    await store.save(first)
+    await store.save(second)
+    first.messages.append(Message(role="user", content="more"))
+    assert await store.save(first) == 2
+    listed = await store.list()
+    assert [(s.id, s.name, s.version) for s in listed] == [
+        (second.id, "two", 1),
+        (first.id, "one", 2),
+    ]
+    assert all(isinstance(s, StoredBranch) and s.saved_at.tzinfo is not None for s in listed)
+    assert await store.version(first.id) == 2
+    assert await store.version(uuid.uuid4()) == 0
+
+
+async def test_delete_removes_a_branch(store: BranchStore, workspace: Path) -> None:
+    branch = a_branch(workspace)
+    await store.save(branch)
+    assert await store.delete(branch.id) is True
+    assert await store.delete(branch.id) is False
+    assert await store.list() == []
+    with pytest.raises(UnknownBranchError, match=str(branch.id)):
+        await store.load(branch.id)
+
+
+async def test_a_save_over_another_writers_newer_save_raises_conflict(
+    store: BranchStore, workspace: Path
+) -> None:
+    branch = a_branch(workspace)
+    await store.save(branch)
+    mine = await store.load(branch.id)
+    theirs = await store.load(branch.id)
+    theirs.messages.append(Message(role="user", content="theirs"))
+    await store.save(theirs)
+    mine.messages.append(Message(role="user", content="mine"))
+    with pytest.raises(ConflictError, match="load it again") as caught:
+        await store.save(mine)
+    assert (caught.value.expected, caught.value.found) == (1, 2)
+    kept = await store.load(branch.id)
+    assert kept.messages.record[-1].content == "theirs"
+    # Redo the change on a fresh copy: that save goes through.
+    kept.messages.append(Message(role="user", content="mine"))
+    assert await store.save(kept) == 3
+
+
+async def test_saving_a_new_branch_over_a_stored_id_raises_conflict(
+    store: BranchStore, workspace: Path
+) -> None:
+    branch = a_branch(workspace)
+    await store.save(branch)
+    stranger = Branch.from_dict(branch.to_dict())  # same id, never loaded from the store
+    with pytest.raises(ConflictError):
+        await store.save(stranger)
+
+
+async def test_a_missing_resource_is_named_on_load(store: BranchStore) -> None:
+    exchange = Exchange()
+    branch = Branch(name="talker")
+    branch.register(messenger_tool, exchange=exchange, roster={"me": branch.id})
+    await store.save(branch)
+    with pytest.raises(ConfigurationError, match="'exchange'"):
+        await store.load(branch.id)
+    loaded = await store.load(branch.id, resources={"exchange": exchange})
+    assert "messenger" in loaded.tools
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_the_stores_work_under_asyncio(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    def make() -> BranchStore:
+        if backend == "sqlite":
+            return SqliteBranchStore(tmp_path / "b.db")
+        namespace = request.getfixturevalue("redis_namespace")
+        return RedisBranchStore(request.getfixturevalue("redis_url"), namespace=namespace)
+
+    async def main() -> str:
+        async with make() as store:
+            branch = Branch(name="asyncio")
+            await store.save(branch)
+            return (await store.load(branch.id)).name or ""
+
+    assert asyncio.run(main()) == "asyncio"
+
+
+def test_the_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with SqliteBranchStore(tmp_path / "b.db") as store:
+            await store.save(Branch())
+
+    asyncio.run(main())
+    with sqlite3.connect(tmp_path / "b.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_open_store_picks_the_backend_from_the_url(tmp_path: Path) -> None:
+    assert isinstance(open_store(f"sqlite:///{tmp_path}/x.db"), SqliteBranchStore)
+    assert open_store(f"sqlite:///{tmp_path}/x.db").path == tmp_path / "x.db"
+    assert isinstance(open_store("redis://127.0.0.1:1/0"), RedisBranchStore)
+    with pytest.raises(ValueError, match=r"sqlite:///path\.db"):
+        open_store("postgres://x")
+    with pytest.raises(ValueError, match="must exist"):
+        SqliteBranchStore(tmp_path / "missing" / "x.db")
+
+
+async def test_bad_ids_are_refused_with_the_value(store: BranchStore) -> None:
+    with pytest.raises(TypeError, match="'nope'"):
+        await store.load("nope")
+    with pytest.raises(TypeError, match="save takes a Branch"):
+        await store.save("nope")  # type: ignore[arg-type]
