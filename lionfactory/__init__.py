@@ -8,10 +8,10 @@ The core is re-exported here; the built-in factories live in
 from lionfactory._acting import ActionResult
 from lionfactory._branch import Branch
 from lionfactory._call import CallContext, current_call
+from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._exchange import Exchange
 from lionfactory._function import function_tool
 from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
-from lionfactory._model import ChatModel, ModelReply
 from lionfactory._registration import Registration
 from lionfactory._tool import Tool, reports_failure
 

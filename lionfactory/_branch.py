@@ -20,8 +20,8 @@ import anyio
 import attrs
 
 from lionfactory._acting import ActionResult, execute_call
+from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._messages import Message, MessageLog, ToolCall
-from lionfactory._model import ChatModel, ModelReply
 from lionfactory._registration import (
     Registration,
     accepts_branch,

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Self
 import attrs
 
 from lionfactory._anthropic import AnthropicMessages
+from lionfactory._chat import ModelReply
 from lionfactory._messages import Message, ToolCall
-from lionfactory._model import ModelReply
 from lionfactory._model_http import (
     BODY_EXCERPT,
     ModelError,

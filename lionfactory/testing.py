@@ -24,8 +24,8 @@ import attrs
 from pydantic import BaseModel
 
 from lionfactory._branch import Branch
+from lionfactory._chat import ModelReply
 from lionfactory._messages import Message, MessageLog, ToolCall
-from lionfactory._model import ModelReply
 from lionfactory._tool import Tool
 from lionfactory.errors import ScriptExhaustedError
 

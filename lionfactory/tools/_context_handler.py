@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lionfactory._branch import Branch
+from lionfactory._chat import ChatModel
 from lionfactory._messages import Message, estimate_tokens
-from lionfactory._model import ChatModel
+from lionfactory.tools._context_models import (
+    ContextAction,
+    ContextMessage,
+    ContextRequest,
+    ContextResponse,
+)
 from lionfactory.tools._context_ops import (
     DEFAULT_KEEP_LAST,
     ContextFailure,
@@ -18,12 +24,6 @@ from lionfactory.tools._context_ops import (
     split_view,
     summarise,
     tool_groups,
-)
-from lionfactory.tools.context import (
-    ContextAction,
-    ContextMessage,
-    ContextRequest,
-    ContextResponse,
 )
 
 __all__ = ["_ContextHandler"]

@@ -11,8 +11,8 @@ from collections.abc import Collection, Sequence
 
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
+from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._messages import Message
-from lionfactory._model import ChatModel, ModelReply
 
 __all__ = [
     "AUTO_SOURCE_CHARS",
