@@ -30,12 +30,16 @@ class CallContext:
         branch_id: the id of the branch running the call.
         metadata: private facts the tool records; `Branch.act` stores them on
             the tool message, where the model never sees them.
+        wants_evidence: whether the caller (the coding toolkit's guard) asked
+            file tools to record what they saw (`lionfactory._evidence`); they
+            compute nothing for it otherwise.
     """
 
     call_id: str
     tool: str
     branch_id: UUID | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    wants_evidence: bool = False
 
 
 _current: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(

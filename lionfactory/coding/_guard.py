@@ -3,7 +3,7 @@
 An edit, or a write over an existing file, needs *evidence* that this branch
 has seen the file's current content: a successful text read, write or edit of
 that file by this toolkit. The reader and editor leave that evidence in the
-running call's private metadata (`lionfactory.tools._evidence`).
+running call's private metadata (`lionfactory._evidence`).
 
 Where the evidence lives decides when it counts:
 
@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import attrs
 
-from lionfactory.tools._evidence import EVIDENCE_KEY
+from lionfactory._evidence import FileEvidence
 
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
@@ -47,21 +47,21 @@ _HASH_CHUNK = 1 << 20
 class EvidenceStore:
     """Evidence from calls made outside `Branch.act`, by resolved path."""
 
-    by_path: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    by_path: dict[str, FileEvidence] = attrs.field(factory=dict)
 
-    def record(self, evidence: Mapping[str, Any] | None) -> None:
+    def record(self, evidence: FileEvidence | None) -> None:
         """Keep the latest evidence for its path."""
-        if evidence:
-            self.by_path[str(evidence["path"])] = dict(evidence)
+        if evidence is not None:
+            self.by_path[evidence.path] = evidence
 
 
-def _active_evidence(branch: Branch, path: str) -> Iterable[Mapping[str, Any]]:
+def _active_evidence(branch: Branch, path: str) -> Iterable[FileEvidence]:
     """Evidence for `path` on the tool messages of the active view, newest first."""
     for message in reversed(branch.messages.active):
         if message.role != "tool":
             continue
-        evidence = message.metadata.get(EVIDENCE_KEY)
-        if evidence and evidence.get("path") == path:
+        evidence = FileEvidence.from_metadata(message.metadata)
+        if evidence is not None and evidence.path == path:
             yield evidence
 
 
@@ -78,16 +78,13 @@ def sha256_of(fd: int) -> str | None:
     return digest.hexdigest()
 
 
-def _matches(
-    evidence: Mapping[str, Any], st: os.stat_result, sha256: Callable[[], str | None]
-) -> bool:
-    if evidence.get("size") != st.st_size:
+def _matches(evidence: FileEvidence, st: os.stat_result, sha256: Callable[[], str | None]) -> bool:
+    if evidence.size != st.st_size:
         return False
-    if evidence.get("mtime_ns") == st.st_mtime_ns:
+    if evidence.mtime_ns == st.st_mtime_ns:
         return True
-    expected = evidence.get("sha256")
     # A big file's evidence carries no hash: a moved mtime then needs a new read.
-    return expected is not None and expected == sha256()
+    return evidence.sha256 is not None and evidence.sha256 == sha256()
 
 
 def check_evidence(
@@ -127,7 +124,7 @@ def check_evidence(
             f"longer in the context). Read the file first ({verb} with the reader tool), then "
             f"retry."
         )
-    usable = [e for e in candidates if e.get("whole_file") or not whole_file]
+    usable = [e for e in candidates if e.whole_file or not whole_file]
     if any(_matches(e, st, sha256) for e in usable):
         return None
     if not usable:

@@ -36,12 +36,12 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._call import CallContext, call_context, current_call
+from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceStore, check_evidence, sha256_of
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
-from lionfactory.tools._evidence import EVIDENCE_KEY
 from lionfactory.tools.ast_search import ast_search_tool
 from lionfactory.tools.bash import bash_tool
 from lionfactory.tools.code_check import code_check_tool
@@ -167,23 +167,28 @@ class _Toolkit:
         return self.away[1]
 
     async def call(self, name: str, request: Any) -> Any:
-        """Run the current standalone handler for `name`, keeping evidence outside act."""
+        """Run the current standalone handler for `name`, asking it for file evidence.
+
+        Under `Branch.act` the evidence lands on the tool message (and leaves
+        with it); outside, in a call context of its own, it goes to `store`.
+        """
         handler = self.tools[name].handler
-        if current_call() is not None:
-            # Under Branch.act the evidence lands on the tool message.
-            return await handler(request)
+        running = current_call()
+        if running is not None:
+            with asking_for_evidence(running):
+                return await handler(request)
         local = CallContext(call_id="", tool=name, branch_id=self.branch.id)
-        with call_context(local):
+        with call_context(local), asking_for_evidence(local):
             response = await handler(request)
-        self.store.record(local.metadata.get(EVIDENCE_KEY))
+        self.store.record(FileEvidence.from_metadata(local.metadata))
         return response
 
     def evidence_paths(self) -> list[str]:
         """Paths with evidence in the active view or the local store (for nudges)."""
         paths = {
-            str(m.metadata[EVIDENCE_KEY]["path"])
+            evidence.path
             for m in self.branch.messages
-            if m.role == "tool" and EVIDENCE_KEY in m.metadata
+            if m.role == "tool" and (evidence := FileEvidence.from_metadata(m.metadata))
         }
         return sorted(paths | set(self.store.by_path))
 

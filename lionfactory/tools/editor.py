@@ -36,15 +36,15 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._beneath import open_child, release_created
-from lionfactory._tool import Tool
-from lionfactory._workspace import Location, PathRefused, Workspace, refuse_private_key
-from lionfactory.tools._edit_text import match_lines, not_found, snippet
-from lionfactory.tools._evidence import (
+from lionfactory._evidence import (
     MAX_HASHED_BYTES,
     FileEvidence,
     evidence_wanted,
     record_evidence,
 )
+from lionfactory._tool import Tool
+from lionfactory._workspace import Location, PathRefused, Workspace, refuse_private_key
+from lionfactory.tools._edit_text import match_lines, not_found, snippet
 from lionfactory.tools._files import (
     DEFAULT_STEPS,
     FileChanged,

@@ -27,17 +27,17 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder
-from lionfactory._global_excludes import global_excludes
-from lionfactory._project import ProjectView
-from lionfactory._tool import Tool
-from lionfactory._workspace import Location, PathRefused, Workspace
-from lionfactory.tools import _documents
-from lionfactory.tools._evidence import (
+from lionfactory._evidence import (
     MAX_HASHED_BYTES,
     FileEvidence,
     evidence_wanted,
     record_evidence,
 )
+from lionfactory._global_excludes import global_excludes
+from lionfactory._project import ProjectView
+from lionfactory._tool import Tool
+from lionfactory._workspace import Location, PathRefused, Workspace
+from lionfactory.tools import _documents
 from lionfactory.tools._window import (
     COUNT_BUDGET,
     DEFAULT_LIMIT,

@@ -597,7 +597,7 @@ async def test_subagent_reads_with_the_real_toolkit_and_only_its_answer_reaches_
 
 
 async def test_evidence_of_a_big_file_has_no_hash_so_a_touch_asks_for_a_new_read(workspace):
-    from lionfactory.tools._evidence import MAX_HASHED_BYTES
+    from lionfactory._evidence import MAX_HASHED_BYTES
 
     big = workspace / "big.txt"
     big.write_bytes(b"first line\n" + (b"z" * 99 + b"\n") * (MAX_HASHED_BYTES // 100 + 10))

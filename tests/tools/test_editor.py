@@ -373,7 +373,7 @@ async def test_failure_between_write_and_replace_is_a_typed_error(workspace: Pat
 async def test_success_records_file_evidence(editor, workspace: Path, arguments):
     target = workspace / "a.txt"
     target.write_text("old\n")
-    with call_context(CallContext(call_id="c1", tool="editor")) as ctx:
+    with call_context(CallContext(call_id="c1", tool="editor", wants_evidence=True)) as ctx:
         result = await editor(**arguments)
     st = target.stat()
     assert ctx.metadata["file_evidence"] == {
@@ -389,9 +389,9 @@ async def test_success_records_file_evidence(editor, workspace: Path, arguments)
 async def test_reader_and_editor_evidence_have_the_same_shape(editor, workspace: Path):
     (workspace / "a.txt").write_text("x\n")
     reader = reader_tool(workspace_root=workspace)
-    with call_context(CallContext(call_id="r", tool="reader")) as read_ctx:
+    with call_context(CallContext(call_id="r", tool="reader", wants_evidence=True)) as read_ctx:
         await reader(action="read", path="a.txt")
-    with call_context(CallContext(call_id="w", tool="editor")) as write_ctx:
+    with call_context(CallContext(call_id="w", tool="editor", wants_evidence=True)) as write_ctx:
         await editor(action="write", file_path="a.txt", content="x\n")
     assert read_ctx.metadata["file_evidence"].keys() == write_ctx.metadata["file_evidence"].keys()
     assert (
@@ -401,7 +401,7 @@ async def test_reader_and_editor_evidence_have_the_same_shape(editor, workspace:
 
 
 async def test_failure_records_no_evidence(editor):
-    with call_context(CallContext(call_id="c1", tool="editor")) as ctx:
+    with call_context(CallContext(call_id="c1", tool="editor", wants_evidence=True)) as ctx:
         await editor(action="edit", file_path="none.txt", old_string="a", new_string="b")
     assert ctx.metadata == {}
 
@@ -500,3 +500,14 @@ async def test_a_failed_write_removes_the_directories_it_created(workspace: Path
     result = await tool(action="write", file_path="kept/a/b/c/new.txt", content="x")
     assert result["success"] is False
     assert sorted(p.name for p in workspace.rglob("*")) == ["kept"]
+
+
+async def test_no_evidence_is_computed_unless_the_call_asks_for_it(editor, workspace: Path):
+    """Only a guard needs evidence (and its hash of the file): a plain call context gets none."""
+    (workspace / "a.txt").write_text("old\n")
+    reader = reader_tool(workspace_root=workspace)
+    with call_context(CallContext(call_id="r", tool="reader")) as read_ctx:
+        assert (await reader(action="read", path="a.txt"))["success"]
+    with call_context(CallContext(call_id="w", tool="editor")) as write_ctx:
+        assert (await editor(action="write", file_path="a.txt", content="new\n"))["success"]
+    assert read_ctx.metadata == {} and write_ctx.metadata == {}

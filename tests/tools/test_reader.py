@@ -208,7 +208,7 @@ async def test_read_records_whole_file_evidence_in_the_call_context(reader, work
     data = b"one\ntwo\n"
     target = workspace / "a.txt"
     target.write_bytes(data)
-    with call_context(CallContext(call_id="c1", tool="reader")) as ctx:
+    with call_context(CallContext(call_id="c1", tool="reader", wants_evidence=True)) as ctx:
         result = await reader(action="read", path="a.txt")
     st = target.stat()
     assert ctx.metadata["file_evidence"] == {
@@ -224,7 +224,7 @@ async def test_read_records_whole_file_evidence_in_the_call_context(reader, work
 async def test_a_partial_window_is_not_whole_file_evidence(reader, workspace: Path):
     data = b"".join(b"%d\n" % i for i in range(10))
     (workspace / "a.txt").write_bytes(data)
-    with call_context(CallContext(call_id="c1", tool="reader")) as ctx:
+    with call_context(CallContext(call_id="c1", tool="reader", wants_evidence=True)) as ctx:
         await reader(action="read", path="a.txt", limit=3)
     evidence = ctx.metadata["file_evidence"]
     assert evidence["whole_file"] is False
@@ -232,7 +232,7 @@ async def test_a_partial_window_is_not_whole_file_evidence(reader, workspace: Pa
 
 
 async def test_a_failed_read_records_no_evidence(reader):
-    with call_context(CallContext(call_id="c1", tool="reader")) as ctx:
+    with call_context(CallContext(call_id="c1", tool="reader", wants_evidence=True)) as ctx:
         await reader(action="read", path="missing.txt")
     assert ctx.metadata == {}
 
@@ -456,7 +456,7 @@ async def test_evidence_of_a_huge_file_skips_the_hash_and_the_full_count(reader,
     line = b"y" * 99 + b"\n"
     lines = 200_000  # 20 MB: over the hashing and full-count thresholds
     (workspace / "huge.txt").write_bytes(line * lines)
-    context = CallContext(call_id="c", tool="reader")
+    context = CallContext(call_id="c", tool="reader", wants_evidence=True)
     with call_context(context):
         result = await reader(action="read", path="huge.txt", limit=3)
     assert result["total_lines"] is None
@@ -468,7 +468,7 @@ async def test_evidence_of_a_huge_file_skips_the_hash_and_the_full_count(reader,
 
 async def test_evidence_of_a_small_file_is_hashed(reader, workspace: Path):
     (workspace / "small.txt").write_bytes(b"a\nb\n")
-    context = CallContext(call_id="c", tool="reader")
+    context = CallContext(call_id="c", tool="reader", wants_evidence=True)
     with call_context(context):
         await reader(action="read", path="small.txt")
     evidence = context.metadata["file_evidence"]
