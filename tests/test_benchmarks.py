@@ -19,7 +19,17 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 RUN = BENCHMARKS / "run.py"
-NAMES = ("reader", "calls", "processes", "search", "clone", "import", "documents", "editor")
+NAMES = (
+    "reader",
+    "calls",
+    "processes",
+    "search",
+    "clone",
+    "import",
+    "documents",
+    "editor",
+    "mcp",
+)
 
 
 def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:

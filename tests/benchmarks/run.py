@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, str] = {
     "import": "bench_import",
     "documents": "bench_documents",
     "editor": "bench_editor",
+    "mcp": "bench_mcp",
 }
 """Benchmark names, in the order of the targets, and their modules."""
 
