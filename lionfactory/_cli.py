@@ -358,7 +358,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
         )
     except KeyboardInterrupt:
         return 130
-    except OSError as exc:  # the port is taken, say
+    except (OSError, ImportError) as exc:  # the port is taken, or HTTP without the SDK
         print(f"lionfactory: cannot serve: {exc}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK

@@ -9,9 +9,13 @@ messages, where the toolkit's guard looks for it.
 What a "session" is depends on the transport:
 
 * **stdio** (and an in-process client): the stream is one client, so one
-  branch serves the whole connection, whichever protocol era it speaks. The
-  registry lives in the low-level server's lifespan, which ``Server.run``
-  enters once per connection.
+  branch serves the whole connection. `serve_mcp` serves stdio with
+  lionfactory's own JSON-RPC loop (`lionfactory.mcp._stdio`), which speaks
+  the handshake era and never imports the SDK: a client that spawns the
+  server waits for Python, pydantic and the served tools, not for the
+  SDK's import. The SDK's server (`create_mcp_server`) serves both eras on
+  any stream pair; its registry lives in the low-level server's lifespan,
+  which ``Server.run`` enters once per connection.
 * **Streamable HTTP**: several clients share one process. A session is the
   ``Mcp-Session-Id`` of the 2025 handshake era; its branch is made on the
   session's first tool call and dropped after `session_idle_timeout` without
@@ -22,8 +26,10 @@ What a "session" is depends on the transport:
   stateful servers) and refuses a sessionless tool call with an error that
   says how to connect.
 
-Results: a tool's response is sent as its JSON text plus
-``structuredContent``; ``isError`` is set when the response reports a typed
+Results: a tool's response is sent as its JSON text plus, for protocol
+versions that have it (2025-06-18 on), ``structuredContent``; tools carry a
+``title``, ``annotations`` and an ``outputSchema`` (`lionfactory.mcp._hints`,
+`lionfactory.mcp._protocol`); ``isError`` is set when the response reports a typed
 failure (`lionfactory._cli.call_failed`). Invalid arguments (`ToolInputError`),
 a denial and an unexpected exception also come back as ``isError`` results
 whose text is what `Branch.act` shows a model, with ``error_type`` (and the
@@ -35,23 +41,21 @@ same. An unknown tool name is a protocol error (``INVALID_PARAMS``).
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
-from mcp import types
-from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from lionfactory import ActionResult, Branch
-from lionfactory._cli import call_failed
+from lionfactory.mcp._protocol import ServedTools, call_result
+
+if TYPE_CHECKING:
+    from mcp import types
+    from mcp.server.lowlevel import Server
 
 __all__ = [
     "SessionBranches",
@@ -171,22 +175,28 @@ def _session_key(ctx: Any) -> str | None:
     return value or None
 
 
-def _to_call_result(action: ActionResult) -> types.CallToolResult:
-    if action.result is not None:
-        result = action.result
-        return types.CallToolResult(
-            content=[types.TextContent(text=json.dumps(result, ensure_ascii=False, default=str))],
-            structured_content=result,
-            is_error=call_failed(result),
-        )
-    # The tool message holds what Branch.act shows a model: error, error_type,
-    # and for invalid input the validation errors.
-    payload = json.loads(action.message.content or "{}")
-    return types.CallToolResult(
-        content=[types.TextContent(text=action.error or "the call failed")],
-        structured_content=payload,
-        is_error=True,
-    )
+def _to_call_result(action: ActionResult, version: str | None) -> types.CallToolResult:
+    from mcp import types
+
+    return types.CallToolResult.model_validate(call_result(action, version))
+
+
+def _prepare(source: Source) -> tuple[Callable[[], Branch], ServedTools]:
+    """How to make a session's branch, and the served tools (described once per process).
+
+    One branch is made at once, to list the tools and to fail early on a
+    broken factory. It has never been used, so the first session gets it
+    instead of building another.
+    """
+    new_branch = _as_branch_maker(source)
+    probe = new_branch()
+    served = ServedTools.of(probe.tools.values())
+    spare = [probe]
+
+    def make() -> Branch:
+        return spare.pop() if spare else new_branch()
+
+    return make, served
 
 
 def create_mcp_server(
@@ -199,7 +209,7 @@ def create_mcp_server(
     """Build a low-level MCP server that gives each client session its own Branch.
 
     One branch is made at once, to list the tools and to fail early on a
-    broken factory; it is not used for calls. Run the server with
+    broken factory; the first session gets it. Run the server with
     `serve_mcp`, or yourself: ``await server.run(read, write,
     server.create_initialization_options())`` on a stream pair, or
     ``server.streamable_http_app()`` under an ASGI server.
@@ -215,20 +225,35 @@ def create_mcp_server(
 
     Raises:
         TypeError: `source` is none of the above.
+        ImportError: the ``mcp`` extra is not installed.
         Exception: whatever a factory raises for its arguments (for example
             `ValueError` for an unknown coding tool name), at once.
     """
-    new_branch = _as_branch_maker(source)
-    probe = new_branch()
-    listing = [types.Tool.model_validate(t.schema("mcp")) for t in probe.tools.values()]
-    names = frozenset(probe.tools)
+    try:
+        from mcp import types
+        from mcp.server.lowlevel import Server
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
+
+    new_branch, served = _prepare(source)
+    names = served.names
+    listings: dict[str | None, types.ListToolsResult] = {}
 
     @asynccontextmanager
     async def lifespan(_server: Server[SessionBranches]) -> AsyncIterator[SessionBranches]:
         yield SessionBranches(new_branch, idle_timeout=session_idle_timeout)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=listing)
+        version = ctx.protocol_version
+        found = listings.get(version)
+        if found is None:
+            found = listings[version] = types.ListToolsResult.model_validate(
+                {"tools": served.listing(version)}
+            )
+        return found
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in names:
@@ -247,7 +272,7 @@ def create_mcp_server(
         sessions: SessionBranches = ctx.lifespan_context
         with sessions.use(key) as branch:
             action = await branch.act(params.name, params.arguments or {})
-        return _to_call_result(action)
+        return _to_call_result(action, ctx.protocol_version)
 
     server: Server[SessionBranches] = Server(
         name,
@@ -329,26 +354,35 @@ def serve_mcp(
         ValueError: an unknown transport, a non-loopback host, a bad port.
     """
     check_serve_options(transport, host, port)
+    if transport == "stdio":
+        new_branch, served = _prepare(source)
+        anyio.run(_serve_stdio, new_branch, served, name, instructions, on_ready, backend="trio")
+        return
     server = create_mcp_server(
         source, name=name, instructions=instructions, session_idle_timeout=session_idle_timeout
     )
-    if transport == "stdio":
-        anyio.run(_serve_stdio, server, on_ready, backend="trio")
-    else:
-        anyio.run(
-            _serve_http, server, host, port, session_idle_timeout, on_ready, backend="asyncio"
-        )
+    anyio.run(_serve_http, server, host, port, session_idle_timeout, on_ready, backend="asyncio")
 
 
 async def _serve_stdio(
-    server: Server[SessionBranches], on_ready: Callable[[str], object] | None
+    new_branch: Callable[[], Branch],
+    served: ServedTools,
+    name: str,
+    instructions: str | None,
+    on_ready: Callable[[str], object] | None,
 ) -> None:
-    from mcp.server.stdio import stdio_server
+    # lionfactory's own stdio server: it never imports the SDK (see _stdio).
+    from lionfactory.mcp._stdio import serve_stdio
 
-    async with stdio_server() as (read_stream, write_stream):
-        if on_ready is not None:
-            on_ready("stdio")
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    sessions = SessionBranches(new_branch)
+
+    async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        with sessions.use("") as branch:
+            return await branch.act(tool, arguments)
+
+    await serve_stdio(
+        served, act, name=name, version=_version(), instructions=instructions, on_ready=on_ready
+    )
 
 
 async def _serve_http(
