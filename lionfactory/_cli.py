@@ -5,7 +5,7 @@
     lionfactory tools [--json] [--workspace DIR]
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
-                          [--transport stdio|http] [--host H] [--port N]
+                          [--transport stdio|http] [--host H] [--port N] [--session-memory CHARS]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -237,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="http only; 0 picks a free port (default: 8000)"
     )
     serve.add_argument("--name", default="lionfactory", help="the server name clients see")
+    serve.add_argument(
+        "--session-memory",
+        type=int,
+        default=None,
+        metavar="CHARS",
+        help="characters of tool results a session keeps before its oldest are compacted "
+        "(read-before-edit evidence is kept; default: 4,000,000)",
+    )
     return parser
 
 
@@ -339,8 +347,11 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_FAILED
     names = None if args.tools is None else [n.strip() for n in args.tools.split(",") if n.strip()]
+    memory = {} if args.session_memory is None else {"session_memory_budget": args.session_memory}
     try:
         check_serve_options(args.transport, args.host, args.port)
+        if args.session_memory is not None and args.session_memory < 1:
+            raise ValueError(f"--session-memory must be at least 1, got {args.session_memory}")
         factories = cli_factories(args.toolkit, names, workspace)
     except ValueError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
@@ -352,6 +363,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
             host=args.host,
             port=args.port,
             name=args.name,
+            **memory,
             on_ready=lambda url: print(
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
             ),

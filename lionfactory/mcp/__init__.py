@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib as _importlib
 import typing as _typing
 
-from lionfactory.mcp._serve import SessionBranches, create_mcp_server, serve_mcp
+from lionfactory.mcp._serve import SessionBranches, SessionStatus, create_mcp_server, serve_mcp
 
 if _typing.TYPE_CHECKING:
     from lionfactory.mcp._client import McpServer, McpToolResponse, mcp_tools, qualified_name
@@ -27,6 +27,7 @@ __all__ = [
     "McpServer",
     "McpToolResponse",
     "SessionBranches",
+    "SessionStatus",
     "create_mcp_server",
     "mcp_tools",
     "qualified_name",

@@ -51,6 +51,7 @@ import anyio
 import attrs
 
 from lionfactory import ActionResult, Branch
+from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
 from lionfactory.mcp._protocol import ServedTools, call_result
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SessionBranches",
+    "SessionStatus",
     "check_serve_options",
     "create_mcp_server",
     "serve_mcp",
@@ -118,6 +120,12 @@ class _Session:
     branch: Branch
     last_used: float
     active: int = 0
+    # What the branch holds (see _budget): characters, and how many record
+    # entries have been counted, so each call counts only its own messages.
+    held: int = 0
+    counted: int = 0
+    compacted: int = 0
+    compactions: int = 0
 
 
 @attrs.define(eq=False)
@@ -129,11 +137,16 @@ class SessionBranches:
         idle_timeout: seconds without calls after which a session's branch
             is dropped, or None to keep branches for the registry's life.
         clock: a monotonic clock (injectable for tests).
+        memory_budget: characters of message text a session's branch may
+            hold before its oldest tool results are compacted (their
+            metadata, and so the guard's evidence, is kept), or None for no
+            limit. See `lionfactory.mcp._budget`.
     """
 
     new_branch: Callable[[], Branch]
     idle_timeout: float | None = None
     clock: Callable[[], float] = time.monotonic
+    memory_budget: int | None = DEFAULT_MEMORY_BUDGET
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
 
     def __len__(self) -> int:
@@ -156,6 +169,33 @@ class SessionBranches:
         finally:
             session.active -= 1
             session.last_used = self.clock()
+            if session.active == 0:
+                self._bound(session)
+
+    def status(self, key: str) -> SessionStatus | None:
+        """What session `key` holds, or None for an unknown session."""
+        session = self._sessions.get(key)
+        if session is None:
+            return None
+        return SessionStatus(
+            messages=session.branch.messages.total,
+            held_chars=session.held,
+            budget=self.memory_budget,
+            compacted_messages=session.compacted,
+            compactions=session.compactions,
+        )
+
+    def _bound(self, session: _Session) -> None:
+        """Count what the session's last calls added; compact past the budget."""
+        record = session.branch.messages.record
+        if len(record) < session.counted:  # the log was replaced: count it again
+            session.held = session.counted = 0
+        session.held += held_chars(record[session.counted :])
+        session.counted = len(record)
+        if self.memory_budget is not None and session.held > self.memory_budget:
+            stubbed, session.held = compact(session.branch, self.memory_budget)
+            session.compacted += stubbed
+            session.compactions += 1
 
     def _evict_idle(self, now: float) -> None:
         if self.idle_timeout is None:
@@ -205,6 +245,7 @@ def create_mcp_server(
     name: str = "lionfactory",
     instructions: str | None = None,
     session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    session_memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
 ) -> Server[SessionBranches]:
     """Build a low-level MCP server that gives each client session its own Branch.
 
@@ -222,6 +263,9 @@ def create_mcp_server(
         instructions: text the server gives clients at connection.
         session_idle_timeout: seconds without calls after which an HTTP
             session's branch is dropped; None keeps them until shutdown.
+        session_memory_budget: characters of message text a session keeps
+            before its oldest tool results are compacted (evidence kept);
+            None for no limit (see `SessionBranches`).
 
     Raises:
         TypeError: `source` is none of the above.
@@ -244,7 +288,9 @@ def create_mcp_server(
 
     @asynccontextmanager
     async def lifespan(_server: Server[SessionBranches]) -> AsyncIterator[SessionBranches]:
-        yield SessionBranches(new_branch, idle_timeout=session_idle_timeout)
+        yield SessionBranches(
+            new_branch, idle_timeout=session_idle_timeout, memory_budget=session_memory_budget
+        )
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         version = ctx.protocol_version
@@ -330,6 +376,7 @@ def serve_mcp(
     name: str = "lionfactory",
     instructions: str | None = None,
     session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    session_memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
     on_ready: Callable[[str], object] | None = None,
 ) -> None:
     """Serve tools over MCP until the client disconnects (stdio) or the process is stopped.
@@ -347,6 +394,7 @@ def serve_mcp(
         name: the server name clients see.
         instructions: text the server gives clients at connection.
         session_idle_timeout: see `create_mcp_server`.
+        session_memory_budget: see `create_mcp_server`.
         on_ready: called with ``"stdio"`` or the server's URL once it accepts
             connections.
 
@@ -354,18 +402,28 @@ def serve_mcp(
         ValueError: an unknown transport, a non-loopback host, a bad port.
     """
     check_serve_options(transport, host, port)
+    if session_memory_budget is not None and session_memory_budget < 1:
+        raise ValueError(
+            f"session_memory_budget must be a positive number of characters or None, "
+            f"got {session_memory_budget!r}"
+        )
     if transport == "stdio":
         new_branch, served = _prepare(source)
-        anyio.run(_serve_stdio, new_branch, served, name, instructions, on_ready, backend="trio")
+        sessions = SessionBranches(new_branch, memory_budget=session_memory_budget)
+        anyio.run(_serve_stdio, sessions, served, name, instructions, on_ready, backend="trio")
         return
     server = create_mcp_server(
-        source, name=name, instructions=instructions, session_idle_timeout=session_idle_timeout
+        source,
+        name=name,
+        instructions=instructions,
+        session_idle_timeout=session_idle_timeout,
+        session_memory_budget=session_memory_budget,
     )
     anyio.run(_serve_http, server, host, port, session_idle_timeout, on_ready, backend="asyncio")
 
 
 async def _serve_stdio(
-    new_branch: Callable[[], Branch],
+    sessions: SessionBranches,
     served: ServedTools,
     name: str,
     instructions: str | None,
@@ -373,8 +431,6 @@ async def _serve_stdio(
 ) -> None:
     # lionfactory's own stdio server: it never imports the SDK (see _stdio).
     from lionfactory.mcp._stdio import serve_stdio
-
-    sessions = SessionBranches(new_branch)
 
     async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
         with sessions.use("") as branch:
