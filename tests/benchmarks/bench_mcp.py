@@ -52,8 +52,20 @@ Profile findings (``python -X importtime -m lionfactory mcp serve``, and
   flushes, and the command line leaves with ``os._exit`` once the served
   session has ended (no worker thread or child process outlives it: the
   process seam kills process groups on cancellation).
-* What is still slower than Node: the interpreter and pydantic's import
-  (about 0.12 s) plus building the served tools' request and response models.
+* What is still slower than Node. Start-up: in CPU time both servers now
+  take about 0.30 s; the rest of the wall-clock gap is Python's start plus the
+  imports of pydantic, attrs and trio (about 0.25 s before any lionfactory
+  code) and the served tools' models. Per call, measured with a raw JSON-RPC
+  driver and ``/usr/bin/time`` on each server for 1 and for 300 reads: about
+  1.1 ms of server CPU per 20 KB read against Node's 0.6 ms. ``cProfile``
+  of ``lionfactory._cli.main(["mcp", "serve", ...])`` under 300 reads puts
+  about 0.23 ms per call in ``Workspace.resolve`` (``realpath`` and ``stat``
+  calls that keep the path inside the workspace), 0.08 ms in encoding the
+  result as the tool message's JSON (``json.dumps`` of 22 KB with
+  ``ensure_ascii=False``), 0.05 ms in escaping that JSON as the text block,
+  and the rest in ``Branch.act``'s records, the toolkit's evidence, trio's
+  scheduling and one worker-thread round trip for the file read (so that
+  file I/O never blocks the event loop).
 """
 
 from __future__ import annotations
