@@ -187,11 +187,11 @@ class SessionBranches:
 
     def _bound(self, session: _Session) -> None:
         """Count what the session's last calls added; compact past the budget."""
-        record = session.branch.messages.record
-        if len(record) < session.counted:  # the log was replaced: count it again
+        messages = session.branch.messages
+        if messages.total < session.counted:  # the log was replaced: count it again
             session.held = session.counted = 0
-        session.held += held_chars(record[session.counted :])
-        session.counted = len(record)
+        session.held += held_chars(messages.record_since(session.counted))
+        session.counted = messages.total
         if self.memory_budget is not None and session.held > self.memory_budget:
             stubbed, session.held = compact(session.branch, self.memory_budget)
             session.compacted += stubbed
