@@ -77,6 +77,10 @@ def _pollable(fd: int) -> bool:
     return True
 
 
+class _ClientGone(Exception):
+    """The client closed its end of stdout: nobody is left to answer."""
+
+
 @attrs.define(eq=False)
 class _Pipe:
     """One end of the stdio pair: waits on the loop, then reads or writes without blocking it."""
@@ -84,8 +88,10 @@ class _Pipe:
     fd: int
     pollable: bool
     lock: anyio.Lock = attrs.field(factory=anyio.Lock)
-
-    pending: bytes = b""
+    # The start of a line whose end has not arrived; a bytearray, so that a
+    # multi-megabyte request read in 64 KiB chunks is appended, not copied
+    # again for every chunk.
+    pending: bytearray = attrs.field(factory=bytearray)
 
     async def read_lines(self) -> list[bytes] | None:
         """The complete lines that arrived (maybe none), or None at end of file."""
@@ -95,10 +101,17 @@ class _Pipe:
             await anyio.lowlevel.checkpoint()
         chunk = os.read(self.fd, _CHUNK)
         if not chunk:
-            last, self.pending = self.pending, b""
+            last = bytes(self.pending)
+            self.pending.clear()
             return [last] if last.strip() else None
-        *complete, self.pending = (self.pending + chunk).split(b"\n")
-        return complete
+        head, newline, tail = chunk.rpartition(b"\n")
+        if not newline:
+            self.pending += chunk
+            return []
+        self.pending += head
+        lines = bytes(self.pending).split(b"\n")
+        self.pending = bytearray(tail)
+        return lines
 
     async def send(self, data: bytes) -> None:
         async with self.lock:
@@ -106,7 +119,11 @@ class _Pipe:
             while view:
                 if self.pollable:
                     await anyio.wait_writable(self.fd)
-                view = view[os.write(self.fd, view[:_CHUNK]) :]
+                try:
+                    written = os.write(self.fd, view[:_CHUNK])
+                except (BrokenPipeError, ConnectionResetError):
+                    raise _ClientGone from None
+                view = view[written:]
 
 
 def _encode(text: str) -> bytes:
@@ -244,9 +261,12 @@ async def serve_stdio(
     connection = _Connection(served, act, _Pipe(stdout, _pollable(stdout)), info)
     if on_ready is not None:
         on_ready("stdio")
-    async with anyio.create_task_group() as group:
-        while (lines := await source.read_lines()) is not None:
-            for line in lines:
-                if line.strip():
-                    await connection.receive(line, group)
-        group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            while (lines := await source.read_lines()) is not None:
+                for line in lines:
+                    if line.strip():
+                        await connection.receive(line, group)
+            group.cancel_scope.cancel()
+    except* _ClientGone:
+        pass  # the client stopped reading: it has gone, and so does the server

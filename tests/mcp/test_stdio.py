@@ -240,3 +240,44 @@ def test_serving_stdio_never_imports_the_sdk(tmp_path: Path) -> None:
     assert [r["id"] for r in replies] == [1, 2]
     assert len(replies[1]["result"]["tools"]) == 7
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+async def test_a_request_of_megabytes_and_requests_sharing_a_chunk_are_read_whole(
+    raw: Raw, git_workspace: Path
+) -> None:
+    await raw.initialize("2025-11-25")
+    content = "".join(f"line {i}\n" for i in range(400_000))  # about 4.5 MB, 70 chunks
+    write = {"action": "write", "file_path": "big.txt", "content": content}
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "editor", "arguments": write},
+        },
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+    ]
+    assert raw.process.stdin is not None
+    await raw.process.stdin.send("".join(json.dumps(m) + "\n" for m in batch).encode())
+    replies = {reply["id"]: reply for reply in [await raw.receive() for _ in batch]}
+    assert replies[1]["result"] == {} and replies[3]["result"] == {}
+    assert replies[2]["result"]["isError"] is False, replies[2]
+    assert (git_workspace / "big.txt").read_text(encoding="utf-8") == content
+
+
+async def test_a_client_that_stops_reading_ends_the_server_quietly(git_workspace: Path) -> None:
+    command = serve_command(git_workspace)
+    async with await anyio.open_process(command) as process:
+        assert process.stdin is not None and process.stdout is not None
+        assert process.stderr is not None
+        await process.stdout.aclose()  # nobody reads the replies any more
+        message = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        await process.stdin.send(json.dumps(message).encode() + b"\n")
+        with anyio.fail_after(30):
+            status = await process.wait()
+        errors = b""
+        async for chunk in process.stderr:
+            errors += chunk
+    assert status == 0, errors
+    assert b"Traceback" not in errors
