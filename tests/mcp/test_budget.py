@@ -112,3 +112,13 @@ async def test_the_stdio_server_compacts_and_still_allows_the_edit(big_files: Pa
             {"action": "edit", "file_path": "keep.txt", "old_string": "beta", "new_string": "B"},
         )
     assert not edit.is_error, edit.content
+
+
+def test_the_cli_refuses_a_session_memory_below_one(
+    big_files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lionfactory._cli import main
+
+    argv = ["mcp", "serve", "--workspace", str(big_files), "--session-memory", "0"]
+    assert main(argv) == 2
+    assert "--session-memory must be at least 1, got 0" in capsys.readouterr().err
