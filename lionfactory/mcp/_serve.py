@@ -221,22 +221,23 @@ def _to_call_result(action: ActionResult, version: str | None) -> types.CallTool
     return types.CallToolResult.model_validate(call_result(action, version))
 
 
-def _prepare(source: Source) -> tuple[Callable[[], Branch], ServedTools]:
+def _prepare(source: Source, memory_budget: int | None) -> tuple[Callable[[], Branch], ServedTools]:
     """How to make a session's branch, and the served tools (described once per process).
 
     One branch is made at once, to list the tools and to fail early on a
-    broken factory. It has never been used, so the first session gets it
-    instead of building another.
+    broken factory; it is not used for calls.
+
+    Raises:
+        ValueError: `memory_budget` is below 1.
     """
+    if memory_budget is not None and memory_budget < 1:
+        raise ValueError(
+            f"session_memory_budget must be a positive number of characters or None, "
+            f"got {memory_budget!r}"
+        )
     new_branch = _as_branch_maker(source)
     probe = new_branch()
-    served = ServedTools.of(probe.tools.values())
-    spare = [probe]
-
-    def make() -> Branch:
-        return spare.pop() if spare else new_branch()
-
-    return make, served
+    return new_branch, ServedTools.of(probe.tools.values())
 
 
 def create_mcp_server(
@@ -250,7 +251,7 @@ def create_mcp_server(
     """Build a low-level MCP server that gives each client session its own Branch.
 
     One branch is made at once, to list the tools and to fail early on a
-    broken factory; the first session gets it. Run the server with
+    broken factory; it is not used for calls. Run the server with
     `serve_mcp`, or yourself: ``await server.run(read, write,
     server.create_initialization_options())`` on a stream pair, or
     ``server.streamable_http_app()`` under an ASGI server.
@@ -269,6 +270,7 @@ def create_mcp_server(
 
     Raises:
         TypeError: `source` is none of the above.
+        ValueError: `session_memory_budget` is below 1.
         ImportError: the ``mcp`` extra is not installed.
         Exception: whatever a factory raises for its arguments (for example
             `ValueError` for an unknown coding tool name), at once.
@@ -282,7 +284,7 @@ def create_mcp_server(
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
 
-    new_branch, served = _prepare(source)
+    new_branch, served = _prepare(source, session_memory_budget)
     names = served.names
     listings: dict[str | None, types.ListToolsResult] = {}
 
@@ -399,16 +401,12 @@ def serve_mcp(
             connections.
 
     Raises:
-        ValueError: an unknown transport, a non-loopback host, a bad port.
+        ValueError: an unknown transport, a non-loopback host, a bad port, a
+            memory budget below 1.
     """
     check_serve_options(transport, host, port)
-    if session_memory_budget is not None and session_memory_budget < 1:
-        raise ValueError(
-            f"session_memory_budget must be a positive number of characters or None, "
-            f"got {session_memory_budget!r}"
-        )
     if transport == "stdio":
-        new_branch, served = _prepare(source)
+        new_branch, served = _prepare(source, session_memory_budget)
         sessions = SessionBranches(new_branch, memory_budget=session_memory_budget)
         anyio.run(_serve_stdio, sessions, served, name, instructions, on_ready, backend="trio")
         return

@@ -122,3 +122,10 @@ def test_the_cli_refuses_a_session_memory_below_one(
     argv = ["mcp", "serve", "--workspace", str(big_files), "--session-memory", "0"]
     assert main(argv) == 2
     assert "--session-memory must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_create_mcp_server_refuses_a_budget_below_one() -> None:
+    from lionfactory.mcp import create_mcp_server
+
+    with pytest.raises(ValueError, match="session_memory_budget must be a positive number"):
+        create_mcp_server([toolkit_maker(Path())], session_memory_budget=0)
