@@ -99,7 +99,10 @@ class _Pipe:
             await anyio.wait_readable(self.fd)
         else:
             await anyio.lowlevel.checkpoint()
-        chunk = os.read(self.fd, _CHUNK)
+        try:
+            chunk = os.read(self.fd, _CHUNK)
+        except BlockingIOError:  # a descriptor someone else made non-blocking: wait again
+            return []
         if not chunk:
             last = bytes(self.pending)
             self.pending.clear()
@@ -121,6 +124,8 @@ class _Pipe:
                     await anyio.wait_writable(self.fd)
                 try:
                     written = os.write(self.fd, view[:_CHUNK])
+                except BlockingIOError:
+                    continue
                 except (BrokenPipeError, ConnectionResetError):
                     raise _ClientGone from None
                 view = view[written:]
