@@ -200,14 +200,16 @@ class _Connection:
             return _result(request_id, {})
         if method == "tools/list":
             return _result(request_id, {"tools": self.served.listing(self.version)})
-        return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+        return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method:.100}")
 
     async def _call(self, request_id: Any, params: Mapping[str, Any]) -> None:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or name not in self.served.names:
             valid = ", ".join(sorted(self.served.names))
             await self.out.send(
-                _error(request_id, INVALID_PARAMS, f"Unknown tool {name!r}. Call one of: {valid}.")
+                _error(
+                    request_id, INVALID_PARAMS, f"Unknown tool {name!r:.100}. Call one of: {valid}."
+                )
             )
             return
         if arguments is not None and not isinstance(arguments, dict):
@@ -228,7 +230,8 @@ class _Connection:
                 body = call_result_json(action, self.version)
                 reply = _encode(f'{{"jsonrpc":"2.0","id":{key},"result":{body}}}\n')
             finally:
-                del self.in_flight[key]
+                if self.in_flight.get(key) is scope:  # a client may reuse an id; keep the latest
+                    del self.in_flight[key]
         if reply is not None:
             await self.out.send(reply)
 

@@ -281,3 +281,15 @@ async def test_a_client_that_stops_reading_ends_the_server_quietly(git_workspace
             errors += chunk
     assert status == 0, errors
     assert b"Traceback" not in errors
+
+
+async def test_two_calls_in_flight_with_one_id_both_get_replies(raw: Raw) -> None:
+    await raw.initialize("2025-11-25")
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call"}
+    call["params"] = {"name": "reader", "arguments": READ}
+    assert raw.process.stdin is not None
+    await raw.process.stdin.send((json.dumps(call) + "\n").encode() * 2)
+    replies = [await raw.receive(), await raw.receive()]
+    assert [r["id"] for r in replies] == [5, 5]
+    assert all(r["result"]["isError"] is False for r in replies)
+    assert (await raw.request("ping"))["result"] == {}
