@@ -4,7 +4,8 @@ Needs the ``mcp`` extra (the official MCP Python SDK): ``pip install 'lionfactor
 
 * `serve_mcp` serves a template Branch or factories over stdio or Streamable
   HTTP, one Branch per client session (`create_mcp_server` builds the
-  low-level server for your own transport).
+  low-level server for your own transport); `SessionBranches` holds the
+  sessions' branches and reports what each holds (`SessionStatus`).
 * `McpServer` is a live connection to an MCP server; `mcp_tools` turns its
   tools into lionfactory Tools (`McpToolResponse` is their response).
 
