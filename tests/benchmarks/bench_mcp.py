@@ -141,7 +141,10 @@ def reference_server(cache: Path | None = None) -> Path | None:
             check=False,
         )
         if done.returncode != 0 or not entry.is_file():
-            print(f"npm install failed, using the bare SDK baseline:\n{done.stderr[-2000:]}")
+            print(
+                f"npm install failed, using the bare SDK baseline:\n{done.stderr[-2000:]}",
+                file=sys.stderr,
+            )
             return None
     return entry
 
