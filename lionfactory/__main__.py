@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -9,10 +11,25 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``lionfactory`` command line and return its exit status."""
+    """Run the ``lionfactory`` command line and return its exit status.
+
+    Run as the program itself (no `argv`), it ends the process as soon as
+    the command is done: an MCP client that closes a stdio server's input
+    waits for the process to end, and the interpreter's orderly teardown of
+    a few hundred modules took a tenth of a second or more on a busy
+    machine. Nothing is left to tear down by then: output is flushed here,
+    worker threads are idle, and child processes were reaped by the tools.
+    """
     from lionfactory._cli import main as run
 
-    return run(argv)
+    status = run(argv)
+    if argv is None:
+        for stream in (sys.stdout, sys.stderr):
+            # A closed pipe or stream: nothing more can be said on it.
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(status)
+    return status
 
 
 if __name__ == "__main__":

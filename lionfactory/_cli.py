@@ -6,7 +6,7 @@
     lionfactory tools [--json] [--workspace DIR]
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
-                          [--transport stdio|http] [--host H] [--port N]
+                          [--transport stdio|http] [--host H] [--port N] [--session-memory CHARS]
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
                           [--allow-merge-into-protected]
                           [--store sqlite:///PATH|redis://HOST:PORT/DB] [--session NAME]
@@ -279,6 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="stdio with --store: the name the connection's session is stored under; a server "
         "started again with the same store and name resumes it (default: stdio)",
     )
+    serve.add_argument(
+        "--session-memory",
+        type=int,
+        default=None,
+        metavar="CHARS",
+        help="characters of tool results a session keeps before its oldest are compacted "
+        "(read-before-edit evidence is kept; default: 4,000,000)",
+    )
     return parser
 
 
@@ -441,6 +449,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_FAILED
     names = None if args.tools is None else [n.strip() for n in args.tools.split(",") if n.strip()]
+    memory = {} if args.session_memory is None else {"session_memory_budget": args.session_memory}
     try:
         check_serve_options(args.transport, args.host, args.port)
         factories = cli_factories(
@@ -456,6 +465,8 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
                 "configured. Give one with --model-url URL --model NAME (an OpenAI-compatible "
                 "server), or leave subagent out of --tools."
             )
+        if args.session_memory is not None and args.session_memory < 1:
+            raise ValueError(f"--session-memory must be at least 1, got {args.session_memory}")
         store = None if args.store is None else _open_store(args.store)
     except (ValueError, TypeError) as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
@@ -487,11 +498,14 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
             store=store,
             store_resources=resources,
             stream_session=args.session,
+            **memory,
             on_ready=lambda url: print(
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True
             ),
         )
-    except OSError as exc:  # the port is taken, say
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except (OSError, ImportError) as exc:  # the port is taken, or HTTP without the SDK
         print(f"lionfactory: cannot serve: {exc}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK

@@ -184,6 +184,10 @@ class MessageLog:
         """The number of messages in the record."""
         return len(self._record)
 
+    def record_since(self, start: int) -> list[Message]:
+        """The record from record index `start` on: O(new messages), not O(record)."""
+        return self._record[start:]
+
     def get(self, message_id: str) -> Message | None:
         """The message with this id, active or not."""
         index = self._index.get(message_id)

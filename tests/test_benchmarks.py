@@ -29,6 +29,7 @@ NAMES = (
     "documents",
     "editor",
     "exchange",
+    "mcp",
 )
 
 

@@ -118,3 +118,10 @@ def test_a_summary_of_a_summary_takes_the_earliest_place():
     assert contents(log) == ["sys", "S2", "m3", "m4"]
     log.restore()
     assert contents(log) == ["sys", "m0", "m1", "m2", "m3", "m4"]
+
+
+def test_record_since_returns_the_tail_of_the_record_including_evicted_messages() -> None:
+    log = MessageLog([Message(role="user", content=str(i)) for i in range(5)])
+    log.evict(3, 4)
+    assert [m.content for m in log.record_since(2)] == ["2", "3", "4"]
+    assert log.record_since(5) == []

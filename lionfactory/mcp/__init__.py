@@ -4,27 +4,51 @@ Needs the ``mcp`` extra (the official MCP Python SDK): ``pip install 'lionfactor
 
 * `serve_mcp` serves a template Branch or factories over stdio or Streamable
   HTTP, one Branch per client session (`create_mcp_server` builds the
-  low-level server for your own transport).
+  low-level server for your own transport); `SessionBranches` holds the
+  sessions' branches and reports what each holds (`SessionStatus`).
 * `McpServer` is a live connection to an MCP server; `mcp_tools` turns its
   tools into lionfactory Tools (`McpToolResponse` is their response).
+
+The SDK is imported when a name that needs it is first used, not with this
+package: importing any part of the SDK imports all of it, which takes most
+of a second, and ``lionfactory mcp serve`` over stdio does not need it.
 """
 
-try:
-    import mcp as _sdk  # noqa: F401  # the SDK, imported first for a clear error
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lionfactory.mcp needs the MCP Python SDK: pip install 'lionfactory[mcp]'"
-    ) from exc
+from __future__ import annotations
 
-from lionfactory.mcp._client import McpServer, McpToolResponse, mcp_tools, qualified_name
-from lionfactory.mcp._serve import SessionBranches, create_mcp_server, serve_mcp
+import importlib as _importlib
+import typing as _typing
+
+from lionfactory.mcp._serve import SessionBranches, SessionStatus, create_mcp_server, serve_mcp
+
+if _typing.TYPE_CHECKING:
+    from lionfactory.mcp._client import McpServer, McpToolResponse, mcp_tools, qualified_name
 
 __all__ = [
     "McpServer",
     "McpToolResponse",
     "SessionBranches",
+    "SessionStatus",
     "create_mcp_server",
     "mcp_tools",
     "qualified_name",
     "serve_mcp",
 ]
+
+_FROM_CLIENT = frozenset({"McpServer", "McpToolResponse", "mcp_tools", "qualified_name"})
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FROM_CLIENT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        client = _importlib.import_module("lionfactory.mcp._client")
+    except ImportError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in ("mcp", "mcp_types"):
+            raise
+        raise ImportError(
+            "lionfactory.mcp needs the MCP Python SDK: pip install 'lionfactory[mcp]'"
+        ) from exc
+    value = getattr(client, name)
+    globals()[name] = value
+    return value

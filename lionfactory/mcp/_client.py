@@ -59,6 +59,8 @@ __all__ = ["McpServer", "McpToolResponse", "mcp_tools", "qualified_name"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _MAX_NAME = 64
 _MAX_PAGES = 100
+_MAX_IMAGE_BASE64 = 4 * ((5 * 1024 * 1024 + 2) // 3)
+"""The base64 length of the largest image passed on (5 MiB, the reader's own limit)."""
 
 
 class McpToolResponse(BaseModel):
@@ -69,8 +71,9 @@ class McpToolResponse(BaseModel):
     success: bool = Field(description="False when the server reported the call as failed.")
     content: str = Field(
         description=(
-            "The text the tool returned (non-text parts are described in brackets); empty "
-            "when the text only repeats structured_content."
+            "The text the tool returned; an image is a data URL (data:image/png;base64,...) "
+            "on its own line, other non-text parts are described in brackets; empty when the "
+            "text only repeats structured_content."
         )
     )
     structured_content: Any = Field(
@@ -377,6 +380,10 @@ def _text(result: types.CallToolResult) -> str:
     for block in result.content:
         if isinstance(block, types.TextContent):
             parts.append(block.text)
+        elif isinstance(block, types.ImageContent) and len(block.data) <= _MAX_IMAGE_BASE64:
+            # The shape the coding toolkit's reader gives an image: a data URL
+            # a vision model (or an adapter) can take as an image.
+            parts.append(f"data:{block.mime_type};base64,{block.data}")
         elif isinstance(block, (types.ImageContent, types.AudioContent)):
             parts.append(f"[{block.type}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
         else:

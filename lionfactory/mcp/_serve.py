@@ -9,9 +9,13 @@ messages, where the toolkit's guard looks for it.
 What a "session" is depends on the transport:
 
 * **stdio** (and an in-process client): the stream is one client, so one
-  branch serves the whole connection, whichever protocol era it speaks. The
-  registry lives in the low-level server's lifespan, which ``Server.run``
-  enters once per connection.
+  branch serves the whole connection. `serve_mcp` serves stdio with
+  lionfactory's own JSON-RPC loop (`lionfactory.mcp._stdio`), which speaks
+  the handshake era and never imports the SDK: a client that spawns the
+  server waits for Python, pydantic and the served tools, not for the
+  SDK's import. The SDK's server (`create_mcp_server`) serves both eras on
+  any stream pair; its registry lives in the low-level server's lifespan,
+  which ``Server.run`` enters once per connection.
 * **Streamable HTTP**: several clients share one process. A session is the
   ``Mcp-Session-Id`` of the 2025 handshake era; its branch is made on the
   session's first tool call and dropped after `session_idle_timeout` without
@@ -22,8 +26,10 @@ What a "session" is depends on the transport:
   stateful servers) and refuses a sessionless tool call with an error that
   says how to connect.
 
-Results: a tool's response is sent as its JSON text plus
-``structuredContent``; ``isError`` is set when the response reports a typed
+Results: a tool's response is sent as its JSON text plus, for protocol
+versions that have it (2025-06-18 on), ``structuredContent``; tools carry a
+``title``, ``annotations`` and an ``outputSchema`` (`lionfactory.mcp._hints`,
+`lionfactory.mcp._protocol`); ``isError`` is set when the response reports a typed
 failure (`lionfactory.reports_failure`). Invalid arguments (`ToolInputError`),
 a denial and an unexpected exception also come back as ``isError`` results
 whose text is what `Branch.act` shows a model, with ``error_type`` (and the
@@ -35,7 +41,6 @@ same. An unknown tool name is a protocol error (``INVALID_PARAMS``).
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -44,19 +49,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
-from mcp import types
-from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from lionfactory import ActionResult, Branch, reports_failure
+from lionfactory import ActionResult, Branch
+from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
+from lionfactory.mcp._protocol import ServedTools, call_result
 
 if TYPE_CHECKING:
+    from mcp import types
+    from mcp.server.lowlevel import Server
+
     from lionfactory.backends import BranchStore
+    from lionfactory.mcp._stored_sessions import StoredSessions
 
 __all__ = [
     "SessionBranches",
+    "SessionStatus",
     "check_serve_options",
     "create_mcp_server",
     "serve_mcp",
@@ -116,6 +123,12 @@ class _Session:
     branch: Branch
     last_used: float
     active: int = 0
+    # What the branch holds (see _budget): characters, and how many record
+    # entries have been counted, so each call counts only its own messages.
+    held: int = 0
+    counted: int = 0
+    compacted: int = 0
+    compactions: int = 0
 
 
 @attrs.define(eq=False)
@@ -127,11 +140,16 @@ class SessionBranches:
         idle_timeout: seconds without calls after which a session's branch
             is dropped, or None to keep branches for the registry's life.
         clock: a monotonic clock (injectable for tests).
+        memory_budget: characters of message text a session's branch may
+            hold before its oldest tool results are compacted (their
+            metadata, and so the guard's evidence, is kept), or None for no
+            limit. See `lionfactory.mcp._budget`.
     """
 
     new_branch: Callable[[], Branch]
     idle_timeout: float | None = None
     clock: Callable[[], float] = time.monotonic
+    memory_budget: int | None = DEFAULT_MEMORY_BUDGET
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
 
     def __len__(self) -> int:
@@ -148,13 +166,15 @@ class SessionBranches:
     def adopt(self, key: str, branch: Branch) -> None:
         """Serve session `key` with `branch` from now on (a branch loaded from a store).
 
-        A call already running keeps the branch it started with.
+        A call already running keeps the branch it started with; the new
+        branch's memory is counted from scratch on its first call.
         """
         session = self._sessions.get(key)
         if session is None:
             self._sessions[key] = _Session(branch=branch, last_used=self.clock())
         else:
             session.branch = branch
+            session.held = session.counted = 0
 
     @contextmanager
     def use(self, key: str) -> Iterator[Branch]:
@@ -170,6 +190,33 @@ class SessionBranches:
         finally:
             session.active -= 1
             session.last_used = self.clock()
+            if session.active == 0:
+                self._bound(session)
+
+    def status(self, key: str) -> SessionStatus | None:
+        """What session `key` holds, or None for an unknown session."""
+        session = self._sessions.get(key)
+        if session is None:
+            return None
+        return SessionStatus(
+            messages=session.branch.messages.total,
+            held_chars=session.held,
+            budget=self.memory_budget,
+            compacted_messages=session.compacted,
+            compactions=session.compactions,
+        )
+
+    def _bound(self, session: _Session) -> None:
+        """Count what the session's last calls added; compact past the budget."""
+        messages = session.branch.messages
+        if messages.total < session.counted:  # the log was replaced: count it again
+            session.held = session.counted = 0
+        session.held += held_chars(messages.record_since(session.counted))
+        session.counted = messages.total
+        if self.memory_budget is not None and session.held > self.memory_budget:
+            stubbed, session.held = compact(session.branch, self.memory_budget)
+            session.compacted += stubbed
+            session.compactions += 1
 
     def _evict_idle(self, now: float) -> None:
         if self.idle_timeout is None:
@@ -189,21 +236,36 @@ def _session_key(ctx: Any) -> str | None:
     return value or None
 
 
-def _to_call_result(action: ActionResult) -> types.CallToolResult:
-    if action.result is not None:
-        result = action.result
-        return types.CallToolResult(
-            content=[types.TextContent(text=json.dumps(result, ensure_ascii=False, default=str))],
-            structured_content=result,
-            is_error=reports_failure(result),
+def _to_call_result(action: ActionResult, version: str | None) -> types.CallToolResult:
+    from mcp import types
+
+    return types.CallToolResult.model_validate(call_result(action, version))
+
+
+def _prepare(source: Source, memory_budget: int | None) -> tuple[Callable[[], Branch], ServedTools]:
+    """How to make a session's branch, and the served tools (described once per process).
+
+    One branch is made at once, to list the tools and to fail early on a
+    broken factory; it is not used for calls.
+
+    Raises:
+        ValueError: `memory_budget` is below 1, or a ``subagent`` tool on
+            branches without a chat model.
+    """
+    if memory_budget is not None and memory_budget < 1:
+        raise ValueError(
+            f"session_memory_budget must be a positive number of characters or None, "
+            f"got {memory_budget!r}"
         )
-    # The payload is what Branch.act showed a model: error, error_type, and
-    # for invalid input the validation errors.
-    return types.CallToolResult(
-        content=[types.TextContent(text=action.error or "the call failed")],
-        structured_content=action.payload,
-        is_error=True,
-    )
+    new_branch = _as_branch_maker(source)
+    probe = new_branch()
+    if "subagent" in probe.tools and probe.chat_model is None:
+        # Advertising it would make every call fail with "no chat model".
+        raise ValueError(
+            "the subagent tool needs a chat model, and the session branches have none: serve "
+            "a template Branch(chat_model=...) with the tools registered on it"
+        )
+    return new_branch, ServedTools.of(probe.tools.values())
 
 
 def create_mcp_server(
@@ -212,6 +274,7 @@ def create_mcp_server(
     name: str = "lionfactory",
     instructions: str | None = None,
     session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    session_memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
     store: BranchStore | None = None,
     store_resources: Mapping[str, Any] | None = None,
     stream_session: str = "stdio",
@@ -232,6 +295,9 @@ def create_mcp_server(
         instructions: text the server gives clients at connection.
         session_idle_timeout: seconds without calls after which an HTTP
             session's branch is dropped; None keeps them until shutdown.
+        session_memory_budget: characters of message text a session keeps
+            before its oldest tool results are compacted (evidence kept);
+            None for no limit (see `SessionBranches`).
         store: where session branches survive the server: each session's
             branch is saved after every tool call and loaded again when the
             session comes back (after a restart, or on another server
@@ -244,33 +310,40 @@ def create_mcp_server(
 
     Raises:
         TypeError: `source` is none of the above.
-        ValueError: a ``subagent`` tool on branches without a chat model.
+        ValueError: `session_memory_budget` is below 1, or a ``subagent``
+            tool on branches without a chat model.
+        ImportError: the ``mcp`` extra is not installed.
         Exception: whatever a factory raises for its arguments (for example
             `ValueError` for an unknown coding tool name), at once.
     """
-    new_branch = _as_branch_maker(source)
-    stored = None
-    if store is not None:
-        # Imported only with a store: a server without one never loads the backends.
-        from lionfactory.mcp._stored_sessions import StoredSessions
+    try:
+        from mcp import types
+        from mcp.server.lowlevel import Server
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
 
-        stored = StoredSessions(store, new_branch, dict(store_resources or {}), stream_session)
-    probe = new_branch()
-    if "subagent" in probe.tools and probe.chat_model is None:
-        # Advertising it would make every call fail with "no chat model".
-        raise ValueError(
-            "the subagent tool needs a chat model, and the session branches have none: serve "
-            "a template Branch(chat_model=...) with the tools registered on it"
-        )
-    listing = [types.Tool.model_validate(t.schema("mcp")) for t in probe.tools.values()]
-    names = frozenset(probe.tools)
+    new_branch, served = _prepare(source, session_memory_budget)
+    stored = _stored_sessions(store, new_branch, store_resources, stream_session)
+    names = served.names
+    listings: dict[str | None, types.ListToolsResult] = {}
 
     @asynccontextmanager
     async def lifespan(_server: Server[SessionBranches]) -> AsyncIterator[SessionBranches]:
-        yield SessionBranches(new_branch, idle_timeout=session_idle_timeout)
+        yield SessionBranches(
+            new_branch, idle_timeout=session_idle_timeout, memory_budget=session_memory_budget
+        )
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=listing)
+        version = ctx.protocol_version
+        found = listings.get(version)
+        if found is None:
+            found = listings[version] = types.ListToolsResult.model_validate(
+                {"tools": served.listing(version)}
+            )
+        return found
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in names:
@@ -287,13 +360,8 @@ def create_mcp_server(
                 "protocol; the SDK's Client does so in mode='auto' or 'legacy'), or over stdio.",
             )
         sessions: SessionBranches = ctx.lifespan_context
-        if stored is not None:
-            await stored.resume(sessions, key)
-        with sessions.use(key) as branch:
-            action = await branch.act(params.name, params.arguments or {})
-        if stored is not None:
-            await stored.save(key, branch)
-        return _to_call_result(action)
+        action = await _act(sessions, stored, key, params.name, params.arguments or {})
+        return _to_call_result(action, ctx.protocol_version)
 
     server: Server[SessionBranches] = Server(
         name,
@@ -321,6 +389,41 @@ def create_mcp_server(
 
         attach(server, stored)
     return server
+
+
+def _stored_sessions(
+    store: BranchStore | None,
+    new_branch: Callable[[], Branch],
+    resources: Mapping[str, Any] | None,
+    stream_session: str,
+) -> StoredSessions | None:
+    if store is None:
+        return None
+    # Imported only with a store: a server without one never loads the backends.
+    from lionfactory.mcp._stored_sessions import StoredSessions
+
+    return StoredSessions(store, new_branch, dict(resources or {}), stream_session)
+
+
+async def _act(
+    sessions: SessionBranches,
+    stored: StoredSessions | None,
+    key: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+) -> ActionResult:
+    """Run one call on session `key`'s branch; with a store, resume it first and save it after.
+
+    The save comes after the session's memory bound has been applied (when
+    `SessionBranches.use` ends), so the store keeps what the session keeps.
+    """
+    if stored is not None:
+        await stored.resume(sessions, key)
+    with sessions.use(key) as branch:
+        action = await branch.act(tool, arguments)
+    if stored is not None:
+        await stored.save(key, branch)
+    return action
 
 
 def _version() -> str:
@@ -355,6 +458,7 @@ def serve_mcp(
     name: str = "lionfactory",
     instructions: str | None = None,
     session_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    session_memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
     on_ready: Callable[[str], object] | None = None,
     store: BranchStore | None = None,
     store_resources: Mapping[str, Any] | None = None,
@@ -375,6 +479,7 @@ def serve_mcp(
         name: the server name clients see.
         instructions: text the server gives clients at connection.
         session_idle_timeout: see `create_mcp_server`.
+        session_memory_budget: see `create_mcp_server`.
         on_ready: called with ``"stdio"`` or the server's URL once it accepts
             connections.
         store: keep session branches in this store, so sessions survive a
@@ -385,42 +490,57 @@ def serve_mcp(
         stream_session: see `create_mcp_server`.
 
     Raises:
-        ValueError: an unknown transport, a non-loopback host, a bad port.
+        ValueError: an unknown transport, a non-loopback host, a bad port, a
+            memory budget below 1.
     """
     check_serve_options(transport, host, port)
+    if transport == "stdio":
+        new_branch, served = _prepare(source, session_memory_budget)
+        sessions = SessionBranches(new_branch, memory_budget=session_memory_budget)
+        stored = _stored_sessions(store, new_branch, store_resources, stream_session)
+        anyio.run(
+            _serve_stdio, sessions, stored, served, name, instructions, on_ready, backend="trio"
+        )
+        return
     server = create_mcp_server(
         source,
         name=name,
         instructions=instructions,
         session_idle_timeout=session_idle_timeout,
+        session_memory_budget=session_memory_budget,
         store=store,
         store_resources=store_resources,
         stream_session=stream_session,
     )
-    if transport == "stdio":
-        anyio.run(_serve_stdio, server, on_ready, backend="trio")
-    else:
-        anyio.run(
-            _serve_http,
-            server,
-            host,
-            port,
-            session_idle_timeout,
-            on_ready,
-            store is not None,
-            backend="asyncio",
-        )
+    anyio.run(
+        _serve_http,
+        server,
+        host,
+        port,
+        session_idle_timeout,
+        on_ready,
+        store is not None,
+        backend="asyncio",
+    )
 
 
 async def _serve_stdio(
-    server: Server[SessionBranches], on_ready: Callable[[str], object] | None
+    sessions: SessionBranches,
+    stored: StoredSessions | None,
+    served: ServedTools,
+    name: str,
+    instructions: str | None,
+    on_ready: Callable[[str], object] | None,
 ) -> None:
-    from mcp.server.stdio import stdio_server
+    # lionfactory's own stdio server: it never imports the SDK (see _stdio).
+    from lionfactory.mcp._stdio import serve_stdio
 
-    async with stdio_server() as (read_stream, write_stream):
-        if on_ready is not None:
-            on_ready("stdio")
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        return await _act(sessions, stored, "", tool, arguments)
+
+    await serve_stdio(
+        served, act, name=name, version=_version(), instructions=instructions, on_ready=on_ready
+    )
 
 
 async def _serve_http(

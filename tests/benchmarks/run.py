@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "documents": "bench_documents",
     "editor": "bench_editor",
     "exchange": "bench_exchange",
+    "mcp": "bench_mcp",
 }
 """Benchmark names, in the order of the targets, and their modules."""
 

@@ -166,7 +166,7 @@ def test_long_qualified_names_are_cut_to_64_and_stay_distinct() -> None:
     assert first.startswith("mcp__server__aaaa")
 
 
-def test_non_text_content_is_described() -> None:
+def test_an_image_is_passed_on_as_a_data_url_like_the_readers() -> None:
     from mcp import types
 
     result = types.CallToolResult(
@@ -176,8 +176,22 @@ def test_non_text_content_is_described() -> None:
         ]
     )
     response = McpToolResponse.model_validate(_response(result).model_dump())
-    assert response.content == "see\n[image: image/png, 3 bytes]"
+    assert response.content == "see\ndata:image/png;base64,AAAA"
     assert response.success is True
+
+
+def test_audio_and_oversized_images_are_described() -> None:
+    from mcp import types
+
+    huge = "A" * (8 * 1024 * 1024)
+    result = types.CallToolResult(
+        content=[
+            types.AudioContent(data="AAAA", mime_type="audio/wav"),
+            types.ImageContent(data=huge, mime_type="image/png"),
+        ]
+    )
+    response = _response(result)
+    assert response.content == "[audio: audio/wav, 3 bytes]\n[image: image/png, 6291456 bytes]"
 
 
 # A third-party server, written with the SDK's own MCPServer, that can die,

@@ -1,0 +1,145 @@
+"""The served tools on the wire: their listing and their results, per protocol version.
+
+Both transports use this module: the SDK's low-level server (Streamable HTTP,
+in-process clients) and lionfactory's own stdio server, which must not import
+the SDK (its import is most of a cold start). So it speaks plain JSON-ready
+dicts and knows the protocol versions itself.
+
+What depends on the negotiated version:
+
+* ``structuredContent`` in a tool result, and ``outputSchema`` and ``title``
+  on a tool, exist from 2025-06-18 on; older clients get the JSON text alone.
+* ``annotations`` (with their own ``title``) exist from 2025-03-26 on.
+
+Encoding: `Branch.act` already encodes a result as JSON for the tool
+message. That text is the result's text block, and on the stdio path it is
+also spliced, as it is, into the reply as ``structuredContent``: one
+encoding per result, not three.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from lionfactory._acting import ActionResult
+from lionfactory._tool import Tool, reports_failure
+from lionfactory.mcp._hints import hints_for, output_schema
+
+__all__ = [
+    "HANDSHAKE_VERSIONS",
+    "LATEST_HANDSHAKE_VERSION",
+    "ServedTools",
+    "at_least",
+    "call_result",
+    "call_result_json",
+    "has_structured_content",
+]
+
+KNOWN_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+"""Every protocol revision, oldest first (the SDK's list; a test keeps them equal)."""
+HANDSHAKE_VERSIONS = KNOWN_VERSIONS[:4]
+"""The revisions reached through the ``initialize`` handshake."""
+LATEST_HANDSHAKE_VERSION = HANDSHAKE_VERSIONS[-1]
+
+_ANNOTATIONS_SINCE = "2025-03-26"
+_STRUCTURED_SINCE = "2025-06-18"
+
+
+def at_least(version: str | None, minimum: str) -> bool:
+    """Whether `version` is `minimum` or newer; an unknown or missing version is the newest."""
+    if version not in KNOWN_VERSIONS:
+        return True
+    return KNOWN_VERSIONS.index(version) >= KNOWN_VERSIONS.index(minimum)
+
+
+def has_structured_content(version: str | None) -> bool:
+    """Whether results of protocol `version` carry ``structuredContent``."""
+    return at_least(version, _STRUCTURED_SINCE)
+
+
+def _describe(tool: Tool) -> dict[str, Any]:
+    """A tool's listing entry in the newest form."""
+    entry: dict[str, Any] = tool.schema("mcp")
+    hints = hints_for(tool)
+    if hints is not None:
+        entry["title"] = hints.title
+        entry["annotations"] = hints.annotations()
+    schema = output_schema(tool)
+    if schema is not None:
+        entry["outputSchema"] = schema
+    return entry
+
+
+def _for_version(entry: dict[str, Any], version: str | None) -> dict[str, Any]:
+    if has_structured_content(version):
+        return entry
+    older = {k: v for k, v in entry.items() if k not in ("title", "outputSchema")}
+    if not at_least(version, _ANNOTATIONS_SINCE):
+        older.pop("annotations", None)
+    return older
+
+
+@attrs.define(eq=False)
+class ServedTools:
+    """The tools one server serves, described once per process.
+
+    Every session's branch is built from the same factories, so one probe
+    branch's tools describe them all; the listing is built at most once per
+    protocol era and reused for every session and every ``tools/list``.
+    """
+
+    tools: tuple[Tool, ...]
+    names: frozenset[str] = attrs.field(init=False)
+    _entries: tuple[dict[str, Any], ...] | None = attrs.field(default=None, init=False)
+    _listings: dict[tuple[bool, bool], list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.names = frozenset(tool.name for tool in self.tools)
+
+    @classmethod
+    def of(cls, tools: Iterable[Tool]) -> ServedTools:
+        """Describe `tools` (a probe branch's, in registration order)."""
+        return cls(tuple(tools))
+
+    def listing(self, version: str | None) -> list[dict[str, Any]]:
+        """The ``tools`` of a ``tools/list`` result for `version` (shared: do not change it)."""
+        era = (at_least(version, _ANNOTATIONS_SINCE), has_structured_content(version))
+        found = self._listings.get(era)
+        if found is None:
+            if self._entries is None:
+                self._entries = tuple(_describe(tool) for tool in self.tools)
+            found = self._listings[era] = [_for_version(e, version) for e in self._entries]
+        return found
+
+
+def _parts(action: ActionResult) -> tuple[str, str, bool]:
+    """The result's text block, its structured content as JSON text, and isError."""
+    encoded = action.message.content or "{}"
+    if action.result is not None:
+        return encoded, encoded, reports_failure(action.result)
+    # The tool message holds what Branch.act shows a model: error, error_type,
+    # and for invalid input the validation errors.
+    return action.error or "the call failed", encoded, True
+
+
+def call_result(action: ActionResult, version: str | None) -> dict[str, Any]:
+    """A ``tools/call`` result as a JSON-ready dict."""
+    text, _, is_error = _parts(action)
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
+    if has_structured_content(version):
+        result["structuredContent"] = action.payload
+    return result
+
+
+def call_result_json(action: ActionResult, version: str | None) -> str:
+    """A ``tools/call`` result as JSON text, with the tool message's JSON spliced in as it is."""
+    text, structured, is_error = _parts(action)
+    head = '{"content":[{"type":"text","text":' + json.dumps(text, ensure_ascii=False) + "}]"
+    tail = ',"isError":' + ("true" if is_error else "false") + "}"
+    if has_structured_content(version):
+        return head + ',"structuredContent":' + structured + tail
+    return head + tail

@@ -1,0 +1,280 @@
+"""The stdio transport: newline-delimited JSON-RPC, spoken without the MCP SDK.
+
+Why not the SDK's ``stdio_server``: importing any part of the SDK imports all
+of it (its package ``__init__`` loads the client, the high-level server,
+Starlette, an HTTP client and about 580 pydantic models for two protocol
+eras), which was most of a cold start; its stdin reader is a worker thread
+that hops to the event loop once per line and keeps the process alive for a
+while after stdin closes; and every message is validated by pydantic both
+ways. A desktop client or an agent SDK that spawns the server and gives it a
+few seconds to answer ``initialize`` felt all of it.
+
+What is spoken is the handshake era of the protocol (2024-11-05 to
+2025-11-25), which every MCP client speaks: ``initialize``, ``ping``,
+``tools/list`` and ``tools/call``, and the ``notifications/cancelled``
+notification. Any other request (``server/discover`` included) is answered
+with "method not found", so a client that probes for the sessionless
+2026-07-28 protocol falls back to the handshake, as it does with the
+reference servers. The SDK's server (`create_mcp_server`) still serves both
+eras over HTTP and in process.
+
+I/O runs on the event loop: stdin is read when the loop says it is readable
+(``os.read`` on a readable pipe returns what is there without blocking, so
+the descriptor is never switched to non-blocking mode, which would change it
+for every process sharing it), and replies are written the same way. Tool
+calls run as tasks, so a ``ping`` or a second call is answered while a long
+command runs; the rest is answered inline. When stdin reaches end of file,
+the client has gone: the calls in flight are cancelled (the process seam
+kills their process groups) and the server returns at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import attrs
+
+from lionfactory._acting import ActionResult
+from lionfactory.mcp._protocol import (
+    HANDSHAKE_VERSIONS,
+    LATEST_HANDSHAKE_VERSION,
+    ServedTools,
+    call_result_json,
+)
+
+__all__ = ["serve_stdio"]
+
+logger = logging.getLogger("lionfactory.mcp")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+_CHUNK = 1 << 16
+Act = Callable[[str, Mapping[str, Any]], Awaitable[ActionResult]]
+
+
+def _pollable(fd: int) -> bool:
+    """Whether the event loop can wait on `fd` (pipes, sockets, terminals; not regular files)."""
+    poller = select.epoll() if hasattr(select, "epoll") else None
+    if poller is None:
+        return True
+    with poller:
+        try:
+            poller.register(fd, select.EPOLLIN)
+        except PermissionError:
+            return False
+    return True
+
+
+class _ClientGone(Exception):
+    """The client closed its end of stdout: nobody is left to answer."""
+
+
+@attrs.define(eq=False)
+class _Pipe:
+    """One end of the stdio pair: waits on the loop, then reads or writes without blocking it."""
+
+    fd: int
+    pollable: bool
+    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    # The start of a line whose end has not arrived; a bytearray, so that a
+    # multi-megabyte request read in 64 KiB chunks is appended, not copied
+    # again for every chunk.
+    pending: bytearray = attrs.field(factory=bytearray)
+
+    async def read_lines(self) -> list[bytes] | None:
+        """The complete lines that arrived (maybe none), or None at end of file."""
+        if self.pollable:
+            await anyio.wait_readable(self.fd)
+        else:
+            await anyio.lowlevel.checkpoint()
+        try:
+            chunk = os.read(self.fd, _CHUNK)
+        except BlockingIOError:  # a descriptor someone else made non-blocking: wait again
+            return []
+        if not chunk:
+            last = bytes(self.pending)
+            self.pending.clear()
+            return [last] if last.strip() else None
+        head, newline, tail = chunk.rpartition(b"\n")
+        if not newline:
+            self.pending += chunk
+            return []
+        self.pending += head
+        lines = bytes(self.pending).split(b"\n")
+        self.pending = bytearray(tail)
+        return lines
+
+    async def send(self, data: bytes) -> None:
+        async with self.lock:
+            view = memoryview(data)
+            while view:
+                if self.pollable:
+                    await anyio.wait_writable(self.fd)
+                try:
+                    written = os.write(self.fd, view[:_CHUNK])
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    raise _ClientGone from None
+                view = view[written:]
+
+
+def _encode(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be UTF-8: send the same JSON with \\u escapes.
+        return json.dumps(json.loads(text)).encode("ascii")
+
+
+def _error(request_id: Any, code: int, message: str) -> bytes:
+    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return _encode(json.dumps(body, ensure_ascii=False) + "\n")
+
+
+def _result(request_id: Any, result: Mapping[str, Any]) -> bytes:
+    body = {"jsonrpc": "2.0", "id": request_id, "result": result}
+    return _encode(json.dumps(body, ensure_ascii=False) + "\n")
+
+
+@attrs.define(eq=False)
+class _Connection:
+    """One client on the stdio pair: the negotiated version and the calls in flight."""
+
+    served: ServedTools
+    act: Act
+    out: _Pipe
+    server_info: dict[str, Any]
+    version: str = LATEST_HANDSHAKE_VERSION
+    in_flight: dict[str, anyio.CancelScope] = attrs.field(factory=dict)
+
+    async def receive(self, line: bytes, group: anyio.abc.TaskGroup) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            await self.out.send(_error(None, PARSE_ERROR, f"Parse error: {exc}"))
+            return
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            await self.out.send(
+                _error(None, INVALID_REQUEST, "Invalid request: send one JSON-RPC 2.0 object")
+            )
+            return
+        method = message.get("method")
+        if not isinstance(method, str):
+            return  # a response: this server sends no requests, so there is nothing to match
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if "id" not in message:
+            self._notified(method, params)
+            return
+        request_id = message["id"]
+        if method == "tools/call":
+            group.start_soon(self._call, request_id, params)
+        else:
+            await self.out.send(self._answer(request_id, method, params))
+
+    def _notified(self, method: str, params: Mapping[str, Any]) -> None:
+        if method == "notifications/cancelled":
+            scope = self.in_flight.get(json.dumps(params.get("requestId")))
+            if scope is not None:
+                scope.cancel()
+
+    def _answer(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            self.version = asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
+            return _result(request_id, {**self.server_info, "protocolVersion": self.version})
+        if method == "ping":
+            return _result(request_id, {})
+        if method == "tools/list":
+            return _result(request_id, {"tools": self.served.listing(self.version)})
+        return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method:.100}")
+
+    async def _call(self, request_id: Any, params: Mapping[str, Any]) -> None:
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or name not in self.served.names:
+            valid = ", ".join(sorted(self.served.names))
+            await self.out.send(
+                _error(
+                    request_id, INVALID_PARAMS, f"Unknown tool {name!r:.100}. Call one of: {valid}."
+                )
+            )
+            return
+        if arguments is not None and not isinstance(arguments, dict):
+            await self.out.send(
+                _error(request_id, INVALID_PARAMS, "tools/call arguments must be a JSON object")
+            )
+            return
+        key = json.dumps(request_id)
+        reply = None  # a cancelled request gets no reply
+        with anyio.CancelScope() as scope:
+            self.in_flight[key] = scope
+            try:
+                action = await self.act(name, arguments or {})
+            except Exception as exc:
+                logger.exception("serving a call of %r failed", name)
+                reply = _error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            else:
+                body = call_result_json(action, self.version)
+                reply = _encode(f'{{"jsonrpc":"2.0","id":{key},"result":{body}}}\n')
+            finally:
+                if self.in_flight.get(key) is scope:  # a client may reuse an id; keep the latest
+                    del self.in_flight[key]
+        if reply is not None:
+            await self.out.send(reply)
+
+
+async def serve_stdio(
+    served: ServedTools,
+    act: Act,
+    *,
+    name: str,
+    version: str,
+    instructions: str | None = None,
+    stdin: int = 0,
+    stdout: int = 1,
+    on_ready: Callable[[str], object] | None = None,
+) -> None:
+    """Serve `served` on a stdio pair until end of file on `stdin`.
+
+    Args:
+        served: the tools and their listing.
+        act: runs one call for the connection's session (``Branch.act``).
+        name: the server name clients see.
+        version: the server version clients see.
+        instructions: text given to clients at ``initialize``.
+        stdin: the descriptor requests arrive on.
+        stdout: the descriptor replies go to (nothing else may write to it).
+        on_ready: called with ``"stdio"`` before the first read.
+    """
+    info: dict[str, Any] = {
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": name, "version": version},
+    }
+    if instructions is not None:
+        info["instructions"] = instructions
+    source = _Pipe(stdin, _pollable(stdin))
+    connection = _Connection(served, act, _Pipe(stdout, _pollable(stdout)), info)
+    if on_ready is not None:
+        on_ready("stdio")
+    try:
+        async with anyio.create_task_group() as group:
+            while (lines := await source.read_lines()) is not None:
+                for line in lines:
+                    if line.strip():
+                        await connection.receive(line, group)
+            group.cancel_scope.cancel()
+    except* _ClientGone:
+        pass  # the client stopped reading: it has gone, and so does the server
