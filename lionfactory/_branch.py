@@ -5,7 +5,8 @@ Tool (or list), or a factory and the keyword arguments it was called with.
 `clone()` replays those records against the clone: static tools are reused
 (they are immutable), factories are called again with ``branch=clone``. So no
 tool of a clone closes over its source branch, and a static tool that *is*
-bound to the source is refused loudly instead of being shared (DESIGN §4.3).
+bound to the source is refused loudly instead of being shared (a shared bound
+tool would let the clone act on its source's conversation).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 An exchange routes `Message` objects between *owners*, identified by branch
 UUIDs. It holds ids and messages only, never `Branch` objects, so a clone
 that shares an exchange with its source can never reach the source through
-it (DESIGN §4.3).
+it: a clone is only as connected as the ids it was given.
 
 Delivery is immediate: `send` puts the message into the recipient's inbox
 before it returns, so there is no background task to supervise and nothing

@@ -5,7 +5,8 @@ model reads and the validation it meets come from one source: unions and
 ``X | None`` work, postponed annotations (``from __future__ import
 annotations``) are resolved, only parameters without defaults are required,
 and Google-style ``Args:`` entries become parameter descriptions. The whole
-docstring is the tool's description (the baseline sent only its first line).
+docstring is the tool's description: a model that sees only the first line
+never learns what the arguments mean.
 """
 
 from __future__ import annotations

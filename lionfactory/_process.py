@@ -1,7 +1,8 @@
 """Run one process: argv only, a deadline, a process-group kill and a capped drain.
 
 Every tool that starts a program goes through `run_process`, the single seam
-between lionfactory and the operating system's process table (STYLE §5).
+between lionfactory and the operating system's process table, so the rules
+below hold for every tool and tests substitute one seam, not each tool.
 
 Guarantees, in the order they matter to an agent:
 

@@ -7,7 +7,8 @@ Product, not test scaffolding (like `trio.testing`): documented and tested.
 * `tool_call()` builds a `ToolCall` for a script.
 * `assert_manifest()` pins a branch's tool list with a readable diff.
 * `assert_no_foreign_bindings()` proves no tool of a branch reaches another
-  branch or its message log (the clone invariant of DESIGN §4.3).
+  branch or its message log (the clone invariant: a clone's tools act on the
+  clone, never on the branch it was cloned from).
 """
 
 from __future__ import annotations

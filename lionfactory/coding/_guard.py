@@ -1,4 +1,4 @@
-"""The read-before-edit guard (DESIGN §7.2).
+"""The read-before-edit guard of the coding toolkit.
 
 An edit, or a write over an existing file, needs *evidence* that this branch
 has seen the file's current content: a successful text read, write or edit of

@@ -6,7 +6,8 @@ the texts that come back are joined into a ``system`` field of the result.
 A rule that raises is logged and skipped: a nudge never breaks a result.
 
 Each `coding_toolkit()` call builds fresh rules and a fresh call history, so
-nothing accumulates across branches (the baseline stacked hooks on rebind).
+nothing accumulates across branches (rebinding a toolkit to a new branch must
+not stack a second set of hooks on the first).
 
 Writing a rule::
 

@@ -30,10 +30,12 @@ __all__ = [
 ]
 
 PREVIEW_CHARS = 120
-"""The longest preview ``get_messages`` shows (the ADR's presentation budget)."""
+"""The longest preview ``get_messages`` shows: enough to recognise a message, cheap enough
+to list a long conversation."""
 
 DEFAULT_KEEP_LAST = 5
-"""Tool results ``evict_action_results`` keeps by default (the ADR's heuristic)."""
+"""Tool results ``evict_action_results`` keeps by default: the latest few are usually the
+ones the next step builds on."""
 
 AUTO_SOURCE_CHARS = 6000
 """The most characters of source text an ``auto`` summary is asked to condense."""
@@ -76,7 +78,8 @@ def clamp(start: int | None, end: int | None, length: int, *, floor: int) -> tup
     """Clamp ``[start:end)`` into ``[floor, length]``; negative counts as 0, not from the end.
 
     A model writing ``start=-3`` more likely mistyped than meant Python's
-    from-the-end indexing, and the ADR clamps; so no index ever wraps.
+    from-the-end indexing, and a wrapped index would evict the wrong messages;
+    so no index ever wraps.
     """
     lo = floor if start is None else min(max(start, 0, floor), length)
     hi = length if end is None else min(max(end, 0), length)

@@ -1,7 +1,7 @@
 """A numbered-line window over a byte stream, in bounded memory.
 
 The reader shows files (and converted documents) as ``<line>TAB<text>`` rows.
-Instead of loading the file (the baseline's flaw, DESIGN §9) it streams: lines
+Instead of loading the file (a 500 MB log would cost 500 MB) it streams: lines
 before the window are skipped by counting newlines in 1 MiB chunks, only the
 window's rows are kept, each row keeps at most `MAX_LINE_CHARS` characters of
 its line, and the rows stop at `MAX_OUTPUT_BYTES`. After the window the rest
@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 DEFAULT_LIMIT = 2000
-"""Rows returned when the model gives no positive limit (the ADR's budget)."""
+"""Rows returned when the model gives no positive limit: enough for most source files in one
+read, small enough (with the line and byte caps) to leave room in the model's context."""
 
 MAX_LINE_CHARS = 2000
 """Characters kept of one line; the rest is replaced by a marker."""

@@ -1,6 +1,6 @@
 """The ``ast_search`` tool: structural code search with ast-grep.
 
-Decisions (ADR-0013 D2, DESIGN §9):
+Decisions:
 
 * The binary is ``ast-grep`` (PyPI ``ast-grep-cli``), looked up in the running
   environment first, then PATH (`lionfactory._binaries`). ``sg`` is accepted

@@ -1,9 +1,8 @@
 """The ``context`` tool: let the model inspect and trim its own context.
 
-`context_tool(branch)` builds a Tool bound to one branch (ADR-0013 D3
-"Context"). It works on ``branch.messages`` directly, the full record and the
-active view of `MessageLog`, with no side-channel in branch metadata. Its
-actions:
+`context_tool(branch)` builds a Tool bound to one branch. It works on
+``branch.messages`` directly, the full record and the active view of
+`MessageLog`, with no side-channel in branch metadata. Its actions:
 
 * ``status``: counts (active, pending, evicted, total, by role) and the
   estimated tokens of the active view;

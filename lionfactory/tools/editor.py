@@ -1,6 +1,6 @@
 """The ``editor`` tool: write files and replace exact strings in them.
 
-`editor_tool()` builds a Tool with two actions (ADR-0013 D2 "Editor"):
+`editor_tool()` builds a Tool with two actions:
 
 * ``write`` replaces (or creates) a whole file;
 * ``edit`` replaces an exact ``old_string`` with ``new_string``.

@@ -1,6 +1,6 @@
 """The ``reader`` tool: read text files, list directories, open documents.
 
-`reader_tool()` builds a Tool with three actions (ADR-0013 D2 "Reader"):
+`reader_tool()` builds a Tool with three actions:
 
 * ``read`` streams a window of a UTF-8 text file as numbered rows;
 * ``list_dir`` lists the files under a directory;
