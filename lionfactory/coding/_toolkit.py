@@ -142,7 +142,6 @@ class _Toolkit:
 
     branch: Branch
     where: ActiveWorkspace
-    names: tuple[str, ...]
     home: dict[str, Tool]
     store: EvidenceStore = attrs.field(factory=EvidenceStore)
     # The standalone tools built for the sandbox directory last asked about.
@@ -415,7 +414,7 @@ def coding_toolkit(
         if name in _WORKSPACE_FACTORIES
     }
     where = ActiveWorkspace(workspace)
-    kit = _Toolkit(branch=branch, where=where, names=names, home=home)
+    kit = _Toolkit(branch=branch, where=where, home=home)
 
     built: dict[str, Tool] = {}
     for name, tool in home.items():

@@ -76,7 +76,6 @@ class Window:
 
     Attributes:
         content: the rows, ``<one-based line number>TAB<text>``, joined by newlines.
-        rows: how many rows `content` holds.
         total_lines: the number of lines in the whole stream, or None when
             the stream goes on past `COUNT_BUDGET` bytes after the window.
         next_offset: the offset to continue from, or None when the window
@@ -88,7 +87,6 @@ class Window:
     """
 
     content: str
-    rows: int
     total_lines: int | None
     next_offset: int | None
     cut_lines: int = 0
@@ -236,15 +234,11 @@ def _decode(head: bytes, length: int, chars: int) -> tuple[str, bool, bool]:
     try:
         # final=False: a cut head may end inside a multi-byte character,
         # which is not an encoding error.
-        text = decoder.decode(head, final=not cut)
+        text = decoder.decode(head, final=False)
         replaced = False
     except UnicodeDecodeError:
         text = head.decode("utf-8", "replace")
         replaced = True
-    if not cut:
-        if text.endswith("\r"):  # CRLF: show the text, not the terminator
-            text = text[:-1]
-        return text, False, replaced
     marker = f" … [line cut: {MAX_LINE_CHARS:,} of {chars:,} characters shown]"
     return text[:MAX_LINE_CHARS] + marker, True, replaced
 
@@ -275,7 +269,7 @@ def read_window(
     lines = _Lines(stream, hasher)
     skipped = lines.skip(offset)
     if skipped < offset:
-        return Window(content="", rows=0, total_lines=skipped, next_offset=None, past_end=True)
+        return Window(content="", total_lines=skipped, next_offset=None, past_end=True)
     rows: list[str] = []
     out_bytes = 0
     cut_lines = 0
@@ -310,7 +304,6 @@ def read_window(
     rest = None if counted is None else unshown + counted
     return Window(
         content="\n".join(rows),
-        rows=number - offset,
         total_lines=None if rest is None else number + rest,
         next_offset=number if rest is None or rest else None,
         cut_lines=cut_lines,
