@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lionfactory._call import CallContext, call_context
+from lionfactory._echo import echo, shorten
 from lionfactory._messages import Message, ToolCall
 from lionfactory._registration import ActionResult
 from lionfactory._tool import Tool
@@ -36,7 +37,7 @@ async def execute_call(
     if call.arguments_error is not None:
         exception = ToolInputError(
             call.name,
-            f"The arguments of your call to {call.name!r} were not valid JSON: "
+            f"The arguments of your call to {echo(call.name)} were not valid JSON: "
             f"{call.arguments_error}. Call the tool again with its arguments as one "
             f"JSON object.",
             [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
@@ -55,12 +56,23 @@ async def execute_call(
                 logger.warning("tool %r raised", call.name, exc_info=True)
                 exception = exc
                 error = (
-                    f"Tool {call.name!r} failed unexpectedly: {type(exc).__name__}: {exc}. "
+                    f"Tool {echo(call.name)} failed unexpectedly: {type(exc).__name__}: "
+                    f"{shorten(str(exc), 2_000)}. "
                     f"Try different arguments or another approach."
                 )
     if error is None:
-        content = json.dumps(result, ensure_ascii=False, default=str)
-    else:
+        try:
+            content = json.dumps(result, ensure_ascii=False, default=str)
+        except (ValueError, RecursionError, TypeError) as exc:
+            # A result nested too deep, holding a circular reference or an
+            # integer too long to print: the model is told, the loop goes on.
+            exception = exc
+            error = (
+                f"Tool {echo(call.name)} returned a result that cannot be encoded as JSON "
+                f"({type(exc).__name__}: {shorten(str(exc), 300)}). Try different arguments."
+            )
+            result = None
+    if error is not None:
         payload: dict[str, Any] = {"error": error, "error_type": type(exception).__name__}
         if isinstance(exception, ToolInputError):
             payload["errors"] = exception.errors
