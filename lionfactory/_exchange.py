@@ -153,25 +153,33 @@ class Exchange:
                 waiting.event.set()
         return message
 
-    def receive(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+    def receive(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
+    ) -> list[Message]:
         """Take the messages waiting for `owner`, oldest first.
 
         Args:
             owner: whose inbox.
             sender: only take this sender's messages; the others stay, in order.
+            limit: take at most this many (the oldest); the rest stay queued.
 
         Raises:
             UnknownOwnerError: `owner` is not registered.
+            ValueError: `limit` is below 1.
         """
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 or None, got {limit!r}")
         inbox = self._inbox(owner, "owner")
-        if sender is None:
-            taken = list(inbox)
-            inbox.clear()
-            return taken
-        wanted = str(_owner(sender, "sender"))
-        taken = [m for m in inbox if m.sender == wanted]
+        wanted = None if sender is None else str(_owner(sender, "sender"))
+        taken: list[Message] = []
+        kept: list[Message] = []
+        for message in inbox:
+            full = limit is not None and len(taken) >= limit
+            if not full and (wanted is None or message.sender == wanted):
+                taken.append(message)
+            else:
+                kept.append(message)
         if taken:
-            kept = [m for m in inbox if m.sender != wanted]
             inbox.clear()
             inbox.extend(kept)
         return taken

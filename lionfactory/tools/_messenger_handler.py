@@ -10,10 +10,13 @@ from typing import Any, Literal
 
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
+from lionfactory._echo import shorten
 from lionfactory._exchange import Exchange
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
 from lionfactory.tools.messenger import (
+    MAX_RECEIVE_CHARS,
+    MAX_RECEIVE_MESSAGES,
     EventCallback,
     EventKind,
     MessengerAction,
@@ -94,13 +97,25 @@ class _MessengerHandler:
         me = self.branch.id
         if request.timeout:
             await self.exchange.wait(me, request.timeout, sender=sender)
-        taken = self.exchange.receive(me, sender=sender)
+        # Decide how many fit before taking any, so what does not fit stays
+        # queued (in order) for the next receive.
+        waiting = self.exchange.peek(me, sender=sender)
+        count, chars = 0, 0
+        for message in waiting[:MAX_RECEIVE_MESSAGES]:
+            if count and chars + len(message.content) > MAX_RECEIVE_CHARS:
+                break
+            count += 1
+            chars += len(message.content)
+        taken = self.exchange.receive(me, sender=sender, limit=count) if count else []
+        remaining = len(waiting) - len(taken)
         self._record(received=taken)
         shown = [
             ReceivedMessage(
                 sender=self._sender_name(m),
                 sender_id=m.sender or "",
-                content=m.content,
+                # One message alone may exceed the budget: it is cut, not held
+                # back forever (its whole text stays in the call's record).
+                content=shorten(m.content, MAX_RECEIVE_CHARS),
                 channel=m.channel,
                 broadcast=m.recipient is None,
                 message_id=m.id,
@@ -108,11 +123,16 @@ class _MessengerHandler:
             for m in taken
         ]
         lines = [f"From {m.sender} ({m.channel}): {m.content}" for m in shown]
+        if remaining:
+            lines.append(
+                f"{remaining} more message(s) are waiting; call receive again to read them."
+            )
         return MessengerResponse(
             success=True,
             action="receive",
             content="\n".join(lines) if lines else "No messages are waiting.",
             messages=shown,
+            remaining=remaining,
         )
 
     async def _wakeup(self, request: MessengerRequest) -> MessengerResponse:
