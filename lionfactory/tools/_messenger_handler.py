@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
-from lionfactory._echo import shorten
+from lionfactory._echo import echo, shorten
 from lionfactory._exchange import Exchange
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
@@ -192,10 +192,10 @@ class _MessengerHandler:
         found = self._by_folded.get(name.strip().casefold())
         if found is None:
             known = ", ".join(n for n in self.roster if self.roster[n] != self.branch.id)
-            return f"unknown name {name!r}; known names: {known or 'none'}"
+            return f"unknown name {echo(name)}; known names: {known or 'none'}"
         owner = self.roster[found]
         if owner == self.branch.id:
-            return f"{name!r} is you"
+            return f"{echo(name)} is you"
         return owner
 
     def _deliver(
@@ -206,7 +206,7 @@ class _MessengerHandler:
         for name in names:
             owner = self._resolve(name)
             if isinstance(owner, str):
-                results.append(RecipientResult(name=name, delivered=False, error=owner))
+                results.append(RecipientResult(name=shorten(name), delivered=False, error=owner))
                 continue
             try:
                 message = self.exchange.send(
@@ -219,9 +219,9 @@ class _MessengerHandler:
             except UnknownOwnerError:
                 results.append(
                     RecipientResult(
-                        name=name,
+                        name=shorten(name),
                         delivered=False,
-                        error=f"{name!r} is not on the exchange yet (its messenger is not set "
+                        error=f"{echo(name)} is not on the exchange yet (its messenger is not set "
                         f"up); try again later",
                     )
                 )

@@ -210,7 +210,7 @@ class Fetcher:
         # server dripping one byte at a time cannot hold the call forever.
         with anyio.move_on_after(TOTAL_SECONDS):
             return await self._fetch(httpx, url, logical)
-        raise FetchRefused(f"Fetching {url!r} took over {TOTAL_SECONDS:.0f} s; gave up.")
+        raise FetchRefused(f"Fetching {echo(url)} took over {TOTAL_SECONDS:.0f} s; gave up.")
 
     async def _fetch(self, httpx: Any, url: str, logical: httpx.URL) -> tuple[str, bytes]:
         async with httpx.AsyncClient(
@@ -225,7 +225,7 @@ class Fetcher:
                 try:
                     response = await client.send(request, stream=True)
                 except httpx.HTTPError as exc:
-                    raise FetchRefused(f"Fetching {url!r} failed: {exc!r}.") from None
+                    raise FetchRefused(f"Fetching {echo(url)} failed: {exc!r}.") from None
                 try:
                     if response.status_code in _REDIRECTS and "location" in response.headers:
                         try:
@@ -239,7 +239,7 @@ class Fetcher:
                         continue
                     if response.status_code != 200:
                         raise FetchRefused(
-                            f"Fetching {str(logical)!r} returned HTTP {response.status_code}; "
+                            f"Fetching {echo(str(logical))} returned HTTP {response.status_code}; "
                             f"check the URL."
                         )
                     name = _document_name(logical, response.headers.get("content-type", ""))
@@ -252,26 +252,28 @@ class Fetcher:
                     return name, body
                 finally:
                     await response.aclose()
-        raise FetchRefused(f"{url!r} redirected more than {MAX_REDIRECTS} times; not followed.")
+        raise FetchRefused(f"{echo(url)} redirected more than {MAX_REDIRECTS} times; not followed.")
 
     def _parse(self, httpx: Any, url: str) -> httpx.URL:
         try:
             parsed = httpx.URL(url.strip())
         except (httpx.InvalidURL, TypeError, ValueError) as exc:
-            raise FetchRefused(f"{url!r} is not a valid URL ({exc}).") from None
+            raise FetchRefused(f"{echo(url)} is not a valid URL ({exc}).") from None
         if parsed.scheme != "https":
-            raise FetchRefused(f"Only https URLs can be opened, got {url!r}; use an https:// URL.")
+            raise FetchRefused(
+                f"Only https URLs can be opened, got {echo(url)}; use an https:// URL."
+            )
         if parsed.userinfo:
-            raise FetchRefused(f"URLs with credentials are refused: {url!r}.")
+            raise FetchRefused(f"URLs with credentials are refused: {echo(url)}.")
         host = _ascii_host(parsed)
         if not host or _is_ip_literal(host):
             raise FetchRefused(
-                f"{url!r} names an IP address; remote documents are fetched only from "
+                f"{echo(url)} names an IP address; remote documents are fetched only from "
                 f"allowed host names ({', '.join(sorted(self.allowed_hosts))})."
             )
         if host not in self.allowed_hosts:
             raise FetchRefused(
-                f"The host {host!r} is not allowed; 'open' fetches only from "
+                f"The host {echo(host)} is not allowed; 'open' fetches only from "
                 f"{', '.join(sorted(self.allowed_hosts))}. Use one of those, or a local file."
             )
         return parsed  # type: ignore[no-any-return]
@@ -281,20 +283,20 @@ class Fetcher:
         try:
             answers = await anyio.to_thread.run_sync(self.resolver, host)
         except OSError as exc:
-            raise FetchRefused(f"The host {host!r} cannot be resolved ({exc}).") from None
+            raise FetchRefused(f"The host {echo(host)} cannot be resolved ({exc}).") from None
         if not answers:
-            raise FetchRefused(f"The host {host!r} resolved to no address.")
+            raise FetchRefused(f"The host {echo(host)} resolved to no address.")
         addresses = []
         for answer in answers:
             try:
                 ip = ipaddress.ip_address(str(answer).split("%", 1)[0])
             except ValueError:
                 raise FetchRefused(
-                    f"The host {host!r} resolved to {answer!r}, not an IP."
+                    f"The host {echo(host)} resolved to {echo(answer)}, not an IP."
                 ) from None
             if not is_public_address(ip):
                 raise FetchRefused(
-                    f"The host {host!r} resolves to a non-public address ({ip}); "
+                    f"The host {echo(host)} resolves to a non-public address ({ip}); "
                     f"fetching it is refused."
                 )
             addresses.append(ip)
@@ -326,7 +328,7 @@ def _document_name(url: httpx.URL, content_type: str) -> str:
     if mime in _CONTENT_TYPES:
         return f"document{_CONTENT_TYPES[mime]}"
     raise FetchRefused(
-        f"{str(url)!r} is not a document 'open' converts (content type {mime or 'unknown'!r}); "
+        f"{echo(str(url))} is not a document 'open' converts (content type {mime or 'unknown'!r}); "
         f"it handles PDF, PPTX, DOCX and HTML."
     )
 

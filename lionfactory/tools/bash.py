@@ -37,6 +37,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._echo import echo
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -194,7 +195,7 @@ class _BashHandler:
         directory = self.workspace.resolve("." if cwd is None else cwd)
         if not directory.is_dir():
             raise PathRefused(
-                cwd, f"{cwd!r} is not a directory in the workspace; give an existing directory."
+                cwd, f"{echo(cwd)} is not a directory in the workspace; give an existing directory."
             )
         return directory
 
