@@ -15,7 +15,9 @@ Conversion has a deadline (`CONVERSION_SECONDS`) and returns at once when the
 call is cancelled. docling cannot be interrupted inside a thread, so the
 worker thread is abandoned, not killed: it runs on until docling returns and
 its result is dropped, and the next conversion gets a fresh converter instead
-of waiting for it. That costs a CPU until the abandoned conversion ends; a
+of waiting for it. That costs a CPU until the abandoned conversion ends (and
+interpreter exit waits for it, up to the deadline, since finalising under
+docling's native code aborts the process); a
 worker process that could be killed was rejected for now because every
 process would import docling again (seconds, and hundreds of MiB). The known
 pathological input, HTML nested thousands of levels deep (docling recurses
@@ -29,6 +31,7 @@ factory's ``cache_ttl`` by an injectable clock, bounded in entries and bytes.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import hashlib
 import importlib.util
@@ -179,6 +182,43 @@ def html_depth_problem(data: bytes, shown: str) -> str | None:
     return None
 
 
+class _Abandoned:
+    """Conversions left running by a cancelled or timed-out call.
+
+    At interpreter exit they are still inside docling's native code, and
+    finalising the interpreter under them aborts the process (SIGABRT). The
+    first abandonment registers an exit hook that waits for them, at most
+    `CONVERSION_SECONDS`.
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Condition()
+        self._running = 0
+        self._hooked = False
+
+    def started(self) -> None:
+        with self._done:
+            self._running += 1
+
+    def finished(self) -> None:
+        with self._done:
+            self._running -= 1
+            self._done.notify_all()
+
+    def abandoned(self) -> None:
+        with self._done:
+            if not self._hooked:
+                self._hooked = True
+                atexit.register(self.wait)
+
+    def wait(self) -> None:
+        with self._done:
+            self._done.wait_for(lambda: self._running <= 0, timeout=CONVERSION_SECONDS)
+
+
+_IN_FLIGHT = _Abandoned()
+
+
 @attrs.define(eq=False)
 class _Converter:
     """One docling `DocumentConverter`, built on first use and reused."""
@@ -222,9 +262,17 @@ class _Converter:
         """
         self._converter = None
         self._lock = threading.Lock()
+        _IN_FLIGHT.abandoned()
 
     def convert(self, name: str, data: bytes, shown: str) -> bytes:
         """Convert one document to Markdown (blocking; call in a worker thread)."""
+        _IN_FLIGHT.started()
+        try:
+            return self._convert(name, data, shown)
+        finally:
+            _IN_FLIGHT.finished()
+
+    def _convert(self, name: str, data: bytes, shown: str) -> bytes:
         # One conversion at a time per converter: docling's pipelines are not
         # documented as thread-safe, and two cores gain nothing from racing.
         lock = self._lock
