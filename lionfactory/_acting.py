@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from lionfactory._call import CallContext, call_context
+from lionfactory._echo import echo, shorten
 from lionfactory._messages import Message, ToolCall
 from lionfactory._tool import Tool
 from lionfactory.errors import ToolError, ToolInputError, UnknownToolError
@@ -88,7 +89,7 @@ async def execute_call(
     if call.arguments_error is not None:
         exception = ToolInputError(
             call.name,
-            f"The arguments of your call to {call.name!r} were not valid JSON: "
+            f"The arguments of your call to {echo(call.name)} were not valid JSON: "
             f"{call.arguments_error}. Call the tool again with its arguments as one "
             f"JSON object.",
             [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
@@ -107,15 +108,28 @@ async def execute_call(
                 logger.warning("tool %r raised", call.name, exc_info=True)
                 exception = exc
                 error = (
-                    f"Tool {call.name!r} failed unexpectedly: {type(exc).__name__}: {exc}. "
+                    f"Tool {echo(call.name)} failed unexpectedly: {type(exc).__name__}: "
+                    f"{shorten(str(exc), 2_000)}. "
                     f"Try different arguments or another approach."
                 )
     if error is None:
-        payload = result if result is not None else {}
-    else:
+        try:
+            content = json.dumps(result, ensure_ascii=False, default=str)
+        except (ValueError, RecursionError, TypeError) as exc:
+            # A result nested too deep, holding a circular reference or an
+            # integer too long to print: the model is told, the loop goes on.
+            exception = exc
+            error = (
+                f"Tool {echo(call.name)} returned a result that cannot be encoded as JSON "
+                f"({type(exc).__name__}: {shorten(str(exc), 300)}). Try different arguments."
+            )
+            result = None
+        else:
+            payload = result if result is not None else {}
+    if error is not None:
         assert exception is not None  # every error above comes with its exception
         payload = error_payload(error, exception)
-    content = json.dumps(payload, ensure_ascii=False, default=str)
+        content = json.dumps(payload, ensure_ascii=False, default=str)
     message = Message(
         role="tool",
         content=content,

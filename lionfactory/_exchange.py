@@ -135,12 +135,19 @@ class BaseExchange(abc.ABC):
 
     @abc.abstractmethod
     def receive(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+        self,
+        owner: uuid.UUID,
+        *,
+        sender: uuid.UUID | None = None,
+        ack: bool = True,
+        limit: int | None = None,
     ) -> list[Message]:
         """The messages for `owner` (from `sender`), pending ones first, oldest first.
 
         With ``ack=True`` they are consumed; with ``ack=False`` they stay
         pending until `ack` names them, and every `receive` returns them again.
+        With `limit`, at most that many (the oldest) are taken; the rest stay,
+        in order, for the next `receive`.
         """
 
     @abc.abstractmethod
@@ -170,10 +177,15 @@ class BaseExchange(abc.ABC):
         return self.send(sender, recipient, content, channel, metadata=metadata)
 
     async def areceive(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+        self,
+        owner: uuid.UUID,
+        *,
+        sender: uuid.UUID | None = None,
+        ack: bool = True,
+        limit: int | None = None,
     ) -> list[Message]:
         """`receive` for async code."""
-        return self.receive(owner, sender=sender, ack=ack)
+        return self.receive(owner, sender=sender, ack=ack, limit=limit)
 
     async def apeek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
         """`peek` for async code."""
@@ -282,7 +294,12 @@ class Exchange(BaseExchange):
         return message
 
     def receive(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+        self,
+        owner: uuid.UUID,
+        *,
+        sender: uuid.UUID | None = None,
+        ack: bool = True,
+        limit: int | None = None,
     ) -> list[Message]:
         """Take the messages waiting for `owner`: pending ones first, then new ones, oldest first.
 
@@ -291,23 +308,32 @@ class Exchange(BaseExchange):
             sender: only take this sender's messages; the others stay, in order.
             ack: consume them (the default); False leaves them pending, so
                 every `receive` returns them again until `ack` names them.
+            limit: take at most this many (the oldest); the rest stay queued
+                (or pending) in order.
 
         Raises:
             UnknownOwnerError: `owner` is not registered.
+            ValueError: `limit` is below 1.
         """
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 or None, got {limit!r}")
         inbox = self._inbox(owner, "owner")
         wanted = None if sender is None else str(owner_id(sender, "sender"))
         pending = self._pending[owner]
-        taken = [m for m in pending.values() if wanted is None or m.sender == wanted]
-        if wanted is None:
-            fresh = list(inbox)
+        candidates = [m for m in pending.values() if wanted is None or m.sender == wanted]
+        taken = candidates if limit is None else candidates[:limit]
+        room = None if limit is None else limit - len(taken)
+        fresh: list[Message] = []
+        kept: list[Message] = []
+        for message in inbox:
+            wanted_here = wanted is None or message.sender == wanted
+            if wanted_here and (room is None or len(fresh) < room):
+                fresh.append(message)
+            else:
+                kept.append(message)
+        if fresh:
             inbox.clear()
-        else:
-            fresh = [m for m in inbox if m.sender == wanted]
-            if fresh:
-                kept = [m for m in inbox if m.sender != wanted]
-                inbox.clear()
-                inbox.extend(kept)
+            inbox.extend(kept)
         taken.extend(fresh)
         if ack:
             for message in taken:

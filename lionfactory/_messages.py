@@ -33,11 +33,68 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from lionfactory._echo import shorten
 
 __all__ = ["Message", "MessageLog", "Role", "ToolCall", "estimate_tokens"]
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+
+MAX_ARGUMENT_DEPTH = 100
+"""Deepest nesting of tool-call arguments kept: real schemas nest a handful of
+levels, and deeper data would crash JSON encoding (it recurses) later on."""
+
+MAX_ARGUMENT_INT_BITS = 10_000
+"""Largest integer (in bits, about 3,000 digits) kept in arguments: Python refuses
+to turn integers past 4,300 digits into text, so a larger one could never be
+sent back to a provider or saved."""
+
+
+def encodable(text: str) -> str:
+    r"""`text` with every lone surrogate replaced by U+FFFD, so it encodes as UTF-8.
+
+    A lone surrogate (``"\ud800"`` decoded from JSON) is a valid Python
+    string that no UTF-8 writer accepts; a message holding one would make every
+    later request and every save of the branch fail.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def arguments_problem(arguments: Any) -> str | None:
+    """Why `arguments` cannot be kept in a message, or None when they can.
+
+    One iterative walk (no recursion, linear in the size): nesting deeper than
+    `MAX_ARGUMENT_DEPTH`, an integer larger than `MAX_ARGUMENT_INT_BITS`, or a
+    string or key holding a lone surrogate.
+    """
+    stack: list[tuple[Any, int]] = [(arguments, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if encodable(value) is not value:
+                return "a string contains a lone surrogate (invalid Unicode)"
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int):
+            if value.bit_length() > MAX_ARGUMENT_INT_BITS:
+                return f"an integer has about {int(value.bit_length() * 0.30103):,} digits"
+        elif isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_ARGUMENT_DEPTH:
+                return f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+            if isinstance(value, dict):
+                stack.extend((key, depth + 1) for key in value)
+                stack.extend((item, depth + 1) for item in value.values())
+            else:
+                stack.extend((item, depth + 1) for item in value)
+    return None
 
 
 def _new_id() -> str:
@@ -66,6 +123,31 @@ class ToolCall(BaseModel):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     arguments_error: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_only_what_encodes(cls, data: Any) -> Any:
+        """Arguments that could not be encoded again are replaced by ``{}`` and a reason.
+
+        The call still reaches the branch, which answers it with a
+        `ToolInputError`; the message log never holds a value that would make
+        the next request or a save fail.
+        """
+        if not isinstance(data, dict) or "arguments" not in data:
+            return data
+        problem = arguments_problem(data["arguments"])
+        if problem is None:
+            return data
+        return {**data, "arguments": {}, "arguments_error": problem}
+
+    @field_validator("id", "name", "arguments_error")
+    @classmethod
+    def _encodable_text(cls, value: str | None) -> str | None:
+        # No tool name is longer than 64 characters: a longer one can never
+        # match, and the log keeps only a recognisable prefix of it.
+        if value is None:
+            return None
+        return encodable(shorten(value, 1_000))
 
 
 class Message(BaseModel):
@@ -99,6 +181,11 @@ class Message(BaseModel):
     channel: str | None = None
     created_at: datetime = Field(default_factory=_now)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("content")
+    @classmethod
+    def _encodable_content(cls, value: str) -> str:
+        return encodable(value)
 
 
 # Tokens per message for role markers and separators; the figure providers

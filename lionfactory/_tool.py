@@ -21,6 +21,7 @@ import attrs
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
+from lionfactory._echo import ECHO_LIMIT, echo, shorten
 from lionfactory.errors import ToolDenied, ToolError, ToolInputError
 
 __all__ = [
@@ -118,19 +119,21 @@ def _parameters(model: type[BaseModel]) -> dict[str, Any]:
     return schema  # type: ignore[no-any-return]
 
 
-def _short(value: Any, limit: int = 200) -> Any:
-    """A value a model can read in an error message, cut to `limit` characters."""
-    if isinstance(value, (int, float, bool)) or value is None:
+def _short(value: Any, limit: int = ECHO_LIMIT) -> Any:
+    """A value a model can read in an error message: numbers as they are, the rest cut."""
+    if isinstance(value, (float, bool)) or value is None:
         return value
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "...[cut]"
+    if isinstance(value, int):
+        # A 5,000-digit integer cannot even be printed: show its size instead.
+        return value if value.bit_length() <= 64 else f"<an integer of {value.bit_length()} bits>"
+    return echo(value, limit) if not isinstance(value, str) else shorten(value, limit)
 
 
 def input_error(tool: str, exc: ValidationError) -> ToolInputError:
     """Translate pydantic's `ValidationError` into a `ToolInputError` a model can act on."""
     errors = [
         {
-            "loc": [str(part) for part in err["loc"]],
+            "loc": [shorten(str(part), 100) for part in err["loc"]],
             "msg": err["msg"],
             "type": err["type"],
             "input": _short(err.get("input")),

@@ -72,6 +72,10 @@ _PRIVATE_KEY_HEADER = re.compile(
 )
 
 
+MAX_PATH_CHARS = 4096
+"""Longest path a tool accepts: Linux's PATH_MAX; no longer name can be opened."""
+
+
 class PathRefused(LionfactoryError):
     """A path the model gave cannot be used; `message` says what to do instead."""
 
@@ -433,6 +437,13 @@ class Workspace:
         """The path and its absolute, lexically normalised form, checked to stay inside."""
         if not isinstance(path, str):
             raise PathRefused(path, f"A path must be a string, got {type(path).__name__}.")
+        if len(path) > MAX_PATH_CHARS:
+            # Checked first, so no message below ever quotes a huge path back.
+            raise PathRefused(
+                path,
+                f"The path is {len(path):,} characters long; paths are at most "
+                f"{MAX_PATH_CHARS:,} (the system's limit). Give a real path.",
+            )
         if "\x00" in path:
             raise PathRefused(path, "The path contains a NUL byte; give a plain path.")
         try:

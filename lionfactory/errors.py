@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
+from lionfactory._echo import echo
+
 __all__ = [
     "CloneError",
     "ConfigurationError",
@@ -201,5 +203,7 @@ class UnknownToolError(ToolError, LookupError):
 
     def __init__(self, tool: str, available: Sequence[str]) -> None:
         names = ", ".join(available) or "none"
-        super().__init__(tool, f"Unknown tool {tool!r}. Call one of the registered tools: {names}.")
+        super().__init__(
+            tool, f"Unknown tool {echo(tool)}. Call one of the registered tools: {names}."
+        )
         self.available = tuple(available)

@@ -30,6 +30,7 @@ import attrs
 
 from lionfactory._anthropic import AnthropicMessages
 from lionfactory._chat import ModelReply
+from lionfactory._echo import echo
 from lionfactory._messages import Message, ToolCall
 from lionfactory._model_http import (
     BODY_EXCERPT,
@@ -231,7 +232,7 @@ class OpenAICompatible:
     def _decode(self, response: httpx.Response, attempts: int) -> Any:
         try:
             return response.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
             raise ModelError(
                 f"the chat model at {self.url} answered HTTP {response.status_code} "
                 f"with a body that is not JSON: {response.text[:300]!r}",
@@ -325,7 +326,7 @@ def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         return {}, None  # "" is how some servers spell "no arguments"
     if not isinstance(raw, str):
         problem = f"expected a JSON object, got {type(raw).__name__}"
-        shown = repr(raw)
+        shown = echo(raw, 500)
     else:
         shown = raw
         try:
@@ -335,6 +336,13 @@ def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
             # tool's error text shows values with repr(), which would escape
             # every one of them, so they become ".
             problem = f"{exc.msg} at line {exc.lineno} column {exc.colno}".replace("'", '"')
+        except RecursionError:
+            # json's decoder recurses once per level: thousands of nested
+            # brackets exhaust the stack; the model is told, the loop goes on.
+            problem = "the JSON nests too deep"
+        except ValueError as exc:
+            # An integer literal past Python's digit limit for int().
+            problem = f"a value could not be read ({str(exc)[:120]})"
         else:
             if isinstance(parsed, dict):
                 return parsed, None

@@ -208,21 +208,35 @@ class RedisExchange(BaseExchange):
         return message
 
     def receive(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+        self,
+        owner: uuid.UUID,
+        *,
+        sender: uuid.UUID | None = None,
+        ack: bool = True,
+        limit: int | None = None,
     ) -> list[Message]:
         """Take the messages for `owner` (see `Exchange.receive`): pending first, then new.
 
+        A receive filtered by sender or capped by `limit` delivers everything
+        new into the pending list and acknowledges only what it returns, so
+        the rest comes back, in order, on the next receive.
+
         Raises:
             UnknownOwnerError: `owner` is not registered.
+            ValueError: `limit` is below 1.
         """
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 or None, got {limit!r}")
         wanted = None if sender is None else str(owner_id(sender, "sender"))
-        consume = ack and wanted is None
+        consume = ack and wanted is None and limit is None
         entries = self._call(owner, self._receive, _GROUP, _CONSUMER, "1" if consume else "0")
         messages = [Message.model_validate_json(payload) for _, payload in entries]
         if wanted is not None:
             messages = [m for m in messages if m.sender == wanted]
-            if ack and messages:
-                self.ack(owner, [m.id for m in messages])
+        if limit is not None:
+            messages = messages[:limit]
+        if ack and not consume and messages:
+            self.ack(owner, [m.id for m in messages])
         return messages
 
     def peek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
@@ -290,10 +304,15 @@ class RedisExchange(BaseExchange):
         return await self._thread(self.send, sender, recipient, content, channel, metadata=metadata)
 
     async def areceive(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, ack: bool = True
+        self,
+        owner: uuid.UUID,
+        *,
+        sender: uuid.UUID | None = None,
+        ack: bool = True,
+        limit: int | None = None,
     ) -> list[Message]:
         """`receive` in a worker thread."""
-        return await self._thread(self.receive, owner, sender=sender, ack=ack)
+        return await self._thread(self.receive, owner, sender=sender, ack=ack, limit=limit)
 
     async def apeek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
         """`peek` in a worker thread."""

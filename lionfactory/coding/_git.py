@@ -1,11 +1,33 @@
-"""Run git for the sandbox: argv only, through the process runner, never prompting.
+"""Run git for the sandbox: argv only, through the process runner, hardened, never prompting.
 
 Every git call of the coding toolkit goes through `Git.run`, which goes
 through `lionfactory._process.run_process` (or the runner a test injects).
-The environment is the caller's, minus the variables that would point git at
-another repository or index (``GIT_DIR``, ``GIT_INDEX_FILE``, ... are set
-inside git hooks, for example), plus ``GIT_TERMINAL_PROMPT=0`` so a git that
-wants credentials fails at once instead of waiting for input that never comes.
+
+A repository's own configuration is input the agent can write (``.git/config``
+is a file like any other), and git runs programs named there: an
+``core.fsmonitor`` command on every status, hooks on commit and checkout,
+clean/smudge filters on add and checkout, merge drivers, diff and textconv
+commands, pagers, credential helpers, ssh commands. So every call runs with a
+configuration that no repository can override:
+
+* ``-c`` options (command-line scope beats every file) turning off the
+  fsmonitor, hooks (``core.hooksPath=/dev/null``), the pager, credential
+  helpers, ask-pass programs, automatic gc/maintenance, submodule recursion and
+  every transport protocol (the sandbox never fetches);
+* for each filter, merge driver or diff driver the repository defines, a
+  ``-c`` option that blanks its command (merge drivers become ``false``, so a
+  merge needing one conflicts instead of running it); ``diff`` also gets
+  ``--no-ext-diff --no-textconv``;
+* an environment without the user's ``GIT_*`` variables (they can inject
+  configuration, pagers, editors or another ``GIT_EXEC_PATH``), with
+  ``GIT_CONFIG_NOSYSTEM=1`` and ``GIT_CONFIG_GLOBAL=/dev/null`` so neither the
+  system's nor the user's configuration runs anything either, and
+  ``GIT_TERMINAL_PROMPT=0`` so a git that wants credentials fails at once.
+
+Only the author identity is still read from the user's configuration (reading
+configuration runs nothing) and passed explicitly. The cost: filters such as
+Git LFS do not run in the sandbox, so such files are committed as they are in
+the worktree.
 """
 
 from __future__ import annotations
@@ -41,6 +63,75 @@ _REDIRECTING = frozenset(
         "GIT_PREFIX",
     }
 )
+# Identity and timestamps are the only GIT_* variables passed through: they
+# configure nothing that runs.
+_KEPT_GIT_VARIABLES = frozenset(
+    {
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_COMMITTER_DATE",
+    }
+)
+# Variables outside the GIT_ prefix through which git would run a program.
+_RUNNING_VARIABLES = frozenset({"SSH_ASKPASS", "PAGER", "EDITOR", "VISUAL"})
+
+HARDENING: tuple[str, ...] = (
+    "--no-pager",
+    *(
+        item
+        for setting in (
+            "core.fsmonitor=false",
+            "core.hooksPath=/dev/null",
+            "core.pager=cat",
+            "core.askPass=",
+            "core.sshCommand=false",
+            "core.editor=true",
+            "sequence.editor=true",
+            "credential.helper=",
+            "diff.external=",
+            "protocol.allow=never",
+            "submodule.recurse=false",
+            "gc.auto=0",
+            "maintenance.auto=false",
+            "commit.gpgSign=false",
+            "tag.gpgSign=false",
+            "log.showSignature=false",
+            "merge.stat=false",
+        )
+        for item in ("-c", setting)
+    ),
+)
+"""Options before every git subcommand; no repository configuration can undo them."""
+
+_HARDENED_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_PROTOCOL_FROM_USER": "0",
+}
+
+# Keys through which a repository names a program git runs on file content.
+_DRIVER_KEYS = r"^(filter|merge|diff)\..+\.(clean|smudge|process|required|driver|textconv|command)$"
+_BLANKED = {
+    "clean": "",
+    "smudge": "",
+    "process": "",
+    "required": "false",
+    "driver": "false",
+    "textconv": "",
+    "command": "",
+}
+# Subcommands that never read file content, so never run a filter or driver:
+# they skip the extra `git config` call that lists the repository's drivers.
+_CONTENT_FREE = frozenset({"rev-parse", "config", "symbolic-ref", "rev-list", "branch"})
+_DIFFING = frozenset({"diff", "show", "log"})
+
 DEFAULT_TIMEOUT = 60.0
 """Seconds for one git call; commits and merges run hooks and get `HOOK_TIMEOUT`."""
 HOOK_TIMEOUT = 300.0
@@ -84,8 +175,43 @@ class Git:
         return attrs.evolve(self, env={**self.env, **extra})
 
     def _environment(self) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if k not in _REDIRECTING}
-        return {**base, "GIT_TERMINAL_PROMPT": "0", **self.env}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if (not k.startswith("GIT_") or k in _KEPT_GIT_VARIABLES)
+            and k not in _RUNNING_VARIABLES
+        }
+        return {**base, **_HARDENED_ENV, **self.env}
+
+    async def _launch(
+        self, argv: list[str], *, cwd: Path, timeout: float, max_bytes: int
+    ) -> ProcessResult:
+        try:
+            return await self.runner(
+                argv,
+                cwd=cwd,
+                timeout=timeout,
+                env=self._environment(),
+                max_bytes=max_bytes,
+                announce_truncation=False,
+            )
+        except LaunchError as exc:
+            raise GitError(f"{exc.message} The sandbox needs git on PATH.") from None
+
+    async def _driver_overrides(self, cwd: Path) -> list[str]:
+        """``-c`` options blanking every filter, merge and diff driver the repository names."""
+        result = await self._launch(
+            ["git", *HARDENING, "config", "--name-only", "-z", "--get-regexp", _DRIVER_KEYS],
+            cwd=cwd,
+            timeout=DEFAULT_TIMEOUT,
+            max_bytes=1_000_000,
+        )
+        options: list[str] = []
+        for key in dict.fromkeys(result.stdout.split("\0")):
+            name = key.strip()
+            if name:
+                options += ["-c", f"{name}={_BLANKED[name.rsplit('.', 1)[1].lower()]}"]
+        return options
 
     async def run(
         self,
@@ -95,22 +221,22 @@ class Git:
         timeout: float = DEFAULT_TIMEOUT,
         max_bytes: int = 1_000_000,
     ) -> ProcessResult:
-        """Run ``git <args>`` in `cwd` and return the result, whatever its exit code.
+        """Run ``git <hardening> <args>`` in `cwd` and return the result, whatever its exit code.
 
         Raises:
             GitError: git could not be started.
         """
-        try:
-            return await self.runner(
-                ["git", *args],
-                cwd=cwd,
-                timeout=timeout,
-                env=self._environment(),
-                max_bytes=max_bytes,
-                announce_truncation=False,
-            )
-        except LaunchError as exc:
-            raise GitError(f"{exc.message} The sandbox needs git on PATH.") from None
+        args = list(args)
+        position = _subcommand_index(args)
+        subcommand = args[position] if position < len(args) else ""
+        extra: list[str] = []
+        if subcommand not in _CONTENT_FREE:
+            extra = await self._driver_overrides(cwd)
+        if subcommand in _DIFFING:
+            args[position + 1 : position + 1] = ["--no-ext-diff", "--no-textconv"]
+        return await self._launch(
+            ["git", *HARDENING, *extra, *args], cwd=cwd, timeout=timeout, max_bytes=max_bytes
+        )
 
     async def check(self, args: Sequence[str], *, cwd: Path, what: str, **kwargs: Any) -> str:
         """Run git and return its stdout; a non-zero exit raises `GitError` naming `what`."""
@@ -134,11 +260,28 @@ class Git:
         return result.stdout.strip() or None
 
     async def identity_options(self, cwd: Path) -> list[str]:
-        """``-c user.name=... -c user.email=...`` when the repository configures no author."""
+        """``-c user.name=... -c user.email=...``: the user's configured author, or the fallback.
+
+        The identity is read with the user's global and system configuration
+        (every other call runs without them); reading configuration runs no
+        program, and a sandbox commit should carry the user's name.
+        """
         options = []
+        env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING}
         for key, fallback in zip(("user.name", "user.email"), FALLBACK_IDENTITY, strict=True):
-            if not await self.succeeds(["config", "--get", key], cwd=cwd):
-                options += ["-c", f"{key}={fallback}"]
+            try:
+                found = await self.runner(
+                    ["git", *HARDENING, "config", "--get", key],
+                    cwd=cwd,
+                    timeout=DEFAULT_TIMEOUT,
+                    env={**env, "GIT_TERMINAL_PROMPT": "0", **self.env},
+                    max_bytes=10_000,
+                    announce_truncation=False,
+                )
+            except LaunchError as exc:
+                raise GitError(f"{exc.message} The sandbox needs git on PATH.") from None
+            value = found.stdout.strip() if found.returncode == 0 else ""
+            options += ["-c", f"{key}={value or fallback}"]
         return options
 
     async def status(self, cwd: Path) -> list[str]:
@@ -160,3 +303,11 @@ class Git:
                     index += 1
             index += 1
         return entries
+
+
+def _subcommand_index(args: Sequence[str]) -> int:
+    """Where the subcommand is in `args`, past global options such as ``-c key=value``."""
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        index += 2 if args[index] in ("-c", "-C") else 1
+    return index

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from lionfactory.tools._shellsplit import split
+
 __all__ = [
     "Command",
     "has_long",
@@ -119,7 +121,7 @@ def split_commands(script: str) -> list[list[str]]:
     commands = []
     for piece in pieces:
         try:
-            argv = shlex.split(piece)
+            argv = split(piece)  # shlex.split's words, in linear time
         except ValueError:
             argv = piece.split()
         if argv:
@@ -148,8 +150,10 @@ def parse_command(argv: Sequence[str]) -> Command:
             continue
         if name in _WRAPPERS:
             if name == "env":
-                scripts.extend(_env_split_string(argv[index + 1 :]))
-            index = _skip_wrapper(argv, index, name)
+                index, script = _skip_env(argv, index)
+                scripts.extend(() if script is None else (script,))
+            else:
+                index = _skip_wrapper(argv, index, name)
             continue
         args = tuple(argv[index + 1 :])
         if name in _SHELLS:
@@ -180,16 +184,58 @@ def _skip_wrapper(argv: Sequence[str], index: int, name: str) -> int:
     return index + operands
 
 
-def _env_split_string(rest: Sequence[str]) -> list[str]:
-    # `env -S 'rm -rf x'` splits its argument into a command line.
-    for i, token in enumerate(rest):
-        if token in ("-S", "--split-string") and i + 1 < len(rest):
-            return [rest[i + 1]]
-        if token.startswith("--split-string="):
-            return [token.partition("=")[2]]
-        if token.startswith("-S") and len(token) > 2:
-            return [token[2:]]
-    return []
+# GNU env's options: these take a value (attached in a cluster, or the next
+# word); the rest are flags. Like env, parsing stops at the first word that
+# is not an option, and a cluster such as ``-iS'rm -rf d'`` is read letter by
+# letter, so ``-S`` hidden inside it is still found.
+_ENV_VALUED = frozenset("uCS")
+_ENV_LONG_VALUED = frozenset({"--unset", "--chdir", "--split-string"})
+
+
+def _skip_env(argv: Sequence[str], index: int) -> tuple[int, str | None]:
+    """The index of the program ``env`` at `index` runs, and its ``-S`` command line."""
+    script: str | None = None
+    index += 1
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            index += 1
+            break
+        if token.startswith("--"):
+            name, equals, value = token.partition("=")
+            if name == "--split-string" and equals:
+                script = value
+            elif name in _ENV_LONG_VALUED and not equals:
+                if name == "--split-string" and index + 1 < len(argv):
+                    script = argv[index + 1]
+                index += 1
+            index += 1
+            if script is not None:
+                break
+            continue
+        if token.startswith("-") and len(token) > 1:
+            for position, letter in enumerate(token[1:], start=2):
+                if letter in _ENV_VALUED:
+                    value = token[position:]
+                    if not value and index + 1 < len(argv):
+                        index += 1
+                        value = argv[index]
+                    if letter == "S":
+                        script = value
+                    break
+            index += 1
+            if script is not None:
+                break  # everything after the split string belongs to its command
+            continue
+        if _is_assignment(token):
+            index += 1
+            continue
+        break
+    if script is not None:
+        # env -S splits its string into words and runs them followed by the
+        # remaining arguments: `env -S 'rm' -rf d` is `rm -rf d`.
+        return len(argv), " ".join([script, *(shlex.quote(word) for word in argv[index:])])
+    return index, script
 
 
 def _shell_script(rest: Sequence[str]) -> str | None:

@@ -5,13 +5,17 @@ It guards the ``bash`` tool against commands that destroy work or the machine
 and cannot be undone: ``rm -rf``, ``git reset --hard``, a forced ``git push``,
 ``git clean -f``, ``sudo`` and friends, formatting or overwriting disks.
 
-It is a guard against accidents, not a sandbox. It reads the command the way
-the ``bash`` tool runs it (one program and its arguments, split with `shlex`)
-and looks through the usual wrappers (``env``, ``timeout``, ``nice``,
-``xargs``, ``find -exec``, ``sh -c '...'``), but a program can always delete
-files its own way (``python -c "shutil.rmtree(...)"``, a git alias, a script
-in the repository). Run untrusted agents in a container, or in the toolkit's
-``sandbox`` (a git worktree), when that matters.
+It catches accidents; it is not a security boundary. It reads the command the
+way the ``bash`` tool runs it (one program and its arguments, split like
+`shlex`) and looks through the usual wrappers (``env``, ``env -S``,
+``timeout``, ``nice``, ``xargs``, ``find -exec``, ``sh -c '...'``), but a word
+filter cannot win against a program that computes what it runs: a shell
+script (``sh -c 'x=rm; $x -rf d'``, ``eval``, globs, ``set -- rm -rf d;
+"$@"``), ``python -c "shutil.rmtree(...)"``, a git alias or a script in the
+repository all delete files the filter never sees. What confines an agent is
+isolation enforced by the kernel: run the tools under the process isolation
+policy (a mount/PID namespace or Landlock), in a container, or in the
+toolkit's ``sandbox`` (a git worktree) when that matters.
 
 Writing another policy hook
 ---------------------------
@@ -44,11 +48,13 @@ A denial reaches the model through `Branch.act` as an error message
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from lionfactory._echo import shorten
 from lionfactory.coding._shellwords import (
     has_long,
     long_flags,
@@ -58,19 +64,35 @@ from lionfactory.coding._shellwords import (
     split_commands,
 )
 from lionfactory.errors import ToolDenied
+from lionfactory.tools.bash import MAX_COMMAND_CHARS
 
 __all__ = ["deny_destructive_commands"]
 
-_ELEVATORS = frozenset({"sudo", "doas", "su", "pkexec", "run0"})
+_ELEVATORS = frozenset({"sudo", "sudoedit", "doas", "su", "pkexec", "run0"})
 _DISK_TOOLS = frozenset(
     {"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "sgdisk"}
+    | {"mkdosfs", "mkntfs", "mkexfatfs", "mkudffs", "mkreiserfs", "mformat"}
     | {"blkdiscard", "shred"}
 )
 _POWER = frozenset({"shutdown", "reboot", "halt", "poweroff"})
+# `systemctl reboot`, `loginctl poweroff`, `init 0`, `telinit 6`.
+_POWER_VERBS = frozenset(
+    {"reboot", "poweroff", "halt", "kexec", "soft-reboot", "emergency", "rescue"}
+    | {"suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate"}
+)
+_RUNLEVELS = frozenset({"0", "1", "6", "s", "S", "single"})
 _GIT_OPTIONS_WITH_VALUE = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
+    | {"--attr-source", "--exec-path", "--list-cmds"}
 )
-_WORLD_WRITABLE = frozenset({"a+rwx", "ugo+rwx", "a=rwx", "ugo=rwx", "a+w", "o+w", "o+rwx"})
+# Subcommands git ships, so that a word after an option git may learn to take
+# a value for (like `--attr-source REV`) is not mistaken for the subcommand.
+_GIT_SUBCOMMANDS = frozenset(
+    {"add", "am", "apply", "bisect", "blame", "branch", "checkout", "cherry-pick", "clean"}
+    | {"clone", "commit", "config", "describe", "diff", "fetch", "grep", "init", "log"}
+    | {"merge", "mv", "pull", "push", "rebase", "reflog", "remote", "reset", "restore"}
+    | {"revert", "rm", "show", "stash", "status", "switch", "tag", "worktree", "gc"}
+)
 _HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 _MAX_DEPTH = 8  # nested `sh -c` scripts; deeper nesting is denied, not parsed
 
@@ -84,18 +106,23 @@ def deny_destructive_commands(tool_name: str, arguments: dict[str, Any]) -> None
     * ``rm`` with both recursive and force flags (``-rf``, ``-fr``, ``-r -f``,
       ``--recursive --force``), or with ``--no-preserve-root``;
     * ``git reset --hard``; ``git push`` with ``--force``, ``-f``,
-      ``--force-with-lease``, ``--mirror`` or a ``+refspec``; ``git clean``
-      with ``-f`` (unless it is a dry run, ``-n``);
-    * ``sudo``, ``doas``, ``su``, ``pkexec``, ``run0``;
-    * ``mkfs*``, ``wipefs``, ``fdisk`` and other disk tools, ``shred``;
-      ``dd`` writing to a device (``of=/dev/sda``);
+      ``--force-with-lease``, ``--mirror`` or a ``+refspec``; every ``git
+      clean`` except a dry run (``-n``), because ``-c clean.requireForce=false``
+      or the repository's configuration makes it delete without ``-f``;
+    * ``sudo``, ``sudoedit``, ``doas``, ``su``, ``pkexec``, ``run0``;
+    * ``mkfs*``, ``mkdosfs``, ``mkntfs``, ``wipefs``, ``fdisk`` and other
+      disk tools, ``shred``; ``dd`` writing to a device (``of=/dev/sda``, also
+      spelled ``of=//dev/sda`` or ``of=/proc/self/root/dev/sda``);
     * recursive ``chmod``/``chown``/``chgrp`` on a system-level path (``/``,
-      ``/etc``, ``/usr/lib``) or to mode 777;
-    * ``shutdown``, ``reboot``, ``halt``, ``poweroff``.
+      ``/etc``, ``/usr/lib``), or a recursive ``chmod`` that lets others write
+      (``777``, ``1777``, ``go+w``, ``a+rwX``);
+    * ``shutdown``, ``reboot``, ``halt``, ``poweroff``; ``systemctl`` or
+      ``loginctl`` ``reboot``/``poweroff``/``halt``/...; ``init 0``/``6``.
 
-    Calls of other tools pass through, and so does a missing or non-string
-    ``command`` (validation reports it). A command with an unclosed quote is
-    checked word by word.
+    A command longer than the ``bash`` tool accepts is denied without being
+    read (the scan is linear, and this bounds it). Calls of other tools pass
+    through, and so does a missing or non-string ``command`` (validation
+    reports it). A command with an unclosed quote is checked word by word.
 
     Args:
         tool_name: the tool being called; only ``"bash"`` is inspected.
@@ -109,6 +136,12 @@ def deny_destructive_commands(tool_name: str, arguments: dict[str, Any]) -> None
     command = arguments.get("command")
     if not isinstance(command, str):
         return
+    if len(command) > MAX_COMMAND_CHARS:
+        raise ToolDenied(
+            f"The command is {len(command):,} characters long; the bash tool takes at most "
+            f"{MAX_COMMAND_CHARS:,}. Write long content to a file with the editor and run a "
+            f"short command on it. (policy: deny_destructive_commands)"
+        )
     reason = _check_script(command, depth=0)
     if reason is not None:
         raise ToolDenied(f"{reason} (policy: deny_destructive_commands)")
@@ -150,7 +183,7 @@ def _rm(token: str, args: list[str], _depth: int) -> str | None:
             f"Delete the specific files you created instead."
         )
     if recursive and force:
-        shown = shlex.join([token, *args])
+        shown = _shown(token, args)
         return (
             f"`{shown}` deletes a directory tree recursively without confirmation, which "
             f"cannot be undone, and is denied. Delete the specific files you created with "
@@ -159,21 +192,44 @@ def _rm(token: str, args: list[str], _depth: int) -> str | None:
     return None
 
 
-def _git_subcommand(args: Sequence[str]) -> tuple[str | None, list[str]]:
+def _shown(token: str, args: Sequence[str]) -> str:
+    """The command as the model wrote it, cut to a readable length."""
+    return shorten(shlex.join([token, *args[:50]]), 300)
+
+
+def _git_subcommands(args: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The subcommand git runs, with its arguments; two candidates when unsure.
+
+    Global options with a separate value are skipped. When the first plain
+    word is not a subcommand git ships (it may be the value of an option this
+    list does not know yet), the next plain word is checked as well, so an
+    unknown option cannot hide ``reset --hard`` behind it.
+    """
+    found: list[tuple[str, list[str]]] = []
     index = 0
-    while index < len(args):
+    while index < len(args) and len(found) < 2:
         token = args[index]
         if token in _GIT_OPTIONS_WITH_VALUE:
             index += 2
         elif token.startswith("-"):
             index += 1
         else:
-            return token, list(args[index + 1 :])
-    return None, []
+            found.append((token, list(args[index + 1 :])))
+            if token in _GIT_SUBCOMMANDS:
+                break
+            index += 1
+    return found
 
 
 def _git(token: str, args: list[str], _depth: int) -> str | None:
-    subcommand, rest = _git_subcommand(args)
+    for subcommand, rest in _git_subcommands(args):
+        reason = _git_reason(subcommand, rest)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _git_reason(subcommand: str, rest: list[str]) -> str | None:
     short = short_flags(rest)
     if subcommand == "reset" and has_long(rest, "--hard", shortest=4):
         return (
@@ -197,11 +253,13 @@ def _git(token: str, args: list[str], _depth: int) -> str | None:
                 "the user to force-push."
             )
     if subcommand == "clean":
-        forced = "f" in short or has_long(rest, "--force", shortest=3)
+        # Without -f git normally refuses, but `-c clean.requireForce=false`
+        # (or the repository's own configuration) makes it delete anyway:
+        # only a dry run is certain to delete nothing.
         dry_run = "n" in short or has_long(rest, "--dry-run", shortest=3)
-        if forced and not dry_run:
+        if not dry_run:
             return (
-                "`git clean -f` deletes untracked files permanently and is denied. See what "
+                "`git clean` deletes untracked files permanently and is denied. See what "
                 "it would remove with `git clean -n`, then delete specific files with "
                 "`rm <file>`."
             )
@@ -227,15 +285,36 @@ def _disk(token: str, _args: list[str], _depth: int) -> str | None:
     return _disk_reason(token)
 
 
+def _device_path(target: str) -> str:
+    """`target` with the spellings that reach /dev another way undone.
+
+    ``//dev/sda`` (POSIX keeps a leading double slash), ``/./dev/sda`` and
+    ``/proc/self/root/dev/sda`` (any process's root is ``/``) all name
+    ``/dev/sda``.
+    """
+    path = re.sub(r"/{2,}", "/", target)
+    path = os.path.normpath(path) if path else path
+    while True:
+        stripped = re.sub(r"^/proc/[^/]+/(?:root|task/[^/]+/root)(?=/|$)", "", path)
+        if stripped == path:
+            break
+        path = os.path.normpath("/" + stripped.lstrip("/"))
+    return path
+
+
 def _dd(token: str, args: list[str], _depth: int) -> str | None:
     for arg in args:
         target = arg.removeprefix("of=")
-        if target == arg or not target.startswith("/dev/"):
+        if target == arg:
             continue
-        if target not in _HARMLESS_DEVICES and not target.startswith("/dev/fd/"):
+        path = _device_path(target)
+        escapes = path.startswith("../") and "/dev/" in path
+        if not (path.startswith("/dev/") or escapes):
+            continue
+        if path not in _HARMLESS_DEVICES and not path.startswith("/dev/fd/"):
             return (
-                f"`dd {arg}` overwrites a device and is denied. Write to a regular file in "
-                f"the workspace instead."
+                f"`dd {shorten(arg, 200)}` overwrites a device and is denied. Write to a "
+                f"regular file in the workspace instead."
             )
     return None
 
@@ -248,18 +327,38 @@ def _is_system_path(arg: str) -> bool:
     return path is not None and len(path.parts) <= 3
 
 
+_SYMBOLIC_CLAUSE = re.compile(r"([ugoa]*)((?:[-+=][rwxXstugo]*)+)")
+
+
+def _lets_others_write(mode: str) -> bool:
+    """Whether a chmod mode gives others write access (``777``, ``1777``, ``o+w``, ``a+rwX``)."""
+    if mode.isdigit():
+        return len(mode) <= 5 and int(mode[-1]) & 2 == 2
+    for clause in mode.split(","):
+        match = _SYMBOLIC_CLAUSE.fullmatch(clause)
+        if match is None:
+            continue
+        who, actions = match.groups()
+        if who and not ({"o", "a"} & set(who)):
+            continue
+        for action in re.findall(r"[-+=][rwxXstugo]*", actions):
+            # An empty `who` (`+w`) is masked by the umask, which normally
+            # keeps others from writing; only an explicit o or a is certain.
+            if action[0] in "+=" and "w" in action and who:
+                return True
+    return False
+
+
 def _chmod(token: str, args: list[str], _depth: int) -> str | None:
     recursive = "R" in short_flags(args) or has_long(args, "--recursive", shortest=5)
     if not recursive:
         return None
-    operands = [a for a in args if not a.startswith("-")]
-    world_writable = token.endswith("chmod") and any(
-        a.lstrip("0") == "777" or a in _WORLD_WRITABLE for a in operands[:1]
-    )
+    operands = [a for a in args if not a.startswith("-") or _SYMBOLIC_CLAUSE.fullmatch(a)]
+    world_writable = token.endswith("chmod") and any(_lets_others_write(a) for a in operands[:1])
     if world_writable or any(_is_system_path(a) for a in operands):
         return (
-            f"`{shlex.join([token, *args])}` changes permissions or owners of a whole system "
-            f"tree (or makes a tree world-writable) and is denied. Change the specific "
+            f"`{_shown(token, args)}` changes permissions or owners of a whole system "
+            f"tree (or makes a tree writable by others) and is denied. Change the specific "
             f"files inside the workspace that need it."
         )
     return None
@@ -269,17 +368,41 @@ def _power(token: str, _args: list[str], _depth: int) -> str | None:
     return f"`{program_name(token)}` stops or restarts the machine and is denied."
 
 
+def _service_manager(token: str, args: list[str], _depth: int) -> str | None:
+    verbs = [a for a in args if not a.startswith("-")]
+    if verbs and verbs[0] in _POWER_VERBS:
+        return (
+            f"`{program_name(token)} {verbs[0]}` stops, suspends or restarts the machine and "
+            f"is denied."
+        )
+    return None
+
+
+def _init(token: str, args: list[str], _depth: int) -> str | None:
+    levels = [a for a in args if not a.startswith("-")]
+    if levels and levels[0] in _RUNLEVELS:
+        return (
+            f"`{program_name(token)} {levels[0]}` halts, reboots or drops the machine to "
+            f"single-user mode and is denied."
+        )
+    return None
+
+
 def _find(token: str, args: list[str], depth: int) -> str | None:
-    # `find ... -exec CMD ... ;` runs CMD for every match.
-    for i, arg in enumerate(args):
-        if arg in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = next(
-                (j for j in range(i + 1, len(args)) if args[j] in (";", "+")),
-                len(args),
-            )
-            reason = _check_argv(args[i + 1 : end], depth=depth)
-            if reason is not None:
-                return reason
+    # `find ... -exec CMD ... ;` runs CMD for every match. One pass: each
+    # -exec's command runs to the next `;` or `+`.
+    index = 0
+    while index < len(args):
+        if args[index] not in ("-exec", "-execdir", "-ok", "-okdir"):
+            index += 1
+            continue
+        end = index + 1
+        while end < len(args) and args[end] not in (";", "+"):
+            end += 1
+        reason = _check_argv(args[index + 1 : end], depth=depth)
+        if reason is not None:
+            return reason
+        index = end + 1
     return None
 
 
@@ -295,4 +418,8 @@ _CHECKERS: dict[str, _Checker] = {
     **dict.fromkeys(_ELEVATORS, _elevate),
     **dict.fromkeys(_DISK_TOOLS, _disk),
     **dict.fromkeys(_POWER, _power),
+    "systemctl": _service_manager,
+    "loginctl": _service_manager,
+    "init": _init,
+    "telinit": _init,
 }

@@ -11,6 +11,19 @@ which cannot be fetched offline (and needs torch). ``pdf_pipeline="auto"``
 uses it only when its models are already on this machine, and otherwise
 docling's model-free `NativePdfPipeline` (text cells, no layout analysis).
 
+Conversion has a deadline (`CONVERSION_SECONDS`) and returns at once when the
+call is cancelled. docling cannot be interrupted inside a thread, so the
+worker thread is abandoned, not killed: it runs on until docling returns and
+its result is dropped, and the next conversion gets a fresh converter instead
+of waiting for it. That costs a CPU until the abandoned conversion ends (and
+interpreter exit waits for it, up to the deadline, since finalising under
+docling's native code aborts the process); a
+worker process that could be killed was rejected for now because every
+process would import docling again (seconds, and hundreds of MiB). The known
+pathological input, HTML nested thousands of levels deep (docling recurses
+per level and took minutes before failing), is refused before conversion:
+deeper than `MAX_HTML_DEPTH` open elements.
+
 The cache is per factory call: converted Markdown keyed by the resolved path,
 mtime and size (remote documents by URL and content hash), expiring after the
 factory's ``cache_ttl`` by an injectable clock, bounded in entries and bytes.
@@ -18,6 +31,7 @@ factory's ``cache_ttl`` by an injectable clock, bounded in entries and bytes.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import hashlib
 import importlib.util
@@ -53,6 +67,27 @@ __all__ = [
 SUPPORTED_SUFFIXES = frozenset({".pdf", ".pptx", ".docx", ".html", ".htm"})
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024
 INSTALL_HINT = "pip install 'lionfactory[documents]'"
+
+CONVERSION_SECONDS = 120.0
+"""Longest one conversion may take before it is abandoned and the call answers."""
+
+MAX_HTML_DEPTH = 256
+"""Deepest element nesting an HTML document may have.
+
+Browsers' tree builders stop nesting around 512 levels; real pages stay well
+under 100. docling converts recursively: 2,000 nested ``<div>`` took 15 s and
+then failed, 10,000 took a minute and a half.
+"""
+
+# Elements that never hold children, so they open no level.
+_VOID = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta"}
+    | {"param", "source", "track", "wbr", "!doctype"}
+)
+# A tag's attributes stop at the next < as well as at >, so a stray < never
+# makes the scan look ahead to the end of the document (which would be
+# quadratic on "<a<a<a...").
+_TAG = re.compile(rb"<(/?)([A-Za-z!][A-Za-z0-9:-]*)[^<>]*>")
 
 CACHE_MAX_ENTRIES = 32
 CACHE_MAX_BYTES = 64 * 1024 * 1024
@@ -120,6 +155,70 @@ def standard_pdf_models_available() -> bool:
     return isinstance(try_to_load_from_cache(_LAYOUT_REPO, "config.json"), str)
 
 
+def html_depth_problem(data: bytes, shown: str) -> str | None:
+    """Why an HTML document is too deeply nested to convert, or None.
+
+    One linear pass over the tags, counting open elements (void and
+    self-closed ones open nothing; a closing tag closes one level, which
+    over-counts for markup that leaves elements open and under-counts
+    nothing that matters). Comments and scripts are not parsed apart: a tag
+    inside them only makes the estimate deeper, never shallower.
+    """
+    depth = deepest = 0
+    for match in _TAG.finditer(data):
+        closing, name = match.groups()
+        self_closing = match.group().endswith(b"/>")
+        if closing:
+            depth = max(0, depth - 1)
+        elif not self_closing and name.decode("ascii", "replace").casefold() not in _VOID:
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_HTML_DEPTH:
+                return (
+                    f"{shown!r} nests HTML elements more than {MAX_HTML_DEPTH} levels deep; "
+                    f"'open' refuses such documents (converting them takes minutes and "
+                    f"fails). Read it as text with action 'read', or search it with grep."
+                )
+    return None
+
+
+class _Abandoned:
+    """Conversions left running by a cancelled or timed-out call.
+
+    At interpreter exit they are still inside docling's native code, and
+    finalising the interpreter under them aborts the process (SIGABRT). The
+    first abandonment registers an exit hook that waits for them, at most
+    `CONVERSION_SECONDS`.
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Condition()
+        self._running = 0
+        self._hooked = False
+
+    def started(self) -> None:
+        with self._done:
+            self._running += 1
+
+    def finished(self) -> None:
+        with self._done:
+            self._running -= 1
+            self._done.notify_all()
+
+    def abandoned(self) -> None:
+        with self._done:
+            if not self._hooked:
+                self._hooked = True
+                atexit.register(self.wait)
+
+    def wait(self) -> None:
+        with self._done:
+            self._done.wait_for(lambda: self._running <= 0, timeout=CONVERSION_SECONDS)
+
+
+_IN_FLIGHT = _Abandoned()
+
+
 @attrs.define(eq=False)
 class _Converter:
     """One docling `DocumentConverter`, built on first use and reused."""
@@ -154,17 +253,36 @@ class _Converter:
         )
         self._docling = docling
 
+    def abandon(self) -> None:
+        """Forget the converter a still-running (abandoned) conversion is using.
+
+        The abandoned thread keeps its converter and its lock; the next
+        conversion builds a fresh converter behind a fresh lock instead of
+        waiting for it.
+        """
+        self._converter = None
+        self._lock = threading.Lock()
+        _IN_FLIGHT.abandoned()
+
     def convert(self, name: str, data: bytes, shown: str) -> bytes:
         """Convert one document to Markdown (blocking; call in a worker thread)."""
+        _IN_FLIGHT.started()
+        try:
+            return self._convert(name, data, shown)
+        finally:
+            _IN_FLIGHT.finished()
+
+    def _convert(self, name: str, data: bytes, shown: str) -> bytes:
         # One conversion at a time per converter: docling's pipelines are not
         # documented as thread-safe, and two cores gain nothing from racing.
-        with self._lock:
+        lock = self._lock
+        with lock:
             if self._converter is None:
                 self._build()
-            docling = self._docling
+            docling, converter = self._docling, self._converter
             source = docling.DocumentStream(name=name, stream=io.BytesIO(data))
             try:
-                result = self._converter.convert(source, raises_on_error=False)
+                result = converter.convert(source, raises_on_error=False)
             except Exception as exc:  # docling's reasons come as many exception types
                 raise DocumentError(
                     f"Could not convert {shown!r}: {_reason(exc)}. Check that the file is a "
@@ -302,6 +420,7 @@ class DocumentOpener:
     converter: _Converter
     cache: _Cache
     fetcher: _remote.Fetcher
+    deadline: float = CONVERSION_SECONDS
 
     @classmethod
     def build(
@@ -322,6 +441,7 @@ class DocumentOpener:
             fetcher=_remote.Fetcher.build(
                 allowed_hosts=allowed_hosts, transport=transport, resolver=resolver
             ),
+            deadline=CONVERSION_SECONDS,
         )
 
     async def open(self, target: str | Location) -> bytes:
@@ -349,6 +469,31 @@ class DocumentOpener:
             if is_cached:
                 return data
             name, identity = target.name, str(target.path)
-        markdown = await anyio.to_thread.run_sync(self.converter.convert, name, data, shown)
+        if Path(name).suffix.casefold() in (".html", ".htm"):
+            # A linear pass, but up to 50 MiB of it: off the event loop.
+            problem = await anyio.to_thread.run_sync(html_depth_problem, data, shown)
+            if problem is not None:
+                raise DocumentError(problem)
+        markdown = await self._convert(name, data, shown)
         self.cache.put(identity, version, markdown)
+        return markdown
+
+    async def _convert(self, name: str, data: bytes, shown: str) -> bytes:
+        """Convert in a worker thread that is abandoned on cancellation or at the deadline."""
+        finished = False
+        try:
+            with anyio.move_on_after(self.deadline):
+                markdown = await anyio.to_thread.run_sync(
+                    self.converter.convert, name, data, shown, abandon_on_cancel=True
+                )
+                finished = True
+        finally:
+            if not finished:
+                self.converter.abandon()
+        if not finished:
+            raise DocumentError(
+                f"Converting {shown!r} took longer than {self.deadline:.0f} s and was "
+                f"abandoned. The document may be malformed or very large; read it as text "
+                f"with action 'read', or extract parts of it with bash."
+            )
         return markdown

@@ -10,10 +10,13 @@ from typing import Any, Literal
 
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
+from lionfactory._echo import echo, shorten
 from lionfactory._exchange import BaseExchange
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
 from lionfactory.tools.messenger import (
+    MAX_RECEIVE_CHARS,
+    MAX_RECEIVE_MESSAGES,
     EventCallback,
     EventKind,
     MessengerAction,
@@ -98,22 +101,36 @@ class _MessengerHandler:
         me = self.branch.id
         if request.timeout:
             await self.exchange.wait(me, request.timeout, sender=sender)
+        # Decide how many fit before taking any, so what does not fit stays
+        # queued (in order) for the next receive.
+        waiting = await self.exchange.apeek(me, sender=sender)
+        count, chars = 0, 0
+        for message in waiting[:MAX_RECEIVE_MESSAGES]:
+            if count and chars + len(message.content) > MAX_RECEIVE_CHARS:
+                break
+            count += 1
+            chars += len(message.content)
         # At-least-once: take without consuming, record on the branch, and
         # acknowledge on a later receive, once the record holds them. What
         # comes back after a crash between the two is shown only if this
         # branch never recorded it, so the model never sees a message twice.
-        handed = await self.exchange.areceive(me, sender=sender, ack=False)
+        handed = (
+            await self.exchange.areceive(me, sender=sender, ack=False, limit=count) if count else []
+        )
         seen = self._recorded_ids()
         repeats = [m.id for m in handed if m.id in seen]
         if repeats:
             await self.exchange.aack(me, repeats)
         taken = [m for m in handed if m.id not in seen]
+        remaining = len(waiting) - len(handed)
         self._record(received=taken)
         shown = [
             ReceivedMessage(
                 sender=self._sender_name(m),
                 sender_id=m.sender or "",
-                content=m.content,
+                # One message alone may exceed the budget: it is cut, not held
+                # back forever (its whole text stays in the call's record).
+                content=shorten(m.content, MAX_RECEIVE_CHARS),
                 channel=m.channel,
                 broadcast=m.recipient is None,
                 message_id=m.id,
@@ -121,11 +138,16 @@ class _MessengerHandler:
             for m in taken
         ]
         lines = [f"From {m.sender} ({m.channel}): {m.content}" for m in shown]
+        if remaining:
+            lines.append(
+                f"{remaining} more message(s) are waiting; call receive again to read them."
+            )
         return MessengerResponse(
             success=True,
             action="receive",
             content="\n".join(lines) if lines else "No messages are waiting.",
             messages=shown,
+            remaining=remaining,
         )
 
     async def _wakeup(self, request: MessengerRequest) -> MessengerResponse:
@@ -197,10 +219,10 @@ class _MessengerHandler:
         found = self._by_folded.get(name.strip().casefold())
         if found is None:
             known = ", ".join(n for n in self.roster if self.roster[n] != self.branch.id)
-            return f"unknown name {name!r}; known names: {known or 'none'}"
+            return f"unknown name {echo(name)}; known names: {known or 'none'}"
         owner = self.roster[found]
         if owner == self.branch.id:
-            return f"{name!r} is you"
+            return f"{echo(name)} is you"
         return owner
 
     async def _deliver(
@@ -211,7 +233,7 @@ class _MessengerHandler:
         for name in names:
             owner = self._resolve(name)
             if isinstance(owner, str):
-                results.append(RecipientResult(name=name, delivered=False, error=owner))
+                results.append(RecipientResult(name=shorten(name), delivered=False, error=owner))
                 continue
             try:
                 message = await self.exchange.asend(
@@ -224,9 +246,9 @@ class _MessengerHandler:
             except UnknownOwnerError:
                 results.append(
                     RecipientResult(
-                        name=name,
+                        name=shorten(name),
                         delivered=False,
-                        error=f"{name!r} is not on the exchange yet (its messenger is not set "
+                        error=f"{echo(name)} is not on the exchange yet (its messenger is not set "
                         f"up); try again later",
                     )
                 )

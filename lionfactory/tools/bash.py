@@ -1,7 +1,7 @@
 r"""The ``bash`` tool: run one command, without a shell, inside the workspace.
 
 Despite its name (kept from ADR-0013 so models and prompts recognise it) the
-tool never starts a shell. The command is split with `shlex.split` and the
+tool never starts a shell. The command is split like `shlex.split` and the
 resulting argv runs through `lionfactory._process.run_process`: a new process
 group, killed with everything it started when the call ends.
 
@@ -30,7 +30,6 @@ Decisions (DESIGN §9):
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -38,9 +37,11 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._echo import echo
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.tools._shellsplit import split, unquoted_operator
 
 __all__ = ["BashRequest", "BashResponse", "bash_tool"]
 
@@ -49,6 +50,22 @@ DEFAULT_TIMEOUT_MS = 30_000
 
 MAX_TIMEOUT_MS = 300_000
 """Longest timeout a call may have; longer requests are clamped to it."""
+
+MAX_COMMAND_CHARS = 32_768
+"""Longest command a call may send.
+
+Linux refuses any single argument longer than 131,072 bytes
+(``MAX_ARG_STRLEN``); 32,768 characters stay under that even when every
+character takes four bytes in UTF-8, so no command the kernel would run is
+refused for its length. Content longer than that belongs in a file written
+with the editor, not in a command line; and the cap bounds the work of
+checking a command (splitting, operator scan, policy hooks) before it runs.
+"""
+
+# Commands longer than this are split in a worker thread, so even the
+# longest allowed command does not hold up the event loop; shorter ones
+# split in microseconds and skip the thread round trip.
+_INLINE_SPLIT_CHARS = 4_096
 
 _DESCRIPTION = f"""\
 Run one command (a program and its arguments) in the workspace and return its
@@ -79,10 +96,12 @@ class BashRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     command: str = Field(
+        max_length=MAX_COMMAND_CHARS,
         description=(
             'One command: a program and its arguments, e.g. "pytest -x tests/test_app.py". '
-            "No shell operators (; && || | & < > ` $( newline) unless quoted."
-        )
+            "No shell operators (; && || | & < > ` $( newline) unless quoted. At most "
+            f"{MAX_COMMAND_CHARS:,} characters; write longer content to a file first."
+        ),
     )
     timeout: int | None = Field(
         default=None,
@@ -130,48 +149,6 @@ class BashResponse(BaseModel):
     )
 
 
-# One entry per refused operator, longest first so "&&" is named, not "&".
-_OPERATORS = ("&&", "||", "$(", ";", "|", "&", "<", ">", "`", "\n")
-
-
-def _operator_at(command: str, index: int) -> str | None:
-    for operator in _OPERATORS:
-        if command.startswith(operator, index):
-            return operator
-    return None
-
-
-def _find_unquoted_operator(command: str) -> str | None:
-    r"""Return the first shell operator outside quotes in `command`, or None.
-
-    Quote rules follow `shlex` in POSIX mode, so that what this scan calls
-    quoted is exactly what `shlex.split` keeps literal: single quotes take
-    everything up to the next ``'``; inside double quotes a backslash escapes
-    ``"`` and ``\``; outside quotes a backslash escapes any one character.
-    """
-    quote: str | None = None
-    index = 0
-    while index < len(command):
-        char = command[index]
-        if quote is None:
-            if char == "\\":
-                index += 2
-                continue
-            if char in ("'", '"'):
-                quote = char
-            else:
-                operator = _operator_at(command, index)
-                if operator is not None:
-                    return operator
-        elif quote == '"' and char == "\\":
-            index += 2
-            continue
-        elif char == quote:
-            quote = None
-        index += 1
-    return None
-
-
 def _operator_message(operator: str) -> str:
     shown = "newline" if operator == "\n" else repr(operator)
     return (
@@ -186,7 +163,7 @@ def _split_command(command: str) -> list[str]:
     """Split a command into argv, refusing unquoted operators.
 
     Returns:
-        Exactly ``shlex.split(command)``.
+        Exactly ``shlex.split(command)`` (computed in linear time).
 
     Raises:
         ValueError: with a message for the model (empty, malformed, an
@@ -195,13 +172,13 @@ def _split_command(command: str) -> list[str]:
     if "\x00" in command:
         raise ValueError("The command contains a NUL byte; remove it.")
     try:
-        argv = shlex.split(command)
+        argv = split(command)
     except ValueError as exc:
         raise ValueError(
             f"The command cannot be split into words ({exc}); check that every quote "
             f"is closed and no trailing backslash is left."
         ) from None
-    operator = _find_unquoted_operator(command)
+    operator = unquoted_operator(command)
     if operator is not None:
         raise ValueError(_operator_message(operator))
     if not argv:
@@ -218,13 +195,16 @@ class _BashHandler:
         directory = self.workspace.resolve("." if cwd is None else cwd)
         if not directory.is_dir():
             raise PathRefused(
-                cwd, f"{cwd!r} is not a directory in the workspace; give an existing directory."
+                cwd, f"{echo(cwd)} is not a directory in the workspace; give an existing directory."
             )
         return directory
 
     async def __call__(self, request: BashRequest) -> BashResponse:
         try:
-            argv = _split_command(request.command)
+            if len(request.command) > _INLINE_SPLIT_CHARS:
+                argv = await anyio.to_thread.run_sync(_split_command, request.command)
+            else:
+                argv = _split_command(request.command)
         except ValueError as exc:
             return BashResponse(error=str(exc))
         notice = None

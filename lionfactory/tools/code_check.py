@@ -22,13 +22,24 @@ Decisions (ADR-0013 D2 "Diagnostics", DESIGN §9):
   the diagnostics before the cap and ``truncated`` says when some were left out.
 * Files are reported relative to the workspace root; line and col are
   one-based, as ruff reports them.
+* ruff's configuration is workspace content the model can write, and ruff
+  prints the text of a configuration it cannot parse. So before ruff runs,
+  every ruff configuration file under the checked paths and above them up
+  to the root (``pyproject.toml``, ``ruff.toml``, ``.ruff.toml``) is read,
+  and its ``extend`` chain followed: a file (or a link) that leads outside
+  the workspace or to a protected name, a ``~`` or ``$VARIABLE`` in the
+  path, or a file that is not TOML, refuses the check without running ruff.
+  ruff's stderr is never passed through whole: only its ``error:`` and
+  ``Cause:`` lines, cut short, and none that quotes a line of a file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+import re
+import tomllib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +48,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._echo import echo, shorten
 from lionfactory._global_excludes import global_excludes
 from lionfactory._process import LaunchError, run_process
 from lionfactory._project import ProjectView
@@ -54,6 +66,11 @@ INSTALL_HINT = "pip install 'lionfactory[code]'"
 # cut array cannot be parsed and is reported as an error.
 _OUTPUT_CAP = 16_000_000
 _STDERR_CAP = 300
+_CONFIG_NAMES = ("pyproject.toml", "ruff.toml", ".ruff.toml")
+_MAX_EXTEND_DEPTH = 10
+# ruff's own message lines; a line quoting a file ("1 | KEY=value") or any
+# other text is dropped.
+_STDERR_LINE = re.compile(r"^\s*(error|warning|ruff failed|Cause)\b")
 
 _DESCRIPTION = f"""\
 Lint Python files with ruff and return structured diagnostics (rule code,
@@ -152,19 +169,96 @@ def _location(entry: dict[str, Any], key: str) -> tuple[int | None, int | None]:
     return location.get("row"), location.get("column")
 
 
+def _ruff_stderr(stderr: str) -> str:
+    """The explanation from ruff's stderr, without any text it quoted from a file."""
+    kept = [shorten(line.strip(), 160) for line in stderr.splitlines() if _STDERR_LINE.match(line)]
+    return shorten(" ".join(kept), _STDERR_CAP)
+
+
+def _config_files(workspace: Workspace, targets: list[Path]) -> Iterator[Path]:
+    """Every ruff configuration file ruff could apply to `targets`, inside the workspace."""
+    seen: set[Path] = set()
+    for target in targets:
+        directory = target if target.is_dir() else target.parent
+        for folder in (directory, *directory.parents):
+            if not workspace.contains(folder):
+                break
+            for name in _CONFIG_NAMES:
+                if (folder / name) not in seen and os.path.lexists(folder / name):
+                    seen.add(folder / name)
+                    yield folder / name
+        if target.is_dir():
+            for walked, dirs, files in os.walk(target):
+                dirs[:] = [d for d in dirs if d != ".git"]
+                for name in _CONFIG_NAMES:
+                    path = Path(walked) / name
+                    if name in files and path not in seen:
+                        seen.add(path)
+                        yield path
+
+
+def _extend_of(path: Path, data: dict[str, Any]) -> Any:
+    if path.name == "pyproject.toml":
+        tool = data.get("tool")
+        ruff = tool.get("ruff") if isinstance(tool, dict) else None
+        return ruff.get("extend") if isinstance(ruff, dict) else None
+    return data.get("extend")
+
+
+def _config_problem(workspace: Workspace, config: Path) -> str | None:
+    """Why ruff must not read `config` and its ``extend`` chain, or None."""
+    current, shown = config, workspace.relative(config)
+    for _ in range(_MAX_EXTEND_DEPTH):
+        real = Path(os.path.realpath(current))
+        if not workspace.contains(real) or workspace.is_hidden(workspace.relative(real)):
+            return (
+                f"the ruff configuration {shown} leads outside the workspace or to a protected "
+                f"file; ruff was not run. Point it at a configuration inside the workspace."
+            )
+        try:
+            data = tomllib.loads(real.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return (
+                f"the ruff configuration {shown} is not a readable TOML file; ruff was not run. "
+                f"Fix or remove it."
+            )
+        extend = _extend_of(real, data)
+        if extend is None:
+            return None
+        if not isinstance(extend, str) or not extend.strip() or any(c in extend for c in "~$"):
+            return (
+                f"the ruff configuration {shown} extends {echo(extend, 80)}, which cannot be "
+                f"checked to stay in the workspace (no ~ or $VARIABLES); ruff was not run."
+            )
+        current = real.parent / extend
+        shown = f"{shown} -> {echo(extend, 80)}"
+    return f"the ruff configuration {shown} extends too many files in a chain; ruff was not run."
+
+
 @attrs.frozen
 class _CodeCheckHandler:
     workspace: Workspace
     binaries: BinaryFinder
 
     def _targets(self, paths: list[str]) -> list[str]:
-        """The root-relative paths to check, each contained in the workspace."""
-        targets = []
+        """The root-relative paths to check, each contained in the workspace.
+
+        Raises:
+            PathRefused: a path outside the workspace or missing, or a ruff
+                configuration that would make ruff read outside it.
+        """
+        targets: list[str] = []
+        resolved_targets: list[Path] = []
         for path in paths or ["."]:
             resolved = self.workspace.resolve(path)
             if not resolved.exists():
-                raise PathRefused(path, f"{path!r} does not exist in the workspace.")
+                raise PathRefused(path, f"{echo(path)} does not exist in the workspace.")
+            resolved_targets.append(resolved)
             targets.append(self.workspace.relative(resolved))
+        for config in _config_files(self.workspace, resolved_targets):
+            problem = _config_problem(self.workspace, config)
+            if problem is not None:
+                raise PathRefused(config, problem[0].upper() + problem[1:])
         return targets
 
     def _relative(self, filename: str) -> str:
@@ -242,7 +336,7 @@ class _CodeCheckHandler:
             return _error(exc.message)
         if result.timed_out:
             return _error(f"ruff did not finish within {TIMEOUT_SECONDS:.0f} s; check fewer paths.")
-        stderr = result.stderr.strip()[:_STDERR_CAP]
+        stderr = _ruff_stderr(result.stderr)
         if result.returncode not in (0, 1) and not result.stdout.strip():
             return _error(f"ruff failed (exit {result.returncode}): {stderr or 'no message'}")
         try:

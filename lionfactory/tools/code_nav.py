@@ -29,6 +29,7 @@ import io
 import os
 import re
 import stat
+import threading
 import tokenize
 from collections.abc import Iterable, Iterator
 from typing import Literal
@@ -260,6 +261,29 @@ def _find_references(source: _Source, symbol: str) -> list[NavItem]:
     return sorted(items, key=lambda item: (item.line, item.col))
 
 
+# CPython keeps the depth counter of the step that turns its C syntax tree
+# into `ast` objects in per-interpreter state, not per thread. When two
+# threads parse at once and the interpreter switches between them mid-way
+# (a garbage collection running Python code is enough), the counter of one
+# is changed by the other and `ast.parse` raises "SystemError: AST
+# constructor recursion depth mismatch". Parsing is serialised; it is a
+# small part of a call (reading, walking and formatting run in parallel),
+# and a process pool was rejected as far costlier than the parse itself.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(data: bytes, path: str) -> ast.Module:
+    """`ast.parse` of `data`, one thread at a time (see `_PARSE_LOCK`).
+
+    Raises:
+        SyntaxError: the source is not valid Python.
+        ValueError: it holds a NUL byte.
+        RecursionError, MemoryError: it nests too deeply for the parser.
+    """
+    with _PARSE_LOCK:
+        return ast.parse(data, filename=path)
+
+
 @attrs.frozen
 class _NavHandler:
     workspace: Workspace
@@ -299,7 +323,7 @@ class _NavHandler:
                 f"{path!r} is not readable Python source text ({exc}); is it a Python file?"
             ) from None
         try:
-            tree = ast.parse(data, filename=path)
+            tree = parse_python(data, path)
         except SyntaxError as exc:
             raise _NavFailure(
                 f"{path!r} is not valid Python: {exc.msg} at line {exc.lineno}; fix the syntax "
@@ -307,6 +331,10 @@ class _NavHandler:
             ) from None
         except ValueError as exc:  # a NUL byte in the source
             raise _NavFailure(f"{path!r} is not valid Python: {exc}.") from None
+        except (RecursionError, MemoryError):
+            raise _NavFailure(
+                f"{path!r} nests expressions too deeply for Python's parser; use search on it."
+            ) from None
         return _Source(tree=tree, lines=_NEWLINE.split(text))
 
     def _navigate(self, request: NavRequest) -> list[NavItem]:

@@ -68,6 +68,12 @@ EventKind = Literal["done", "finished", "wakeup", "help"]
 _EVENT_KINDS: tuple[str, ...] = ("done", "finished", "wakeup", "help")
 _LINEAGE_KEY = "lionfactory.messenger.lineage"
 MAX_WAIT_SECONDS = 300.0
+MAX_RECEIVE_MESSAGES = 50
+"""Most messages one ``receive`` takes; the rest stay queued, counted in `remaining`."""
+MAX_RECEIVE_CHARS = 20_000
+"""Most message characters one ``receive`` returns, about 5,000 tokens: a teammate
+(or a flood of them) cannot fill another agent's context in one call, as no other
+tool's output can."""
 
 
 @attrs.frozen
@@ -174,6 +180,10 @@ class MessengerResponse(BaseModel):
     messages: list[ReceivedMessage] = Field(
         default_factory=list, description="receive: the messages taken, oldest first."
     )
+    remaining: int = Field(
+        default=0,
+        description="receive: how many more messages are waiting; call receive again for them.",
+    )
 
 
 def _callbacks(on_event: Any) -> dict[str, EventCallback]:
@@ -237,8 +247,9 @@ Actions:
 - send: deliver `content` to `to` (one name or a list). Each name gets its own result;
   names that are unknown or not reachable are reported, the others still get the message.
 - receive: take the messages waiting for you, oldest first (`sender` keeps only one
-  teammate's). With `timeout`, wait up to that many seconds (at most {MAX_WAIT_SECONDS:g})
-  when none is waiting.
+  teammate's): at most {MAX_RECEIVE_MESSAGES} messages and {MAX_RECEIVE_CHARS:,} characters
+  per call; `remaining` says how many more wait. With `timeout`, wait up to that many
+  seconds (at most {MAX_WAIT_SECONDS:g}) when none is waiting.
 - done: say your part is done (optional note in `content`).
 - finished: say the whole task is finished (optional note in `content`).
 - wakeup: ask exactly one teammate (`to`) to look at its messages now; optional `content`.

@@ -9,7 +9,10 @@ Writes a DOCX with python-docx, then through one ``reader`` tool:
   shorter of that first open and the best of a few opens through a reader
   whose cache is off, so one slow first conversion cannot flatter the ratio;
 * rewrites the DOCX with other text and opens it again: it must be converted
-  again (the new text shows), not served from the cache.
+  again (the new text shows), not served from the cache;
+* cancels an open halfway through a conversion: the call returns at once
+  (the worker thread is abandoned and finishes on its own, which is the
+  cost: a CPU busy for the rest of that conversion).
 """
 
 from __future__ import annotations
@@ -80,7 +83,15 @@ def run(size: Size) -> list[Row]:
             # even on a filesystem with coarse timestamps.
             write_docx(root / "report.docx", sections + 1, "beta")
             again, after = await timed("report.docx")
+            # Cancel halfway through a conversion; time how long the call
+            # takes to return after the cancellation.
+            half = min(first, convert) / 2
+            start = time.perf_counter()
+            with trio.move_on_after(half):
+                await open_doc("report.docx", uncached)
+            cancelled = max(0.0, time.perf_counter() - start - half)
             return {
+                "cancelled": cancelled,
                 "cold": cold,
                 "first": first,
                 "convert": min(first, convert),
@@ -99,6 +110,13 @@ def run(size: Size) -> list[Row]:
             BENCH, "open unchanged DOCX again (cached)", got["cached"], got["convert"], "s", 0.01
         ),
         info_row(BENCH, "open changed DOCX", got["again"], "s", baseline=got["convert"]),
+        info_row(
+            BENCH,
+            "cancelled mid-conversion: returns after",
+            got["cancelled"],
+            "s",
+            baseline=got["convert"],
+        ),
         check_row(
             BENCH,
             "changed DOCX converted again",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lionfactory import Branch
-from lionfactory.coding.policies import deny_destructive_commands
+from lionfactory.coding.policies import _check_script, deny_destructive_commands
 from lionfactory.errors import ToolDenied
-from lionfactory.tools.bash import bash_tool
+from lionfactory.tools.bash import MAX_COMMAND_CHARS, bash_tool
 
 
 def denial(command: str) -> str | None:
@@ -76,6 +78,31 @@ DENIED = {
     "second command of a list": "echo hi; rm -rf build",
     "substitution in double quotes": 'echo "$(rm -rf build)"',
     "unclosed quote": "rm -rf 'build",
+    "env -S in a cluster": "env -iS'rm -rf d'",
+    "env -S then arguments": "env -S rm -rf d",
+    "env --split-string=": "env --split-string='rm -rf d'",
+    "env -u then -S": "env -u HOME -S 'rm -rf d'",
+    "git clean with requireForce off": "git -c clean.requireForce=false clean -dx",
+    "git clean without -f": "git clean -d",
+    "git --attr-source reset --hard": "git --attr-source HEAD reset --hard",
+    "git unknown option before reset": "git --frobnicate HEAD reset --hard",
+    "dd of=//dev": "dd if=/dev/zero of=//dev/sda",
+    "dd of=/./dev": "dd if=/dev/zero of=/./dev/sda",
+    "dd of=/proc/self/root": "dd if=/dev/zero of=/proc/self/root/dev/sda",
+    "dd of=/proc/1/root": "dd if=/dev/zero of=/proc/1/root/dev/sda",
+    "dd of=../../dev": "dd if=/dev/zero of=../../../../dev/sda",
+    "mkdosfs": "mkdosfs /dev/sdb1",
+    "mkntfs": "mkntfs -f /dev/sdb1",
+    "chmod -R 1777": "chmod -R 1777 .",
+    "chmod -R go+w": "chmod -R go+w .",
+    "chmod -R a+rwX": "chmod -R a+rwX .",
+    "chmod -R o=rwx": "chmod -R u+r,o=rwx src",
+    "systemctl reboot": "systemctl reboot",
+    "systemctl poweroff": "systemctl --force poweroff",
+    "loginctl poweroff": "loginctl poweroff",
+    "init 0": "init 0",
+    "telinit 6": "telinit 6",
+    "sudoedit": "sudoedit /etc/hosts",
 }
 
 ALLOWED = {
@@ -100,6 +127,17 @@ ALLOWED = {
     "find -delete": "find . -name '*.pyc' -delete",
     "bash running a script": "bash scripts/test.sh",
     "pytest": "pytest -x tests",
+    "git clean -n": "git clean -n -d",
+    "git log grepping reset": "git log --grep reset",
+    "git commit message naming reset": "git commit -m 'reset --hard was wrong'",
+    "dd to a file under a dev folder name": "dd if=/dev/zero of=build/dev.img",
+    "dd to //dev/null": "dd if=big.bin of=//dev//null",
+    "chmod -R g+w": "chmod -R g+w build",
+    "chmod -R 755": "chmod -R 755 build",
+    "chmod -R u+rwX": "chmod -R u+rwX build",
+    "systemctl status": "systemctl status nginx",
+    "env running a harmless program": "env -i PATH=/bin ls -la",
+    "env -S harmless": "env -S 'echo hi'",
 }
 
 
@@ -219,3 +257,50 @@ async def test_branch_act_runs_an_allowed_command_through_the_hook(tmp_path: Pat
     assert result.ok
     assert result.result is not None and result.result["return_code"] == 0
     assert not (tmp_path / "notes.txt").exists()
+
+
+def test_a_command_longer_than_bash_accepts_is_denied_unread() -> None:
+    reason = denial("echo " + "a" * (MAX_COMMAND_CHARS + 1))
+    assert reason is not None and "at most" in reason
+    assert len(reason) < 500
+
+
+def _work(function: Callable[[], object]) -> float:
+    """CPU seconds of the fastest of five runs (the least disturbed by other processes)."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        function()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+@pytest.mark.parametrize(
+    ("prefix", "unit", "suffix"),
+    [
+        pytest.param("echo ", "a", "", id="one long word"),
+        pytest.param("echo ", "a ", "", id="many words"),
+        pytest.param("", "env ", "ls", id="many env wrappers"),
+        pytest.param("", "nice ", "ls", id="many nice wrappers"),
+        pytest.param("find . ", "-exec ", "", id="many find -exec"),
+        pytest.param("echo ", "'a'", "", id="many quoted pieces"),
+        pytest.param("echo ", "a;", "", id="many commands"),
+    ],
+)
+def test_checking_a_command_grows_linearly_with_its_length(
+    prefix: str, unit: str, suffix: str
+) -> None:
+    """Four times the command costs about four times the work, not sixteen.
+
+    The sizes go past the bash tool's cap (the hook refuses longer commands
+    unread) because the scan itself must stay linear for any shell-backed
+    tool a policy guards.
+    """
+
+    def check(size: int) -> Callable[[], object]:
+        command = prefix + unit * (size // len(unit)) + suffix
+        return lambda: _check_script(command, depth=0)
+
+    small, large = _work(check(25_000)), _work(check(100_000))
+    # A quadratic scan gives a ratio near 16; a linear one near 4.
+    assert large / max(small, 1e-6) < 9, (small, large)

@@ -447,12 +447,21 @@ async def test_a_new_sandbox_can_be_created_after_discard(repo: Path) -> None:
     assert second.success and second.branch != first.branch
 
 
+def _starts_with(argv: Sequence[str], step: Sequence[str]) -> bool:
+    """Whether the git subcommand in `argv` (past the hardening options) begins with `step`."""
+    words = list(argv)
+    return any(
+        words[i : i + len(step)] == list(step) and words[i - 1] != "-c"
+        for i in range(1, len(words))
+    )
+
+
 def failing_once(step: Sequence[str]) -> Any:
     """A runner that fails the first git call starting with `step`, then runs everything."""
     failed: list[bool] = []
 
     async def runner(argv: Sequence[str], **kwargs: Any) -> ProcessResult:
-        if list(argv[1 : 1 + len(step)]) == list(step) and not failed:
+        if _starts_with(argv, step) and not failed:
             failed.append(True)
             return ProcessResult(
                 argv=tuple(argv),

@@ -12,7 +12,10 @@ the cap.
 
 from __future__ import annotations
 
+import gzip
 import ipaddress
+import tracemalloc
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import trio
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
+from lionfactory.tools._remote import Fetcher, FetchRefused, is_public_address
 from lionfactory.tools.reader import reader_tool
 
 httpx = pytest.importorskip("httpx")
@@ -342,3 +346,122 @@ def test_a_body_that_lies_about_its_length_is_cut_at_the_cap():
     error = refused(network.open(f"https://{ALLOWED}/big.pdf"))
     assert "larger than 50 MiB" in error
     assert sum(sent) <= 51 * MIB
+
+
+# -- bombs and malformed headers ------------------------------------------------
+
+
+def gzip_layers(data: bytes, layers: int) -> bytes:
+    for _ in range(layers):
+        data = gzip.compress(data, compresslevel=9)
+    return data
+
+
+def fetcher(respond: Callable[[httpx.Request], httpx.Response]) -> Fetcher:
+    return Fetcher.build(
+        allowed_hosts=[ALLOWED],
+        transport=httpx.MockTransport(respond),
+        resolver=lambda _: PUBLIC[:1],
+    )
+
+
+def fetch_error(respond: Callable[[httpx.Request], httpx.Response]) -> str:
+    async def run() -> str:
+        with pytest.raises(FetchRefused) as caught:
+            await fetcher(respond).fetch(f"https://{ALLOWED}/page.html")
+        return caught.value.message
+
+    return trio.run(run)
+
+
+def streamed(body: bytes, **headers: str) -> Callable[[httpx.Request], httpx.Response]:
+    """A response whose body arrives as a stream, as from a real connection.
+
+    Header values go out as UTF-8 bytes, as a hostile server may send them.
+    """
+    raw = [(b"content-type", b"text/html")]
+    raw += [(name.encode(), value.encode("utf-8")) for name, value in headers.items()]
+    return lambda _: httpx.Response(200, stream=httpx.ByteStream(body), headers=raw)
+
+
+# Refusing mid-body leaves httpx's inner stream generator to the garbage
+# collector, which trio reports (as for the lying length above).
+unraisable_ok = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@unraisable_ok
+def test_a_stacked_gzip_bomb_is_refused_without_inflating_it():
+    """A ~1 KB `gzip, gzip` body that would inflate to 512 MiB stays within a few MiB."""
+    bomb = gzip_layers(b"\0" * (512 * MIB), 2)
+    assert len(bomb) < 2_000
+
+    tracemalloc.start()
+    try:
+        error = fetch_error(streamed(bomb, **{"content-encoding": "gzip, gzip"}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert "decompression bomb" in error
+    assert peak < 8 * MIB, peak
+
+
+@unraisable_ok
+def test_a_single_gzip_bomb_is_refused_early():
+    bomb = gzip_layers(b"\0" * (200 * MIB), 1)
+
+    tracemalloc.start()
+    try:
+        error = fetch_error(streamed(bomb, **{"content-encoding": "gzip"}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert "decompression bomb" in error
+    assert peak < 8 * MIB, peak
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "gzip, gzip", "x-gzip", "identity"])
+def test_an_ordinary_compressed_page_is_decoded(encoding: str):
+    page = b"<html><body>" + b"<p>Some text that compresses a little.</p>" * 200 + b"</body></html>"
+    body = page
+    for coding in reversed([c.strip() for c in encoding.split(",")]):
+        if coding in ("gzip", "x-gzip"):
+            body = gzip.compress(body)
+        elif coding == "deflate":
+            body = zlib.compress(body)
+
+    async def run() -> bytes:
+        _, content = await fetcher(streamed(body, **{"content-encoding": encoding})).fetch(
+            f"https://{ALLOWED}/page.html"
+        )
+        return content
+
+    assert trio.run(run) == page
+
+
+def test_an_encoding_open_does_not_decode_is_refused():
+    error = fetch_error(streamed(b"\x00\x01", **{"content-encoding": "br"}))
+    assert "does not decode" in error
+
+
+def test_corrupt_gzip_is_a_typed_refusal():
+    error = fetch_error(streamed(b"not gzip at all", **{"content-encoding": "gzip"}))
+    assert "not valid gzip" in error
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "\u0661\u0662", "12a", "-1", "1e3", " 1 2", "+5"])
+def test_a_malformed_content_length_is_a_typed_refusal(length: str):
+    error = fetch_error(streamed(b"<html></html>", **{"content-length": length}))
+    assert "malformed Content-Length" in error
+
+
+def test_a_location_that_is_not_a_url_is_a_typed_refusal():
+    error = fetch_error(lambda _: httpx.Response(302, headers={"location": "http://[::1"}))
+    assert "URL" in error and "location" in error.casefold()
+
+
+@given(offset=st.integers(0, 2**118 - 1))
+def test_site_local_ipv6_is_not_public(offset: int):
+    network = ipaddress.ip_network("fec0::/10")
+    assert not is_public_address(network[offset])

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import sys
+import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lionfactory.errors import ToolInputError
-from lionfactory.tools.bash import BashRequest, BashResponse, bash_tool
+from lionfactory.tools._shellsplit import split
+from lionfactory.tools.bash import (
+    MAX_COMMAND_CHARS,
+    BashRequest,
+    BashResponse,
+    _split_command,
+    bash_tool,
+)
 
 PY = shlex.quote(sys.executable)
 
@@ -123,6 +135,73 @@ async def test_malformed_command_is_a_typed_error(workspace: Path, command: str)
     result = await bash(workspace, command=command)
     assert result["return_code"] is None
     assert "quote" in result["error"]
+
+
+@given(st.text(alphabet="ab '\"\\\t\n\r$|;&<>`(", max_size=40))
+def test_splitting_matches_shlex_split_word_for_word_and_error_for_error(command: str) -> None:
+    try:
+        expected: list[str] | str = shlex.split(command)
+    except ValueError as exc:
+        expected = str(exc)
+    try:
+        got: list[str] | str = split(command)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected
+
+
+async def test_a_command_longer_than_the_cap_is_refused_before_anything_runs(
+    workspace: Path,
+) -> None:
+    command = "touch marker " + "a" * MAX_COMMAND_CHARS
+    with pytest.raises(ToolInputError) as caught:
+        await bash(workspace, command=command)
+    assert f"{MAX_COMMAND_CHARS}" in str(caught.value)
+    assert len(str(caught.value)) < 1_000  # the command is not echoed back whole
+    assert not (workspace / "marker").exists()
+
+
+async def test_the_longest_allowed_command_runs(workspace: Path) -> None:
+    word = "a" * (MAX_COMMAND_CHARS - len("echo "))
+    result = await bash(workspace, command=f"echo {word}")
+    assert result["stdout"] == word + "\n"
+
+
+def _work(function: Callable[[], object]) -> float:
+    """CPU seconds of the fastest of three runs (the least disturbed by other processes)."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        with contextlib.suppress(ValueError):
+            function()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        pytest.param("a", id="one long word"),
+        pytest.param("a ", id="many words"),
+        pytest.param("\\a", id="escapes"),
+        pytest.param("'a;'", id="quoted operators"),
+        pytest.param('"a\\"', id="double-quoted escapes"),
+    ],
+)
+def test_scanning_a_command_grows_linearly_with_its_length(unit: str) -> None:
+    """Splitting and the operator scan of 400,000 characters cost about four times 100,000.
+
+    ``shlex.split`` builds a word one character at a time, which is quadratic
+    (a ratio near 16 here); the scan must be linear (near 4) so no command can
+    stall the event loop.
+    """
+
+    def scan(size: int) -> Callable[[], object]:
+        command = "echo " + unit * (size // len(unit))
+        return lambda: _split_command(command)
+
+    small, large = _work(scan(100_000)), _work(scan(400_000))
+    assert large / max(small, 1e-6) < 9, (small, large)
 
 
 async def test_nul_byte_is_a_typed_error(workspace: Path) -> None:

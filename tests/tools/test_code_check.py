@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ async def test_missing_ruff_is_unavailable_with_an_install_hint(
 
 
 async def test_ruff_crash_without_output_is_an_error(workspace: Path, tmp_path: Path) -> None:
-    finder = fake_ruff(tmp_path / "bin", "#!/bin/sh\necho 'bad config' >&2\nexit 2\n")
+    finder = fake_ruff(tmp_path / "bin", "#!/bin/sh\necho 'error: bad config' >&2\nexit 2\n")
     result = await code_check_tool(workspace_root=workspace, _binaries=finder)()
     assert result["status"] == "error"
     assert "exit 2" in result["summary"] and "bad config" in result["summary"]
@@ -170,3 +171,111 @@ async def test_ignored_files_are_not_reported_unless_asked(workspace: Path) -> N
     assert {d["file"] for d in result["diagnostics"]} == {"pkg/unused.py"}
     everything = await check(workspace, include_ignored=True)
     assert {d["file"] for d in everything["diagnostics"]} == {"pkg/unused.py", "generated/out.py"}
+
+
+# -- configuration that would echo files -------------------------------------------
+
+SECRET = "SECRET_VALUE_3b7d"
+
+
+@pytest.fixture
+def outside_secret(tmp_path: Path) -> Path:
+    secret = tmp_path / "outside.toml"
+    secret.write_text(f'key = "{SECRET}"\nthis is = not toml {SECRET}\n')
+    return secret
+
+
+def pyproject_extending(workspace: Path, target: str) -> None:
+    (workspace / "pyproject.toml").write_text(f"[tool.ruff]\nextend = {target!r}\n")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [".env", "../outside.toml", "{outside}", "sub/../../outside.toml", "~/outside.toml", "$HOME/x"],
+)
+async def test_a_config_extending_outside_or_a_protected_file_is_refused_unechoed(
+    workspace: Path, outside_secret: Path, target: str
+) -> None:
+    (workspace / ".env").write_text(f"API_KEY={SECRET}\n")
+    (workspace / "app.py").write_text("import os\n")
+    pyproject_extending(workspace, target.format(outside=outside_secret))
+
+    result = await code_check_tool(workspace_root=workspace)()
+
+    assert result["status"] == "error"
+    assert "ruff was not run" in result["summary"]
+    assert SECRET not in json.dumps(result)
+
+
+async def test_a_config_extending_a_system_file_is_refused(workspace: Path) -> None:
+    (workspace / "ruff.toml").write_text("extend = '/etc/hostname'\n")
+
+    result = await code_check_tool(workspace_root=workspace)()
+
+    assert result["status"] == "error"
+    assert "outside the workspace" in result["summary"]
+    hostname = Path("/etc/hostname")
+    if hostname.is_file() and hostname.read_text().strip():
+        assert hostname.read_text().strip() not in json.dumps(result)
+
+
+async def test_a_config_that_is_a_link_to_an_outside_file_is_refused(
+    workspace: Path, outside_secret: Path
+) -> None:
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / ".ruff.toml").symlink_to(outside_secret)
+
+    result = await code_check_tool(workspace_root=workspace)(paths=["."])
+
+    assert result["status"] == "error"
+    assert SECRET not in json.dumps(result)
+
+
+async def test_a_nested_chain_is_followed(workspace: Path, outside_secret: Path) -> None:
+    (workspace / "cfg").mkdir()
+    (workspace / "cfg" / "base.toml").write_text("extend = '../../outside.toml'\n")
+    pyproject_extending(workspace, "cfg/base.toml")
+
+    result = await code_check_tool(workspace_root=workspace)()
+
+    assert result["status"] == "error"
+    assert SECRET not in json.dumps(result)
+
+
+async def test_a_config_extending_a_file_inside_the_workspace_applies(workspace: Path) -> None:
+    (workspace / "base.toml").write_text("[lint]\nselect = ['T201']\n")  # print(), off by default
+    pyproject_extending(workspace, "base.toml")
+
+    result = await code_check_tool(workspace_root=workspace)()
+
+    assert result["status"] == "diagnostics", result
+    assert {d["code"] for d in result["diagnostics"]} == {"T201"}
+
+
+async def test_an_unparsable_workspace_config_is_not_echoed(workspace: Path) -> None:
+    (workspace / "ruff.toml").write_text(f"line-length = {SECRET}\n")
+
+    result = await code_check_tool(workspace_root=workspace)()
+
+    assert result["status"] == "error"
+    assert SECRET not in json.dumps(result)
+
+
+async def test_ruff_stderr_keeps_only_its_own_message_lines(
+    workspace: Path, tmp_path: Path
+) -> None:
+    script = (
+        "#!/bin/sh\n"
+        "echo 'ruff failed' >&2\n"
+        "echo '  Cause: TOML parse error at line 1, column 1' >&2\n"
+        f"echo '1 | password = {SECRET}' >&2\n"
+        "echo '  |  ^' >&2\n"
+        "exit 2\n"
+    )
+    finder = fake_ruff(tmp_path / "bin", script)
+
+    result = await code_check_tool(workspace_root=workspace, _binaries=finder)()
+
+    assert result["status"] == "error"
+    assert "TOML parse error" in result["summary"]
+    assert SECRET not in result["summary"]

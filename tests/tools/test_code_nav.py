@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from lionfactory.errors import ToolInputError
 from lionfactory.tools.code_nav import NavItem, NavRequest, NavResponse, code_nav_tool
@@ -201,3 +204,66 @@ def test_models_describe_every_field() -> None:
     assert (tool.name, tool.request_model) == ("code_nav", NavRequest)
     for model in (NavRequest, NavResponse, NavItem):
         assert all(field.description for field in model.model_fields.values())
+
+
+# -- load: many concurrent calls ---------------------------------------------------
+
+
+@pytest.fixture
+def gil_yielding_collections():
+    """Every garbage collection lets another thread run.
+
+    That is the interleaving that breaks concurrent `ast.parse` in CPython (its
+    AST depth counter is per interpreter), made certain instead of left to
+    chance as under real load.
+    """
+
+    def yield_gil(_phase: str, _info: dict[str, int]) -> None:
+        time.sleep(0)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(yield_gil)
+    gc.set_threshold(50)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(yield_gil)
+        gc.set_threshold(*threshold)
+
+
+@pytest.mark.usefixtures("gil_yielding_collections")
+async def test_concurrent_calls_never_fail(tmp_path: Path) -> None:
+    """20 sessions x 25 calls at once, as an MCP server under load runs them."""
+    nested = "[" * 40 + "1" + "]" * 40
+    source = "".join(
+        f"def f{i}(a, b={nested}):\n    return {{k: [v] for k, v in a}}\n" for i in range(5)
+    )
+    (tmp_path / "mod.py").write_text(source)
+    tool = code_nav_tool(workspace_root=tmp_path)
+    failures: list[str] = []
+
+    async def session() -> None:
+        for _ in range(25):
+            try:
+                result = await tool(action="outline", path="mod.py")
+            except Exception as exc:  # the test reports every way a call can fail
+                failures.append(repr(exc))
+                continue
+            if not result["success"] or len(result["items"]) != 5:
+                failures.append(str(result))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(session)
+
+    assert failures == []
+
+
+async def test_source_nested_too_deeply_for_the_parser_is_a_typed_failure(tmp_path: Path) -> None:
+    (tmp_path / "deep.py").write_text("x = " + "(" * 5_000 + "1" + ")" * 5_000 + "\n")
+    tool = code_nav_tool(workspace_root=tmp_path)
+
+    result = await tool(action="outline", path="deep.py")
+
+    assert result["success"] is False
+    assert "deep.py" in result["error"]

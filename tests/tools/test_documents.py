@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
 import pytest
+import trio
 
 from lionfactory.tools import _documents
 from lionfactory.tools.reader import reader_tool
@@ -271,3 +274,116 @@ async def test_the_standard_pdf_pipeline_can_be_forced(workspace, docling):
     await tool(action="open", path="p.html")
     option = next(iter(docling.format_options.values()))
     assert type(option).__name__ == "PdfFormatOption"
+
+
+# -- hostile documents: nesting, deadline, cancellation ------------------------------
+
+
+class BlockingDocling:
+    """A docling whose conversion blocks until released (or ten seconds pass)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.conversions = 0
+        self.returned = 0
+
+    def __call__(self) -> types.SimpleNamespace:
+        real = _documents.import_docling()
+        spy = self
+
+        class DocumentConverter:
+            def __init__(self, *args, **kwargs):
+                pass
+
+            def convert(self, *args, **kwargs):
+                spy.conversions += 1
+                spy.started.set()
+                spy.release.wait(10)
+                spy.returned += 1
+                raise RuntimeError("released")
+
+        return types.SimpleNamespace(**{**vars(real), "DocumentConverter": DocumentConverter})
+
+
+@pytest.mark.parametrize("depth", [_documents.MAX_HTML_DEPTH + 1, 2_000, 10_000])
+async def test_deeply_nested_html_is_refused_before_conversion(
+    workspace: Path, docling: CountingDocling, clock: Clock, depth: int
+):
+    (workspace / "deep.html").write_text("<html><body>" + "<div>" * depth + "x")
+    reader = reader_tool(workspace_root=workspace, clock=clock, _load_docling=docling)
+
+    result = await reader(action="open", path="deep.html")
+
+    assert result["success"] is False
+    assert f"more than {_documents.MAX_HTML_DEPTH} levels" in result["error"]
+    assert docling.conversions == 0
+
+
+async def test_html_within_the_nesting_limit_converts(workspace: Path, reader):
+    inner = "<div>" * 100 + "<p>Deep but fine</p>" + "</div>" * 100
+    (workspace / "ok.html").write_text(f"<html><body><br/><img src=x>{inner}</body></html>")
+
+    result = await reader(action="open", path="ok.html")
+
+    assert result["success"] is True, result
+    assert "Deep but fine" in result["content"]
+
+
+def test_the_nesting_scan_is_linear():
+    """Four times the markup costs about four times the work (a stray `<` never rescans)."""
+
+    def work(data: bytes) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            _documents.html_depth_problem(data, "x")
+            best = min(best, time.process_time() - start)
+        return best
+
+    for unit in (b"<a", b"<p>x</p>", b"<br/>"):
+        small, large = work(unit * 50_000), work(unit * 200_000)
+        assert large / max(small, 1e-6) < 9, (unit, small, large)
+
+
+async def test_a_cancelled_open_returns_at_once(workspace: Path, clock: Clock):
+    (workspace / "page.html").write_text("<html><body><p>x</p></body></html>")
+    blocking = BlockingDocling()
+    reader = reader_tool(workspace_root=workspace, clock=clock, _load_docling=blocking)
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def open_it() -> None:
+                await reader(action="open", path="page.html")
+
+            nursery.start_soon(open_it)
+            await trio.to_thread.run_sync(blocking.started.wait, 10)
+            nursery.cancel_scope.cancel()
+        # Back here while the conversion is still blocked: nobody waited for it.
+        assert blocking.returned == 0
+        assert blocking.conversions == 1
+    finally:
+        blocking.release.set()
+
+
+async def test_a_conversion_past_the_deadline_is_abandoned_and_the_next_one_runs(
+    workspace: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+):
+    (workspace / "page.html").write_text("<html><body><p>x</p></body></html>")
+    _documents.import_docling()  # so the worker reaches the conversion well within the deadline
+    monkeypatch.setattr(_documents, "CONVERSION_SECONDS", 1.0)
+    blocking = BlockingDocling()
+    reader = reader_tool(workspace_root=workspace, clock=clock, _load_docling=blocking)
+    try:
+        first = await reader(action="open", path="page.html")
+
+        assert first["success"] is False
+        assert "took longer than" in first["error"] and "abandoned" in first["error"]
+        # The abandoned thread still holds the first converter; a second open
+        # gets a fresh one instead of queueing behind it.
+        second = await reader(action="open", path="page.html")
+        assert second["success"] is False and "abandoned" in second["error"]
+        assert blocking.conversions == 2
+        assert blocking.returned == 0
+    finally:
+        blocking.release.set()

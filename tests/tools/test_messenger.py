@@ -12,6 +12,7 @@ from lionfactory import Branch, Exchange
 from lionfactory.errors import ToolInputError
 from lionfactory.testing import ScriptedModel, assert_no_foreign_bindings, tool_call
 from lionfactory.tools import MessengerEvent, messenger_tool
+from lionfactory.tools.messenger import MAX_RECEIVE_CHARS, MAX_RECEIVE_MESSAGES
 
 # -- helpers --------------------------------------------------------------------
 
@@ -425,3 +426,80 @@ async def test_ten_messengers_exchange_a_thousand_messages_exactly_once_in_order
         for sender in names:
             order = [i for s, i in received[name] if s == sender]
             assert order == sorted(order)  # per-sender order
+
+
+# -- receive is capped ------------------------------------------------------------
+
+
+async def test_a_flood_is_received_in_capped_batches_and_nothing_is_lost():
+    """1,000 messages from a teammate never come back as one huge tool message."""
+    branches = team("alice", "bob")
+    for i in range(1_000):
+        await call(branches["alice"], action="send", to="bob", content=f"message {i:04d} " * 10)
+
+    seen: list[str] = []
+    batches = 0
+    while True:
+        result = await call(branches["bob"], action="receive")
+        batches += 1
+        assert len(result["messages"]) <= MAX_RECEIVE_MESSAGES
+        assert sum(len(m["content"]) for m in result["messages"]) <= MAX_RECEIVE_CHARS
+        assert len(json.dumps(result)) < 3 * MAX_RECEIVE_CHARS
+        seen += [m["content"].split()[1] for m in result["messages"]]
+        assert result["remaining"] == 1_000 - len(seen)
+        if not result["remaining"]:
+            break
+        assert "call receive again" in result["content"]
+
+    assert seen == [f"{i:04d}" for i in range(1_000)]
+    assert batches >= 1_000 // MAX_RECEIVE_MESSAGES
+
+
+async def test_long_messages_are_capped_by_characters():
+    branches = team("alice", "bob")
+    for _ in range(5):
+        await call(branches["alice"], action="send", to="bob", content="x" * 8_000)
+
+    first = await call(branches["bob"], action="receive")
+
+    assert len(first["messages"]) == MAX_RECEIVE_CHARS // 8_000
+    assert first["remaining"] == 5 - len(first["messages"])
+
+
+async def test_one_message_over_the_budget_is_cut_not_held_back():
+    branches = team("alice", "bob")
+    await call(branches["alice"], action="send", to="bob", content="y" * (MAX_RECEIVE_CHARS * 3))
+
+    result = await call(branches["bob"], action="receive")
+
+    (message,) = result["messages"]
+    assert len(message["content"]) < MAX_RECEIVE_CHARS + 100
+    assert "more characters" in message["content"]
+    assert result["remaining"] == 0
+
+
+async def test_a_sender_filtered_receive_leaves_other_senders_queued_in_order():
+    branches = team("alice", "bob", "carol")
+    await call(branches["carol"], action="send", to="bob", content="from carol 1")
+    for i in range(60):
+        await call(branches["alice"], action="send", to="bob", content=f"from alice {i}")
+    await call(branches["carol"], action="send", to="bob", content="from carol 2")
+
+    first = await call(branches["bob"], action="receive", sender="alice")
+    assert first["remaining"] == 60 - len(first["messages"])
+    carol = await call(branches["bob"], action="receive", sender="carol")
+    assert [m["content"] for m in carol["messages"]] == ["from carol 1", "from carol 2"]
+
+
+def test_exchange_receive_takes_at_most_limit_and_keeps_the_rest_in_order():
+    exchange = Exchange()
+    me, other = uuid.uuid4(), uuid.uuid4()
+    exchange.register(me)
+    exchange.register(other)
+    for i in range(5):
+        exchange.send(other, me, f"m{i}")
+
+    assert [m.content for m in exchange.receive(me, limit=2)] == ["m0", "m1"]
+    assert [m.content for m in exchange.receive(me)] == ["m2", "m3", "m4"]
+    with pytest.raises(ValueError, match="limit"):
+        exchange.receive(me, limit=0)
