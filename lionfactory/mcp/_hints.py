@@ -72,7 +72,7 @@ BUILTIN_HINTS: dict[str, ToolHints] = {
     "lionfactory.tools.bash.BashRequest": ToolHints(
         "Run a shell command", "BashResponse", read_only=False, destructive=True, open_world=True
     ),
-    "lionfactory.tools.search.SearchRequest": ToolHints(
+    "lionfactory.tools._search_models.SearchRequest": ToolHints(
         "Search the workspace", "SearchResponse", **_READ
     ),
     "lionfactory.tools.code_check.CodeCheckRequest": ToolHints(
@@ -87,7 +87,7 @@ BUILTIN_HINTS: dict[str, ToolHints] = {
     "lionfactory.tools._context_models.ContextRequest": ToolHints(
         "Manage the conversation context", "ContextResponse", read_only=False
     ),
-    "lionfactory.tools.messenger.MessengerRequest": ToolHints(
+    "lionfactory.tools._messenger_models.MessengerRequest": ToolHints(
         "Message teammates", "MessengerResponse", read_only=False
     ),
     "lionfactory.coding.sandbox.SandboxRequest": ToolHints(

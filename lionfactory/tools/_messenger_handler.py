@@ -14,7 +14,7 @@ from lionfactory._echo import echo, shorten
 from lionfactory._exchange import BaseExchange
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
-from lionfactory.tools.messenger import (
+from lionfactory.tools._messenger_models import (
     MAX_RECEIVE_CHARS,
     MAX_RECEIVE_MESSAGES,
     EventCallback,

@@ -27,7 +27,7 @@ from lionfactory.tools._search_engines import (
     list_builtin,
     list_ripgrep,
 )
-from lionfactory.tools.search import (
+from lionfactory.tools._search_models import (
     DEFAULT_FIND_RESULTS,
     DEFAULT_GREP_RESULTS,
     MAX_RESULTS,
