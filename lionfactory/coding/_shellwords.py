@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from lionfactory.tools._shellsplit import split
+from lionfactory.tools._bash_shellsplit import split
 
 __all__ = [
     "Command",

@@ -41,7 +41,7 @@ from lionfactory._echo import echo
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
-from lionfactory.tools._shellsplit import split, unquoted_operator
+from lionfactory.tools._bash_shellsplit import split, unquoted_operator
 
 __all__ = ["BashRequest", "BashResponse", "bash_tool"]
 

@@ -12,7 +12,7 @@ refused; the success snippet is centred on the edit site.
 
 Every path is opened through the workspace seam (no symlink followed, never
 outside the root) and written relative to its parent directory's
-descriptor (`lionfactory.tools._files`): atomically, with the old mode,
+descriptor (`lionfactory.tools._editor_files`): atomically, with the old mode,
 owner, group and extended attributes kept, in place for a hard-linked file.
 Read-modify-replace runs under a directory lock that other lionfactory
 processes honour too, and the replacement happens only if the file is still
@@ -44,8 +44,7 @@ from lionfactory._evidence import (
 )
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace, refuse_private_key
-from lionfactory.tools._edit_text import match_lines, not_found, snippet
-from lionfactory.tools._files import (
+from lionfactory.tools._editor_files import (
     DEFAULT_STEPS,
     FileChanged,
     LateChange,
@@ -55,6 +54,7 @@ from lionfactory.tools._files import (
     directory_lock,
     remove_stale_temps,
 )
+from lionfactory.tools._editor_text import match_lines, not_found, snippet
 
 __all__ = ["EditorRequest", "EditorResponse", "editor_tool"]
 

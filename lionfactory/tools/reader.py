@@ -37,8 +37,8 @@ from lionfactory._global_excludes import global_excludes
 from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace
-from lionfactory.tools import _documents
-from lionfactory.tools._window import (
+from lionfactory.tools import _reader_documents
+from lionfactory.tools._reader_window import (
     COUNT_BUDGET,
     DEFAULT_LIMIT,
     FULL_COUNT_BYTES,
@@ -320,7 +320,7 @@ def _list_dir(
 class _ReaderHandler:
     """The ``reader`` handler: one workspace, one document opener."""
 
-    def __init__(self, workspace: Workspace, opener: _documents.DocumentOpener) -> None:
+    def __init__(self, workspace: Workspace, opener: _reader_documents.DocumentOpener) -> None:
         self.workspace = workspace
         self.opener = opener
 
@@ -330,7 +330,7 @@ class _ReaderHandler:
     async def __call__(self, request: ReaderRequest) -> ReaderResponse:
         offset = max(request.offset or 0, 0)
         limit = request.limit if request.limit and request.limit > 0 else DEFAULT_LIMIT
-        if _documents.looks_like_url(request.path):
+        if _reader_documents.looks_like_url(request.path):
             if request.action == "open":
                 return await self._open(request.path, offset, limit)
             return _failure(
@@ -374,7 +374,7 @@ class _ReaderHandler:
     async def _open(self, target: str | Location, offset: int, limit: int) -> ReaderResponse:
         try:
             markdown = await self.opener.open(target)
-        except _documents.DocumentError as exc:
+        except _reader_documents.DocumentError as exc:
             return _failure(exc.message)
         window = await anyio.to_thread.run_sync(_window_of_text, markdown, offset, limit)
         return _window_response(window, offset, "document")
@@ -472,7 +472,7 @@ def reader_tool(
     if clock is not None and not callable(clock):
         raise TypeError(f"clock must be callable, got {clock!r}")
     workspace = Workspace.at(workspace_root, protected=protected_names)
-    opener = _documents.DocumentOpener.build(
+    opener = _reader_documents.DocumentOpener.build(
         allowed_hosts=allowed_hosts,
         cache_ttl=float(cache_ttl),
         pdf_pipeline=pdf_pipeline,

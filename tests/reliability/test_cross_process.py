@@ -22,7 +22,7 @@ import trio
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from lionfactory.tools import _files
+from lionfactory.tools import _editor_files
 from lionfactory.tools.editor import editor_tool
 
 # Each child increments its own counter line M times, then prints how many
@@ -82,7 +82,7 @@ def test_edits_from_several_processes_all_land(tmp_path_factory: Any, processes:
     assert (root / "shared.txt").read_text() == "".join(f"{name}={edits};\n" for name in names)
 
 
-def appending_step(target: Path, when: str) -> _files.WriteSteps:
+def appending_step(target: Path, when: str) -> _editor_files.WriteSteps:
     """Steps where "another program" appends one line to the target, at `when`.
 
     ``before check``: between the read and the change check; ``before
@@ -102,7 +102,7 @@ def appending_step(target: Path, when: str) -> _files.WriteSteps:
                 append(handle)
             os.fsync(fd)
 
-        return attrs.evolve(_files.DEFAULT_STEPS, fsync=fsync)
+        return attrs.evolve(_editor_files.DEFAULT_STEPS, fsync=fsync)
 
     def replace(dir_fd: int, temp: str, name: str) -> None:
         with open(target, "a") as handle:
@@ -112,7 +112,7 @@ def appending_step(target: Path, when: str) -> _files.WriteSteps:
             if when == "after rename":
                 append(handle)
 
-    return attrs.evolve(_files.DEFAULT_STEPS, replace=replace)
+    return attrs.evolve(_editor_files.DEFAULT_STEPS, replace=replace)
 
 
 @pytest.mark.parametrize("when", ["before check", "before rename", "after rename"])
@@ -141,7 +141,7 @@ async def test_a_whole_file_write_over_a_file_changed_meanwhile_is_refused(works
 KILLED_WRITER = textwrap.dedent(
     """
     import os, sys, time, attrs, trio
-    from lionfactory.tools import _files
+    from lionfactory.tools import _editor_files
     from lionfactory.tools.editor import editor_tool
 
     def write(fd, data):
@@ -149,7 +149,7 @@ KILLED_WRITER = textwrap.dedent(
         print("ready", flush=True)
         time.sleep(600)  # killed long before
 
-    steps = attrs.evolve(_files.DEFAULT_STEPS, write=write)
+    steps = attrs.evolve(_editor_files.DEFAULT_STEPS, write=write)
     editor = editor_tool(workspace_root=sys.argv[1], _write_steps=steps)
     trio.run(lambda: editor(action="write", file_path="big.txt", content="x" * 100))
     """
@@ -157,7 +157,9 @@ KILLED_WRITER = textwrap.dedent(
 
 
 def temps(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(_files.TEMP_PREFIX))
+    return sorted(
+        p.name for p in directory.iterdir() if p.name.startswith(_editor_files.TEMP_PREFIX)
+    )
 
 
 def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(workspace: Path):
@@ -185,7 +187,7 @@ async def test_an_edit_is_redone_on_content_another_program_rewrote_meanwhile(wo
             target.write_text("zero\nfirst\n")
         os.fsync(fd)
 
-    steps = attrs.evolve(_files.DEFAULT_STEPS, fsync=fsync)
+    steps = attrs.evolve(_editor_files.DEFAULT_STEPS, fsync=fsync)
     editor = editor_tool(workspace_root=workspace, _write_steps=steps)
     answer = await editor(action="edit", file_path="a.txt", old_string="first", new_string="1st")
     assert answer["success"], answer

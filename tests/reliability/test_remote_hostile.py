@@ -25,7 +25,7 @@ import trio
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-from lionfactory.tools._remote import Fetcher, FetchRefused, is_public_address
+from lionfactory.tools._reader_remote import Fetcher, FetchRefused, is_public_address
 from lionfactory.tools.reader import reader_tool
 
 httpx = pytest.importorskip("httpx")

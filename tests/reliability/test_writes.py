@@ -21,7 +21,7 @@ import trio
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from lionfactory.tools._files import DEFAULT_STEPS, WriteSteps
+from lionfactory.tools._editor_files import DEFAULT_STEPS, WriteSteps
 from lionfactory.tools.editor import editor_tool
 
 MARKER = "MARKER_LINE"

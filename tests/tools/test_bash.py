@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lionfactory.errors import ToolInputError
-from lionfactory.tools._shellsplit import split
+from lionfactory.tools._bash_shellsplit import split
 from lionfactory.tools.bash import (
     MAX_COMMAND_CHARS,
     BashRequest,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lionfactory.tools import _documents
+from lionfactory.tools import _reader_documents
 from lionfactory.tools.reader import reader_tool
 
 docx = pytest.importorskip("docx")
@@ -38,7 +38,7 @@ class CountingDocling:
         self.format_options: dict = {}
 
     def __call__(self) -> types.SimpleNamespace:
-        real = _documents.import_docling()
+        real = _reader_documents.import_docling()
         spy = self
 
         class DocumentConverter(real.DocumentConverter):
@@ -169,7 +169,7 @@ async def test_each_factory_call_has_its_own_cache(workspace, docling, clock):
 
 
 def test_the_cache_is_bounded_in_entries(clock):
-    cache = _documents._Cache(ttl=60, clock=clock, max_entries=2, max_bytes=1000)
+    cache = _reader_documents._Cache(ttl=60, clock=clock, max_entries=2, max_bytes=1000)
     for name in "abc":
         cache.put(name, 1, b"x")
     assert cache.get("a", 1) is None
@@ -178,7 +178,7 @@ def test_the_cache_is_bounded_in_entries(clock):
 
 
 def test_the_cache_is_bounded_in_bytes(clock):
-    cache = _documents._Cache(ttl=60, clock=clock, max_entries=10, max_bytes=10)
+    cache = _reader_documents._Cache(ttl=60, clock=clock, max_entries=10, max_bytes=10)
     cache.put("a", 1, b"123456")
     cache.put("b", 1, b"123456")
     cache.put("huge", 1, b"x" * 11)
@@ -259,7 +259,7 @@ async def test_pdfs_convert_without_torch(reader, workspace: Path):
 
 
 async def test_auto_uses_the_native_pdf_pipeline_without_local_models(reader, docling, workspace):
-    assert _documents.standard_pdf_models_available() is False
+    assert _reader_documents.standard_pdf_models_available() is False
     make_pdf(workspace / "invoice.pdf")
     await reader(action="open", path="invoice.pdf")
     option = next(iter(docling.format_options.values()))
@@ -289,7 +289,7 @@ class BlockingDocling:
         self.returned = 0
 
     def __call__(self) -> types.SimpleNamespace:
-        real = _documents.import_docling()
+        real = _reader_documents.import_docling()
         spy = self
 
         class DocumentConverter:
@@ -306,7 +306,7 @@ class BlockingDocling:
         return types.SimpleNamespace(**{**vars(real), "DocumentConverter": DocumentConverter})
 
 
-@pytest.mark.parametrize("depth", [_documents.MAX_HTML_DEPTH + 1, 2_000, 10_000])
+@pytest.mark.parametrize("depth", [_reader_documents.MAX_HTML_DEPTH + 1, 2_000, 10_000])
 async def test_deeply_nested_html_is_refused_before_conversion(
     workspace: Path, docling: CountingDocling, clock: Clock, depth: int
 ):
@@ -316,7 +316,7 @@ async def test_deeply_nested_html_is_refused_before_conversion(
     result = await reader(action="open", path="deep.html")
 
     assert result["success"] is False
-    assert f"more than {_documents.MAX_HTML_DEPTH} levels" in result["error"]
+    assert f"more than {_reader_documents.MAX_HTML_DEPTH} levels" in result["error"]
     assert docling.conversions == 0
 
 
@@ -337,7 +337,7 @@ def test_the_nesting_scan_is_linear():
         best = float("inf")
         for _ in range(3):
             start = time.process_time()
-            _documents.html_depth_problem(data, "x")
+            _reader_documents.html_depth_problem(data, "x")
             best = min(best, time.process_time() - start)
         return best
 
@@ -370,8 +370,9 @@ async def test_a_conversion_past_the_deadline_is_abandoned_and_the_next_one_runs
     workspace: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ):
     (workspace / "page.html").write_text("<html><body><p>x</p></body></html>")
-    _documents.import_docling()  # so the worker reaches the conversion well within the deadline
-    monkeypatch.setattr(_documents, "CONVERSION_SECONDS", 1.0)
+    # Imported now, so the worker reaches the conversion well within the deadline.
+    _reader_documents.import_docling()
+    monkeypatch.setattr(_reader_documents, "CONVERSION_SECONDS", 1.0)
     blocking = BlockingDocling()
     reader = reader_tool(workspace_root=workspace, clock=clock, _load_docling=blocking)
     try:

@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from lionfactory._call import CallContext, call_context
-from lionfactory.tools import _files
+from lionfactory.tools import _editor_files
 from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
 from lionfactory.tools.reader import reader_tool
 
@@ -26,7 +26,9 @@ def editor(workspace: Path):
 
 
 def leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(_files.TEMP_PREFIX))
+    return sorted(
+        p.name for p in directory.iterdir() if p.name.startswith(_editor_files.TEMP_PREFIX)
+    )
 
 
 # --- write ----------------------------------------------------------------------
@@ -313,12 +315,12 @@ def fail(*_args: object) -> None:
 
 
 @contextmanager
-def opened(target: Path) -> Iterator[tuple[int, _files.Original]]:
+def opened(target: Path) -> Iterator[tuple[int, _editor_files.Original]]:
     """The target's directory descriptor and the target as read."""
     dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     fd = os.open(target, os.O_RDONLY)
     try:
-        yield dir_fd, _files.Original(fd=fd, st=os.fstat(fd), data=target.read_bytes())
+        yield dir_fd, _editor_files.Original(fd=fd, st=os.fstat(fd), data=target.read_bytes())
     finally:
         os.close(fd)
         os.close(dir_fd)
@@ -328,9 +330,9 @@ def opened(target: Path) -> Iterator[tuple[int, _files.Original]]:
 def test_a_failed_step_leaves_the_original_and_no_temp_file(workspace: Path, step: str):
     target = workspace / "a.txt"
     target.write_bytes(b"original\r\n")
-    steps = attrs.evolve(_files.WriteSteps(), **{step: fail})
+    steps = attrs.evolve(_editor_files.WriteSteps(), **{step: fail})
     with opened(target) as (dir_fd, original), pytest.raises(Boom):
-        _files.commit(dir_fd, "a.txt", b"new", original=original, steps=steps)
+        _editor_files.commit(dir_fd, "a.txt", b"new", original=original, steps=steps)
     assert target.read_bytes() == b"original\r\n"
     assert leftovers(workspace) == []
 
@@ -340,7 +342,7 @@ def test_commit_replaces_keeps_the_mode_and_leaves_no_temp_file(workspace: Path)
     target.write_bytes(b"old")
     target.chmod(0o600)
     with opened(target) as (dir_fd, original):
-        _files.commit(dir_fd, "a.txt", b"new", original=original)
+        _editor_files.commit(dir_fd, "a.txt", b"new", original=original)
     assert target.read_bytes() == b"new"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert leftovers(workspace) == []
@@ -350,7 +352,7 @@ async def test_failure_between_write_and_replace_is_a_typed_error(workspace: Pat
     original = b"line one\nline two\n"
     (workspace / "a.txt").write_bytes(original)
     tool = editor_tool(
-        workspace_root=workspace, _write_steps=attrs.evolve(_files.WriteSteps(), fsync=fail)
+        workspace_root=workspace, _write_steps=attrs.evolve(_editor_files.WriteSteps(), fsync=fail)
     )
     result = await tool(action="edit", file_path="a.txt", old_string="one", new_string="1")
     assert result["success"] is False
@@ -495,7 +497,7 @@ async def test_a_hard_linked_file_is_edited_in_place_and_its_twin_follows(worksp
 async def test_a_failed_write_removes_the_directories_it_created(workspace: Path):
     (workspace / "kept").mkdir()
     tool = editor_tool(
-        workspace_root=workspace, _write_steps=attrs.evolve(_files.WriteSteps(), write=fail)
+        workspace_root=workspace, _write_steps=attrs.evolve(_editor_files.WriteSteps(), write=fail)
     )
     result = await tool(action="write", file_path="kept/a/b/c/new.txt", content="x")
     assert result["success"] is False

@@ -434,7 +434,7 @@ def test_importing_the_tools_imports_neither_docling_nor_httpx():
 
 
 async def test_a_huge_file_is_not_counted_past_the_budget(reader, workspace: Path):
-    from lionfactory.tools._window import FULL_COUNT_BYTES
+    from lionfactory.tools._reader_window import FULL_COUNT_BYTES
 
     line = b"x" * 99 + b"\n"
     lines = FULL_COUNT_BYTES // len(line) + 50_000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory.tools._remote import is_public_address
+from lionfactory.tools._reader_remote import is_public_address
 from lionfactory.tools.reader import reader_tool
 
 httpx = pytest.importorskip("httpx")

@@ -50,7 +50,7 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._workspace import Location, PathRefused
-from lionfactory.tools import _remote
+from lionfactory.tools import _reader_remote
 
 if TYPE_CHECKING:
     import httpx
@@ -419,7 +419,7 @@ class DocumentOpener:
 
     converter: _Converter
     cache: _Cache
-    fetcher: _remote.Fetcher
+    fetcher: _reader_remote.Fetcher
     deadline: float = CONVERSION_SECONDS
 
     @classmethod
@@ -438,7 +438,7 @@ class DocumentOpener:
         return cls(
             converter=_Converter(load=load_docling or import_docling, pdf_pipeline=pdf_pipeline),
             cache=_Cache(ttl=cache_ttl, clock=clock or time.monotonic),
-            fetcher=_remote.Fetcher.build(
+            fetcher=_reader_remote.Fetcher.build(
                 allowed_hosts=allowed_hosts, transport=transport, resolver=resolver
             ),
             deadline=CONVERSION_SECONDS,
@@ -453,7 +453,7 @@ class DocumentOpener:
         if isinstance(target, str):
             try:
                 name, data = await self.fetcher.fetch(target)
-            except _remote.FetchRefused as exc:
+            except _reader_remote.FetchRefused as exc:
                 raise DocumentError(exc.message) from None
             identity = target
             version: Hashable = hashlib.sha256(data).hexdigest()

@@ -1,7 +1,7 @@
 """The editor's text work: where matches are, why one was not found, the snippet shown.
 
 Pure functions over bytes and text, no I/O: the editor's file handling lives
-in `lionfactory.tools.editor` and `lionfactory.tools._files`.
+in `lionfactory.tools.editor` and `lionfactory.tools._editor_files`.
 """
 
 from __future__ import annotations
