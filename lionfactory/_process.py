@@ -41,7 +41,7 @@ import anyio
 import attrs
 from anyio.abc import ByteReceiveStream
 
-from lionfactory.errors import LionfactoryError
+from lionfactory.errors import ToolFailure
 
 __all__ = ["DEFAULT_MAX_BYTES", "LaunchError", "ProcessResult", "run_process"]
 
@@ -57,7 +57,7 @@ _GROUP_GONE_GRACE = 3.0
 _REAP_GRACE = 5.0
 
 
-class LaunchError(LionfactoryError):
+class LaunchError(ToolFailure):
     """The process could not be started; `message` says why in words a model can use.
 
     Attributes:
@@ -69,11 +69,7 @@ class LaunchError(LionfactoryError):
     def __init__(self, program: str, reason: str) -> None:
         self.program = program
         self.reason = reason
-        self.message = f"Could not start {program!r}: {reason}."
-        super().__init__(self.message)
-
-    def __str__(self) -> str:
-        return self.message
+        super().__init__(f"Could not start {program!r}: {reason}.")
 
 
 @attrs.frozen

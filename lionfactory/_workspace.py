@@ -46,7 +46,7 @@ import attrs
 
 from lionfactory import _beneath
 from lionfactory._secret_names import BACKUP_SUFFIXES, DEFAULT_PROTECTED_NAMES
-from lionfactory.errors import LionfactoryError
+from lionfactory.errors import ToolFailure
 
 __all__ = [
     "BACKUP_SUFFIXES",
@@ -76,16 +76,12 @@ MAX_PATH_CHARS = 4096
 """Longest path a tool accepts: Linux's PATH_MAX; no longer name can be opened."""
 
 
-class PathRefused(LionfactoryError):
+class PathRefused(ToolFailure):
     """A path the model gave cannot be used; `message` says what to do instead."""
 
     def __init__(self, path: object, message: str) -> None:
         super().__init__(message)
         self.path = path
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def _normalise_patterns(names: Iterable[str]) -> frozenset[str]:

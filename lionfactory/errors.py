@@ -21,14 +21,28 @@ never crashes an agent loop::
     ├── McpConnectionError (ConnectionError)
     │                                    an MCP server could not be started, initialized
     │                                    or reached for a call (lionfactory.mcp)
-    └── ToolError                        model-facing: Branch.act reports it to the model
-        ├── ToolInputError (ValueError)  the arguments failed validation
-        ├── ToolDenied                   a pre hook refused the call
-        └── UnknownToolError (LookupError)  no tool of that name on the branch
+    ├── ToolError                        model-facing: Branch.act reports it to the model
+    │   ├── ToolInputError (ValueError)  the arguments failed validation
+    │   ├── ToolDenied                   a pre hook refused the call
+    │   └── UnknownToolError (LookupError)  no tool of that name on the branch
+    └── ToolFailure                      inside one tool: answered as its typed response
+        ├── PathRefused                  a path outside the workspace, a link, a secret
+        ├── LaunchError                  a program could not be started
+        ├── GitError                     a git call of the sandbox failed
+        ├── DocumentError                a document cannot be opened (reader)
+        ├── FetchRefused                 a URL was refused or not fetched (reader)
+        ├── ContextFailure               a context action cannot be done
+        ├── _NavFailure                  a code_nav lookup has no answer
+        └── _Failure                     a messenger action cannot be done
 
-Expected operational failures of a tool (a missing file, a timed-out command,
-an absent binary) are not exceptions at all: the tools return them as typed
-responses with `success=False` or an error `status`.
+The `ToolFailure` family never leaves a tool: deep code raises one to stop
+early with a sentence for the model, and the tool's handler catches it at its
+one boundary and returns it as a typed response (``success=False`` or an
+error ``status``). They live beside the code that raises them (the seams,
+the tool modules); the two with a leading underscore are private to their
+tool. Other expected operational failures (a missing file, a timed-out
+command, an absent binary) are not exceptions at all: the tools return them
+as typed responses directly.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ __all__ = [
     "ScriptExhaustedError",
     "ToolDenied",
     "ToolError",
+    "ToolFailure",
     "ToolInputError",
     "UnknownBranchError",
     "UnknownOwnerError",
@@ -154,6 +169,26 @@ class UnknownBranchError(LionfactoryError, LookupError):
 
 class ScriptExhaustedError(LionfactoryError, AssertionError):
     """A `ScriptedModel` was asked for more replies than its script holds."""
+
+
+class ToolFailure(LionfactoryError):
+    """An expected failure inside one tool, answered as that tool's typed response.
+
+    Raised and caught within a tool (or the seams it uses) so that deep code
+    can stop early with a sentence for the model; the handler returns
+    `message` as ``success=False`` or an error ``status``. It never reaches
+    `Branch.act`.
+
+    Attributes:
+        message: what the model reads, saying what to do next.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class ToolError(LionfactoryError):

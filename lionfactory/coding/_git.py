@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 
 from lionfactory._process import LaunchError, ProcessResult, run_process
-from lionfactory.errors import LionfactoryError
+from lionfactory.errors import ToolFailure
 
 __all__ = ["FALLBACK_IDENTITY", "Git", "GitError", "Runner"]
 
@@ -137,16 +137,12 @@ DEFAULT_TIMEOUT = 60.0
 HOOK_TIMEOUT = 300.0
 
 
-class GitError(LionfactoryError):
+class GitError(ToolFailure):
     """A git call failed; `message` is a sentence a model can act on."""
 
     def __init__(self, message: str, result: ProcessResult | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.result = result
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def _describe(result: ProcessResult) -> str:

@@ -13,6 +13,7 @@ from lionfactory._branch import Branch
 from lionfactory._call import current_call
 from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._messages import Message
+from lionfactory.errors import ToolFailure
 
 __all__ = [
     "AUTO_SOURCE_CHARS",
@@ -47,12 +48,8 @@ _SUMMARY_SYSTEM = (
 )
 
 
-class ContextFailure(Exception):
+class ContextFailure(ToolFailure):
     """An expected failure the handler turns into ``success=False`` (never escapes)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 def split_view(branch: Branch) -> tuple[list[Message], list[Message]]:

@@ -13,7 +13,7 @@ from lionfactory._call import current_call
 from lionfactory._echo import echo, shorten
 from lionfactory._exchange import BaseExchange
 from lionfactory._messages import Message
-from lionfactory.errors import UnknownOwnerError
+from lionfactory.errors import ToolFailure, UnknownOwnerError
 from lionfactory.tools._messenger_models import (
     MAX_RECEIVE_CHARS,
     MAX_RECEIVE_MESSAGES,
@@ -32,10 +32,8 @@ __all__ = ["_MessengerHandler"]
 logger = logging.getLogger("lionfactory")
 
 
-class _Failure(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+class _Failure(ToolFailure):
+    """A messenger action that cannot be done; the handler returns `message` as a failure."""
 
 
 class _MessengerHandler:

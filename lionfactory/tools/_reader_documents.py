@@ -50,6 +50,7 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._workspace import Location, PathRefused
+from lionfactory.errors import ToolFailure
 from lionfactory.tools import _reader_remote
 
 if TYPE_CHECKING:
@@ -99,12 +100,8 @@ _LAYOUT_REPO = "docling-project/docling-layout-heron"
 PdfPipeline = Literal["auto", "standard", "native"]
 
 
-class DocumentError(Exception):
+class DocumentError(ToolFailure):
     """A document cannot be opened; `message` tells the model what to do."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 def looks_like_url(target: str) -> bool:

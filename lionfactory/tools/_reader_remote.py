@@ -46,6 +46,7 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._echo import echo
+from lionfactory.errors import ToolFailure
 
 if TYPE_CHECKING:
     import httpx
@@ -95,12 +96,8 @@ _METADATA = frozenset(
 )
 
 
-class FetchRefused(Exception):
+class FetchRefused(ToolFailure):
     """A URL was refused or could not be fetched; `message` is for the model."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 def is_public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

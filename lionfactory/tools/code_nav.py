@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.errors import ToolFailure
 
 __all__ = ["NavItem", "NavRequest", "NavResponse", "code_nav_tool"]
 
@@ -112,10 +113,8 @@ class NavResponse(BaseModel):
     error: str | None = Field(default=None, description="Why it failed, and what to do.")
 
 
-class _NavFailure(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+class _NavFailure(ToolFailure):
+    """A lookup that cannot be answered; the handler returns `message` as ``success=False``."""
 
 
 def _cut(text: str) -> str:
