@@ -18,6 +18,11 @@ Guarantees, in the order they matter to an agent:
   concurrently to the end; each keeps at most ``max_bytes`` and discards the
   rest while still reading, so a child writing gigabytes neither blocks on a
   full pipe nor fills our memory.
+* **Confinement is applied here.** With an `Isolation` (chosen once, at
+  factory time, see `lionfactory._isolation`), the argv is wrapped in the
+  mechanism (bwrap or the Landlock exec helper) and the child gets its private
+  temporary directory, removed when the call ends. Nobody else builds a
+  sandbox command line.
 * **Launch failures are distinguishable.** A binary that is missing, not
   executable or not a valid program, or a working directory that does not
   exist, raises `LaunchError` instead of returning a result.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -37,9 +43,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import attrs
 from anyio.abc import ByteReceiveStream
 
+from lionfactory._isolation import Isolation
 from lionfactory.errors import LionfactoryError
 
 __all__ = ["DEFAULT_MAX_BYTES", "LaunchError", "ProcessResult", "run_process"]
@@ -176,6 +184,24 @@ async def _wait_group_gone(pgid: int) -> None:
             delay = min(delay * 2, 0.05)
 
 
+def _check_program(program: str, cwd: Path, env: Mapping[str, str] | None) -> None:
+    """Fail like exec would for a program a wrapper could not start.
+
+    Under a mechanism the program is exec'd by the wrapper, whose failure would
+    be an exit status; checking first keeps "no such program" a `LaunchError`.
+    """
+    if not cwd.is_dir():
+        raise LaunchError(program, f"No such file or directory ({cwd})")
+    if os.sep in program:
+        path = program if os.path.isabs(program) else str(cwd / program)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise LaunchError(program, f"No such executable file ({path})")
+        return
+    search = (os.environ if env is None else env).get("PATH", os.defpath)
+    if shutil.which(program, path=search) is None:
+        raise LaunchError(program, "No such file or directory (not found on PATH)")
+
+
 def _launch_reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc)
@@ -183,6 +209,11 @@ def _launch_reason(exc: BaseException) -> str:
             reason = f"{reason} ({os.fsdecode(exc.filename)})"
         return reason
     return str(exc) or type(exc).__name__
+
+
+def _remove(tmpdir: Path | None) -> None:
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 async def run_process(
@@ -193,6 +224,7 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     announce_truncation: bool = True,
+    isolation: Isolation | None = None,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout`, then make sure its whole group is gone.
 
@@ -205,6 +237,8 @@ async def run_process(
         announce_truncation: append a ``[stdout truncated: ...]`` line to a
             cut stream's text (callers that parse the output turn it off and
             read the ``*_truncated`` flags instead).
+        isolation: the confinement to run under; ``None`` or mechanism
+            ``"none"`` runs the program directly.
 
     Returns:
         The `ProcessResult`. A timeout is a result (``timed_out=True``), not an error.
@@ -219,18 +253,26 @@ async def run_process(
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes!r}")
     started = time.monotonic()
+    launch_argv, launch_env, tmpdir = list(args), env, None
+    if isolation is not None and isolation.confined:
+        if any("\x00" in arg for arg in args):
+            raise LaunchError(args[0], "embedded null byte")
+        _check_program(args[0], Path(cwd), env)
+        launch = isolation.launch(args, cwd=Path(cwd), env=env)
+        launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
     try:
         process = await anyio.open_process(
-            list(args),
+            launch_argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=Path(cwd),
-            env=env,
+            env=launch_env,
             start_new_session=True,
         )
     except (OSError, ValueError) as exc:
         # ValueError: an argument with a NUL byte never reaches exec().
+        _remove(tmpdir)
         raise LaunchError(args[0], _launch_reason(exc)) from None
     # start_new_session makes the child a session and group leader.
     pgid = process.pid
@@ -259,6 +301,8 @@ async def run_process(
                 await process.aclose()
             if alive:
                 await _wait_group_gone(pgid)
+            if tmpdir is not None:
+                await anyio.to_thread.run_sync(_remove, tmpdir)
     return ProcessResult(
         argv=args,
         returncode=process.returncode,

