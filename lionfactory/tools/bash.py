@@ -25,6 +25,11 @@ Decisions (DESIGN §9):
   *entire* environment; otherwise the child inherits the environment of the
   Python process at the time of the call.
 * **stdin** is empty (``/dev/null``): nothing can wait for input.
+* **Isolation.** ``isolation`` (default ``"none"``, so scripts keep today's
+  behaviour) confines every command in the kernel: writes only inside the
+  workspace and a private temp dir, hidden home directory, network per
+  ``network``, no process outliving the call. The mechanism is chosen once,
+  by the factory, and named in the description and in every response.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -128,6 +134,10 @@ class BashResponse(BaseModel):
         description="Something the caller should know about how the command ran (a clamped "
         "timeout).",
     )
+    isolation: str = Field(
+        default="none",
+        description="What confined the command: bwrap, landlock, or none (full user rights).",
+    )
 
 
 # One entry per refused operator, longest first so "&&" is named, not "&".
@@ -213,6 +223,7 @@ def _split_command(command: str) -> list[str]:
 class _BashHandler:
     workspace: Workspace
     env: Mapping[str, str] | None = attrs.field(repr=False)
+    isolation: Isolation | None = None
 
     def _directory(self, cwd: str | None) -> Path:
         directory = self.workspace.resolve("." if cwd is None else cwd)
@@ -223,6 +234,12 @@ class _BashHandler:
         return directory
 
     async def __call__(self, request: BashRequest) -> BashResponse:
+        response = await self._run(request)
+        if self.isolation is not None:
+            response.isolation = self.isolation.mechanism
+        return response
+
+    async def _run(self, request: BashRequest) -> BashResponse:
         try:
             argv = _split_command(request.command)
         except ValueError as exc:
@@ -247,7 +264,13 @@ class _BashHandler:
             except PathRefused as exc:
                 return BashResponse(error=f"cwd refused: {exc.message}", notice=notice)
         try:
-            result = await run_process(argv, cwd=cwd, timeout=timeout_ms / 1000, env=self.env)
+            result = await run_process(
+                argv,
+                cwd=cwd,
+                timeout=timeout_ms / 1000,
+                env=self.env,
+                isolation=self.isolation,
+            )
         except LaunchError as exc:
             return BashResponse(
                 error=f"{exc.message} Check the program name (it is looked up on PATH).",
@@ -288,6 +311,9 @@ def bash_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     protected_names: Iterable[str] | None = None,
+    isolation: str | Isolation = "none",
+    network: str = "none",
+    hidden_paths: Iterable[str | os.PathLike[str]] | None = None,
 ) -> Tool:
     """Build the ``bash`` tool.
 
@@ -298,19 +324,30 @@ def bash_tool(
             child inherits ``os.environ`` as it is at the time of each call.
         protected_names: fnmatch patterns of names ``cwd`` may not pass
             through; the workspace defaults when None.
+        isolation: ``"none"`` (no confinement), ``"auto"`` (the strongest
+            mechanism available, named in the description), ``"bwrap"`` or
+            ``"landlock"`` (that one, or `ConfigurationError`), or an
+            inherited `Isolation` to narrow to this workspace.
+        network: under isolation, ``"none"``, ``"loopback"`` or ``"full"``.
+        hidden_paths: under isolation, paths commands may not read; default:
+            the home directory, its key folders and ``/root``.
 
     Returns:
         The ``bash`` Tool (safe to share: it is bound to no branch).
 
     Raises:
+        ConfigurationError: the requested mechanism cannot work here.
         ValueError: the workspace root is not a directory, or `env` has an
             invalid entry.
         TypeError: an option of the wrong type.
     """
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(
+        isolation, workspace.root, network=network, hidden=hidden_paths
+    )
     return Tool(
         name="bash",
-        description=_DESCRIPTION,
+        description=f"{_DESCRIPTION}\n{confinement.describe()}",
         request_model=BashRequest,
-        handler=_BashHandler(workspace, _check_env(env)),
+        handler=_BashHandler(workspace, _check_env(env), confinement),
     )
