@@ -58,6 +58,7 @@ __all__ = [
     "bwrap_binary",
     "default_hidden",
     "landlock_abi",
+    "mechanism_problem",
     "resolve_isolation",
     "workspace_isolation",
 ]
@@ -201,6 +202,12 @@ class Isolation:
             )
         return f"{text}. {self.notice}" if self.notice else text
 
+    def annotate(self, description: str) -> str:
+        """`description` plus `describe()`, unless isolation was never asked for."""
+        if self.requested == "none":
+            return description
+        return f"{description}\n\n{self.describe()}"
+
     def retarget(self, policy: Policy) -> Isolation:
         """The same mechanism over another policy, which must not widen this one.
 
@@ -337,7 +344,8 @@ def _landlock_problem(network: str) -> str | None:
     return None
 
 
-def _problem(mechanism: str, network: str) -> str | None:
+def mechanism_problem(mechanism: str, network: str = "none") -> str | None:
+    """Why `mechanism` cannot enforce `network` here, or None when it can (probed once)."""
     if mechanism == "bwrap":
         return _bwrap_problem(bwrap_binary())
     return _landlock_problem(network)
@@ -367,7 +375,7 @@ def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
     if requested == "none":
         return Isolation("none", policy, requested="none")
     if requested != "auto":
-        problem = _problem(requested, policy.network)
+        problem = mechanism_problem(requested, policy.network)
         if problem is not None:
             raise ConfigurationError(
                 f"isolation={requested!r} cannot work here: {problem}. Use isolation='auto' "
@@ -376,7 +384,7 @@ def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
         return Isolation(requested, policy, requested, binary=_binary_for(requested))  # type: ignore[arg-type]
     skipped: list[str] = []
     for mechanism in ("bwrap", "landlock"):
-        problem = _problem(mechanism, policy.network)
+        problem = mechanism_problem(mechanism, policy.network)
         if problem is None:
             notice = f"auto chose {mechanism}: {'; '.join(skipped)}." if skipped else None
             return Isolation(
@@ -406,8 +414,8 @@ def workspace_isolation(
 
     Writable: `root` (and a private temp dir per process); hidden: `hidden`,
     or `default_hidden()`; exposed again: the running Python installation.
-    An inherited `Isolation` keeps its mechanism, network and hidden paths and
-    is narrowed to `root` (which must lie inside its writable roots).
+    An `Isolation` given by a toolkit is used as it is; `root` must lie
+    inside its writable roots.
 
     Raises:
         ConfigurationError: see `resolve_isolation`.
@@ -415,8 +423,14 @@ def workspace_isolation(
         TypeError: `isolation` is neither a name nor an `Isolation`.
     """
     if isinstance(isolation, Isolation):
-        inherited = isolation.policy
-        return isolation.retarget(attrs.evolve(inherited, writable=(root,), git_writable=()))
+        # Built by a toolkit for this root (a sandbox worktree adds git
+        # folders): used as it is, provided the root is one it may write.
+        if isolation.confined and not any(_under(root, w) for w in isolation.policy.writable):
+            raise ConfigurationError(
+                f"the workspace {root} is outside the isolation's writable roots "
+                f"{[str(w) for w in isolation.policy.writable]}"
+            )
+        return isolation
     if not isinstance(isolation, str):
         raise TypeError(f"isolation must be a mechanism name or an Isolation, got {isolation!r}")
     if network not in NETWORK_MODES:

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory.errors import LionfactoryError
 
@@ -74,14 +75,21 @@ class Git:
     Attributes:
         runner: `run_process`, or a test's stand-in with the same signature.
         env: extra variables (``GIT_INDEX_FILE`` for a scratch index, ...).
+        isolation: the confinement git (and the hooks it runs) starts under;
+            None runs it directly (and keeps the runner's signature minimal).
     """
 
     runner: Runner = run_process
     env: Mapping[str, str] = attrs.field(factory=dict)
+    isolation: Isolation | None = None
 
     def with_env(self, **extra: str) -> Git:
         """The same runner with more environment variables."""
         return attrs.evolve(self, env={**self.env, **extra})
+
+    def with_isolation(self, isolation: Isolation | None) -> Git:
+        """The same runner and environment under another confinement."""
+        return attrs.evolve(self, isolation=isolation)
 
     def _environment(self) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if k not in _REDIRECTING}
@@ -100,6 +108,7 @@ class Git:
         Raises:
             GitError: git could not be started.
         """
+        confined = {} if self.isolation is None else {"isolation": self.isolation}
         try:
             return await self.runner(
                 ["git", *args],
@@ -108,6 +117,7 @@ class Git:
                 env=self._environment(),
                 max_bytes=max_bytes,
                 announce_truncation=False,
+                **confined,
             )
         except LaunchError as exc:
             raise GitError(f"{exc.message} The sandbox needs git on PATH.") from None

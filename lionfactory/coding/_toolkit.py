@@ -9,6 +9,9 @@ each resulting tool's *handler* with branch policy:
 * images returned by the reader as data URLs (the one operation only the
   toolkit offers; the standalone reader refuses binary files);
 * retargeting to a sandbox worktree while one is active;
+* one process isolation, resolved here once (default ``"auto"``) and handed
+  to every tool that starts a program, to the sandbox's git and to
+  subagents, which can only narrow it;
 * user hooks and the nudge post hook.
 
 The request models, defaults, keys and error texts are the standalone tools'
@@ -32,8 +35,10 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._call import CallContext, call_context, current_call
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.coding._gitdirs import worktree_writable
 from lionfactory.coding._guard import EvidenceStore, check_evidence
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.tools._evidence import EVIDENCE_KEY
@@ -69,16 +74,16 @@ DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
 """The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
 
 # The tools that work on files and follow an active sandbox into its worktree.
-_WORKSPACE_FACTORIES: dict[str, Callable[[Path], Tool]] = {
+_WORKSPACE_FACTORIES: dict[str, Callable[[Path, Isolation], Tool]] = {
     # The toolkit's reader fetches nothing remote: an agent editing code has
     # no business reaching the network through its file reader.
-    "reader": lambda root: reader_tool(workspace_root=root, allowed_hosts=()),
-    "editor": lambda root: editor_tool(workspace_root=root),
-    "bash": lambda root: bash_tool(workspace_root=root),
-    "search": lambda root: search_tool(workspace_root=root),
-    "code_check": lambda root: code_check_tool(workspace_root=root),
-    "code_nav": lambda root: code_nav_tool(workspace_root=root),
-    "ast_search": lambda root: ast_search_tool(workspace_root=root),
+    "reader": lambda root, _: reader_tool(workspace_root=root, allowed_hosts=()),
+    "editor": lambda root, _: editor_tool(workspace_root=root),
+    "bash": lambda root, iso: bash_tool(workspace_root=root, isolation=iso),
+    "search": lambda root, iso: search_tool(workspace_root=root, isolation=iso),
+    "code_check": lambda root, iso: code_check_tool(workspace_root=root, isolation=iso),
+    "code_nav": lambda root, _: code_nav_tool(workspace_root=root),
+    "ast_search": lambda root, iso: ast_search_tool(workspace_root=root, isolation=iso),
 }
 
 _HOOK_KINDS = ("pre", "post", "on_error")
@@ -137,6 +142,7 @@ class _Toolkit:
     workspace: Workspace
     names: tuple[str, ...]
     home: dict[str, Tool]
+    isolation: Isolation
     store: EvidenceStore = attrs.field(factory=EvidenceStore)
     active: Workspace = attrs.field(default=None)
     tools: dict[str, Tool] = attrs.field(default=None)
@@ -151,8 +157,18 @@ class _Toolkit:
             self.active, self.tools = self.workspace, self.home
             return
         self.active = Workspace.at(root, protected=self.workspace.protected)
+        isolation = self.isolation
+        if isolation.confined:
+            # The worktree instead of the workspace, plus the git metadata a
+            # commit there writes (the main checkout's own stays read-only).
+            policy = attrs.evolve(
+                isolation.policy,
+                writable=(self.active.root,),
+                git_writable=worktree_writable(self.active.root),
+            )
+            isolation = attrs.evolve(isolation, policy=policy)
         self.tools = {
-            name: _WORKSPACE_FACTORIES[name](self.active.root)
+            name: _WORKSPACE_FACTORIES[name](self.active.root, isolation)
             for name in self.home
             if name in _WORKSPACE_FACTORIES
         }
@@ -260,6 +276,14 @@ def _read_image(path: Path, shown: str) -> ReaderResponse:
     return ReaderResponse(success=True, content=f"data:{mime};base64,{encoded}")
 
 
+def _toolkit_isolation(isolation: str | Isolation, root: Path, network: str) -> Isolation:
+    if isinstance(isolation, Isolation):
+        # Inherited from a parent toolkit: the same mechanism, network and
+        # hidden paths, writable only inside this (narrower) workspace.
+        return isolation.retarget(attrs.evolve(isolation.policy, writable=(root,), git_writable=()))
+    return workspace_isolation(isolation, root, network=network)
+
+
 def coding_toolkit(
     branch: Branch,
     *,
@@ -270,6 +294,8 @@ def coding_toolkit(
     notify_threshold: float = 0.7,
     notify_max_tokens: int = 200_000,
     nudge_rules: Sequence[NudgeRule] | None = None,
+    isolation: str | Isolation = "auto",
+    network: str = "none",
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -288,6 +314,13 @@ def coding_toolkit(
         notify_max_tokens: the token budget the context nudge measures against.
         nudge_rules: the rules to run (default: `default_nudge_rules()`,
             fresh for this call).
+        isolation: how bash, the helper programs of search, code_check and
+            ast_search, and the sandbox's git are confined: ``"auto"`` (the
+            strongest available mechanism, named in the tool descriptions),
+            ``"bwrap"``, ``"landlock"``, ``"none"``, or a parent's resolved
+            isolation (subagents pass theirs; it can only be narrowed).
+        network: the network of confined processes: ``"none"``,
+            ``"loopback"`` or ``"full"`` (ignored for an inherited isolation).
 
     Returns:
         The tools, each bound to `branch`.
@@ -295,6 +328,8 @@ def coding_toolkit(
     Raises:
         ValueError: an unknown tool or hook name, or an out-of-range setting.
         TypeError: a malformed `hooks` mapping.
+        ConfigurationError: an explicit isolation mechanism cannot work here,
+            or an inherited one would be widened.
     """
     selected = DEFAULT_CODING_TOOLS if tools is None else tuple(tools)
     if isinstance(tools, str):
@@ -311,12 +346,15 @@ def coding_toolkit(
     hook_map = _normalise_hooks(hooks)
     names = tuple(name for name in ALL_CODING_TOOLS if name in selected)
     workspace = Workspace.at(workspace_root)
+    confinement = _toolkit_isolation(isolation, workspace.root, network)
     home = {
-        name: _WORKSPACE_FACTORIES[name](workspace.root)
+        name: _WORKSPACE_FACTORIES[name](workspace.root, confinement)
         for name in names
         if name in _WORKSPACE_FACTORIES
     }
-    kit = _Toolkit(branch=branch, workspace=workspace, names=names, home=home)
+    kit = _Toolkit(
+        branch=branch, workspace=workspace, names=names, home=home, isolation=confinement
+    )
 
     built: dict[str, Tool] = {}
     for name, tool in home.items():
@@ -332,7 +370,9 @@ def coding_toolkit(
     if "sandbox" in names:
         from lionfactory.coding.sandbox import sandbox_tool
 
-        built["sandbox"] = sandbox_tool(workspace_root=workspace.root, on_switch=kit.switch)
+        built["sandbox"] = sandbox_tool(
+            workspace_root=workspace.root, on_switch=kit.switch, isolation=confinement
+        )
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
 
@@ -345,6 +385,7 @@ def coding_toolkit(
                 "notify_threshold": notify_threshold,
                 "notify_max_tokens": notify_max_tokens,
                 "nudge_rules": nudge_rules,
+                "isolation": confinement,
             },
             workspace_root=workspace.root,
         )

@@ -28,6 +28,10 @@ Decisions:
 * **Identity.** Commits use the repository's ``user.name``/``user.email``;
   when it has none, ``lionfactory sandbox <sandbox@lionfactory.invalid>`` is
   passed with ``-c`` for that call only.
+* **Confined git.** Under the toolkit's isolation, git (and every hook it
+  runs) may write only the repository (its ``.git`` included), the
+  repository's git folders and the sandbox's scratch directory, with the
+  toolkit's network and hidden paths.
 * The sandbox starts from the last commit: uncommitted changes in the
   workspace are not in it (``create`` says so in its ``notice``).
 """
@@ -47,10 +51,12 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._isolation import Isolation
 from lionfactory._tool import Tool
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
+from lionfactory.coding._gitdirs import git_dirs
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
 
 __all__ = ["SandboxRequest", "SandboxResponse", "sandbox_tool"]
@@ -158,9 +164,29 @@ class _Sandbox:
 
     workspace: Workspace
     on_switch: OnSwitch | None = attrs.field(repr=False)
-    git: Git = attrs.field(repr=False)
+    git_plain: Git = attrs.field(repr=False)
+    isolation: Isolation | None = None
     session: Session | None = None
     busy: bool = False
+
+    def _git_for(self, session: Session | None) -> Git:
+        """Git confined to what this sandbox's git work writes (see the module docstring)."""
+        isolation = self.isolation
+        if isolation is None or not isolation.confined:
+            return self.git_plain
+        writable: tuple[Path, ...] = (self.workspace.root,)
+        if session is not None:
+            found = git_dirs(session.repo)
+            writable = (session.repo, session.scratch, *(found or ()))
+        policy = attrs.evolve(
+            isolation.policy, writable=writable, git_writable=(), protect_git=False
+        )
+        return self.git_plain.with_isolation(attrs.evolve(isolation, policy=policy))
+
+    @property
+    def git(self) -> Git:
+        """Git for the active sandbox (or for the workspace when none is active)."""
+        return self._git_for(self.session)
 
     async def __call__(self, request: SandboxRequest) -> SandboxResponse:
         # A flag, not an anyio.Lock: a lock binds to the first event loop that
@@ -209,7 +235,7 @@ class _Sandbox:
                 f"discard it before creating another.",
             )
         root = self.workspace.root
-        plan = await ops.plan(self.git, root)
+        plan = await ops.plan(self._git_for(None), root)
         if isinstance(plan, str):
             return self._fail("create", plan)
         scratch = Path(
@@ -227,9 +253,10 @@ class _Sandbox:
             base_branch=plan.base_branch,
             base_commit=plan.base_commit,
         )
+        git = self._git_for(session)
         try:
             add = ["worktree", "add", "--quiet", "-b", session.branch, str(session.root)]
-            await self.git.check(
+            await git.check(
                 [*add, session.base_commit],
                 cwd=session.repo,
                 what="create the sandbox worktree",
@@ -241,7 +268,7 @@ class _Sandbox:
             await self._switch(session.workspace)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await ops.cleanup(self.git, session, raising=False)
+                await ops.cleanup(git, session, raising=False)
             raise
         self.session = session
         return self._ok(
@@ -342,6 +369,7 @@ def sandbox_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     on_switch: OnSwitch | None = None,
     runner: Runner | None = None,
+    isolation: Isolation | None = None,
 ) -> Tool:
     """Build the ``sandbox`` tool with its own, empty sandbox slot.
 
@@ -353,6 +381,9 @@ def sandbox_tool(
             None after a successful ``merge`` or ``discard``.
         runner: runs git; `lionfactory._process.run_process` when None. A
             seam for tests (same signature).
+        isolation: the toolkit's confinement, applied to every git call
+            (widened to the repository and the scratch directory); None runs
+            git unconfined.
 
     Returns:
         The ``sandbox`` Tool. It holds state (the slot): build one per branch.
@@ -371,5 +402,5 @@ def sandbox_tool(
         name="sandbox",
         description=_DESCRIPTION,
         request_model=SandboxRequest,
-        handler=_Sandbox(workspace, on_switch, git),
+        handler=_Sandbox(workspace, on_switch, git, isolation),
     )

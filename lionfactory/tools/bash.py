@@ -347,7 +347,7 @@ def bash_tool(
     )
     return Tool(
         name="bash",
-        description=f"{_DESCRIPTION}\n{confinement.describe()}",
+        description=confinement.annotate(_DESCRIPTION),
         request_model=BashRequest,
         handler=_BashHandler(workspace, _check_env(env), confinement),
     )

@@ -33,6 +33,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -140,6 +141,7 @@ def _location(entry: dict[str, Any], key: str) -> tuple[int | None, int | None]:
 class _CodeCheckHandler:
     workspace: Workspace
     binaries: BinaryFinder
+    isolation: Isolation | None = None
 
     def _targets(self, paths: list[str]) -> list[str]:
         targets = []
@@ -202,6 +204,7 @@ class _CodeCheckHandler:
                 timeout=TIMEOUT_SECONDS,
                 max_bytes=_OUTPUT_CAP,
                 announce_truncation=False,
+                isolation=self.isolation,
             )
         except LaunchError as exc:
             return _error(exc.message)
@@ -240,6 +243,7 @@ def code_check_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
+    isolation: str | Isolation = "none",
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``code_check`` tool.
@@ -249,6 +253,9 @@ def code_check_tool(
             inside; the current directory when None. Resolved once, now.
         protected_names: fnmatch patterns of names never checked; the
             workspace defaults when None.
+        isolation: how the helper program is confined: ``"none"``, ``"auto"``,
+            ``"bwrap"``, ``"landlock"``, or an inherited `Isolation` (see
+            `bash_tool`; the network is always ``"none"``).
         _binaries: private test seam: where ``ruff`` is looked up (the
             running environment, then PATH, by default).
 
@@ -258,12 +265,14 @@ def code_check_tool(
     Raises:
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
+        ConfigurationError: the requested isolation cannot work here.
     """
     binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(isolation, workspace.root)
     return Tool(
         name="code_check",
-        description=_DESCRIPTION,
+        description=confinement.annotate(_DESCRIPTION),
         request_model=CodeCheckRequest,
-        handler=_CodeCheckHandler(workspace, binaries),
+        handler=_CodeCheckHandler(workspace, binaries, confinement),
     )

@@ -38,6 +38,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -145,6 +146,7 @@ def _records(result: ProcessResult, separator: str) -> list[str]:
 class _SearchHandler:
     workspace: Workspace
     binaries: BinaryFinder
+    isolation: Isolation | None = None
 
     def _target(self, path: str) -> str:
         resolved = self.workspace.resolve(path)
@@ -178,6 +180,7 @@ class _SearchHandler:
                 timeout=TIMEOUT_SECONDS,
                 max_bytes=_OUTPUT_CAP,
                 announce_truncation=False,
+                isolation=self.isolation,
             )
         except LaunchError as exc:
             return _failure(f"{exc.message} The search could not run.")
@@ -288,6 +291,7 @@ def search_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
+    isolation: str | Isolation = "none",
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``search`` tool.
@@ -298,6 +302,9 @@ def search_tool(
         protected_names: fnmatch patterns of names never searched nor listed;
             the workspace defaults (``.env``, ``.env.*``, private keys, ...)
             when None.
+        isolation: how the helper program is confined: ``"none"``, ``"auto"``,
+            ``"bwrap"``, ``"landlock"``, or an inherited `Isolation` (see
+            `bash_tool`; the network is always ``"none"``).
         _binaries: private test seam: where ``grep`` and ``find`` are looked
             up (the running environment, then PATH, by default).
 
@@ -307,12 +314,14 @@ def search_tool(
     Raises:
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
+        ConfigurationError: the requested isolation cannot work here.
     """
     binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(isolation, workspace.root)
     return Tool(
         name="search",
-        description=_DESCRIPTION,
+        description=confinement.annotate(_DESCRIPTION),
         request_model=SearchRequest,
-        handler=_SearchHandler(workspace, binaries),
+        handler=_SearchHandler(workspace, binaries, confinement),
     )

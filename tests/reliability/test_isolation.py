@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._isolation import _bwrap_problem, bwrap_binary, landlock_abi
+from lionfactory._isolation import mechanism_problem
 from lionfactory._tool import Tool
 from lionfactory.tools.bash import bash_tool
 
@@ -28,21 +28,17 @@ PY = sys.executable
 SECRET = "HOME_SECRET_51d2"
 
 
-def _mechanisms() -> list[object]:
-    bwrap_missing = _bwrap_problem(bwrap_binary())
-    landlock_missing = None if landlock_abi() >= 4 else f"Landlock ABI {landlock_abi()} < 4"
-    return [
-        pytest.param(
-            "bwrap", marks=pytest.mark.skipif(bwrap_missing is not None, reason=str(bwrap_missing))
-        ),
-        pytest.param(
-            "landlock",
-            marks=pytest.mark.skipif(landlock_missing is not None, reason=str(landlock_missing)),
-        ),
-    ]
+def mechanisms() -> list[object]:
+    """The two mechanisms as parameters, each skipped (with the reason) where it cannot work."""
+    params = []
+    for name in ("bwrap", "landlock"):
+        problem = mechanism_problem(name)
+        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
+        params.append(pytest.param(name, marks=skip))
+    return params
 
 
-MECHANISMS = _mechanisms()
+MECHANISMS = mechanisms()
 
 
 class Scene:
