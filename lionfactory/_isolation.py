@@ -104,7 +104,10 @@ class Policy:
             protected ``.git`` (a sandbox worktree's own admin folder,
             objects and refs), so ``git commit`` works there.
         private_tmp: give each process a fresh temporary directory (writable,
-            removed afterwards) named by ``TMPDIR``, ``TMP`` and ``TEMP``.
+            removed afterwards) named by ``TMPDIR``, ``TMP`` and ``TEMP``:
+            under bwrap a tmpfs on ``/tmp`` (the host's ``/tmp`` is then
+            invisible except for roots bound into it), under Landlock a new
+            host directory.
     """
 
     writable: tuple[Path, ...] = attrs.field(converter=_paths)
@@ -227,16 +230,19 @@ class Isolation:
         tmpdir = None
         child_env = dict(os.environ if env is None else env)
         policy = self.policy
+        if self.mechanism == "bwrap":
+            assert self.binary is not None
+            # A tmpfs on /tmp costs nothing on the host and vanishes with the
+            # sandbox; writable roots under /tmp are bound back over it.
+            if policy.private_tmp:
+                child_env.update(dict.fromkeys(_TMP_VARS, "/tmp"))
+            return Launch((*_bwrap_argv(self.binary, policy, cwd), *argv), child_env, None)
         if policy.private_tmp:
+            # Landlock can only grant access to existing host directories.
             tmpdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-tmp-")))
             child_env.update(dict.fromkeys(_TMP_VARS, str(tmpdir)))
             policy = policy.with_writable(tmpdir)
-        if self.mechanism == "bwrap":
-            assert self.binary is not None
-            wrapper = _bwrap_argv(self.binary, policy, cwd)
-        else:
-            wrapper = _landlock_argv(policy)
-        return Launch((*wrapper, *argv), child_env, tmpdir)
+        return Launch((*_landlock_argv(policy), *argv), child_env, tmpdir)
 
 
 def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
@@ -246,6 +252,8 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
     if policy.network == "none":
         argv.append("--unshare-net")
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if policy.private_tmp:
+        argv += ["--tmpfs", "/tmp"]
     # (path, order, option): mounts run in order, parents before what they
     # contain, so a writable workspace inside a hidden home is bound over the
     # tmpfs that hides the home, and a read-only .git over the writable root.
@@ -269,6 +277,8 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
     for path in policy.git_writable:
         if path.exists():
             mounts.append((path, 4, ["--bind", str(path), str(path)]))
+    # Everything is mounted after /tmp's tmpfs (a depth-1 path), so roots
+    # under /tmp reappear on top of it.
     for _path, _order, option in sorted(mounts, key=lambda m: (len(m[0].parts), m[1])):
         argv += option
     return [*argv, "--chdir", str(cwd), "--"]

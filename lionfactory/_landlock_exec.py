@@ -205,6 +205,16 @@ def _supervise(child: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
+def _which(program: str) -> str:
+    if "/" in program:
+        return program
+    for folder in os.get_exec_path():
+        candidate = os.path.join(folder, program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return program
+
+
 def main(args: list[str]) -> None:
     """Parse the options, confine, exec; never returns."""
     reads: list[str] = []
@@ -251,12 +261,15 @@ def main(args: list[str]) -> None:
         # The first process of the new PID namespace: when it exits, the kernel
         # kills everything else in the namespace, setsid() or not.
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # Found before the rules apply: the lookup lazily imports modules that
+    # may live in a hidden directory.
+    program = _which(argv[0])
     try:
         _restrict(abi, reads, hidden, exposed, writes, net)
     except OSError as exc:
         _fail(f"could not apply Landlock rules: {exc}")
     try:
-        os.execvp(argv[0], argv)
+        os.execv(program, argv)
     except OSError as exc:
         os.write(2, f"lionfactory sandbox: cannot execute {argv[0]!r}: {exc}\n".encode())
         os._exit(127)

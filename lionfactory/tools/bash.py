@@ -237,6 +237,10 @@ class _BashHandler:
         response = await self._run(request)
         if self.isolation is not None:
             response.isolation = self.isolation.mechanism
+            if self.isolation.notice:
+                # "auto" fell back to a weaker mechanism: the model should know.
+                notes = (response.notice, self.isolation.notice)
+                response.notice = " ".join(note for note in notes if note)
         return response
 
     async def _run(self, request: BashRequest) -> BashResponse:
