@@ -37,7 +37,8 @@ import sys
 _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
 _CREATE_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
-_PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
+_PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP = 38, 1, 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -162,6 +163,20 @@ def _restrict(
     os.close(ruleset)
 
 
+def _drop_capabilities() -> None:
+    """Empty the bounding set, so that the program execs with no capability.
+
+    Landlock confines files and sockets whatever the uid, but a root process
+    keeps its capabilities, and CAP_SYS_PTRACE alone would let it read (or
+    take over) processes outside the sandbox. Without CAP_SETPCAP (not root)
+    there is nothing to drop and the kernel says EPERM, which is fine.
+    """
+    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for cap in range(64):
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
+            break  # EINVAL: past the last capability this kernel knows
+
+
 def _write(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -264,6 +279,7 @@ def main(args: list[str]) -> None:
     # Found before the rules apply: the lookup lazily imports modules that
     # may live in a hidden directory.
     program = _which(argv[0])
+    _drop_capabilities()
     try:
         _restrict(abi, reads, hidden, exposed, writes, net)
     except OSError as exc:

@@ -251,3 +251,60 @@ def test_setsid_child_is_gone_when_the_call_returns(scene: Scene, mechanism: str
     finally:
         for pid in _tagged(marker):
             os.kill(pid, 9)
+
+
+@pytest.fixture
+def secret_process() -> Iterator[int]:
+    """A process outside the sandbox whose environment holds a secret."""
+    child = subprocess.Popen(
+        [PY, "-c", "import time; time.sleep(120)"],
+        env={**os.environ, "LIONFACTORY_TEST_TOKEN": SECRET},
+    )
+    try:
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_another_processs_environment_is_readable_without_isolation(
+    scene: Scene, secret_process: int
+) -> None:
+    result = scene.tool("none").run_sync(command=f"cat /proc/{secret_process}/environ")
+    assert SECRET in result["stdout"]
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_another_processs_environment_is_unreadable(
+    scene: Scene, mechanism: str, secret_process: int
+) -> None:
+    result = scene.tool(mechanism).run_sync(command=f"cat /proc/{secret_process}/environ")
+    assert SECRET not in result["stdout"]
+    assert result["return_code"] != 0
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """A process outside the sandbox that a command might try to kill."""
+    child = subprocess.Popen([PY, "-c", "import time; time.sleep(120)"])
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_outside_can_be_killed_without_isolation(
+    scene: Scene, bystander: subprocess.Popen[bytes]
+) -> None:
+    scene.tool("none").run_sync(command=f"kill -9 {bystander.pid}")
+    assert bystander.wait(timeout=10) == -9
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_process_outside_cannot_be_signalled(
+    scene: Scene, mechanism: str, bystander: subprocess.Popen[bytes]
+) -> None:
+    result = scene.tool(mechanism).run_sync(command=f"kill -9 {bystander.pid}")
+    assert result["return_code"] != 0
+    assert bystander.poll() is None
