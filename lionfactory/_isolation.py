@@ -246,7 +246,15 @@ class Isolation:
 
 
 def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
-    argv = [binary, "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-ipc"]
+    # No --die-with-parent: its parent-death signal fires when the *thread*
+    # that forked bwrap exits, and trio forks from worker threads that retire
+    # after ten idle seconds, which killed long commands. The process-group
+    # kill at the end of every call ends bwrap, and with it the PID namespace.
+    # No --new-session either: the sandbox's first process stays in the
+    # call's process group, so the group kill reaches it (and the kernel then
+    # ends its PID namespace). The call already runs in a session of its own
+    # without a controlling terminal, which is what --new-session protects.
+    argv = [binary, "--cap-drop", "ALL", "--unshare-ipc"]
     if policy.pid_namespace:
         argv.append("--unshare-pid")
     if policy.network == "none":

@@ -178,3 +178,15 @@ async def test_hooks_run_by_the_sandboxs_git_are_confined(
     assert (Path(created["worktree"]) / "hook-ran").is_file()
     assert canary.read_text() == "original\n"
     assert (await tools["sandbox"](action="discard"))["success"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_venv_with_pip_installs_inside_the_workspace(repo: Path, mechanism: str) -> None:
+    """``python -m venv`` runs ensurepip: an offline ``pip install`` into the workspace."""
+    tools = kit(repo, mechanism, tools=["bash"])
+    made = await tools["bash"](command=f"{PY} -m venv venv", timeout=240_000)
+    assert made["return_code"] == 0, made
+    pip = await tools["bash"](command="venv/bin/python -m pip --version")
+    assert pip["return_code"] == 0, pip
+    assert str(repo / "venv") in pip["stdout"]

@@ -308,3 +308,16 @@ def test_a_process_outside_cannot_be_signalled(
     result = scene.tool(mechanism).run_sync(command=f"kill -9 {bystander.pid}")
     assert result["return_code"] != 0
     assert bystander.poll() is None
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_timed_out_command_leaves_no_setsid_child(scene: Scene, mechanism: str) -> None:
+    marker = f"survivor-{uuid.uuid4().hex}"
+    hang = SURVIVOR.replace("print(pid)", "print(pid, flush=True); time.sleep(300)")
+    result = scene.tool(mechanism).run_sync(command=hang.format(py=PY, marker=marker), timeout=1500)
+    try:
+        assert result["timed_out"], result
+        assert _tagged(marker) == []
+    finally:
+        for pid in _tagged(marker):
+            os.kill(pid, 9)
