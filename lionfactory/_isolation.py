@@ -120,6 +120,8 @@ class Policy:
     private_tmp: bool = True
 
     def __attrs_post_init__(self) -> None:
+        if Path("/") in self.hidden:
+            raise ValueError("hidden must not contain '/': nothing could run")
         if self.network not in NETWORK_MODES:
             raise ValueError(
                 f"network must be one of {', '.join(NETWORK_MODES)}; got {self.network!r}"
@@ -148,7 +150,9 @@ def default_hidden(home: str | os.PathLike[str] | None = None) -> tuple[Path, ..
     """The home directory, its key and cloud-credential folders, and ``/root``."""
     base = Path(home) if home is not None else Path.home()
     names = (".ssh", ".aws", ".config/gcloud", ".netrc", ".gnupg", ".docker", ".kube")
-    return (base, *(base / name for name in names), Path("/root"))
+    keys = tuple(base / name for name in names)
+    # Some containers set HOME=/; hiding it would hide everything.
+    return (*keys, Path("/root")) if base == Path("/") else (base, *keys, Path("/root"))
 
 
 def default_exposed() -> tuple[Path, ...]:

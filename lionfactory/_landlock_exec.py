@@ -52,7 +52,7 @@ _NET_BIND, _NET_CONNECT = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 # Character devices a program legitimately writes to; block devices stay read-only.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-_DEVICE_DIRS = ("/dev/pts",)
+_DEVICE_DIRS = ("/dev/pts", "/dev/fd")
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -266,6 +266,10 @@ def main(args: list[str]) -> None:
     argv = args[index:]
     if not argv:
         _fail("no program given")
+    # /dev is never read wholesale: a block device (readable by root) holds
+    # every hidden file's bytes. The character devices programs need are
+    # granted one by one below.
+    hidden.append("/dev")
     abi = abi_version()
     if abi < 1:
         _fail("Landlock is not available in this kernel")

@@ -125,3 +125,13 @@ def test_an_inherited_isolation_refuses_a_root_outside_its_writable_roots(
     assert workspace_isolation(isolation, inner) is isolation
     with pytest.raises(ConfigurationError, match="outside the isolation's writable roots"):
         workspace_isolation(isolation, tmp_path)
+
+
+def test_a_home_of_slash_hides_only_its_key_folders() -> None:
+    from lionfactory._isolation import default_hidden
+
+    hidden = default_hidden("/")
+    assert Path("/") not in hidden
+    assert Path("/.ssh") in hidden
+    with pytest.raises(ValueError, match="must not contain '/'"):
+        Policy(writable=["/tmp"], hidden=["/"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import subprocess
 import sys
 import uuid
@@ -321,3 +322,28 @@ def test_a_timed_out_command_leaves_no_setsid_child(scene: Scene, mechanism: str
     finally:
         for pid in _tagged(marker):
             os.kill(pid, 9)
+
+
+def _block_device() -> str | None:
+    for entry in sorted(Path("/dev").iterdir()):
+        try:
+            if stat.S_ISBLK(entry.stat().st_mode) and os.access(entry, os.R_OK):
+                with entry.open("rb") as device:
+                    device.read(1)
+                return str(entry)
+        except OSError:
+            continue
+    return None
+
+
+BLOCK_DEVICE = _block_device()
+
+
+@pytest.mark.skipif(BLOCK_DEVICE is None, reason="no readable block device here")
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_raw_block_device_is_unreadable(scene: Scene, mechanism: str) -> None:
+    # Whoever reads the disk reads every hidden file; root may, unconfined.
+    unconfined = scene.tool("none").run_sync(command=f"head -c 16 {BLOCK_DEVICE}")
+    assert unconfined["return_code"] == 0
+    result = scene.tool(mechanism).run_sync(command=f"head -c 16 {BLOCK_DEVICE}")
+    assert result["return_code"] != 0, result
