@@ -58,6 +58,7 @@ __all__ = [
     "bwrap_binary",
     "default_hidden",
     "landlock_abi",
+    "landlock_namespaces",
     "mechanism_problem",
     "resolve_isolation",
     "workspace_isolation",
@@ -203,9 +204,20 @@ class Isolation:
         if not self.confined:
             text = "isolation: none (processes run with the caller's full rights)"
         else:
+            network = {
+                "none": "have no network",
+                "loopback": "may use the network (meant for loopback services)",
+                "full": "may use the network",
+            }[self.policy.network]
+            ends = "and leave no process running"
+            if self.mechanism == "landlock" and not landlock_namespaces():
+                # Without a PID namespace a process that leaves the group survives,
+                # and Landlock alone denies TCP only.
+                ends = "but a process that starts its own session may outlive the call"
+                network = network.replace("have no network", "have no TCP")
             text = (
-                f"isolation: {self.mechanism} (writes only inside the workspace and a "
-                f"private temp dir; network {self.policy.network})"
+                f"isolation: {self.mechanism} (commands write only inside the workspace and "
+                f"$TMPDIR, cannot read the home directory, {network}, {ends})"
             )
         return f"{text}. {self.notice}" if self.notice else text
 
@@ -354,6 +366,21 @@ def landlock_abi() -> int:
     libc.syscall.restype = ctypes.c_long
     version = int(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
     return max(version, 0)
+
+
+@functools.cache
+def landlock_namespaces() -> bool:
+    """Whether the Landlock helper can also enter PID and network namespaces (probed once)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(_HELPER), "--probe-namespaces"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 @functools.cache

@@ -5,6 +5,8 @@ Run as a script, never imported by the package at call time:
     python -I -S _landlock_exec.py [-r PATH]... [-d PATH]... [-w PATH]... [-x PATH]...
         [-n none|loopback|full] [-p] -- PROGRAM ARG...
 
+or ``--probe-namespaces`` (exit 0 when namespaces can be entered here).
+
 ``-r`` a read-only root (``/`` usually), ``-d`` a path to hide inside a
 read-only root, ``-x`` a path to re-expose read-only inside a hidden one, ``-w``
 a writable root, ``-n`` the network mode, ``-p`` a private PID namespace.
@@ -232,6 +234,9 @@ def _which(program: str) -> str:
 
 def main(args: list[str]) -> None:
     """Parse the options, confine, exec; never returns."""
+    if args == ["--probe-namespaces"]:
+        # Exit status 0 when a PID and network namespace can be entered here.
+        os._exit(0 if _namespaces(True, True) else 1)
     reads: list[str] = []
     hidden: list[str] = []
     exposed: list[str] = []
