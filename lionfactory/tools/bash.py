@@ -330,8 +330,9 @@ def bash_tool(
             through; the workspace defaults when None.
         isolation: ``"none"`` (no confinement), ``"auto"`` (the strongest
             mechanism available, named in the description), ``"bwrap"`` or
-            ``"landlock"`` (that one, or `ConfigurationError`), or an
-            inherited `Isolation` to narrow to this workspace.
+            ``"landlock"`` (that one, or `ConfigurationError`), or the
+            `Isolation` a toolkit resolved (used as it is; the workspace must
+            lie inside its writable roots).
         network: under isolation, ``"none"``, ``"loopback"`` or ``"full"``.
         hidden_paths: under isolation, paths commands may not read; default:
             the home directory, its key folders and ``/root``.

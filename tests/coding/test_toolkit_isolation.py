@@ -149,9 +149,9 @@ def test_a_child_toolkit_inherits_and_cannot_widen(repo: Path, mechanism: str) -
 def test_an_unavailable_explicit_mechanism_fails_at_factory_time(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lionfactory import _isolation
+    from lionfactory import _mechanisms
 
-    monkeypatch.setattr(_isolation, "bwrap_binary", lambda: "/nonexistent/bwrap")
+    monkeypatch.setattr(_mechanisms, "bwrap_binary", lambda: "/nonexistent/bwrap")
     with pytest.raises(ConfigurationError, match="isolation='bwrap' cannot work here"):
         bash_tool(workspace_root=repo, isolation="bwrap")
     auto = bash_tool(workspace_root=repo, isolation="auto")
