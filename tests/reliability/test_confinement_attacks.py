@@ -201,14 +201,16 @@ def test_loopback_listener_is_reachable_with_network_loopback(
     assert result["stdout"].strip() == "CONNECTED", result
 
 
-# The child forks a grandchild that leaves the session (setsid) and sleeps,
+# The child forks a grandchild that leaves the session (setsid), lets go of
+# the output pipes (so an unconfined call is not held until its timeout) and sleeps,
 # prints the grandchild's pid as the host sees it (first NSpid entry when
 # /proc is the host's), and exits at once.
 SURVIVOR = (
     '{py} -c "import os, sys, time\n'
     "pid = os.fork()\n"
     "if pid == 0:\n"
-    "    os.setsid(); time.sleep(300); os._exit(0)\n"
+    "    os.setsid(); n = os.open(os.devnull, os.O_RDWR); os.dup2(n, 1); os.dup2(n, 2)\n"
+    "    time.sleep(300); os._exit(0)\n"
     'print(pid)" {marker}'
 )
 
