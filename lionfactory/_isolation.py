@@ -142,11 +142,20 @@ class Policy:
     def narrows(self, other: Policy) -> bool:
         """Whether this policy allows no more than `other` does."""
         widen = {"none": 0, "loopback": 1, "full": 2}
+        writable = (*other.writable, *other.git_writable)
         return (
-            all(any(_under(w, o) for o in other.writable) for w in self.writable)
+            all(any(_under(w, o) for o in writable) for w in self.writable)
+            and all(any(_under(g, o) for o in writable) for g in self.git_writable)
             and all(any(_under(h, mine) for mine in self.hidden) for h in other.hidden)
+            # What it shows again must be shown by `other` or not hidden there.
+            and all(
+                any(_under(e, o) for o in other.exposed)
+                or not any(_under(e, h) for h in other.hidden)
+                for e in self.exposed
+            )
             and widen[self.network] <= widen[other.network]
             and (self.pid_namespace or not other.pid_namespace)
+            and (self.protect_git or not other.protect_git)
         )
 
 

@@ -46,6 +46,9 @@ def test_a_policy_narrows_only_with_less_access(tmp_path: Path) -> None:
     assert not Policy(writable=[tmp_path.parent], hidden=[tmp_path / "home"]).narrows(wide)
     assert not Policy(writable=[tmp_path], hidden=[], network="none").narrows(wide)
     assert not Policy(writable=[tmp_path], hidden=[tmp_path / "home"], network="full").narrows(wide)
+    home = [tmp_path / "home"]
+    assert not Policy(writable=[tmp_path], hidden=home, exposed=[home[0] / ".ssh"]).narrows(wide)
+    assert not Policy(writable=[tmp_path], hidden=home, protect_git=False).narrows(wide)
 
 
 def test_auto_takes_the_first_working_mechanism_and_none_stays_none(tmp_path: Path) -> None:
