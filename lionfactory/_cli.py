@@ -335,8 +335,21 @@ def _list_tools(workspace: Path | None, *, as_json: bool, out: TextIO) -> int:
     width = max(len(t.name) for t in tools)
     for tool in tools:
         out.write(f"{tool.name:<{width}}  {_summary(tool.description)}\n")
+    out.write(f"\n{_isolation_line(workspace)}\n")
     out.write("\nRun `lionfactory tools --json` for the full descriptions and schemas.\n")
     return EXIT_OK
+
+
+def _isolation_line(workspace: Path | None) -> str:
+    """What the coding toolkit's default ``isolation="auto"`` chooses on this machine."""
+    from lionfactory._isolation import workspace_isolation
+
+    chosen = workspace_isolation("auto", (workspace or Path.cwd()).resolve())
+    return (
+        f"Process isolation of the coding toolkit (and `mcp serve --toolkit coding`): "
+        f"{chosen.describe()}. The standalone tools above run unconfined unless built "
+        f"with isolation=..."
+    )
 
 
 def _summary(description: str, limit: int = 100) -> str:

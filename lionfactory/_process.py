@@ -19,6 +19,11 @@ Guarantees, in the order they matter to an agent:
   concurrently to the end; each keeps at most ``max_bytes`` and discards the
   rest while still reading, so a child writing gigabytes neither blocks on a
   full pipe nor fills our memory.
+* **Confinement is applied here.** With an `Isolation` (chosen once, at
+  factory time, see `lionfactory._isolation`), the argv is wrapped in the
+  mechanism (bwrap or the Landlock exec helper) and the child gets its private
+  temporary directory, removed when the call ends. Nobody else builds a
+  sandbox command line.
 * **Launch failures are distinguishable.** A binary that is missing, not
   executable or not a valid program, or a working directory that does not
   exist, raises `LaunchError` instead of returning a result.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -38,9 +44,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import attrs
 from anyio.abc import ByteReceiveStream
 
+from lionfactory._isolation import Isolation
 from lionfactory.errors import ToolFailure
 
 __all__ = ["DEFAULT_MAX_BYTES", "LaunchError", "ProcessResult", "run_process"]
@@ -164,13 +172,69 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-async def _wait_group_gone(pgid: int) -> None:
-    """Poll until no process of the group exists, for at most `_GROUP_GONE_GRACE`."""
-    delay = 0.001
+def _has_live_member(pgid: int) -> bool:
+    """Whether a process of the group is still running (zombies do not count).
+
+    A zombie runs nothing; it only waits for its parent to collect it. Under
+    bwrap the sandbox's first process exits right after the command and is
+    left to init, which some container inits reap only every second or so:
+    waiting for that would add a second to every isolated call. Reads the
+    ``/proc`` entries of processes newer than the group; without ``/proc``
+    every member counts as live.
+    """
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        # Members were forked after the leader, whose pid is the group's id,
+        # so (pid numbers only wrapping after millions) only newer pids are
+        # read. A member missed after a wrap has been sent SIGKILL already;
+        # only the wait for it would be skipped.
+        if not name.isdigit() or int(name) < pgid:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue  # gone meanwhile
+        # Fields after the command name (which may hold spaces and parentheses).
+        fields = data[data.rindex(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+async def _wait_group_gone(pgid: int, *, zombies_count: bool = True) -> None:
+    """Poll until the group is gone (or, unless `zombies_count`, runs nothing).
+
+    Bounded by `_GROUP_GONE_GRACE`.
+    """
+    # A sandbox's first process is usually mid-exit when its leader is reaped:
+    # it becomes a zombie within a fraction of a millisecond.
+    delay = 0.001 if zombies_count else 0.0002
     with anyio.move_on_after(_GROUP_GONE_GRACE):
-        while _signal_group(pgid, 0):
+        while _signal_group(pgid, 0) and (zombies_count or _has_live_member(pgid)):
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+
+def _check_program(program: str, cwd: Path, env: Mapping[str, str] | None) -> None:
+    """Fail like exec would for a program a wrapper could not start.
+
+    Under a mechanism the program is exec'd by the wrapper, whose failure would
+    be an exit status; checking first keeps "no such program" a `LaunchError`.
+    """
+    if not cwd.is_dir():
+        raise LaunchError(program, f"No such file or directory ({cwd})")
+    if os.sep in program:
+        path = program if os.path.isabs(program) else str(cwd / program)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise LaunchError(program, f"No such executable file ({path})")
+        return
+    search = (os.environ if env is None else env).get("PATH", os.defpath)
+    if shutil.which(program, path=search) is None:
+        raise LaunchError(program, "No such file or directory (not found on PATH)")
 
 
 def _launch_reason(exc: BaseException) -> str:
@@ -182,6 +246,11 @@ def _launch_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _remove(tmpdir: Path | None) -> None:
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -190,6 +259,7 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     announce_truncation: bool = True,
+    isolation: Isolation | None = None,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout`, then make sure its whole group is gone.
 
@@ -202,6 +272,8 @@ async def run_process(
         announce_truncation: append a ``[stdout truncated: ...]`` line to a
             cut stream's text (callers that parse the output turn it off and
             read the ``*_truncated`` flags instead).
+        isolation: the confinement to run under; ``None`` or mechanism
+            ``"none"`` runs the program directly.
 
     Returns:
         The `ProcessResult`. A timeout is a result (``timed_out=True``), not an error.
@@ -216,18 +288,27 @@ async def run_process(
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes!r}")
     started = time.monotonic()
+    launch_argv, launch_env, tmpdir = list(args), env, None
+    confined = isolation is not None and isolation.confined
+    if isolation is not None and confined:
+        if any("\x00" in arg for arg in args):
+            raise LaunchError(args[0], "embedded null byte")
+        _check_program(args[0], Path(cwd), env)
+        launch = isolation.launch(args, cwd=Path(cwd), env=env)
+        launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
     try:
         process = await anyio.open_process(
-            list(args),
+            launch_argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=Path(cwd),
-            env=env,
+            env=launch_env,
             start_new_session=True,
         )
     except (OSError, ValueError) as exc:
         # ValueError: an argument with a NUL byte never reaches exec().
+        _remove(tmpdir)
         raise LaunchError(args[0], _launch_reason(exc)) from None
     # start_new_session makes the child a session and group leader.
     pgid = process.pid
@@ -255,7 +336,13 @@ async def run_process(
             with anyio.move_on_after(_REAP_GRACE):
                 await process.aclose()
             if alive:
-                await _wait_group_gone(pgid)
+                # Under a mechanism, every call leaves the sandbox's first
+                # process as a zombie for init; waiting for init to reap it
+                # guarantees nothing more (it runs nothing, and its namespace
+                # is empty once it has exited).
+                await _wait_group_gone(pgid, zombies_count=not confined)
+            if tmpdir is not None:
+                await anyio.to_thread.run_sync(_remove, tmpdir)
     return ProcessResult(
         argv=args,
         returncode=process.returncode,

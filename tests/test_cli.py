@@ -158,6 +158,18 @@ def test_tools_lists_every_builtin_with_a_summary(
     assert lines[0].startswith("reader      Read files")
 
 
+def test_tools_names_the_isolation_the_coding_toolkit_would_use(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lionfactory._isolation import workspace_isolation
+
+    expected = workspace_isolation("auto", workspace.resolve()).mechanism
+    assert main(["tools", "--workspace", str(workspace)]) == 0
+    out = capsys.readouterr().out
+    assert "Process isolation of the coding toolkit (and `mcp serve --toolkit coding`): " in out
+    assert f"isolation: {expected} (" in out
+
+
 def test_tools_json_prints_mcp_schemas(workspace: Path) -> None:
     done = run_cli("tools", "--json", cwd=workspace)
     assert done.returncode == 0, done.stderr

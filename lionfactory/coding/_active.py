@@ -14,7 +14,9 @@ from pathlib import Path
 
 import attrs
 
+from lionfactory._isolation import Isolation
 from lionfactory._workspace import Workspace
+from lionfactory.coding._gitdirs import worktree_writable
 
 __all__ = ["ActiveWorkspace"]
 
@@ -27,14 +29,27 @@ class ActiveWorkspace:
         home: the workspace the toolkit was built for.
         current: `home`, or the sandbox worktree's counterpart of it while a
             sandbox is active. It keeps `home`'s protected names.
+        home_isolation: the toolkit's process confinement at home, or None
+            when the toolkit confines nothing.
+        isolation: the confinement for `current`: at home `home_isolation`;
+            in a sandbox the same mechanism writing the worktree (and the git
+            metadata a commit there writes) instead of the workspace. A
+            sub-agent inherits this one, so it can narrow it but never reach
+            back to the home checkout.
     """
 
     home: Workspace
     current: Workspace = attrs.field()
+    home_isolation: Isolation | None = None
+    isolation: Isolation | None = attrs.field()
 
     @current.default
     def _start_home(self) -> Workspace:
         return self.home
+
+    @isolation.default
+    def _start_isolation(self) -> Isolation | None:
+        return self.home_isolation
 
     @property
     def in_sandbox(self) -> bool:
@@ -43,6 +58,18 @@ class ActiveWorkspace:
 
     def switch(self, root: Path | None) -> None:
         """Move to a sandbox directory, or home with None (the sandbox's ``on_switch``)."""
-        self.current = (
-            self.home if root is None else Workspace.at(root, protected=self.home.protected)
-        )
+        if root is None:
+            self.current, self.isolation = self.home, self.home_isolation
+            return
+        self.current = Workspace.at(root, protected=self.home.protected)
+        self.isolation = _in_worktree(self.home_isolation, self.current.root)
+
+
+def _in_worktree(isolation: Isolation | None, root: Path) -> Isolation | None:
+    """`isolation` writing the sandbox worktree `root` instead of the workspace."""
+    if isolation is None or not isolation.confined:
+        return isolation
+    # The worktree instead of the workspace, plus the git metadata a commit
+    # there writes (the main checkout's own stays read-only).
+    policy = attrs.evolve(isolation.policy, writable=(root,), git_writable=worktree_writable(root))
+    return attrs.evolve(isolation, policy=policy)

@@ -39,6 +39,7 @@ from typing import Any
 
 import attrs
 
+from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory.errors import ToolFailure
 
@@ -161,14 +162,21 @@ class Git:
     Attributes:
         runner: `run_process`, or a test's stand-in with the same signature.
         env: extra variables (``GIT_INDEX_FILE`` for a scratch index, ...).
+        isolation: the confinement git starts under (hooks never run: see HARDENING);
+            None runs it directly (and keeps the runner's signature minimal).
     """
 
     runner: Runner = run_process
     env: Mapping[str, str] = attrs.field(factory=dict)
+    isolation: Isolation | None = None
 
     def with_env(self, **extra: str) -> Git:
         """The same runner with more environment variables."""
         return attrs.evolve(self, env={**self.env, **extra})
+
+    def with_isolation(self, isolation: Isolation | None) -> Git:
+        """The same runner and environment under another confinement."""
+        return attrs.evolve(self, isolation=isolation)
 
     def _environment(self) -> dict[str, str]:
         base = {
@@ -182,6 +190,9 @@ class Git:
     async def _launch(
         self, argv: list[str], *, cwd: Path, timeout: float, max_bytes: int
     ) -> ProcessResult:
+        # Confined only when the toolkit chose a mechanism: a test's fake runner
+        # need not know the keyword.
+        confined = {} if self.isolation is None else {"isolation": self.isolation}
         try:
             return await self.runner(
                 argv,
@@ -190,6 +201,7 @@ class Git:
                 env=self._environment(),
                 max_bytes=max_bytes,
                 announce_truncation=False,
+                **confined,
             )
         except LaunchError as exc:
             raise GitError(f"{exc.message} The sandbox needs git on PATH.") from None

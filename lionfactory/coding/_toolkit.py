@@ -10,6 +10,9 @@ each resulting tool's *handler* with branch policy:
   toolkit offers; the standalone reader refuses binary files);
 * retargeting to a sandbox worktree while one is active: every tool, the
   sub-agent included, asks the toolkit's one `ActiveWorkspace` at call time;
+* one process isolation, resolved here once (default ``"auto"``) and handed
+  to every tool that starts a program, to the sandbox's git and to
+  subagents, which can only narrow it;
 * user hooks, in tiers (security, then the tool's own, then ``"*"``), and
   the nudge post hook.
 
@@ -37,6 +40,7 @@ import attrs
 
 from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._evidence import FileEvidence, asking_for_evidence
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
@@ -74,16 +78,16 @@ DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
 """The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
 
 # The tools that work on files and follow an active sandbox into its worktree.
-_WORKSPACE_FACTORIES: dict[str, Callable[[Path], Tool]] = {
+_WORKSPACE_FACTORIES: dict[str, Callable[[Path, Isolation], Tool]] = {
     # The toolkit's reader fetches nothing remote: an agent editing code has
     # no business reaching the network through its file reader.
-    "reader": lambda root: reader_tool(workspace_root=root, allowed_hosts=()),
-    "editor": lambda root: editor_tool(workspace_root=root),
-    "bash": lambda root: bash_tool(workspace_root=root),
-    "search": lambda root: search_tool(workspace_root=root),
-    "code_check": lambda root: code_check_tool(workspace_root=root),
-    "code_nav": lambda root: code_nav_tool(workspace_root=root),
-    "ast_search": lambda root: ast_search_tool(workspace_root=root),
+    "reader": lambda root, _: reader_tool(workspace_root=root, allowed_hosts=()),
+    "editor": lambda root, _: editor_tool(workspace_root=root),
+    "bash": lambda root, iso: bash_tool(workspace_root=root, isolation=iso),
+    "search": lambda root, iso: search_tool(workspace_root=root, isolation=iso),
+    "code_check": lambda root, iso: code_check_tool(workspace_root=root, isolation=iso),
+    "code_nav": lambda root, _: code_nav_tool(workspace_root=root),
+    "ast_search": lambda root, iso: ast_search_tool(workspace_root=root, isolation=iso),
 }
 
 _HOOK_KINDS = ("security", "pre", "post", "on_error")
@@ -143,6 +147,7 @@ class _Toolkit:
     branch: Branch
     where: ActiveWorkspace
     home: dict[str, Tool]
+    isolation: Isolation
     store: EvidenceStore = attrs.field(factory=EvidenceStore)
     # The standalone tools built for the sandbox directory last asked about.
     away: tuple[Workspace, dict[str, Tool]] | None = None
@@ -159,9 +164,10 @@ class _Toolkit:
         if not self.where.in_sandbox:
             return self.home
         if self.away is None or self.away[0] is not current:
+            isolation = self.where.isolation or self.isolation
             self.away = (
                 current,
-                {name: _WORKSPACE_FACTORIES[name](current.root) for name in self.home},
+                {name: _WORKSPACE_FACTORIES[name](current.root, isolation) for name in self.home},
             )
         return self.away[1]
 
@@ -350,6 +356,8 @@ def coding_toolkit(
     nudge_rules: Sequence[NudgeRule] | None = None,
     allow_merge_into_protected: bool = False,
     keep_default_nudges: bool = False,
+    isolation: str | Isolation = "auto",
+    network: str = "none",
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -379,6 +387,13 @@ def coding_toolkit(
         allow_merge_into_protected: let the sandbox merge into ``main``,
             ``master`` or ``release*`` (refused by default; the model is told
             to leave its branch for the user).
+        isolation: how bash, the helper programs of search, code_check and
+            ast_search, and the sandbox's git are confined: ``"auto"`` (the
+            strongest available mechanism, named in the tool descriptions),
+            ``"bwrap"``, ``"landlock"``, ``"none"``, or a parent's resolved
+            isolation (subagents pass theirs; it can only be narrowed).
+        network: the network of confined processes: ``"none"``,
+            ``"loopback"`` or ``"full"`` (ignored for an inherited isolation).
 
     Returns:
         The tools, each bound to `branch`.
@@ -386,45 +401,28 @@ def coding_toolkit(
     Raises:
         ValueError: an unknown tool or hook name, or an out-of-range setting.
         TypeError: a malformed `hooks` mapping.
+        ConfigurationError: an explicit isolation mechanism cannot work here,
+            or an inherited one would be widened.
     """
-    selected = DEFAULT_CODING_TOOLS if tools is None else tuple(tools)
-    if isinstance(tools, str):
-        raise TypeError(f"tools must be a list of names, got the string {tools!r}")
-    unknown = [name for name in selected if name not in ALL_CODING_TOOLS]
-    if unknown:
-        raise ValueError(
-            f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
-        )
-    if not 0 < notify_threshold <= 1:
-        raise ValueError(f"notify_threshold must be in (0, 1], got {notify_threshold!r}")
-    if not isinstance(notify_max_tokens, int) or notify_max_tokens < 1:
-        raise ValueError(f"notify_max_tokens must be a positive int, got {notify_max_tokens!r}")
-    for flag, value in (
-        ("allow_merge_into_protected", allow_merge_into_protected),
-        ("keep_default_nudges", keep_default_nudges),
-    ):
-        if not isinstance(value, bool):
-            raise TypeError(f"{flag} must be a bool, got {value!r}")
+    names = _selected_tools(tools)
+    _check_options(
+        notify_threshold,
+        notify_max_tokens,
+        allow_merge_into_protected=allow_merge_into_protected,
+        keep_default_nudges=keep_default_nudges,
+    )
     hook_map = _normalise_hooks(hooks)
-    names = tuple(name for name in ALL_CODING_TOOLS if name in selected)
     workspace = Workspace.at(workspace_root)
+    confinement = _toolkit_isolation(isolation, workspace.root, network)
     home = {
-        name: _WORKSPACE_FACTORIES[name](workspace.root)
+        name: _WORKSPACE_FACTORIES[name](workspace.root, confinement)
         for name in names
         if name in _WORKSPACE_FACTORIES
     }
-    where = ActiveWorkspace(workspace)
-    kit = _Toolkit(branch=branch, where=where, home=home)
+    where = ActiveWorkspace(workspace, home_isolation=confinement)
+    kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement)
 
-    built: dict[str, Tool] = {}
-    for name, tool in home.items():
-        handler: Callable[[Any], Any] = _Delegate(kit, name)
-        description = tool.description
-        if name == "editor":
-            handler, description = _GuardedEditor(kit), description + _EDITOR_RULE
-        elif name == "reader":
-            handler, description = _ImageReader(kit), description + _READER_IMAGES
-        built[name] = attrs.evolve(tool, handler=handler, description=description)
+    built = _wrapped_workspace_tools(kit)
     if "context" in names:
         built["context"] = context_tool(branch)
     if "sandbox" in names:
@@ -435,6 +433,7 @@ def coding_toolkit(
             workspace_root=workspace.root,
             on_switch=where.switch,
             allow_merge_into_protected=allow_merge_into_protected,
+            isolation=confinement,
         )
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
@@ -450,6 +449,7 @@ def coding_toolkit(
                 "nudge_rules": nudge_rules,
                 "keep_default_nudges": keep_default_nudges,
                 "allow_merge_into_protected": allow_merge_into_protected,
+                "isolation": confinement,
             },
             workspace=where,
         )
@@ -470,12 +470,74 @@ def coding_toolkit(
         if notify
         else None
     )
-    result = []
-    for name in names:
-        tool = built[name]
-        extra = _tool_hooks(hook_map, name)
-        if nudge is not None:
-            extra["post"].append(nudge)
-        tool = tool.with_hooks(pre=extra["pre"], post=extra["post"], on_error=extra["on_error"])
-        result.append(attrs.evolve(tool, bound_to=branch.id))
-    return result
+    return [_with_policy(built[name], name, hook_map, nudge, branch) for name in names]
+
+
+def _selected_tools(tools: Sequence[str] | None) -> tuple[str, ...]:
+    """The tools to build, in `ALL_CODING_TOOLS` order.
+
+    Raises:
+        TypeError: `tools` is a string (a list of names was meant).
+        ValueError: an unknown name (the message lists the valid ones).
+    """
+    if isinstance(tools, str):
+        raise TypeError(f"tools must be a list of names, got the string {tools!r}")
+    selected = DEFAULT_CODING_TOOLS if tools is None else tuple(tools)
+    unknown = [name for name in selected if name not in ALL_CODING_TOOLS]
+    if unknown:
+        raise ValueError(
+            f"unknown coding tool(s) {unknown}; valid names: {', '.join(ALL_CODING_TOOLS)}"
+        )
+    return tuple(name for name in ALL_CODING_TOOLS if name in selected)
+
+
+def _check_options(
+    notify_threshold: float,
+    notify_max_tokens: int,
+    **flags: bool,
+) -> None:
+    """Refuse out-of-range nudge settings and flags that are not bools, at once."""
+    if not 0 < notify_threshold <= 1:
+        raise ValueError(f"notify_threshold must be in (0, 1], got {notify_threshold!r}")
+    if not isinstance(notify_max_tokens, int) or notify_max_tokens < 1:
+        raise ValueError(f"notify_max_tokens must be a positive int, got {notify_max_tokens!r}")
+    for flag, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag} must be a bool, got {value!r}")
+
+
+def _wrapped_workspace_tools(kit: _Toolkit) -> dict[str, Tool]:
+    """The workspace tools with the toolkit's handlers: guard, images, the active root."""
+    built: dict[str, Tool] = {}
+    for name, tool in kit.home.items():
+        handler: Callable[[Any], Any] = _Delegate(kit, name)
+        description = tool.description
+        if name == "editor":
+            handler, description = _GuardedEditor(kit), description + _EDITOR_RULE
+        elif name == "reader":
+            handler, description = _ImageReader(kit), description + _READER_IMAGES
+        built[name] = attrs.evolve(tool, handler=handler, description=description)
+    return built
+
+
+def _with_policy(
+    tool: Tool,
+    name: str,
+    hook_map: Mapping[str, Mapping[str, tuple[Callable[..., Any], ...]]],
+    nudge: NudgeHook | None,
+    branch: Branch,
+) -> Tool:
+    """`tool` with the user's hooks in their tiers, the nudge last, bound to `branch`."""
+    extra = _tool_hooks(hook_map, name)
+    if nudge is not None:
+        extra["post"].append(nudge)
+    tool = tool.with_hooks(pre=extra["pre"], post=extra["post"], on_error=extra["on_error"])
+    return attrs.evolve(tool, bound_to=branch.id)
+
+
+def _toolkit_isolation(isolation: str | Isolation, root: Path, network: str) -> Isolation:
+    if isinstance(isolation, Isolation):
+        # Inherited from a parent toolkit: the same mechanism, network and
+        # hidden paths, writable only inside this (narrower) workspace.
+        return isolation.retarget(attrs.evolve(isolation.policy, writable=(root,), git_writable=()))
+    return workspace_isolation(isolation, root, network=network)

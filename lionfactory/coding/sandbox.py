@@ -36,6 +36,10 @@ Decisions:
 * **Identity.** Commits use the repository's ``user.name``/``user.email``;
   when it has none, ``lionfactory sandbox <sandbox@lionfactory.invalid>`` is
   passed with ``-c`` for that call only.
+* **Confined git.** Under the toolkit's isolation, git (which runs no hooks at all)
+  runs) may write only the repository (its ``.git`` included), the
+  repository's git folders and the sandbox's scratch directory, with the
+  toolkit's network and hidden paths.
 * The sandbox starts from the last commit: uncommitted changes in the
   workspace are not in it (``create`` says so in its ``notice``).
 """
@@ -57,10 +61,12 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
+from lionfactory._isolation import Isolation
 from lionfactory._tool import Tool
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
+from lionfactory.coding._gitdirs import git_dirs
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
 
 __all__ = ["PROTECTED_BRANCHES", "SandboxRequest", "SandboxResponse", "sandbox_tool"]
@@ -182,10 +188,30 @@ class _Sandbox:
 
     workspace: Workspace
     on_switch: OnSwitch | None = attrs.field(repr=False)
-    git: Git = attrs.field(repr=False)
+    git_plain: Git = attrs.field(repr=False)
+    isolation: Isolation | None = None
     session: Session | None = None
     allow_protected: bool = False
     busy: bool = False
+
+    def _git_for(self, session: Session | None) -> Git:
+        """Git confined to what this sandbox's git work writes (see the module docstring)."""
+        isolation = self.isolation
+        if isolation is None or not isolation.confined:
+            return self.git_plain
+        writable: tuple[Path, ...] = (self.workspace.root,)
+        if session is not None:
+            found = git_dirs(session.repo)
+            writable = (session.repo, session.scratch, *(found or ()))
+        policy = attrs.evolve(
+            isolation.policy, writable=writable, git_writable=(), protect_git=False
+        )
+        return self.git_plain.with_isolation(attrs.evolve(isolation, policy=policy))
+
+    @property
+    def git(self) -> Git:
+        """Git for the active sandbox (or for the workspace when none is active)."""
+        return self._git_for(self.session)
 
     async def __call__(self, request: SandboxRequest) -> SandboxResponse:
         # A flag, not an anyio.Lock: a lock binds to the first event loop that
@@ -234,7 +260,7 @@ class _Sandbox:
                 f"discard it before creating another.",
             )
         root = self.workspace.root
-        plan = await ops.plan(self.git, root)
+        plan = await ops.plan(self._git_for(None), root)
         if isinstance(plan, str):
             return self._fail("create", plan)
         scratch = Path(
@@ -252,9 +278,10 @@ class _Sandbox:
             base_branch=plan.base_branch,
             base_commit=plan.base_commit,
         )
+        git = self._git_for(session)
         try:
             add = ["worktree", "add", "--quiet", "-b", session.branch, str(session.root)]
-            await self.git.check(
+            await git.check(
                 [*add, session.base_commit],
                 cwd=session.repo,
                 what="create the sandbox worktree",
@@ -266,7 +293,7 @@ class _Sandbox:
             await self._switch(session.workspace)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await ops.cleanup(self.git, session, raising=False)
+                await ops.cleanup(git, session, raising=False)
             raise
         self.session = session
         return self._ok(
@@ -393,6 +420,7 @@ def sandbox_tool(
     on_switch: OnSwitch | None = None,
     runner: Runner | None = None,
     allow_merge_into_protected: bool = False,
+    isolation: Isolation | None = None,
 ) -> Tool:
     """Build the ``sandbox`` tool for `branch`, with its own, empty sandbox slot.
 
@@ -410,6 +438,9 @@ def sandbox_tool(
             `PROTECTED_BRANCHES` (``main``, ``master``, ``release*``). Off by
             default: the model is told to leave the sandbox branch for the
             user to merge.
+        isolation: the toolkit's confinement, applied to every git call
+            (widened to the repository and the scratch directory); None runs
+            git unconfined.
 
     Returns:
         The ``sandbox`` Tool, bound to `branch`.
@@ -435,6 +466,8 @@ def sandbox_tool(
         name="sandbox",
         request_model=SandboxRequest,
         description=_DESCRIPTION + ("" if allow_merge_into_protected else _PROTECTED_RULE),
-        handler=_Sandbox(workspace, on_switch, git, allow_protected=allow_merge_into_protected),
+        handler=_Sandbox(
+            workspace, on_switch, git, isolation, allow_protected=allow_merge_into_protected
+        ),
         bound_to=branch.id,
     )

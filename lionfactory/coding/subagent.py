@@ -272,6 +272,10 @@ class _Subagent:
         )
         if tools:
             kwargs = {**self.factory_kwargs, "tools": tools, "workspace_root": cwd}
+            if self.where.isolation is not None:
+                # The parent's confinement where it works now (in a sandbox:
+                # the worktree), which the child can only narrow.
+                kwargs["isolation"] = self.where.isolation
             if request.permissions == "safe":
                 kwargs["hooks"] = _with_policy(kwargs.get("hooks"))
             child.register(self.factory, **kwargs)

@@ -45,6 +45,7 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._binaries import BinaryFinder
+from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._project import ProjectView
 from lionfactory._workspace import Workspace
@@ -167,7 +168,9 @@ def _sort_lines(lines: Iterable[Line]) -> list[Line]:
     return [unique[key] for key in sorted(unique)]
 
 
-async def _run(binary: str, args: list[str], root: Path, name: str) -> ProcessResult:
+async def _run(
+    binary: str, args: list[str], root: Path, name: str, isolation: Isolation | None
+) -> ProcessResult:
     try:
         result = await run_process(
             [binary, *args],
@@ -175,6 +178,7 @@ async def _run(binary: str, args: list[str], root: Path, name: str) -> ProcessRe
             timeout=TIMEOUT_SECONDS,
             max_bytes=OUTPUT_CAP,
             announce_truncation=False,
+            isolation=isolation,
         )
     except LaunchError as exc:
         raise EngineFailure(f"{exc.message} The search could not run.") from None
@@ -298,7 +302,13 @@ def _parse_json_events(stdout: str, cut: bool) -> list[Line]:
     return lines
 
 
-async def grep_ripgrep(rg: str, workspace: Workspace, view: ProjectView, query: GrepQuery) -> Found:
+async def grep_ripgrep(
+    rg: str,
+    workspace: Workspace,
+    view: ProjectView,
+    query: GrepQuery,
+    isolation: Isolation | None = None,
+) -> Found:
     """Search with ``rg``: ``--json`` events for content, ``--count`` records otherwise."""
     args = _rg_walk_args(workspace, view) + _type_args(query.globs)
     if query.case_insensitive:
@@ -312,7 +322,7 @@ async def grep_ripgrep(rg: str, workspace: Workspace, view: ProjectView, query: 
     else:
         args += ["--count", "--null", "--no-heading", "--with-filename", "--color=never"]
     args += ["--regexp", query.pattern, "--", query.target]
-    result = await _run(rg, args, workspace.root, "ripgrep")
+    result = await _run(rg, args, workspace.root, "ripgrep", isolation)
     found = Found(engine="ripgrep", cut=result.stdout_truncated)
     produced = '"type":"summary"' in result.stdout if query.mode == "content" else result.stdout
     found.warning = _rg_check(result, bool(produced))
@@ -327,10 +337,16 @@ async def grep_ripgrep(rg: str, workspace: Workspace, view: ProjectView, query: 
     return found
 
 
-async def list_ripgrep(rg: str, workspace: Workspace, view: ProjectView, target: str) -> Found:
+async def list_ripgrep(
+    rg: str,
+    workspace: Workspace,
+    view: ProjectView,
+    target: str,
+    isolation: Isolation | None = None,
+) -> Found:
     """The project's files under `target` with ``rg --files``."""
     args = [*_rg_walk_args(workspace, view), "--files", "--null", "--", target]
-    result = await _run(rg, args, workspace.root, "ripgrep")
+    result = await _run(rg, args, workspace.root, "ripgrep", isolation)
     warning = _rg_check(result, bool(result.stdout))
     files = sorted(_strip_dot(record) for record in _records(result, "\0"))
     return Found(engine="ripgrep", files=files, cut=result.stdout_truncated, warning=warning)
@@ -368,13 +384,13 @@ def _batches(files: list[str]) -> list[list[str]]:
 
 
 async def _grep_failure(
-    grep: str, query: GrepQuery, root: Path, result: ProcessResult
+    grep: str, query: GrepQuery, root: Path, result: ProcessResult, isolation: Isolation | None
 ) -> EngineFailure:
     """Tell a pattern grep rejects from any other failure (an unreadable file)."""
     message = " ".join(result.stderr.strip().split())[:_STDERR_CAP] or "no message"
     # The same pattern over empty input (stdin is /dev/null) fails only if
     # the pattern itself is the problem.
-    probe = await _run(grep, ["-P", "-e", query.pattern], root, "grep")
+    probe = await _run(grep, ["-P", "-e", query.pattern], root, "grep", isolation)
     if probe.returncode == 2:
         return EngineFailure(
             f"The pattern is not a valid regular expression; grep said: {message}. "
@@ -440,7 +456,11 @@ def _python_multiline(root: Path, files: list[str], query: GrepQuery, found: Fou
 
 
 async def grep_builtin(
-    binaries: BinaryFinder, workspace: Workspace, view: ProjectView, query: GrepQuery
+    binaries: BinaryFinder,
+    workspace: Workspace,
+    view: ProjectView,
+    query: GrepQuery,
+    isolation: Isolation | None = None,
 ) -> Found:
     """Search the walked project files with ``grep -P`` (or ``re`` when multiline)."""
     files = await anyio.to_thread.run_sync(_walk_files, view, workspace, query.target)
@@ -465,9 +485,9 @@ async def grep_builtin(
         args.append("-c")
     args += ["-e", query.pattern, "--"]
     for batch in _batches(files):
-        result = await _run(grep, [*args, *batch], workspace.root, "grep")
+        result = await _run(grep, [*args, *batch], workspace.root, "grep", isolation)
         if result.returncode not in (0, 1):
-            raise await _grep_failure(grep, query, workspace.root, result)
+            raise await _grep_failure(grep, query, workspace.root, result, isolation)
         found.cut = found.cut or result.stdout_truncated
         _parse_grep(result, found, query.mode)
     found.lines = _sort_lines(found.lines)

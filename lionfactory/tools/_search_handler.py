@@ -13,6 +13,7 @@ import attrs
 
 from lionfactory._binaries import BinaryFinder
 from lionfactory._global_excludes import global_excludes
+from lionfactory._isolation import Isolation
 from lionfactory._project import ProjectView, stray_ignore_files
 from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.tools._search_engines import (
@@ -109,6 +110,7 @@ class SearchHandler:
 
     workspace: Workspace
     binaries: BinaryFinder
+    isolation: Isolation | None = None
 
     def _target(self, path: str) -> str:
         resolved = self.workspace.resolve(path)
@@ -195,9 +197,9 @@ class SearchHandler:
         view = await self._view(request)
         rg, why = await self._ripgrep(request)
         if rg is not None:
-            found = await grep_ripgrep(rg, self.workspace, view, query)
+            found = await grep_ripgrep(rg, self.workspace, view, query, self.isolation)
         else:
-            found = await grep_builtin(self.binaries, self.workspace, view, query)
+            found = await grep_builtin(self.binaries, self.workspace, view, query, self.isolation)
         hidden = view.hidden
         found.lines = [line for line in found.lines if not hidden(line.path)]
         counts = {path: n for path, n in sorted(found.counts.items()) if not hidden(path)}
@@ -222,7 +224,7 @@ class SearchHandler:
         rg, why = await self._ripgrep(request)
         target = "." if relative == "." else f"./{relative}"
         if rg is not None:
-            found = await list_ripgrep(rg, self.workspace, view, target)
+            found = await list_ripgrep(rg, self.workspace, view, target, self.isolation)
         else:
             found = await list_builtin(self.workspace, view, target)
         files = [f for f in found.files if not view.hidden(f)]

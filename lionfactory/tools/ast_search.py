@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
 from lionfactory._global_excludes import global_excludes
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
@@ -159,9 +160,11 @@ def _entries(stdout: str, cut: bool) -> list[Any]:
     return [json.loads(line) for line in lines]
 
 
-async def _is_ast_grep(binary: str, cwd: Path) -> bool:
+async def _is_ast_grep(binary: str, cwd: Path, isolation: Isolation | None) -> bool:
     try:
-        result = await run_process([binary, "--version"], cwd=cwd, timeout=_VERSION_TIMEOUT)
+        result = await run_process(
+            [binary, "--version"], cwd=cwd, timeout=_VERSION_TIMEOUT, isolation=isolation
+        )
     except LaunchError:
         return False
     return result.returncode == 0 and "ast-grep" in (result.stdout + result.stderr).lower()
@@ -171,6 +174,7 @@ async def _is_ast_grep(binary: str, cwd: Path) -> bool:
 class _AstSearchHandler:
     workspace: Workspace
     binaries: BinaryFinder
+    isolation: Isolation | None = None
 
     def _target(self, path: str) -> str:
         resolved = self.workspace.resolve(path)
@@ -186,7 +190,7 @@ class _AstSearchHandler:
 
     async def _binary(self) -> str | None:
         for candidate in await anyio.to_thread.run_sync(self._candidates):
-            if await _is_ast_grep(candidate, self.workspace.root):
+            if await _is_ast_grep(candidate, self.workspace.root, self.isolation):
                 return candidate
         return None
 
@@ -287,6 +291,7 @@ class _AstSearchHandler:
                 timeout=TIMEOUT_SECONDS,
                 max_bytes=_OUTPUT_CAP,
                 announce_truncation=False,
+                isolation=self.isolation,
             )
         except LaunchError as exc:
             return _error(exc.message)
@@ -306,6 +311,7 @@ def ast_search_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
+    isolation: str | Isolation = "none",
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``ast_search`` tool.
@@ -315,6 +321,9 @@ def ast_search_tool(
             inside; the current directory when None. Resolved once, now.
         protected_names: fnmatch patterns of names never searched; the
             workspace defaults when None.
+        isolation: how the helper program is confined: ``"none"``, ``"auto"``,
+            ``"bwrap"``, ``"landlock"``, or an inherited `Isolation` (see
+            `bash_tool`; the network is always ``"none"``).
         _binaries: private test seam: where ``ast-grep`` (and ``sg``) are
             looked up (the running environment, then PATH, by default).
 
@@ -324,12 +333,14 @@ def ast_search_tool(
     Raises:
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
+        ConfigurationError: the requested isolation cannot work here.
     """
     binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(isolation, workspace.root)
     return Tool(
         name="ast_search",
-        description=_DESCRIPTION,
+        description=confinement.annotate(_DESCRIPTION),
         request_model=AstSearchRequest,
-        handler=_AstSearchHandler(workspace, binaries),
+        handler=_AstSearchHandler(workspace, binaries, confinement),
     )

@@ -25,6 +25,11 @@ Decisions (DESIGN §9):
   *entire* environment; otherwise the child inherits the environment of the
   Python process at the time of the call.
 * **stdin** is empty (``/dev/null``): nothing can wait for input.
+* **Isolation.** ``isolation`` (default ``"none"``, so scripts keep today's
+  behaviour) confines every command in the kernel: writes only inside the
+  workspace and a private temp dir, hidden home directory, network per
+  ``network``, no process outliving the call. The mechanism is chosen once,
+  by the factory, and named in the description and in every response.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._echo import echo
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -147,6 +153,10 @@ class BashResponse(BaseModel):
         description="Something the caller should know about how the command ran (a clamped "
         "timeout).",
     )
+    isolation: str = Field(
+        default="none",
+        description="What confined the command: bwrap, landlock, or none (full user rights).",
+    )
 
 
 def _operator_message(operator: str) -> str:
@@ -190,6 +200,7 @@ def _split_command(command: str) -> list[str]:
 class _BashHandler:
     workspace: Workspace
     env: Mapping[str, str] | None = attrs.field(repr=False)
+    isolation: Isolation | None = None
 
     def _directory(self, cwd: str | None) -> Path:
         directory = self.workspace.resolve("." if cwd is None else cwd)
@@ -200,6 +211,16 @@ class _BashHandler:
         return directory
 
     async def __call__(self, request: BashRequest) -> BashResponse:
+        response = await self._run(request)
+        if self.isolation is not None:
+            response.isolation = self.isolation.mechanism
+            if self.isolation.notice:
+                # "auto" fell back to a weaker mechanism: the model should know.
+                notes = (response.notice, self.isolation.notice)
+                response.notice = " ".join(note for note in notes if note)
+        return response
+
+    async def _run(self, request: BashRequest) -> BashResponse:
         try:
             if len(request.command) > _INLINE_SPLIT_CHARS:
                 argv = await anyio.to_thread.run_sync(_split_command, request.command)
@@ -227,7 +248,13 @@ class _BashHandler:
             except PathRefused as exc:
                 return BashResponse(error=f"cwd refused: {exc.message}", notice=notice)
         try:
-            result = await run_process(argv, cwd=cwd, timeout=timeout_ms / 1000, env=self.env)
+            result = await run_process(
+                argv,
+                cwd=cwd,
+                timeout=timeout_ms / 1000,
+                env=self.env,
+                isolation=self.isolation,
+            )
         except LaunchError as exc:
             return BashResponse(
                 error=f"{exc.message} Check the program name (it is looked up on PATH).",
@@ -268,6 +295,9 @@ def bash_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     protected_names: Iterable[str] | None = None,
+    isolation: str | Isolation = "none",
+    network: str = "none",
+    hidden_paths: Iterable[str | os.PathLike[str]] | None = None,
 ) -> Tool:
     """Build the ``bash`` tool.
 
@@ -278,19 +308,31 @@ def bash_tool(
             child inherits ``os.environ`` as it is at the time of each call.
         protected_names: fnmatch patterns of names ``cwd`` may not pass
             through; the workspace defaults when None.
+        isolation: ``"none"`` (no confinement), ``"auto"`` (the strongest
+            mechanism available, named in the description), ``"bwrap"`` or
+            ``"landlock"`` (that one, or `ConfigurationError`), or the
+            `Isolation` a toolkit resolved (used as it is; the workspace must
+            lie inside its writable roots).
+        network: under isolation, ``"none"``, ``"loopback"`` or ``"full"``.
+        hidden_paths: under isolation, paths commands may not read; default:
+            the home directory, its key folders and ``/root``.
 
     Returns:
         The ``bash`` Tool (safe to share: it is bound to no branch).
 
     Raises:
+        ConfigurationError: the requested mechanism cannot work here.
         ValueError: the workspace root is not a directory, or `env` has an
             invalid entry.
         TypeError: an option of the wrong type.
     """
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(
+        isolation, workspace.root, network=network, hidden=hidden_paths
+    )
     return Tool(
         name="bash",
-        description=_DESCRIPTION,
+        description=confinement.annotate(_DESCRIPTION),
         request_model=BashRequest,
-        handler=_BashHandler(workspace, _check_env(env)),
+        handler=_BashHandler(workspace, _check_env(env), confinement),
     )

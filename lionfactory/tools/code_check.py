@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._binaries import BinaryFinder, finder_or_default
 from lionfactory._echo import echo, shorten
 from lionfactory._global_excludes import global_excludes
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import LaunchError, run_process
 from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
@@ -239,6 +240,7 @@ def _config_problem(workspace: Workspace, config: Path) -> str | None:
 class _CodeCheckHandler:
     workspace: Workspace
     binaries: BinaryFinder
+    isolation: Isolation | None = None
 
     def _targets(self, paths: list[str]) -> list[str]:
         """The root-relative paths to check, each contained in the workspace.
@@ -331,6 +333,7 @@ class _CodeCheckHandler:
                 timeout=TIMEOUT_SECONDS,
                 max_bytes=_OUTPUT_CAP,
                 announce_truncation=False,
+                isolation=self.isolation,
             )
         except LaunchError as exc:
             return _error(exc.message)
@@ -380,6 +383,7 @@ def code_check_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
+    isolation: str | Isolation = "none",
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``code_check`` tool.
@@ -389,6 +393,9 @@ def code_check_tool(
             inside; the current directory when None. Resolved once, now.
         protected_names: fnmatch patterns of names never checked; the
             workspace defaults when None.
+        isolation: how the helper program is confined: ``"none"``, ``"auto"``,
+            ``"bwrap"``, ``"landlock"``, or an inherited `Isolation` (see
+            `bash_tool`; the network is always ``"none"``).
         _binaries: private test seam: where ``ruff`` is looked up (the
             running environment, then PATH, by default).
 
@@ -398,12 +405,14 @@ def code_check_tool(
     Raises:
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
+        ConfigurationError: the requested isolation cannot work here.
     """
     binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(isolation, workspace.root)
     return Tool(
         name="code_check",
-        description=_DESCRIPTION,
+        description=confinement.annotate(_DESCRIPTION),
         request_model=CodeCheckRequest,
-        handler=_CodeCheckHandler(workspace, binaries),
+        handler=_CodeCheckHandler(workspace, binaries, confinement),
     )

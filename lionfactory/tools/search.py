@@ -35,6 +35,7 @@ import os
 from collections.abc import Iterable
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._tool import Tool
 from lionfactory._workspace import Workspace
 from lionfactory.tools._search_handler import SearchHandler
@@ -76,6 +77,7 @@ def search_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
+    isolation: str | Isolation = "none",
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``search`` tool.
@@ -86,6 +88,9 @@ def search_tool(
         protected_names: fnmatch patterns of names never searched nor listed;
             the workspace defaults (``.env``, ``.env.*``, private keys, ...)
             when None.
+        isolation: how the helper program is confined: ``"none"``, ``"auto"``,
+            ``"bwrap"``, ``"landlock"``, or an inherited `Isolation` (see
+            `bash_tool`; the network is always ``"none"``).
         _binaries: private test seam: where ``rg``, ``grep`` and ``git`` are
             looked up (the running environment, then PATH, by default). A
             finder that cannot see ``rg`` selects the builtin engine.
@@ -96,12 +101,14 @@ def search_tool(
     Raises:
         ValueError: the workspace root is not a directory.
         TypeError: an option of the wrong type.
+        ConfigurationError: the requested isolation cannot work here.
     """
     binaries = finder_or_default(_binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(isolation, workspace.root)
     return Tool(
         name="search",
-        description=_DESCRIPTION,
+        description=confinement.annotate(_DESCRIPTION),
         request_model=SearchRequest,
-        handler=SearchHandler(workspace, binaries),
+        handler=SearchHandler(workspace, binaries, confinement),
     )

@@ -5,14 +5,20 @@
   for information, the same through ``anyio.open_process`` directly, the
   floor of any anyio-based runner on this machine;
 * M concurrent ``sleep S`` calls through ``branch.act_many`` (target: the
-  wall time stays under 2 x S, i.e. the calls really run in parallel).
+  wall time stays under 2 x S, i.e. the calls really run in parallel);
+* for each isolation mechanism available here (bwrap, landlock): N sequential
+  isolated ``bash`` calls of ``true`` against N ``subprocess.run`` of the
+  mechanism's own argv around ``true`` (the raw mechanism, target: at most
+  1.3x), with the absolute cost per call and the ratio to plain ``true``.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +26,7 @@ import trio
 from _common import Row, Size, budget_row, check_row, info_row, interleaved, ratio_row, sizes
 
 from lionfactory import Branch
+from lionfactory._isolation import mechanism_problem, workspace_isolation
 from lionfactory.tools import bash_tool
 
 BENCH = "processes"
@@ -80,6 +87,9 @@ def run(size: Size) -> list[Row]:
 
         best, wall, ok = trio.run(measure)
         base, tool_time = best["plain"], best["tool"]
+        isolated = [
+            row for mech in ("bwrap", "landlock") for row in _isolated(mech, root, n, base, repeat)
+        ]
     return [
         ratio_row(BENCH, f"{n} sequential bash `true`", tool_time, base, "s", 1.5),
         info_row(
@@ -94,4 +104,57 @@ def run(size: Size) -> list[Row]:
             baseline=pause,
         ),
         check_row(BENCH, f"{m} concurrent sleeps all succeeded", ok, "all ok"),
+        *isolated,
+    ]
+
+
+def _isolated(mechanism: str, root: str, n: int, plain: float, repeat: int) -> list[Row]:
+    """Rows for `n` isolated ``true`` calls under `mechanism`, or none where it cannot run."""
+    if mechanism_problem(mechanism) is not None:
+        return []
+    bash = bash_tool(workspace_root=root, isolation=mechanism)
+    # The raw mechanism: the very argv the seam builds (with one private temp
+    # dir, made once), run by subprocess.run with no tool around it.
+    isolation = workspace_isolation(mechanism, Path(root))
+    launch = isolation.launch(["true"], cwd=Path(root), env=None)
+
+    def raw() -> None:
+        for _ in range(n):
+            subprocess.run(list(launch.argv), check=True, cwd=root, env=launch.env)
+
+    async def through_tool() -> None:
+        for _ in range(n):
+            result = await bash(command="true")
+            if result["return_code"] != 0:
+                raise RuntimeError(f"isolated bash true failed: {result}")
+
+    async def measure() -> dict[str, float]:
+        raw()  # warm up
+        return await interleaved({"raw": raw, "tool": through_tool}, repeat)
+
+    try:
+        best = trio.run(measure)
+    finally:
+        if launch.tmpdir is not None:
+            shutil.rmtree(launch.tmpdir, ignore_errors=True)
+    return [
+        ratio_row(
+            BENCH,
+            f"{n} sequential bash `true` under {mechanism} vs raw {mechanism}",
+            best["tool"],
+            best["raw"],
+            "s",
+            1.3,
+        ),
+        info_row(BENCH, f"{mechanism}: ms per isolated bash call", best["tool"] / n * 1000, "ms"),
+        info_row(
+            BENCH, f"{mechanism}: ms per raw {mechanism} `true`", best["raw"] / n * 1000, "ms"
+        ),
+        info_row(
+            BENCH,
+            f"{n} sequential bash `true` under {mechanism} vs plain `true`",
+            best["tool"],
+            "s",
+            baseline=plain,
+        ),
     ]

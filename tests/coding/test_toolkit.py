@@ -66,14 +66,15 @@ def test_bad_settings_fail_at_factory_time(workspace, kwargs):
 
 
 def _standalone(workspace: Path) -> dict:
+    # The toolkit's default isolation is "auto"; the standalone tools ask for the same.
     return {
         "reader": reader_tool(workspace_root=workspace),
         "editor": editor_tool(workspace_root=workspace),
-        "bash": bash_tool(workspace_root=workspace),
-        "search": search_tool(workspace_root=workspace),
-        "code_check": code_check_tool(workspace_root=workspace),
+        "bash": bash_tool(workspace_root=workspace, isolation="auto"),
+        "search": search_tool(workspace_root=workspace, isolation="auto"),
+        "code_check": code_check_tool(workspace_root=workspace, isolation="auto"),
         "code_nav": code_nav_tool(workspace_root=workspace),
-        "ast_search": ast_search_tool(workspace_root=workspace),
+        "ast_search": ast_search_tool(workspace_root=workspace, isolation="auto"),
     }
 
 

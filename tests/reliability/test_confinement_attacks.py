@@ -1,0 +1,358 @@
+"""Kernel confinement of ``bash``: real attacks, real processes, for every available mechanism.
+
+Each attack tries to change files beside the workspace (the canary), read a
+secret in a fake home directory that the policy hides, reach a loopback
+listener, or leave a process running. Confined, every canary stays
+byte-identical. The same attacks run unconfined (``isolation="none"``) first
+prove that each one really would have done damage: the tests run as root in
+CI, and root can write anywhere without a sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lionfactory._isolation import landlock_namespaces, mechanism_problem
+from lionfactory._tool import Tool
+from lionfactory.tools.bash import bash_tool
+
+PY = sys.executable
+SECRET = "HOME_SECRET_51d2"
+
+
+def mechanisms() -> list[object]:
+    """The two mechanisms as parameters, each skipped (with the reason) where it cannot work."""
+    params = []
+    for name in ("bwrap", "landlock"):
+        problem = mechanism_problem(name)
+        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
+        params.append(pytest.param(name, marks=skip))
+    return params
+
+
+MECHANISMS = mechanisms()
+
+
+def _needs_pid_namespace(mechanism: str) -> None:
+    if mechanism == "landlock" and not landlock_namespaces():
+        pytest.skip("no user namespaces: Landlock alone cannot end a setsid() child")
+
+
+class Scene:
+    """A workspace, a canary directory beside it and a fake home with a secret."""
+
+    def __init__(self, base: Path) -> None:
+        self.ws = base / "ws"
+        self.outside = base / "outside"
+        self.home = base / "home"
+        for folder in (self.ws, self.outside, self.home / ".ssh"):
+            folder.mkdir(parents=True)
+        self.canary = self.outside / "canary.txt"
+        self.canary.write_bytes(b"canary \x00\xff original\n")
+        (self.home / ".ssh" / "id_ed25519").write_text(SECRET)
+        (self.home / "secret.txt").write_text(SECRET)
+        (self.ws / "data.txt").write_text("workspace data\n")
+        (self.ws / "out_link").symlink_to(self.canary)
+        (self.ws / "out_dir").symlink_to(self.outside)
+        (self.ws / "home_link").symlink_to(self.home / "secret.txt")
+        hooks = self.ws / "hooks"
+        hooks.mkdir()
+        hook = hooks / "pre-commit"
+        hook.write_text(f"#!/bin/sh\necho hooked >> {self.canary}\nexit 0\n")
+        hook.chmod(0o755)
+        git = ["git", "-c", "init.defaultBranch=main"]
+        subprocess.run([*git, "init", "-q", str(self.ws)], check=True)
+
+    def snapshot(self) -> dict[str, bytes]:
+        return {
+            str(path.relative_to(self.outside)): path.read_bytes() if path.is_file() else b"<dir>"
+            for path in sorted(self.outside.rglob("*"))
+        }
+
+    def tool(self, isolation: str, network: str = "none") -> Tool:
+        return bash_tool(
+            workspace_root=self.ws,
+            isolation=isolation,
+            network=network,
+            hidden_paths=[self.home],
+            env={
+                **os.environ,
+                "HOME": str(self.home),
+                "GIT_AUTHOR_NAME": "t",
+                "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "t@example.invalid",
+            },
+        )
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> Scene:
+    return Scene(tmp_path)
+
+
+# name -> command template ({canary}, {outside}, {py} filled in); each writes,
+# truncates, creates or removes something beside the workspace.
+WRITE_ATTACKS = {
+    "python": "{py} -c \"open('{canary}', 'a').write('x')\"",
+    "sh_started_by_a_program": "env sh -c 'echo x >> {canary}'",
+    "cp_over": "cp data.txt {canary}",
+    "cp_new_file": "cp data.txt {outside}/new.txt",
+    "tee": "tee {canary}",
+    "rm": "rm -f {canary}",
+    "find_exec": "find . -maxdepth 0 -exec sh -c 'echo x >> {canary}' ';'",
+    "git_hooks_path": "git -c core.hooksPath=hooks commit -q --allow-empty -m attack",
+    "planted_symlink_file": "sh -c 'echo x >> out_link'",
+    "planted_symlink_dir": "touch out_dir/planted.txt",
+    "hard_link": "sh -c 'ln {canary} hard; echo x >> hard'",
+    "proc_self_root": "sh -c 'echo x >> /proc/self/root{canary}'",
+    "mkdir_outside": "mkdir {outside}/made",
+    "python_rename": "{py} -c \"import os; os.rename('{canary}', 'data2.txt')\"",
+}
+
+
+def _command(template: str, scene: Scene) -> str:
+    return template.format(canary=scene.canary, outside=scene.outside, py=PY)
+
+
+@pytest.mark.parametrize("attack", WRITE_ATTACKS.values(), ids=WRITE_ATTACKS.keys())
+def test_each_write_attack_does_damage_without_isolation(scene: Scene, attack: str) -> None:
+    before = scene.snapshot()
+    result = scene.tool("none").run_sync(command=_command(attack, scene))
+    assert result["isolation"] == "none"
+    assert scene.snapshot() != before, result
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("attack", WRITE_ATTACKS.values(), ids=WRITE_ATTACKS.keys())
+def test_write_attack_leaves_the_canary_byte_identical(
+    scene: Scene, mechanism: str, attack: str
+) -> None:
+    before = scene.snapshot()
+    result = scene.tool(mechanism).run_sync(command=_command(attack, scene))
+    assert result["isolation"] == mechanism
+    assert scene.snapshot() == before, result
+
+
+READ_ATTACKS = {
+    "cat": "cat {home}/secret.txt",
+    "ssh_key": "cat {home}/.ssh/id_ed25519",
+    "python": "{py} -c \"print(open('{home}/secret.txt').read())\"",
+    "planted_symlink": "cat home_link",
+    "proc_self_root": "cat /proc/self/root{home}/secret.txt",
+    "grep_recursive": "grep -r HOME_SECRET {home}",
+}
+
+
+@pytest.mark.parametrize("attack", READ_ATTACKS.values(), ids=READ_ATTACKS.keys())
+def test_each_read_attack_finds_the_secret_without_isolation(scene: Scene, attack: str) -> None:
+    result = scene.tool("none").run_sync(command=attack.format(home=scene.home, py=PY))
+    assert SECRET in result["stdout"]
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("attack", READ_ATTACKS.values(), ids=READ_ATTACKS.keys())
+def test_secret_in_the_hidden_home_is_unreadable(scene: Scene, mechanism: str, attack: str) -> None:
+    result = scene.tool(mechanism).run_sync(command=attack.format(home=scene.home, py=PY))
+    assert SECRET not in result["stdout"] + result["stderr"]
+    assert result["return_code"] != 0
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    server = socket.create_server(("127.0.0.1", 0), backlog=8)
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+CONNECT = (
+    "{py} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5); "
+    "print('CONNECTED')\""
+)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_loopback_listener_is_unreachable_with_network_none(
+    scene: Scene, mechanism: str, listener: int
+) -> None:
+    result = scene.tool(mechanism, "none").run_sync(command=CONNECT.format(py=PY, port=listener))
+    assert "CONNECTED" not in result["stdout"]
+    assert result["return_code"] != 0
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_loopback_listener_is_reachable_with_network_loopback(
+    scene: Scene, mechanism: str, listener: int
+) -> None:
+    result = scene.tool(mechanism, "loopback").run_sync(
+        command=CONNECT.format(py=PY, port=listener)
+    )
+    assert result["stdout"].strip() == "CONNECTED", result
+
+
+# The child forks a grandchild that leaves the session (setsid), lets go of
+# the output pipes (so an unconfined call is not held until its timeout) and sleeps,
+# prints the grandchild's pid as the host sees it (first NSpid entry when
+# /proc is the host's), and exits at once.
+SURVIVOR = (
+    '{py} -c "import os, sys, time\n'
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.setsid(); n = os.open(os.devnull, os.O_RDWR); os.dup2(n, 1); os.dup2(n, 2)\n"
+    "    time.sleep(300); os._exit(0)\n"
+    'print(pid)" {marker}'
+)
+
+
+def _tagged(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_setsid_child_survives_without_isolation(scene: Scene) -> None:
+    marker = f"survivor-{uuid.uuid4().hex}"
+    result = scene.tool("none").run_sync(command=SURVIVOR.format(py=PY, marker=marker))
+    try:
+        reported = int(result["stdout"].strip())
+        assert _alive(reported)
+        assert _tagged(marker) == [reported]
+    finally:
+        for pid in _tagged(marker):
+            os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_setsid_child_is_gone_when_the_call_returns(scene: Scene, mechanism: str) -> None:
+    _needs_pid_namespace(mechanism)
+    marker = f"survivor-{uuid.uuid4().hex}"
+    result = scene.tool(mechanism).run_sync(command=SURVIVOR.format(py=PY, marker=marker))
+    try:
+        # The pid the child reports is its namespace's; the marker finds it on the host.
+        assert int(result["stdout"].strip()) > 0, result
+        assert _tagged(marker) == []
+    finally:
+        for pid in _tagged(marker):
+            os.kill(pid, 9)
+
+
+@pytest.fixture
+def secret_process() -> Iterator[int]:
+    """A process outside the sandbox whose environment holds a secret."""
+    child = subprocess.Popen(
+        [PY, "-c", "import time; time.sleep(120)"],
+        env={**os.environ, "LIONFACTORY_TEST_TOKEN": SECRET},
+    )
+    try:
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_another_processs_environment_is_readable_without_isolation(
+    scene: Scene, secret_process: int
+) -> None:
+    result = scene.tool("none").run_sync(command=f"cat /proc/{secret_process}/environ")
+    assert SECRET in result["stdout"]
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_another_processs_environment_is_unreadable(
+    scene: Scene, mechanism: str, secret_process: int
+) -> None:
+    result = scene.tool(mechanism).run_sync(command=f"cat /proc/{secret_process}/environ")
+    assert SECRET not in result["stdout"]
+    assert result["return_code"] != 0
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """A process outside the sandbox that a command might try to kill."""
+    child = subprocess.Popen([PY, "-c", "import time; time.sleep(120)"])
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_outside_can_be_killed_without_isolation(
+    scene: Scene, bystander: subprocess.Popen[bytes]
+) -> None:
+    scene.tool("none").run_sync(command=f"kill -9 {bystander.pid}")
+    assert bystander.wait(timeout=10) == -9
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_process_outside_cannot_be_signalled(
+    scene: Scene, mechanism: str, bystander: subprocess.Popen[bytes]
+) -> None:
+    result = scene.tool(mechanism).run_sync(command=f"kill -9 {bystander.pid}")
+    assert result["return_code"] != 0
+    assert bystander.poll() is None
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_timed_out_command_leaves_no_setsid_child(scene: Scene, mechanism: str) -> None:
+    _needs_pid_namespace(mechanism)
+    marker = f"survivor-{uuid.uuid4().hex}"
+    hang = SURVIVOR.replace("print(pid)", "print(pid, flush=True); time.sleep(300)")
+    result = scene.tool(mechanism).run_sync(command=hang.format(py=PY, marker=marker), timeout=1500)
+    try:
+        assert result["timed_out"], result
+        assert _tagged(marker) == []
+    finally:
+        for pid in _tagged(marker):
+            os.kill(pid, 9)
+
+
+def _block_device() -> str | None:
+    for entry in sorted(Path("/dev").iterdir()):
+        try:
+            if stat.S_ISBLK(entry.stat().st_mode) and os.access(entry, os.R_OK):
+                with entry.open("rb") as device:
+                    device.read(1)
+                return str(entry)
+        except OSError:
+            continue
+    return None
+
+
+BLOCK_DEVICE = _block_device()
+
+
+@pytest.mark.skipif(BLOCK_DEVICE is None, reason="no readable block device here")
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_raw_block_device_is_unreadable(scene: Scene, mechanism: str) -> None:
+    # Whoever reads the disk reads every hidden file; root may, unconfined.
+    unconfined = scene.tool("none").run_sync(command=f"head -c 16 {BLOCK_DEVICE}")
+    assert unconfined["return_code"] == 0
+    result = scene.tool(mechanism).run_sync(command=f"head -c 16 {BLOCK_DEVICE}")
+    assert result["return_code"] != 0, result
