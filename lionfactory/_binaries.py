@@ -1,4 +1,4 @@
-"""Find helper programs: the running environment's scripts folder first, then PATH.
+"""Find and run helper programs: the running environment's scripts folder first, then PATH.
 
 Tools that drive a binary (ruff, ast-grep, grep, find) look it up through a
 `BinaryFinder`, the seam tests replace to point at a fake or missing program.
@@ -8,6 +8,9 @@ that was not activated does not put that folder on PATH; a system-wide copy
 of another version is then only a fallback.
 
 Lookups happen at call time, never in a factory (factories do no I/O).
+`run_helper` runs one and is the single place that turns a launch failure, a
+timeout or an unexpected exit status into an error; `helper_tool` is the
+factory body the tools that drive a helper share.
 """
 
 from __future__ import annotations
@@ -15,12 +18,26 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import attrs
+from pydantic import BaseModel
 
-__all__ = ["BinaryFinder", "environment_dirs", "finder_or_default"]
+from lionfactory._isolation import Isolation, workspace_isolation
+from lionfactory._process import LaunchError, ProcessResult, run_process
+from lionfactory._tool import Tool
+from lionfactory._workspace import Workspace
+
+__all__ = [
+    "BinaryFinder",
+    "HelperFailure",
+    "environment_dirs",
+    "finder_or_default",
+    "helper_tool",
+    "run_helper",
+]
 
 
 def environment_dirs() -> tuple[Path, ...]:
@@ -98,3 +115,95 @@ def finder_or_default(finder: object) -> BinaryFinder:
     if not isinstance(finder, BinaryFinder):
         raise TypeError(f"_binaries must be a BinaryFinder or None, got {finder!r}")
     return finder
+
+
+@attrs.frozen
+class HelperFailure:
+    """Why a helper program gave no usable report, in a sentence a model can act on."""
+
+    message: str
+
+
+def _exit_failed(result: ProcessResult) -> bool:
+    """Grep's convention, which ruff, ast-grep and ripgrep share: 0 found, 1 found nothing."""
+    return result.returncode not in (0, 1)
+
+
+async def run_helper(
+    argv: list[str],
+    *,
+    program: str,
+    cwd: Path,
+    timeout: float,
+    max_bytes: int,
+    isolation: Isolation | None,
+    smaller: str,
+    failed: Callable[[ProcessResult], bool] = _exit_failed,
+    stderr: Callable[[str], str] = lambda text: text.strip()[:500],
+) -> ProcessResult | HelperFailure:
+    """Run one helper program and tell a usable report from every way it can fail.
+
+    The one place the helper-binary tools (search, code_check, ast_search)
+    decide that a launch failure, a timeout or an unexpected exit status is
+    an error: none of them is ever reported as an empty success.
+
+    Args:
+        argv: the program (as found by a `BinaryFinder`) and its arguments.
+        program: its name in messages (``"ruff"``).
+        cwd: where it runs (the workspace root).
+        timeout: seconds before it is killed.
+        max_bytes: the cap on the output kept.
+        isolation: the tool's confinement, or None.
+        smaller: what to try after a timeout (``"check fewer paths"``).
+        failed: whether a finished run failed (default: exit status not 0 or 1).
+        stderr: how much of its error output a message may quote.
+
+    Returns:
+        The finished run, or the `HelperFailure` to answer with.
+    """
+    try:
+        result = await run_process(
+            argv,
+            cwd=cwd,
+            timeout=timeout,
+            max_bytes=max_bytes,
+            announce_truncation=False,
+            isolation=isolation,
+        )
+    except LaunchError as exc:
+        return HelperFailure(exc.message)
+    if result.timed_out:
+        return HelperFailure(f"{program} did not finish within {timeout:.0f} s; {smaller}.")
+    if failed(result):
+        detail = stderr(result.stderr) or "no message"
+        return HelperFailure(f"{program} failed (exit {result.returncode}): {detail}")
+    return result
+
+
+def helper_tool(
+    *,
+    name: str,
+    description: str,
+    request_model: type[BaseModel],
+    handler: Callable[[Workspace, BinaryFinder, Isolation], Any],
+    workspace_root: str | os.PathLike[str] | None,
+    protected_names: Iterable[str] | None,
+    isolation: str | Isolation,
+    binaries: object,
+) -> Tool:
+    """The factory body the helper-binary tools share: workspace, finder, confinement.
+
+    Raises:
+        ValueError: the workspace root is not a directory.
+        TypeError: an option of the wrong type.
+        ConfigurationError: the requested isolation cannot work here.
+    """
+    finder = finder_or_default(binaries)
+    workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(isolation, workspace.root)
+    return Tool(
+        name=name,
+        description=confinement.annotate(description),
+        request_model=request_model,
+        handler=handler(workspace, finder, confinement),
+    )

@@ -37,6 +37,7 @@ from typing import Any, Literal, TextIO
 
 from lionfactory import __version__
 from lionfactory._acting import error_payload
+from lionfactory._builtins import WORKSPACE_TOOLS, workspace_factory
 from lionfactory._tool import Tool, reports_failure
 from lionfactory.errors import ToolError, ToolInputError
 
@@ -50,15 +51,7 @@ __all__ = [
     "parse_assignments",
 ]
 
-BUILTIN_TOOLS: tuple[str, ...] = (
-    "reader",
-    "editor",
-    "bash",
-    "search",
-    "code_check",
-    "code_nav",
-    "ast_search",
-)
+BUILTIN_TOOLS: tuple[str, ...] = WORKSPACE_TOOLS
 """The built-ins the command line lists and calls: those that need only a workspace."""
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -76,24 +69,8 @@ def builtin_tool(name: str, workspace: Path | None) -> Tool:
 
 
 def builtin_factories() -> dict[str, Callable[..., Tool]]:
-    # Imported here: `lionfactory --help` should not pay for every tool module.
-    from lionfactory.tools.ast_search import ast_search_tool
-    from lionfactory.tools.bash import bash_tool
-    from lionfactory.tools.code_check import code_check_tool
-    from lionfactory.tools.code_nav import code_nav_tool
-    from lionfactory.tools.editor import editor_tool
-    from lionfactory.tools.reader import reader_tool
-    from lionfactory.tools.search import search_tool
-
-    return {
-        "reader": reader_tool,
-        "editor": editor_tool,
-        "bash": bash_tool,
-        "search": search_tool,
-        "code_check": code_check_tool,
-        "code_nav": code_nav_tool,
-        "ast_search": ast_search_tool,
-    }
+    """The factories of `BUILTIN_TOOLS`, by name (each tool module imported now)."""
+    return {name: workspace_factory(name) for name in BUILTIN_TOOLS}
 
 
 def _accepts_only_text(schema: Mapping[str, Any]) -> bool:

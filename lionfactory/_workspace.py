@@ -45,6 +45,7 @@ from pathlib import Path
 import attrs
 
 from lionfactory import _beneath
+from lionfactory._echo import echo
 from lionfactory._secret_names import BACKUP_SUFFIXES, DEFAULT_PROTECTED_NAMES
 from lionfactory.errors import ToolFailure
 
@@ -387,6 +388,28 @@ class Workspace:
                 and (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False))
             ]
         return sorted(found)
+
+    def search_target(self, path: str) -> str:
+        """A model's search path, root-relative, for a helper program to walk.
+
+        The one rule the tools that hand a directory to a program (search,
+        ast_search, code_check) share: inside the workspace, not through a
+        link, not into ``.git`` or a protected name, and existing.
+
+        Raises:
+            PathRefused: with a message saying what to search instead.
+        """
+        resolved = self.resolve(path)
+        relative = self.relative(resolved)
+        if self.is_hidden(relative):
+            raise PathRefused(
+                path, f"{echo(path)} is inside .git; search the working tree instead."
+            )
+        if not resolved.exists():
+            raise PathRefused(
+                path, f"{echo(path)} does not exist; search '.' or an existing folder."
+            )
+        return relative
 
     def resolve(self, path: object, *, allow_symlink: bool = False) -> Path:
         """Resolve a model-supplied path to an absolute path inside the root.

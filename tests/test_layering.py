@@ -59,7 +59,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._persist",
         "lionfactory.backends",
     ),
-    ("lionfactory.tools",),
+    ("lionfactory.tools", "lionfactory._builtins"),
     (
         "lionfactory.coding",
         "lionfactory.mcp",

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 import attrs
 
+from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
 from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._isolation import Isolation, workspace_isolation
@@ -46,49 +47,31 @@ from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceStore, check_evidence, sha256_of
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
-from lionfactory.tools.ast_search import ast_search_tool
-from lionfactory.tools.bash import bash_tool
-from lionfactory.tools.code_check import code_check_tool
-from lionfactory.tools.code_nav import code_nav_tool
 from lionfactory.tools.context import context_tool
-from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
-from lionfactory.tools.reader import ReaderRequest, ReaderResponse, reader_tool
-from lionfactory.tools.search import search_tool
+from lionfactory.tools.editor import EditorRequest, EditorResponse
+from lionfactory.tools.reader import ReaderRequest, ReaderResponse
 
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
 
 __all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
 
-ALL_CODING_TOOLS: tuple[str, ...] = (
-    "reader",
-    "editor",
-    "bash",
-    "search",
-    "code_check",
-    "code_nav",
-    "ast_search",
-    "context",
-    "sandbox",
-    "subagent",
-)
+ALL_CODING_TOOLS: tuple[str, ...] = (*WORKSPACE_TOOLS, "context", "sandbox", "subagent")
 """Every tool the toolkit can build, in the order it returns them."""
 
 DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
 """The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
 
-# The tools that work on files and follow an active sandbox into its worktree.
-_WORKSPACE_FACTORIES: dict[str, Callable[[Path, Isolation], Tool]] = {
-    # The toolkit's reader fetches nothing remote: an agent editing code has
-    # no business reaching the network through its file reader.
-    "reader": lambda root, _: reader_tool(workspace_root=root, allowed_hosts=()),
-    "editor": lambda root, _: editor_tool(workspace_root=root),
-    "bash": lambda root, iso: bash_tool(workspace_root=root, isolation=iso),
-    "search": lambda root, iso: search_tool(workspace_root=root, isolation=iso),
-    "code_check": lambda root, iso: code_check_tool(workspace_root=root, isolation=iso),
-    "code_nav": lambda root, _: code_nav_tool(workspace_root=root),
-    "ast_search": lambda root, iso: ast_search_tool(workspace_root=root, isolation=iso),
-}
+
+def _workspace_tool(name: str, root: Path, isolation: Isolation) -> Tool:
+    """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree."""
+    options: dict[str, Any] = {"isolation": isolation} if name in RUNS_PROGRAMS else {}
+    if name == "reader":
+        # The toolkit's reader fetches nothing remote: an agent editing code has
+        # no business reaching the network through its file reader.
+        options["allowed_hosts"] = ()
+    return workspace_factory(name)(workspace_root=root, **options)
+
 
 _HOOK_KINDS = ("security", "pre", "post", "on_error")
 
@@ -167,7 +150,7 @@ class _Toolkit:
             isolation = self.where.isolation or self.isolation
             self.away = (
                 current,
-                {name: _WORKSPACE_FACTORIES[name](current.root, isolation) for name in self.home},
+                {name: _workspace_tool(name, current.root, isolation) for name in self.home},
             )
         return self.away[1]
 
@@ -415,9 +398,9 @@ def coding_toolkit(
     workspace = Workspace.at(workspace_root)
     confinement = _toolkit_isolation(isolation, workspace.root, network)
     home = {
-        name: _WORKSPACE_FACTORIES[name](workspace.root, confinement)
+        name: _workspace_tool(name, workspace.root, confinement)
         for name in names
-        if name in _WORKSPACE_FACTORIES
+        if name in WORKSPACE_TOOLS
     }
     where = ActiveWorkspace(workspace, home_isolation=confinement)
     kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement)

@@ -44,9 +44,9 @@ from typing import Any, Literal
 import anyio.to_thread
 import attrs
 
-from lionfactory._binaries import BinaryFinder
+from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
 from lionfactory._isolation import Isolation
-from lionfactory._process import LaunchError, ProcessResult, run_process
+from lionfactory._process import ProcessResult
 from lionfactory._project import ProjectView
 from lionfactory._workspace import Workspace
 
@@ -171,22 +171,20 @@ def _sort_lines(lines: Iterable[Line]) -> list[Line]:
 async def _run(
     binary: str, args: list[str], root: Path, name: str, isolation: Isolation | None
 ) -> ProcessResult:
-    try:
-        result = await run_process(
-            [binary, *args],
-            cwd=root,
-            timeout=TIMEOUT_SECONDS,
-            max_bytes=OUTPUT_CAP,
-            announce_truncation=False,
-            isolation=isolation,
-        )
-    except LaunchError as exc:
-        raise EngineFailure(f"{exc.message} The search could not run.") from None
-    if result.timed_out:
-        raise EngineFailure(
-            f"{name} did not finish within {TIMEOUT_SECONDS:.0f} s; search a smaller path or "
-            f"use a more specific pattern."
-        )
+    result = await run_helper(
+        [binary, *args],
+        program=name,
+        cwd=root,
+        timeout=TIMEOUT_SECONDS,
+        max_bytes=OUTPUT_CAP,
+        isolation=isolation,
+        smaller="search a smaller path or use a more specific pattern",
+        # The callers read the exit status themselves: a rejected pattern is
+        # told apart from other failures there.
+        failed=lambda _: False,
+    )
+    if isinstance(result, HelperFailure):
+        raise EngineFailure(result.message)
     return result
 
 

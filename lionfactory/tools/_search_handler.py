@@ -112,15 +112,6 @@ class SearchHandler:
     binaries: BinaryFinder
     isolation: Isolation | None = None
 
-    def _target(self, path: str) -> str:
-        resolved = self.workspace.resolve(path)
-        relative = self.workspace.relative(resolved)
-        if self.workspace.is_hidden(relative):
-            raise PathRefused(path, f"{path!r} is inside .git; search the working tree instead.")
-        if not resolved.exists():
-            raise PathRefused(path, f"{path!r} does not exist; search '.' or an existing folder.")
-        return relative
-
     async def _view(self, request: SearchRequest) -> ProjectView:
         global_file = None
         if not request.include_ignored:
@@ -251,7 +242,7 @@ class SearchHandler:
                     f"for find put the glob in pattern."
                 )
         try:
-            relative = await anyio.to_thread.run_sync(self._target, request.path)
+            relative = await anyio.to_thread.run_sync(self.workspace.search_target, request.path)
         except PathRefused as exc:
             return _failure(exc.message)
         try:

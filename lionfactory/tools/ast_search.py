@@ -39,9 +39,9 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._binaries import BinaryFinder, HelperFailure, helper_tool, run_helper
 from lionfactory._global_excludes import global_excludes
-from lionfactory._isolation import Isolation, workspace_isolation
+from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
@@ -176,15 +176,6 @@ class _AstSearchHandler:
     binaries: BinaryFinder
     isolation: Isolation | None = None
 
-    def _target(self, path: str) -> str:
-        resolved = self.workspace.resolve(path)
-        relative = self.workspace.relative(resolved)
-        if self.workspace.is_hidden(relative):
-            raise PathRefused(path, f"{path!r} is inside .git; search the working tree instead.")
-        if not resolved.exists():
-            raise PathRefused(path, f"{path!r} does not exist; search '.' or an existing folder.")
-        return relative
-
     def _candidates(self) -> list[str]:
         return self.binaries.candidates("ast-grep") + self.binaries.candidates("sg")
 
@@ -260,7 +251,7 @@ class _AstSearchHandler:
 
     async def __call__(self, request: AstSearchRequest) -> AstSearchResponse:
         try:
-            target = await anyio.to_thread.run_sync(self._target, request.path)
+            target = await anyio.to_thread.run_sync(self.workspace.search_target, request.path)
         except PathRefused as exc:
             return _error(exc.message)
         binary = await self._binary()
@@ -284,24 +275,22 @@ class _AstSearchHandler:
         argv += [f"--no-ignore={kind}" for kind in kinds]
         # "./" keeps a name starting with "-" from reading as an option.
         argv += ["--json=stream", "--", "." if target == "." else f"./{target}"]
-        try:
-            result = await run_process(
-                argv,
-                cwd=self.workspace.root,
-                timeout=TIMEOUT_SECONDS,
-                max_bytes=_OUTPUT_CAP,
-                announce_truncation=False,
-                isolation=self.isolation,
-            )
-        except LaunchError as exc:
-            return _error(exc.message)
-        if result.timed_out:
-            return _error(
-                f"ast-grep did not finish within {TIMEOUT_SECONDS:.0f} s; search a smaller path."
-            )
-        if result.returncode not in (0, 1) or (result.returncode == 1 and result.stdout.strip()):
-            detail = result.stderr.strip()[:_STDERR_CAP] or "no message"
-            return _error(f"ast-grep failed (exit {result.returncode}): {detail}")
+        result = await run_helper(
+            argv,
+            program="ast-grep",
+            cwd=self.workspace.root,
+            timeout=TIMEOUT_SECONDS,
+            max_bytes=_OUTPUT_CAP,
+            isolation=self.isolation,
+            smaller="search a smaller path",
+            # Exit 1 means "no match" only when nothing was printed.
+            failed=lambda run: (
+                run.returncode not in (0, 1) or (run.returncode == 1 and bool(run.stdout.strip()))
+            ),
+            stderr=lambda text: text.strip()[:_STDERR_CAP],
+        )
+        if isinstance(result, HelperFailure):
+            return _error(result.message)
         return await anyio.to_thread.run_sync(
             self._response, result, request.max_results, view, target
         )
@@ -335,12 +324,13 @@ def ast_search_tool(
         TypeError: an option of the wrong type.
         ConfigurationError: the requested isolation cannot work here.
     """
-    binaries = finder_or_default(_binaries)
-    workspace = Workspace.at(workspace_root, protected=protected_names)
-    confinement = workspace_isolation(isolation, workspace.root)
-    return Tool(
+    return helper_tool(
         name="ast_search",
-        description=confinement.annotate(_DESCRIPTION),
+        description=_DESCRIPTION,
         request_model=AstSearchRequest,
-        handler=_AstSearchHandler(workspace, binaries, confinement),
+        handler=_AstSearchHandler,
+        workspace_root=workspace_root,
+        protected_names=protected_names,
+        isolation=isolation,
+        binaries=_binaries,
     )

@@ -47,11 +47,10 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._binaries import BinaryFinder, HelperFailure, helper_tool, run_helper
 from lionfactory._echo import echo, shorten
 from lionfactory._global_excludes import global_excludes
-from lionfactory._isolation import Isolation, workspace_isolation
-from lionfactory._process import LaunchError, run_process
+from lionfactory._isolation import Isolation
 from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
@@ -326,22 +325,21 @@ class _CodeCheckHandler:
             argv += ["--no-respect-gitignore", "--exclude=.git"]
         # "./" keeps a name starting with "-" from reading as an option.
         argv += ["--", *("." if t == "." else f"./{t}" for t in targets)]
-        try:
-            result = await run_process(
-                argv,
-                cwd=self.workspace.root,
-                timeout=TIMEOUT_SECONDS,
-                max_bytes=_OUTPUT_CAP,
-                announce_truncation=False,
-                isolation=self.isolation,
-            )
-        except LaunchError as exc:
-            return _error(exc.message)
-        if result.timed_out:
-            return _error(f"ruff did not finish within {TIMEOUT_SECONDS:.0f} s; check fewer paths.")
+        result = await run_helper(
+            argv,
+            program="ruff",
+            cwd=self.workspace.root,
+            timeout=TIMEOUT_SECONDS,
+            max_bytes=_OUTPUT_CAP,
+            isolation=self.isolation,
+            smaller="check fewer paths",
+            # ruff exits 2 on a broken file it still reports: the report counts.
+            failed=lambda run: run.returncode not in (0, 1) and not run.stdout.strip(),
+            stderr=_ruff_stderr,
+        )
+        if isinstance(result, HelperFailure):
+            return _error(result.message)
         stderr = _ruff_stderr(result.stderr)
-        if result.returncode not in (0, 1) and not result.stdout.strip():
-            return _error(f"ruff failed (exit {result.returncode}): {stderr or 'no message'}")
         try:
             entries = json.loads(result.stdout)
             if not isinstance(entries, list):
@@ -407,12 +405,13 @@ def code_check_tool(
         TypeError: an option of the wrong type.
         ConfigurationError: the requested isolation cannot work here.
     """
-    binaries = finder_or_default(_binaries)
-    workspace = Workspace.at(workspace_root, protected=protected_names)
-    confinement = workspace_isolation(isolation, workspace.root)
-    return Tool(
+    return helper_tool(
         name="code_check",
-        description=confinement.annotate(_DESCRIPTION),
+        description=_DESCRIPTION,
         request_model=CodeCheckRequest,
-        handler=_CodeCheckHandler(workspace, binaries, confinement),
+        handler=_CodeCheckHandler,
+        workspace_root=workspace_root,
+        protected_names=protected_names,
+        isolation=isolation,
+        binaries=_binaries,
     )

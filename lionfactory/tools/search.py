@@ -34,10 +34,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from lionfactory._binaries import BinaryFinder, finder_or_default
-from lionfactory._isolation import Isolation, workspace_isolation
+from lionfactory._binaries import BinaryFinder, helper_tool
+from lionfactory._isolation import Isolation
 from lionfactory._tool import Tool
-from lionfactory._workspace import Workspace
 from lionfactory.tools._search_handler import SearchHandler
 from lionfactory.tools._search_models import (
     DEFAULT_FIND_RESULTS,
@@ -103,12 +102,13 @@ def search_tool(
         TypeError: an option of the wrong type.
         ConfigurationError: the requested isolation cannot work here.
     """
-    binaries = finder_or_default(_binaries)
-    workspace = Workspace.at(workspace_root, protected=protected_names)
-    confinement = workspace_isolation(isolation, workspace.root)
-    return Tool(
+    return helper_tool(
         name="search",
-        description=confinement.annotate(_DESCRIPTION),
+        description=_DESCRIPTION,
         request_model=SearchRequest,
-        handler=SearchHandler(workspace, binaries, confinement),
+        handler=SearchHandler,
+        workspace_root=workspace_root,
+        protected_names=protected_names,
+        isolation=isolation,
+        binaries=_binaries,
     )

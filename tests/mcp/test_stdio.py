@@ -147,12 +147,13 @@ async def test_builtins_carry_a_title_hints_and_an_output_schema(
         assert "additionalProperties" not in tool.output_schema
 
 
-async def _started_pid(fifo: Path, marker: str) -> int:
+async def _started_pid(fifo: Path) -> int:
     """The host pid of the command, once it says (through `fifo`) that it runs.
 
     The served toolkit confines commands in their own PID namespace, where
-    ``$$`` means nothing on the host; the sleeper is found instead by the
-    unique argument `marker` on its command line.
+    ``$$`` means nothing on the host. The command keeps `fifo` open as its
+    descriptor 3 across ``exec``, so it is the host process holding that
+    file open (other than this test, which reads it).
     """
     handle = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -161,18 +162,21 @@ async def _started_pid(fifo: Path, marker: str) -> int:
             while not data.endswith(b"\n"):
                 await anyio.wait_readable(handle)
                 data += os.read(handle, 64)
+        wanted = os.stat(fifo)
+        holders = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                held = os.stat(entry / "fd" / "3")
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (wanted.st_dev, wanted.st_ino):
+                holders.add(int(entry.name))
     finally:
         os.close(handle)
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if entry.name.isdigit() and argv[:2] == [b"sleep", marker.encode()]:
-            found.append(int(entry.name))
-    assert len(found) == 1, found
-    return found[0]
+    assert len(holders) == 1, holders
+    return holders.pop()
 
 
 async def _ended(pid: int) -> None:
@@ -194,12 +198,11 @@ async def test_closing_stdin_ends_the_server_and_its_running_command(
     fifo = git_workspace / "started"
     os.mkfifo(fifo)
     await raw.initialize("2025-11-25")
-    marker = "60.0199"
-    command = {"command": f"sh -c 'echo go > started; exec sleep {marker}'", "timeout": 120_000}
+    command = {"command": "sh -c 'exec 3>started; echo go >&3; exec sleep 60'", "timeout": 120_000}
     await raw.send(
         {"id": 99, "method": "tools/call", "params": {"name": "bash", "arguments": command}}
     )
-    sleeper = await _started_pid(fifo, marker)
+    sleeper = await _started_pid(fifo)
     assert raw.process.stdin is not None
     await raw.process.stdin.aclose()
     with anyio.fail_after(10):
@@ -213,12 +216,11 @@ async def test_a_cancelled_call_gets_no_reply_and_its_command_is_killed(
     fifo = git_workspace / "started"
     os.mkfifo(fifo)
     await raw.initialize("2025-11-25")
-    marker = "60.0207"
-    command = {"command": f"sh -c 'echo go > started; exec sleep {marker}'", "timeout": 120_000}
+    command = {"command": "sh -c 'exec 3>started; echo go >&3; exec sleep 60'", "timeout": 120_000}
     await raw.send(
         {"id": 7, "method": "tools/call", "params": {"name": "bash", "arguments": command}}
     )
-    sleeper = await _started_pid(fifo, marker)
+    sleeper = await _started_pid(fifo)
     await raw.send({"method": "notifications/cancelled", "params": {"requestId": 7}})
     assert (await raw.request("ping"))["result"] == {}
     await _ended(sleeper)
