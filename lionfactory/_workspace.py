@@ -389,6 +389,21 @@ class Workspace:
             ]
         return sorted(found)
 
+    def directory(self, cwd: str | None) -> Path:
+        """A model's working directory for a program: inside the root and existing.
+
+        ``None`` is the root. Used by bash and the sub-agent alike.
+
+        Raises:
+            PathRefused: outside the workspace, or not a directory.
+        """
+        directory = self.resolve("." if cwd is None else cwd)
+        if not directory.is_dir():
+            raise PathRefused(
+                cwd, f"{echo(cwd)} is not a directory in the workspace; give an existing directory."
+            )
+        return directory
+
     def search_target(self, path: str) -> str:
         """A model's search path, root-relative, for a helper program to walk.
 

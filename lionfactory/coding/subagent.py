@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -230,15 +229,6 @@ class _Subagent:
     factory_kwargs: Mapping[str, Any] = attrs.field(repr=False)
     where: ActiveWorkspace
 
-    @staticmethod
-    def _directory(workspace: Workspace, cwd: str | None) -> Path:
-        directory = workspace.resolve("." if cwd is None else cwd)
-        if not directory.is_dir():
-            raise PathRefused(
-                cwd, f"{cwd!r} is not a directory in the workspace; give an existing directory."
-            )
-        return directory
-
     async def __call__(self, request: SubagentRequest) -> SubagentResponse:
         max_turns, notice = _clamp(request.max_turns)
         tools = list(PERMITTED_TOOLS[request.permissions])
@@ -257,7 +247,7 @@ class _Subagent:
                 **report,
             )
         try:
-            cwd = await anyio.to_thread.run_sync(self._directory, self.where.current, request.cwd)
+            cwd = await anyio.to_thread.run_sync(self.where.current.directory, request.cwd)
         except PathRefused as exc:
             return SubagentResponse(success=False, error=f"cwd refused: {exc.message}", **report)
         child = Branch(

@@ -36,13 +36,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._echo import echo
 from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
 from lionfactory._tool import Tool
@@ -202,14 +200,6 @@ class _BashHandler:
     env: Mapping[str, str] | None = attrs.field(repr=False)
     isolation: Isolation | None = None
 
-    def _directory(self, cwd: str | None) -> Path:
-        directory = self.workspace.resolve("." if cwd is None else cwd)
-        if not directory.is_dir():
-            raise PathRefused(
-                cwd, f"{echo(cwd)} is not a directory in the workspace; give an existing directory."
-            )
-        return directory
-
     async def __call__(self, request: BashRequest) -> BashResponse:
         response = await self._run(request)
         if self.isolation is not None:
@@ -244,7 +234,7 @@ class _BashHandler:
             cwd = self.workspace.root
         else:
             try:
-                cwd = await anyio.to_thread.run_sync(self._directory, request.cwd)
+                cwd = await anyio.to_thread.run_sync(self.workspace.directory, request.cwd)
             except PathRefused as exc:
                 return BashResponse(error=f"cwd refused: {exc.message}", notice=notice)
         try:
