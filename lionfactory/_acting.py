@@ -82,54 +82,29 @@ async def execute_call(
     error payload the model reads; only cancellation propagates.
     """
     context = CallContext(call_id=call.id, tool=call.name, branch_id=branch_id)
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    exception: BaseException | None = None
-    tool = tools.get(call.name)
-    if call.arguments_error is not None:
-        exception = ToolInputError(
-            call.name,
-            f"The arguments of your call to {echo(call.name)} were not valid JSON: "
-            f"{call.arguments_error}. Call the tool again with its arguments as one "
-            f"JSON object.",
-            [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
-        )
-        error = str(exception)
-    elif tool is None:
-        exception = UnknownToolError(call.name, list(tools))
-        error = str(exception)
-    else:
-        with call_context(context):
-            try:
-                result = await tool.invoke(call.arguments)
-            except ToolError as exc:
-                exception, error = exc, str(exc)
-            except Exception as exc:
-                logger.warning("tool %r raised", call.name, exc_info=True)
-                exception = exc
-                error = (
-                    f"Tool {echo(call.name)} failed unexpectedly: {type(exc).__name__}: "
-                    f"{shorten(str(exc), 2_000)}. "
-                    f"Try different arguments or another approach."
-                )
-    if error is None:
+    result, exception = await _invoke(tools, call, context)
+    content = ""
+    if exception is None:
         try:
             content = json.dumps(result, ensure_ascii=False, default=str)
         except (ValueError, RecursionError, TypeError) as exc:
             # A result nested too deep, holding a circular reference or an
             # integer too long to print: the model is told, the loop goes on.
-            exception = exc
-            error = (
+            exception = _Explained(
                 f"Tool {echo(call.name)} returned a result that cannot be encoded as JSON "
-                f"({type(exc).__name__}: {shorten(str(exc), 300)}). Try different arguments."
+                f"({type(exc).__name__}: {shorten(str(exc), 300)}). Try different arguments.",
+                exc,
             )
             result = None
-        else:
-            payload = result if result is not None else {}
-    if error is not None:
-        assert exception is not None  # every error above comes with its exception
-        payload = error_payload(error, exception)
+    if exception is None:
+        error = None
+        payload = result if result is not None else {}
+    else:
+        error = str(exception)
+        cause = exception.cause if isinstance(exception, _Explained) else exception
+        payload = error_payload(error, cause)
         content = json.dumps(payload, ensure_ascii=False, default=str)
+        exception = cause
     message = Message(
         role="tool",
         content=content,
@@ -148,3 +123,44 @@ async def execute_call(
         exception=exception,
         payload=payload,
     )
+
+
+class _Explained(Exception):
+    """An unexpected exception and the text the model reads about it instead of its own.
+
+    A tool that raised, or a result JSON cannot encode: the payload names the
+    original exception's type (`cause`), the text tells the model what to do.
+    """
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+async def _invoke(
+    tools: Mapping[str, Tool], call: ToolCall, context: CallContext
+) -> tuple[dict[str, Any] | None, BaseException | None]:
+    """The tool's response, or the exception whose text the model reads instead."""
+    if call.arguments_error is not None:
+        return None, ToolInputError(
+            call.name,
+            f"The arguments of your call to {echo(call.name)} were not valid JSON: "
+            f"{call.arguments_error}. Call the tool again with its arguments as one "
+            f"JSON object.",
+            [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
+        )
+    tool = tools.get(call.name)
+    if tool is None:
+        return None, UnknownToolError(call.name, list(tools))
+    with call_context(context):
+        try:
+            return await tool.invoke(call.arguments), None
+        except ToolError as exc:
+            return None, exc
+        except Exception as exc:
+            logger.warning("tool %r raised", call.name, exc_info=True)
+            return None, _Explained(
+                f"Tool {echo(call.name)} failed unexpectedly: {type(exc).__name__}: "
+                f"{shorten(str(exc), 2_000)}. Try different arguments or another approach.",
+                exc,
+            )

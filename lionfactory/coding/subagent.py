@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -250,6 +251,25 @@ class _Subagent:
             cwd = await anyio.to_thread.run_sync(self.where.current.directory, request.cwd)
         except PathRefused as exc:
             return SubagentResponse(success=False, error=f"cwd refused: {exc.message}", **report)
+        child = self._child(request, cwd, tools, chat_model)
+        answer, error = await self._run(child, request.instruction, max_turns)
+        replies = [m for m in child.messages.record if m.role == "assistant"]
+        response, truncated = _cut(answer)
+        return SubagentResponse(
+            success=error is None,
+            response=response,
+            error=error,
+            turns=len(replies),
+            tool_calls=sum(len(m.tool_calls) for m in replies),
+            truncated=truncated,
+            tool_errors=_tool_errors(child.messages.record),
+            **report,
+        )
+
+    def _child(
+        self, request: SubagentRequest, cwd: Path, tools: list[str], chat_model: Any
+    ) -> Branch:
+        """The child branch: its own system prompt, the permitted tools rooted at `cwd`."""
         child = Branch(
             system=_SYSTEM.format(
                 limit=MAX_RESPONSE_CHARS,
@@ -269,36 +289,26 @@ class _Subagent:
             if request.permissions == "safe":
                 kwargs["hooks"] = _with_policy(kwargs.get("hooks"))
             child.register(self.factory, **kwargs)
+        return child
+
+    @staticmethod
+    async def _run(child: Branch, instruction: str, max_turns: int) -> tuple[str, str | None]:
+        """Run the child's loop: its answer, and an error when it failed or ran out of turns."""
         try:
-            answer = await child.run(request.instruction, max_turns=max_turns)
-            error = None
+            answer = await child.run(instruction, max_turns=max_turns)
         except Exception as exc:
-            answer, error = (
-                "",
-                (
-                    f"The sub-agent failed: {type(exc).__name__}: {exc}. Retry with a clearer "
-                    f"instruction, or do the task yourself."
-                ),
+            return "", (
+                f"The sub-agent failed: {type(exc).__name__}: {exc}. Retry with a clearer "
+                f"instruction, or do the task yourself."
             )
         replies = [m for m in child.messages.record if m.role == "assistant"]
-        calls = sum(len(m.tool_calls) for m in replies)
-        if error is None and replies and replies[-1].tool_calls:
-            error = (
+        if replies and replies[-1].tool_calls:
+            return answer, (
                 f"The sub-agent used all {max_turns} turns without a final answer; `response` "
                 f"holds its last text. Give it a narrower task or more turns (at most "
                 f"{MAX_TURNS})."
             )
-        response, truncated = _cut(answer)
-        return SubagentResponse(
-            success=error is None,
-            response=response,
-            error=error,
-            turns=len(replies),
-            tool_calls=calls,
-            truncated=truncated,
-            tool_errors=_tool_errors(child.messages.record),
-            **report,
-        )
+        return answer, None
 
 
 def subagent_tool(
