@@ -223,6 +223,34 @@ async def commit(git: Git, session: Session, message: str) -> tuple[str, list[st
 
 async def merge(git: Git, session: Session, message: str | None) -> MergeDone | MergeRefused:
     """Merge the sandbox branch into its base branch in the workspace repository."""
+    refused = await _merge_refusal(git, session)
+    if refused is not None:
+        return refused
+    repo = session.repo
+    before = (await git.check(["rev-parse", "HEAD"], cwd=repo, what="read HEAD")).strip()
+    text = message.strip() if message and message.strip() else None
+    identity = await git.identity_options(repo)
+    result = await git.run(
+        [*identity, "merge", "--no-edit", "-m", text or f"Merge {session.branch}", session.branch],
+        cwd=repo,
+        timeout=HOOK_TIMEOUT,
+    )
+    if result.returncode != 0 or result.timed_out:
+        return await _undo_merge(git, session, result.stderr.strip() or result.stdout.strip())
+    head = (await git.check(["rev-parse", "HEAD"], cwd=repo, what="read the new HEAD")).strip()
+    tip = (await git.check(["rev-parse", session.branch], cwd=repo, what="read")).strip()
+    files = _paths(
+        await git.check(
+            [*_QUIET_PATHS, "diff", "--name-only", "-z", before, head],
+            cwd=repo,
+            what="list the merged files",
+        )
+    )
+    return MergeDone(head, "fast-forward" if head == tip else "merge commit", files)
+
+
+async def _merge_refusal(git: Git, session: Session) -> MergeRefused | None:
+    """Why a merge cannot start now (what to do about it), or None when it can."""
     repo = session.repo
     current = await git.current_branch(repo)
     if current is None:
@@ -261,26 +289,7 @@ async def merge(git: Git, session: Session, message: str | None) -> MergeDone | 
             f"stash them, then merge again.",
             [entry[3:] for entry in local],
         )
-    before = (await git.check(["rev-parse", "HEAD"], cwd=repo, what="read HEAD")).strip()
-    text = message.strip() if message and message.strip() else None
-    identity = await git.identity_options(repo)
-    result = await git.run(
-        [*identity, "merge", "--no-edit", "-m", text or f"Merge {session.branch}", session.branch],
-        cwd=repo,
-        timeout=HOOK_TIMEOUT,
-    )
-    if result.returncode != 0 or result.timed_out:
-        return await _undo_merge(git, session, result.stderr.strip() or result.stdout.strip())
-    head = (await git.check(["rev-parse", "HEAD"], cwd=repo, what="read the new HEAD")).strip()
-    tip = (await git.check(["rev-parse", session.branch], cwd=repo, what="read")).strip()
-    files = _paths(
-        await git.check(
-            [*_QUIET_PATHS, "diff", "--name-only", "-z", before, head],
-            cwd=repo,
-            what="list the merged files",
-        )
-    )
-    return MergeDone(head, "fast-forward" if head == tip else "merge commit", files)
+    return None
 
 
 async def _undo_merge(git: Git, session: Session, output: str) -> MergeRefused:
