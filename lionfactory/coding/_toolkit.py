@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import inspect
 import mimetypes
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio.to_thread
 import attrs
@@ -123,6 +124,12 @@ def _normalise_hooks(hooks: Hooks | None) -> dict[str, dict[str, tuple[Callable[
     return out
 
 
+class _LocatedHandler(Protocol):
+    """A handler that can also act on a path already located (the editor's)."""
+
+    async def at(self, loc: Location, request: Any) -> Any: ...
+
+
 @attrs.define(eq=False)
 class _Toolkit:
     """The per-branch state of one `coding_toolkit()` call."""
@@ -154,13 +161,17 @@ class _Toolkit:
             )
         return self.away[1]
 
-    async def call(self, name: str, request: Any) -> Any:
+    async def call(self, name: str, request: Any, located: Location | None = None) -> Any:
         """Run the current standalone handler for `name`, asking it for file evidence.
 
         Under `Branch.act` the evidence lands on the tool message (and leaves
         with it); outside, in a call context of its own, it goes to `store`.
+        `located`: the path the caller already located (the guarded editor),
+        handed to the handler instead of being resolved again.
         """
         handler = self.tools[name].handler
+        if located is not None:
+            handler = functools.partial(cast("_LocatedHandler", handler).at, located)
         running = current_call()
         if running is not None:
             with asking_for_evidence(running):
@@ -250,7 +261,7 @@ class _GuardedEditor:
             refusal = await anyio.to_thread.run_sync(self._check, loc, request)
             if refusal is not None:
                 return EditorResponse(success=False, error=refusal)
-        return await self.kit.call("editor", request)
+        return await self.kit.call("editor", request, located=loc)
 
     def _check(self, loc: Location, request: EditorRequest) -> str | None:
         try:

@@ -383,6 +383,15 @@ class _EditorHandler:
             loc = self.workspace.locate(request.file_path)
         except PathRefused as exc:
             return EditorResponse(success=False, error=exc.message)
+        return await self.at(loc, request)
+
+    async def at(self, loc: Location, request: EditorRequest) -> EditorResponse:
+        """Carry out `request` on a path this workspace already located.
+
+        The coding toolkit's guard locates the file once, checks its
+        evidence there, and hands the same `Location` on, so the path is
+        not resolved a second time between the check and the edit.
+        """
         if self.protect_git and loc.in_git_dir:
             return EditorResponse(success=False, error=_git_refusal(request.file_path))
         context = evidence_wanted()
