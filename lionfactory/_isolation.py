@@ -302,7 +302,13 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
         else:
             mounts.append((path, 0, ["--ro-bind", "/dev/null", str(path)]))
     for path in policy.exposed:
-        if path.exists() and any(_under(path, h) for h in policy.hidden):
+        # Exposed again where a hidden path or the private /tmp would cover
+        # it: a virtual environment under /tmp (a CI checkout, say) must stay
+        # runnable inside the sandbox.
+        covered = any(_under(path, h) for h in policy.hidden) or (
+            policy.private_tmp and _under(path, Path("/tmp"))
+        )
+        if covered and path.exists():
             mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
     for path in policy.writable:
         if path.exists():

@@ -138,3 +138,23 @@ def test_a_home_of_slash_hides_only_its_key_folders() -> None:
     assert Path("/.ssh") in hidden
     with pytest.raises(ValueError, match="must not contain '/'"):
         Policy(writable=["/tmp"], hidden=["/"])
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_an_exposed_program_under_tmp_still_runs_inside_the_sandbox(
+    tmp_path: Path, mechanism: str
+) -> None:
+    """A virtual environment under /tmp (a CI checkout) stays runnable over the private /tmp."""
+    assert Path("/tmp") in tmp_path.resolve().parents  # pytest's tmp_path is under /tmp here
+    environment = tmp_path / "env"
+    environment.mkdir()
+    program = environment / "tool.sh"
+    program.write_text("#!/bin/sh\necho from-the-environment\n")
+    program.chmod(0o755)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    policy = Policy(writable=[workspace], exposed=[environment])
+    isolation = resolve_isolation(mechanism, policy)
+    result = await run_process([str(program)], cwd=workspace, timeout=30, isolation=isolation)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "from-the-environment"
