@@ -226,6 +226,32 @@ class SessionBranches:
                 del self._sessions[key]
 
 
+def _call_session(ctx: Any, tool: str, names: frozenset[str]) -> str:
+    """The session a tool call belongs to; refuses an unknown tool or a sessionless call.
+
+    Raises:
+        MCPError: ``INVALID_PARAMS`` for an unknown tool (a protocol error:
+            the client asked for something the listing never offered),
+            ``INVALID_REQUEST`` for a call without a session.
+    """
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+
+    if tool not in names:
+        raise MCPError(
+            INVALID_PARAMS, f"Unknown tool {tool!r}. Call one of: {', '.join(sorted(names))}."
+        )
+    key = _session_key(ctx)
+    if key is None:
+        raise MCPError(
+            INVALID_REQUEST,
+            "This server keeps per-session state (read-before-edit evidence) and this "
+            "request has no session. Connect with the initialize handshake (the 2025-11-25 "
+            "protocol; the SDK's Client does so in mode='auto' or 'legacy'), or over stdio.",
+        )
+    return key
+
+
 def _session_key(ctx: Any) -> str | None:
     """The session key: the HTTP session id, "" on a stream transport, None if sessionless."""
     request = ctx.request
@@ -319,8 +345,6 @@ def create_mcp_server(
     try:
         from mcp import types
         from mcp.server.lowlevel import Server
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import INVALID_PARAMS, INVALID_REQUEST
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
@@ -346,19 +370,7 @@ def create_mcp_server(
         return found
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in names:
-            raise MCPError(
-                INVALID_PARAMS,
-                f"Unknown tool {params.name!r}. Call one of: {', '.join(sorted(names))}.",
-            )
-        key = _session_key(ctx)
-        if key is None:
-            raise MCPError(
-                INVALID_REQUEST,
-                "This server keeps per-session state (read-before-edit evidence) and this "
-                "request has no session. Connect with the initialize handshake (the 2025-11-25 "
-                "protocol; the SDK's Client does so in mode='auto' or 'legacy'), or over stdio.",
-            )
+        key = _call_session(ctx, params.name, names)
         sessions: SessionBranches = ctx.lifespan_context
         action = await _act(sessions, stored, key, params.name, params.arguments or {})
         return _to_call_result(action, ctx.protocol_version)
