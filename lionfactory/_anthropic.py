@@ -13,8 +13,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -22,6 +21,7 @@ from lionfactory._chat import ModelReply
 from lionfactory._messages import Message, ToolCall
 from lionfactory._model_http import (
     BODY_EXCERPT,
+    ClientOwner,
     ModelError,
     check_positive,
     check_retries,
@@ -51,7 +51,7 @@ _CUT_OFF = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
 @attrs.define(eq=False, init=False, repr=False)
-class AnthropicMessages:
+class AnthropicMessages(ClientOwner):
     """A `ChatModel` over Anthropic's Messages API (``<base_url>/v1/messages``).
 
     Each call posts the active messages (the system message as ``system``)
@@ -165,24 +165,6 @@ class AnthropicMessages:
     def url(self) -> str:
         """The endpoint every request goes to."""
         return f"{self.base_url}/v1/messages"
-
-    async def __aenter__(self) -> Self:
-        """Open one HTTP client for every call until the block ends (connection reuse)."""
-        if self._client is not None:
-            raise RuntimeError(f"{self!r} is already open; enter it once at a time")
-        self._client = self._new_client()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Close the client opened by `__aenter__`."""
-        client, self._client = self._client, None
-        if client is not None:
-            await close_client(client, self._transport)
 
     async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
         """Ask the model: post the conversation and the tools, return its reply.

@@ -4,7 +4,8 @@ git's ``core.excludesFile`` may be set in the system, global or repository
 configuration (or not at all, then ``$XDG_CONFIG_HOME/git/ignore``); only git
 reads all of those correctly, so git is asked (through the process seam) and
 the ignore matcher (`lionfactory._project`) and ripgrep (``--ignore-file``)
-both use its answer.
+both use its answer. `project_view` builds the matcher of one tool call with
+it: the one way every tool that walks the tree learns what is in the project.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import anyio.to_thread
 
 from lionfactory._binaries import BinaryFinder
 from lionfactory._process import LaunchError, run_process
-from lionfactory._project import git_dir, project_top
+from lionfactory._project import ProjectView, git_dir, project_top
+from lionfactory._workspace import Workspace
 
-__all__ = ["global_excludes"]
+__all__ = ["global_excludes", "project_view"]
 
 _GIT_TIMEOUT = 10.0
 
@@ -113,3 +115,16 @@ async def _ask_git(top: Path, binaries: BinaryFinder) -> Path | None:
         configured = os.path.join(xdg, "git", "ignore")
     path = Path(configured)
     return path if path.is_absolute() else top / path
+
+
+async def project_view(
+    workspace: Workspace, binaries: BinaryFinder, *, include_ignored: bool
+) -> ProjectView:
+    """The project's ignore rules for one call of a tool that walks `workspace`.
+
+    git is asked for its global excludes file only when the rules apply:
+    with ``include_ignored`` nothing but ``.git``, protected names and links
+    is left out.
+    """
+    global_file = None if include_ignored else await global_excludes(workspace.root, binaries)
+    return ProjectView(workspace, include_ignored=include_ignored, global_file=global_file)

@@ -10,7 +10,8 @@ Importing this module imports httpx (the ``models`` extra).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import anyio
 
@@ -25,6 +26,7 @@ from lionfactory.errors import LionfactoryError
 
 __all__ = [
     "BODY_EXCERPT",
+    "ClientOwner",
     "ModelError",
     "ModelTimeoutError",
     "check_positive",
@@ -186,3 +188,40 @@ def _retry_after(response: httpx.Response) -> float | None:
     except ValueError:
         return None
     return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+
+
+class ClientOwner:
+    """``async with adapter:``: one HTTP client for every call until the block ends.
+
+    Shared by the model adapters (attrs classes holding `_client` and
+    `_transport`, and building their client in `_new_client`); outside a
+    block each call opens and closes a client of its own.
+    """
+
+    # No slots of its own: the adapters are slotted attrs classes that hold
+    # `_client` and `_transport`, so this mixin must add no __dict__ either.
+    __slots__ = ()
+
+    _client: httpx.AsyncClient | None
+    _transport: httpx.AsyncBaseTransport | None
+
+    def _new_client(self) -> httpx.AsyncClient:
+        raise NotImplementedError  # pragma: no cover - every adapter defines it
+
+    async def __aenter__(self) -> Self:
+        """Open one HTTP client for every call until the block ends (connection reuse)."""
+        if self._client is not None:
+            raise RuntimeError(f"{self!r} is already open; enter it once at a time")
+        self._client = self._new_client()  # type: ignore[misc]  # a subclass slot
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Close the client opened by `__aenter__`."""
+        client, self._client = self._client, None  # type: ignore[misc]  # a subclass slot
+        if client is not None:
+            await close_client(client, self._transport)

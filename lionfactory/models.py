@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -34,6 +33,7 @@ from lionfactory._echo import echo
 from lionfactory._messages import Message, ToolCall
 from lionfactory._model_http import (
     BODY_EXCERPT,
+    ClientOwner,
     ModelError,
     ModelTimeoutError,
     check_positive,
@@ -59,7 +59,7 @@ _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream"})
 
 
 @attrs.define(eq=False, init=False, repr=False)
-class OpenAICompatible:
+class OpenAICompatible(ClientOwner):
     """A `ChatModel` over an OpenAI-compatible Chat Completions endpoint.
 
     Each call posts the active messages and the tools' ``openai``-style
@@ -160,24 +160,6 @@ class OpenAICompatible:
     def url(self) -> str:
         """The endpoint every request goes to."""
         return f"{self.base_url}/chat/completions"
-
-    async def __aenter__(self) -> Self:
-        """Open one HTTP client for every call until the block ends (connection reuse)."""
-        if self._client is not None:
-            raise RuntimeError(f"{self!r} is already open; enter it once at a time")
-        self._client = self._new_client()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Close the client opened by `__aenter__`."""
-        client, self._client = self._client, None
-        if client is not None:
-            await self._close(client)
 
     async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
         """Ask the model: post the conversation and the tools, return its reply.

@@ -99,11 +99,7 @@ class RedisExchange(BaseExchange):
         namespace: str = "lionfactory",
         client: redis.Redis | None = None,
     ) -> None:
-        if not isinstance(namespace, str) or not namespace or ":" in namespace:
-            raise ValueError(f"namespace must be a non-empty string without ':', got {namespace!r}")
-        if (url is None) == (client is None):
-            raise ValueError(f"pass exactly one of url and client, got url={url!r}")
-        self._client = client if client is not None else connect(url or "")
+        self._client = connect(url, client, namespace)
         self.namespace = namespace
         self._owners_key = f"{namespace}:owners"
         self._seq_key = f"{namespace}:seq"
@@ -355,12 +351,26 @@ class RedisExchange(BaseExchange):
         )
 
 
-def connect(url: str) -> redis.Redis:
-    """A redis-py client for `url`, or an ImportError that says which extra to install."""
+def connect(url: str | None, client: redis.Redis | None, namespace: object) -> redis.Redis:
+    """The client of a Redis backend: `client`, or a new one for `url`.
+
+    The one check of the arguments every Redis backend takes.
+
+    Raises:
+        ValueError: a namespace that is empty or holds ':' (it prefixes every
+            key), or neither/both of `url` and `client`.
+        ImportError: redis-py is missing, saying which extra to install.
+    """
+    if not isinstance(namespace, str) or not namespace or ":" in namespace:
+        raise ValueError(f"namespace must be a non-empty string without ':', got {namespace!r}")
+    if (url is None) == (client is None):
+        raise ValueError(f"pass exactly one of url and client, got url={url!r}")
+    if client is not None:
+        return client
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "the Redis backends need redis-py: pip install 'lionfactory[redis]'"
         ) from exc
-    return redis.Redis.from_url(url)
+    return redis.Redis.from_url(url or "")

@@ -76,11 +76,7 @@ class RedisBranchStore(BranchStore):
         client: redis.Redis | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(namespace, str) or not namespace or ":" in namespace:
-            raise ValueError(f"namespace must be a non-empty string without ':', got {namespace!r}")
-        if (url is None) == (client is None):
-            raise ValueError(f"pass exactly one of url and client, got url={url!r}")
-        self._client = client if client is not None else connect(url or "")
+        self._client = connect(url, client, namespace)
         self.namespace = namespace
         self._index = f"{namespace}:branches"
         self._save = self._client.register_script(_SAVE)

@@ -12,7 +12,7 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._binaries import BinaryFinder
-from lionfactory._global_excludes import global_excludes
+from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._project import ProjectView, stray_ignore_files
 from lionfactory._workspace import PathRefused, Workspace
@@ -113,11 +113,8 @@ class SearchHandler:
     isolation: Isolation | None = None
 
     async def _view(self, request: SearchRequest) -> ProjectView:
-        global_file = None
-        if not request.include_ignored:
-            global_file = await global_excludes(self.workspace.root, self.binaries)
-        return ProjectView(
-            self.workspace, include_ignored=request.include_ignored, global_file=global_file
+        return await project_view(
+            self.workspace, self.binaries, include_ignored=request.include_ignored
         )
 
     async def _ripgrep(self, request: SearchRequest) -> tuple[str | None, str | None]:

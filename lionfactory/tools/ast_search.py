@@ -40,7 +40,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, HelperFailure, helper_tool, run_helper
-from lionfactory._global_excludes import global_excludes
+from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._project import ProjectView
@@ -261,11 +261,8 @@ class _AstSearchHandler:
                 summary=f"ast-grep is not installed; install it with {INSTALL_HINT} "
                 f"(or pip install ast-grep-cli).",
             )
-        global_file = None
-        if not request.include_ignored:
-            global_file = await global_excludes(self.workspace.root, self.binaries)
-        view = ProjectView(
-            self.workspace, include_ignored=request.include_ignored, global_file=global_file
+        view = await project_view(
+            self.workspace, self.binaries, include_ignored=request.include_ignored
         )
         argv = [binary, "run", f"--pattern={request.pattern}", "--lang", request.lang]
         # Hidden files (.github/...) are project content here as in search;

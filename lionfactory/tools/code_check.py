@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, HelperFailure, helper_tool, run_helper
 from lionfactory._echo import echo, shorten
-from lionfactory._global_excludes import global_excludes
+from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
@@ -305,11 +305,8 @@ class _CodeCheckHandler:
             targets = await anyio.to_thread.run_sync(self._targets, request.paths)
         except PathRefused as exc:
             return _error(exc.message)
-        global_file = None
-        if not request.include_ignored:
-            global_file = await global_excludes(self.workspace.root, self.binaries)
-        view = ProjectView(
-            self.workspace, include_ignored=request.include_ignored, global_file=global_file
+        view = await project_view(
+            self.workspace, self.binaries, include_ignored=request.include_ignored
         )
         ruff = await anyio.to_thread.run_sync(self.binaries.find, "ruff")
         if ruff is None:

@@ -20,7 +20,6 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
@@ -33,7 +32,7 @@ from lionfactory._evidence import (
     evidence_wanted,
     record_evidence,
 )
-from lionfactory._global_excludes import global_excludes
+from lionfactory._global_excludes import project_view
 from lionfactory._project import ProjectView
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace
@@ -275,11 +274,9 @@ def _list_dir(
     loc: Location,
     recursive: bool,
     types: tuple[str, ...],
-    include_ignored: bool,
-    global_file: Path | None,
+    view: ProjectView,
 ) -> ReaderResponse:
     shown = loc.shown
-    view = ProjectView(workspace, include_ignored=include_ignored, global_file=global_file)
     try:
         entries = list_entries(workspace, loc, recursive, types, view)
     except PathRefused as exc:
@@ -356,18 +353,11 @@ class _ReaderHandler:
             return response
         if request.action == "list_dir":
             types = _normalise_types(request.file_types or ())
-            include_ignored = bool(request.include_ignored)
-            global_file = None
-            if not include_ignored:
-                global_file = await global_excludes(self.workspace.root, BinaryFinder())
+            view = await project_view(
+                self.workspace, BinaryFinder(), include_ignored=bool(request.include_ignored)
+            )
             return await anyio.to_thread.run_sync(
-                _list_dir,
-                self.workspace,
-                loc,
-                bool(request.recursive),
-                types,
-                include_ignored,
-                global_file,
+                _list_dir, self.workspace, loc, bool(request.recursive), types, view
             )
         return await self._open(loc, offset, limit)
 
