@@ -34,6 +34,7 @@ from pydantic import TypeAdapter
 from lionfactory._branch import Branch
 from lionfactory._messages import Message
 from lionfactory._persist import branch_to_dict
+from lionfactory.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from lionfactory.backends._redis_store import RedisBranchStore
@@ -86,7 +87,9 @@ def encode(branch: Branch) -> bytes:
     """
     data = branch_to_dict(branch, dump_messages=False)
     record = data["messages"].pop("record")
-    envelope = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    # ASCII escapes, so whatever `to_json` accepts is stored as it is: a lone
+    # surrogate in the metadata is valid JSON (``\ud800``) but not UTF-8.
+    envelope = json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return envelope + b"\n" + _record().dump_json(record)
 
 
@@ -121,10 +124,18 @@ class BranchStore(abc.ABC):
                 object loaded (or last saved) it, or saved a branch of this
                 id that this store object never loaded.
             ConfigurationError: the branch cannot be saved (metadata that is
-                not JSON-ready).
+                not JSON-ready, a name with a lone surrogate).
         """
         if not isinstance(branch, Branch):
             raise TypeError(f"save takes a Branch, got {branch!r:.200}")
+        if branch.name is not None:
+            try:
+                branch.name.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ConfigurationError(
+                    f"branch.name must be text a store can hold (UTF-8); {exc.reason} at "
+                    f"position {exc.start} of {branch.name!r:.100}"
+                ) from None
         expected = self._versions.get(branch, 0)
         version = await self._write(branch.id, branch.name, expected, encode(branch))
         self._versions[branch] = version

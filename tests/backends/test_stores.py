@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -173,3 +174,48 @@ async def test_bad_ids_are_refused_with_the_value(store: BranchStore) -> None:
         await store.load("nope")
     with pytest.raises(TypeError, match="save takes a Branch"):
         await store.save("nope")  # type: ignore[arg-type]
+
+
+async def plant(store: BranchStore, branch_id: uuid.UUID, data: dict) -> None:
+    """Write a saved branch the way another program sharing the store could."""
+    from lionfactory.backends._store import encode
+
+    envelope, _, record = encode(Branch("sys")).partition(b"\n")
+    stored = json.loads(envelope)
+    stored["registrations"] = data["planted"]
+    await store._write(branch_id, None, 0, json.dumps(stored).encode() + b"\n" + record)
+
+
+async def test_a_planted_factory_in_the_store_is_never_called(
+    store: BranchStore, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    data = Branch("sys").to_dict()
+    data["planted"] = [
+        {
+            "kind": "factory",
+            "factory": "os:system",
+            "kwargs": {"command": f"touch {marker}"},
+            "tools": ["x"],
+        }
+    ]
+    victim = uuid.uuid4()
+    await plant(store, victim, data)
+    with pytest.raises(ConfigurationError, match="'os:system' is not a registered factory"):
+        await store.load(victim)
+    assert not marker.exists()
+
+
+async def test_metadata_with_a_lone_surrogate_is_saved_as_to_json_keeps_it(
+    store: BranchStore,
+) -> None:
+    branch = Branch(metadata={"note": "half a pair: \ud800"})
+    assert await store.save(branch) == 1
+    assert (await store.load(branch.id)).metadata == {"note": "half a pair: \ud800"}
+
+
+async def test_a_name_no_store_can_hold_is_a_configuration_error(store: BranchStore) -> None:
+    branch = Branch(name="half \udc80")
+    with pytest.raises(ConfigurationError, match=r"branch\.name"):
+        await store.save(branch)
+    assert await store.version(branch.id) == 0
