@@ -97,6 +97,8 @@ def decode(blob: bytes) -> dict[str, Any]:
     """What `encode` stored, as `Branch.from_dict` takes it."""
     envelope, _, record = blob.partition(b"\n")
     data: dict[str, Any] = json.loads(envelope)
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), dict):
+        raise ValueError("no message record in the envelope")
     data["messages"]["record"] = _record().validate_json(record)
     return data
 
@@ -153,12 +155,20 @@ class BranchStore(abc.ABC):
 
         Raises:
             UnknownBranchError: nothing is saved under that id.
-            ConfigurationError: a resource is missing or a factory cannot be
-                imported (the message lists what is needed).
+            ConfigurationError: a resource is missing, a factory is not
+                registered (the message lists what is needed), or the stored
+                data is not a saved branch.
         """
         key = branch_id_of(branch_id)
         version, data = await self._read(key)
-        branch = Branch.from_dict(decode(data), resources=resources)
+        try:
+            saved = decode(data)
+        except (ValueError, TypeError, KeyError) as exc:  # JSON and pydantic errors among them
+            raise ConfigurationError(
+                f"the stored branch {key} is not a saved branch ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); whoever wrote it was not lionfactory"
+            ) from None
+        branch = Branch.from_dict(saved, resources=resources)
         self._versions[branch] = version
         return branch
 

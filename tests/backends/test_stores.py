@@ -219,3 +219,92 @@ async def test_a_name_no_store_can_hold_is_a_configuration_error(store: BranchSt
     with pytest.raises(ConfigurationError, match=r"branch\.name"):
         await store.save(branch)
     assert await store.version(branch.id) == 0
+
+
+async def test_a_stale_save_after_delete_and_recreate_is_a_conflict(
+    store: BranchStore, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Store A saves X, B loads it, A deletes X and saves a new X: B's save must lose."""
+    if isinstance(store, SqliteBranchStore):
+        other: BranchStore = SqliteBranchStore(store.path)
+    else:
+        other = RedisBranchStore(request.getfixturevalue("redis_url"), namespace=store.namespace)
+    async with other:
+        first = Branch("sys", name="first")
+        assert await store.save(first) == 1
+        stale = await other.load(first.id)
+        assert await store.delete(first.id)
+        reborn = Branch("sys", name="reborn")
+        reborn.id = first.id
+        reborn.messages.append(Message(role="user", content="the new branch's work"))
+        assert await store.save(reborn) == 2  # versions go on; they never restart
+        stale.messages.append(Message(role="user", content="stale work"))
+        with pytest.raises(ConflictError):
+            await other.save(stale)
+        loaded = await store.load(first.id)
+        assert loaded.name == "reborn"
+        assert [m.content for m in loaded.messages.record][-1] == "the new branch's work"
+
+
+async def test_a_stale_save_after_delete_is_a_conflict(store: BranchStore, workspace: Path) -> None:
+    branch = a_branch(workspace)
+    await store.save(branch)
+    assert await store.delete(branch.id)
+    with pytest.raises(ConflictError):
+        await store.save(branch)
+    assert await store.version(branch.id) == 0
+    assert await store.list() == []
+    assert not await store.delete(branch.id)
+    with pytest.raises(UnknownBranchError):
+        await store.load(branch.id)
+
+
+async def test_garbage_data_under_an_id_is_a_configuration_error(store: BranchStore) -> None:
+    victim = uuid.uuid4()
+    await store._write(victim, None, 0, b"not json\n[]")
+    with pytest.raises(ConfigurationError, match="not a saved branch"):
+        await store.load(victim)
+
+
+async def test_a_store_file_from_before_tombstones_is_upgraded(tmp_path: Path) -> None:
+    from lionfactory.backends._store import encode
+
+    path = tmp_path / "old.db"
+    branch = Branch("sys", name="old")
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE branches (id TEXT PRIMARY KEY, name TEXT, version INTEGER NOT NULL,"
+        " saved_at REAL NOT NULL, data BLOB NOT NULL)"
+    )
+    db.execute(
+        "INSERT INTO branches VALUES (?, ?, 3, 0.0, ?)", (str(branch.id), "old", encode(branch))
+    )
+    db.commit()
+    db.close()
+    async with SqliteBranchStore(path) as store:
+        loaded = await store.load(branch.id)
+        assert await store.save(loaded) == 4
+        assert await store.delete(branch.id)
+        assert await store.save(Branch.from_dict(branch.to_dict())) == 5
+
+
+async def test_a_bad_index_member_does_not_break_listing(
+    redis_url: str, redis_namespace: str
+) -> None:
+    import redis
+
+    async with RedisBranchStore(redis_url, namespace=redis_namespace) as store:
+        good = Branch(name="good")
+        await store.save(good)
+        raw = redis.Redis.from_url(redis_url)
+        raw.zadd(f"{redis_namespace}:branches", {"not-a-uuid": 1.0, b"\xff\xfe": 2.0})
+        broken = uuid.uuid4()
+        raw.hset(
+            f"{redis_namespace}:branch:{broken}",
+            mapping={"version": "x", "saved_at": "y", "data": "z"},
+        )
+        raw.zadd(f"{redis_namespace}:branches", {str(broken): 3.0})
+        raw.close()
+        assert [s.id for s in await store.list()] == [good.id]
+        with pytest.raises(ConfigurationError, match="malformed"):
+            await store.load(broken)
