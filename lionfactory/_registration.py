@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
 import inspect
 import json
 import os
@@ -193,7 +192,14 @@ class FactoryRegistry:
         return target
 
     def _declared(self, name: str) -> Callable[..., Any] | None:
-        """The entry point declared under `name` (or pointing at it), loaded; None if none."""
+        """The entry point declared under `name` (or pointing at it), loaded; None if none.
+
+        Only that entry point's module is imported; the others are read as
+        metadata. (``importlib.metadata`` is imported here, on a miss, because
+        importing it costs more than the rest of this module.)
+        """
+        import importlib.metadata
+
         for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             value = entry.value.replace(" ", "")
             if name not in (entry.name, value):
