@@ -168,7 +168,13 @@ class FactoryRegistry:
         if found is not None:
             return found
         if public in _BUILTINS:
-            return self._builtin(public)
+            try:
+                return self._builtin(public)
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"built-in {what} {public} cannot be loaded here ({exc}); install the "
+                    f"extra it needs"
+                ) from None
         declared = self._declared(name)
         if declared is not None:
             return declared
@@ -204,7 +210,13 @@ class FactoryRegistry:
             value = entry.value.replace(" ", "")
             if name not in (entry.name, value):
                 continue
-            loaded = entry.load()
+            try:
+                loaded = entry.load()
+            except Exception as exc:  # its module's code: any error it raises
+                raise ConfigurationError(
+                    f"the {ENTRY_POINT_GROUP!r} entry point {entry.name!r} = {entry.value!r} "
+                    f"failed to load: {type(exc).__name__}: {str(exc)[:200]}"
+                ) from exc
             if not callable(loaded):
                 raise ConfigurationError(
                     f"the {ENTRY_POINT_GROUP!r} entry point {entry.name!r} = {entry.value!r} "
@@ -212,7 +224,13 @@ class FactoryRegistry:
                 )
             for alias in dict.fromkeys((value, entry.name)):
                 if _plain_name(alias):
-                    self.register(loaded, name=alias)
+                    try:
+                        self.register(loaded, name=alias)
+                    except ValueError as exc:
+                        raise ConfigurationError(
+                            f"the {ENTRY_POINT_GROUP!r} entry point {entry.name!r} cannot be "
+                            f"used: {exc}"
+                        ) from None
             with self._lock:
                 self._by_name[name] = loaded
             return loaded  # type: ignore[no-any-return]

@@ -14,7 +14,14 @@ its id is not stored yet. The check and the write are one transaction (a
 SQLite write transaction, a Redis script), so two writers racing from the
 same version cannot both win. Versions are remembered by the store object
 (weakly: they go with the branch), so load and save a branch through the
-same store object.
+same store object. Versions never restart for an id: a delete keeps the
+last one (see `BranchStore.delete`).
+
+Trust: a store is shared with every program that can write it, so loading
+treats its rows as untrusted data. A row is restored only through the factory
+registry (`lionfactory.register_factory`): it can name registered factories
+and choose their arguments, never run other code. Rows that are not saved
+branches raise `ConfigurationError` for that branch alone.
 """
 
 from __future__ import annotations
@@ -185,7 +192,14 @@ class BranchStore(abc.ABC):
         """Every stored branch, oldest save first."""
 
     async def delete(self, branch_id: uuid.UUID | str) -> bool:
-        """Delete a branch's saved state; return whether there was one."""
+        """Delete a branch's saved state; return whether there was one.
+
+        The id keeps its last version (a tombstone without data, which
+        `list`, `load` and `version` do not show): a branch saved under the
+        id again continues the numbering, so a copy loaded before the delete
+        meets a version it never saw and its save raises `ConflictError`
+        instead of overwriting the new branch.
+        """
         return await self._delete(branch_id_of(branch_id))
 
     @abc.abstractmethod
