@@ -358,3 +358,23 @@ def test_local_functions_are_resources(workspace):
     )
     data = json.loads(branch.to_json())
     assert data["registrations"][0]["kwargs"]["hooks"] == {"*": {"pre": [{"$resource": "hooks"}]}}
+
+
+async def test_the_old_spelling_of_a_builtin_hook_still_loads(workspace):
+    from lionfactory.coding import deny_destructive_commands
+
+    old = {"$callable": "lionfactory.coding.policies:deny_destructive_commands"}
+    data = saved_with_factory(
+        "lionfactory.coding._toolkit:coding_toolkit",
+        {
+            "workspace_root": {"$path": str(workspace)},
+            "tools": ["bash"],
+            "hooks": {"bash": {"pre": [old]}},
+        },
+    )
+    data["registrations"][0]["tools"] = ["bash"]
+    restored = Branch.from_dict(data)
+    assert restored.provenance("bash").kwargs["hooks"] == {
+        "bash": {"pre": [deny_destructive_commands]}
+    }
+    assert (await restored.act("bash", {"command": "rm -rf x"})).error_type == "ToolDenied"
