@@ -12,7 +12,7 @@ from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._exchange import Exchange
 from lionfactory._function import function_tool
 from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
-from lionfactory._registration import Registration
+from lionfactory._registration import Registration, register_factory
 from lionfactory._tool import Tool, reports_failure
 
 __version__ = "0.1.0"
@@ -32,5 +32,6 @@ __all__ = [
     "current_call",
     "estimate_tokens",
     "function_tool",
+    "register_factory",
     "reports_failure",
 ]

@@ -10,10 +10,17 @@ linearly: its marginal cost per message from the middle size to the largest
 constant factory cost) is at most 3x the marginal cost of
 ``list(branch.messages)``. A clone that was quadratic anywhere would show a
 marginal cost growing with the size, far above the list's.
+
+Loading a saved branch (`Branch.from_dict`) looks its factories up in the
+factory registry instead of importing them by the path the data names. The
+row "load N messages through the registry" times loading the largest
+branch's saved data against the same load with the factories imported by
+path, as loading did before the registry; target: at most 1.1x.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import tempfile
 from typing import Any
@@ -21,13 +28,14 @@ from typing import Any
 from _common import Row, Size, best_of, check_row, info_row, ratio_row, sizes
 
 from lionfactory import Branch, Message
+from lionfactory._registration import FACTORIES
 from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
 
 BENCH = "clone"
 
 SIZES: dict[Size, dict[str, Any]] = {
-    "tiny": {"messages": (100, 1_000, 3_000), "repeat": 2},
-    "full": {"messages": (1_000, 10_000, 100_000), "repeat": 15},
+    "tiny": {"messages": (100, 1_000, 3_000), "load": 10_000, "repeat": 3},
+    "full": {"messages": (1_000, 10_000, 100_000), "load": 10_000, "repeat": 15},
 }
 
 
@@ -45,6 +53,46 @@ def make_branch(messages: int, root: str, names: tuple[str, ...]) -> Branch:
         role = "user" if i % 2 == 0 else "assistant"
         branch.messages.append(Message(role=role, content=f"message {i}"))
     return branch
+
+
+def import_by_path(name: str, *, what: str = "factory") -> Any:
+    """How loading found a factory before the registry: import the module the data names."""
+    module, _, qualname = name.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def load_rows(branch: Branch, repeat: int) -> list[Row]:
+    data = branch.to_dict()
+    count = len(branch.messages.record)
+    registry = best_of(lambda: Branch.from_dict(data), repeat)
+    resolve = FACTORIES.resolve
+    FACTORIES.resolve = import_by_path  # type: ignore[method-assign]
+    try:
+        by_path = best_of(lambda: Branch.from_dict(data), repeat)
+    finally:
+        del FACTORIES.resolve  # back to the class's method
+    assert FACTORIES.resolve == resolve
+    loaded = Branch.from_dict(data)
+    return [
+        ratio_row(
+            BENCH,
+            f"load {count:,} messages through the registry",
+            registry * 1e3,
+            by_path * 1e3,
+            "ms",
+            1.1,
+        ),
+        check_row(
+            BENCH,
+            "a loaded branch holds every message, own tools",
+            len(loaded.messages.record) == count
+            and all(tool.bound_to in (None, loaded.id) for tool in loaded.tools.values()),
+            "correct",
+        ),
+    ]
 
 
 def run(size: Size) -> list[Row]:
@@ -101,4 +149,6 @@ def run(size: Size) -> list[Row]:
         )
     )
     rows.append(check_row(BENCH, "clones hold every message, own tools", isolated, "correct"))
+    with tempfile.TemporaryDirectory(prefix="lf-bench-load-") as root:
+        rows.extend(load_rows(make_branch(params["load"], root, names), repeat))
     return rows
