@@ -130,7 +130,7 @@ _TRANSLATED = re.compile(r"\(\?s:(?P<body>.*)\)\\[Zz]", re.DOTALL)
 
 
 def _translated_body(pattern: str) -> str | None:
-    """`fnmatch.translate(pattern)` without its ``(?s:...)\\Z`` wrapper, if it has one."""
+    """The body of `fnmatch.translate(pattern)`, without its group and end anchor."""
     found = _TRANSLATED.fullmatch(fnmatch.translate(pattern))
     return found["body"] if found else None
 
@@ -142,7 +142,7 @@ def protected_matcher(patterns: frozenset[str]) -> re.Pattern[str]:
     Cached per distinct set: compiling the default set's 440 patterns one by one
     cost 12 ms, paid for every Workspace. The alternation is also factored:
     a base pattern ``b`` whose every backup spelling ``b + s`` (`BACKUP_SUFFIXES`)
-    is in the set stands once as ``b(?:~|\\.bak|...)?``, which matches the same
+    is in the set stands once as ``b`` followed by an optional suffix group, which matches the same
     names (a suffix is literal text, so ``b + s`` matches exactly the names
     ``b`` matches followed by ``s``) with a ninth of the alternatives. Patterns
     that do not factor stay as they are.
