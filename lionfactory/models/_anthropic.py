@@ -1,4 +1,4 @@
-"""`AnthropicMessages`: a chat model over Anthropic's Messages API (re-exported by `models`).
+"""`AnthropicMessages`: a chat model over Anthropic's Messages API (in `lionfactory.models`).
 
 The conversation maps onto the Messages API's shapes: the system message
 becomes the top-level ``system`` field, tool calls become ``tool_use``
@@ -19,17 +19,15 @@ import attrs
 
 from lionfactory._chat import ModelReply
 from lionfactory._messages import Message, ToolCall
-from lionfactory._model_http import (
+from lionfactory.errors import ConfigurationError
+from lionfactory.models._http import (
     BODY_EXCERPT,
-    ClientOwner,
+    HttpChatModel,
     ModelError,
     check_positive,
     check_retries,
-    close_client,
     new_client,
-    post_json,
 )
-from lionfactory.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import httpx
@@ -51,7 +49,7 @@ _CUT_OFF = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
 @attrs.define(eq=False, init=False, repr=False)
-class AnthropicMessages(ClientOwner):
+class AnthropicMessages(HttpChatModel):
     """A `ChatModel` over Anthropic's Messages API (``<base_url>/v1/messages``).
 
     Each call posts the active messages (the system message as ``system``)
@@ -166,26 +164,6 @@ class AnthropicMessages(ClientOwner):
         """The endpoint every request goes to."""
         return f"{self.base_url}/v1/messages"
 
-    async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
-        """Ask the model: post the conversation and the tools, return its reply.
-
-        Raises:
-            ModelError: an HTTP error status (after retries for 408, 429 and
-                5xx), no connection after retries, or a reply that is not a
-                message.
-            ModelTimeoutError: every attempt outlasted `timeout`.
-        """
-        body = self.request_body(messages, tools)
-        if self._client is not None:
-            data = await self._post(self._client, body)
-        else:
-            client = self._new_client()
-            try:
-                data = await self._post(client, body)
-            finally:
-                await close_client(client, self._transport)
-        return self._parse(data)
-
     def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
         """The JSON body a call with `messages` and `tools` posts (no request is made)."""
         system = "\n\n".join(m.content for m in messages if m.role == "system" and m.content)
@@ -212,29 +190,6 @@ class AnthropicMessages(ClientOwner):
         }
         headers.update(self.headers)
         return new_client(headers, self._transport)
-
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        return await post_json(
-            client,
-            self.url,
-            body,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
-            backoff=self.backoff,
-            decode=self._decode,
-        )
-
-    def _decode(self, response: httpx.Response, attempts: int) -> Any:
-        try:
-            return response.json()
-        except ValueError:
-            raise ModelError(
-                f"the chat model at {self.url} answered HTTP {response.status_code} "
-                f"with a body that is not JSON: {response.text[:300]!r}",
-                status=response.status_code,
-                body=response.text[:BODY_EXCERPT],
-                attempts=attempts,
-            ) from None
 
     def _parse(self, data: Any) -> ModelReply:
         content = data.get("content") if isinstance(data, dict) else None
