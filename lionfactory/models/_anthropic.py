@@ -24,8 +24,7 @@ from lionfactory.models._http import (
     BODY_EXCERPT,
     HttpChatModel,
     ModelError,
-    check_positive,
-    check_retries,
+    common_fields,
     new_client,
 )
 
@@ -123,12 +122,19 @@ class AnthropicMessages(HttpChatModel):
         params: Mapping[str, Any] | None = None,
         api_version: str = API_VERSION,
     ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError(f"model must be a non-empty model name, got {model!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        fields = common_fields(
+            base_url=base_url,
+            model=model,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            headers=headers,
+            params=params,
+            transport=transport,
+            reserved=_RESERVED_PARAMS,
+        )
         if api_key is None:
             api_key = os.environ.get("ANTHROPIC_API_KEY")
         if not isinstance(api_key, str) or not api_key:
@@ -136,23 +142,8 @@ class AnthropicMessages(HttpChatModel):
                 "AnthropicMessages needs an API key: pass api_key=... "
                 "or set the ANTHROPIC_API_KEY environment variable"
             )
-        check_retries(max_retries, backoff, transport)
-        reserved = sorted(_RESERVED_PARAMS.intersection(params or {}))
-        if reserved:
-            raise ValueError(f"params cannot set {reserved}; the adapter sends those itself")
         self.__attrs_init__(
-            model=model,
-            base_url=base_url.rstrip("/"),
-            max_tokens=max_tokens,
-            timeout=check_positive("timeout", timeout),
-            max_retries=max_retries,
-            backoff=float(backoff),
-            headers=dict(headers or {}),
-            params=dict(params or {}),
-            api_version=api_version,
-            api_key=api_key,
-            transport=transport,
-            client=None,
+            max_tokens=max_tokens, api_version=api_version, api_key=api_key, **fields
         )
 
     def __repr__(self) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "ModelTimeoutError",
     "check_positive",
     "check_retries",
+    "common_fields",
     "close_client",
     "new_client",
     "post_json",
@@ -231,6 +232,47 @@ class ClientOwner:
         client, self._client = self._client, None  # type: ignore[misc]  # a subclass slot
         if client is not None:
             await close_client(client, self._transport)
+
+
+def common_fields(
+    *,
+    base_url: Any,
+    model: Any,
+    timeout: Any,
+    max_retries: Any,
+    backoff: Any,
+    headers: Mapping[str, str] | None,
+    params: Mapping[str, Any] | None,
+    transport: Any,
+    reserved: frozenset[str],
+) -> dict[str, Any]:
+    """Check the options every adapter takes; the attrs fields they become.
+
+    Raises:
+        ValueError: a malformed `base_url` or `model`, a non-positive `timeout`,
+            a negative `max_retries` or `backoff`, or `params` naming a
+            `reserved` request field.
+        TypeError: a `transport` that is not an ``httpx.AsyncBaseTransport``.
+    """
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"model must be a non-empty model name, got {model!r}")
+    check_retries(max_retries, backoff, transport)
+    named = sorted(reserved.intersection(params or {}))
+    if named:
+        raise ValueError(f"params cannot set {named}; the adapter sends those itself")
+    return {
+        "base_url": base_url.rstrip("/"),
+        "model": model,
+        "timeout": check_positive("timeout", timeout),
+        "max_retries": max_retries,
+        "backoff": float(backoff),
+        "headers": dict(headers or {}),
+        "params": dict(params or {}),
+        "transport": transport,
+        "client": None,
+    }
 
 
 class HttpChatModel(ClientOwner):

@@ -20,8 +20,7 @@ from lionfactory.models._http import (
     BODY_EXCERPT,
     HttpChatModel,
     ModelError,
-    check_positive,
-    check_retries,
+    common_fields,
     new_client,
 )
 
@@ -111,27 +110,21 @@ class OpenAICompatible(HttpChatModel):
         headers: Mapping[str, str] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError(f"model must be a non-empty model name, got {model!r}")
         if api_key is not None and not isinstance(api_key, str):
             raise TypeError(f"api_key must be a string or None, got {type(api_key).__name__}")
-        check_retries(max_retries, backoff, transport)
-        reserved = sorted(_RESERVED_PARAMS.intersection(params or {}))
-        if reserved:
-            raise ValueError(f"params cannot set {reserved}; the adapter sends those itself")
         self.__attrs_init__(
-            base_url=base_url.rstrip("/"),
-            model=model,
-            timeout=check_positive("timeout", timeout),
-            max_retries=max_retries,
-            backoff=float(backoff),
-            headers=dict(headers or {}),
-            params=dict(params or {}),
             api_key=api_key,
-            transport=transport,
-            client=None,
+            **common_fields(
+                base_url=base_url,
+                model=model,
+                timeout=timeout,
+                max_retries=max_retries,
+                backoff=backoff,
+                headers=headers,
+                params=params,
+                transport=transport,
+                reserved=_RESERVED_PARAMS,
+            ),
         )
 
     def __repr__(self) -> str:
