@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import Workspace
 
 __all__ = [
@@ -190,6 +190,8 @@ def helper_tool(
     protected_names: Iterable[str] | None,
     isolation: str | Isolation,
     binaries: object,
+    response_model: type[BaseModel] | None = None,
+    hints: ToolHints | None = None,
 ) -> Tool:
     """The factory body the helper-binary tools share: workspace, finder, confinement.
 
@@ -206,4 +208,6 @@ def helper_tool(
         description=confinement.annotate(description),
         request_model=request_model,
         handler=handler(workspace, finder, confinement),
+        response_model=response_model,
+        hints=hints,
     )

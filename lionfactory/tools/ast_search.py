@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,7 +44,7 @@ from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._project import ProjectView
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
 
 __all__ = ["AstSearchMatch", "AstSearchRequest", "AstSearchResponse", "ast_search_tool"]
@@ -134,6 +134,11 @@ class AstSearchResponse(BaseModel):
     truncated: bool = Field(
         default=False, description="True when some matches were left out (see total)."
     )
+
+    @classmethod
+    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
+        """A check failed when it could not run (``unavailable``) or broke (``error``)."""
+        return data.get("status") in ("error", "unavailable")
 
 
 def _count(number: int, one: str, many: str) -> str:
@@ -330,4 +335,6 @@ def ast_search_tool(
         protected_names=protected_names,
         isolation=isolation,
         binaries=_binaries,
+        response_model=AstSearchResponse,
+        hints=ToolHints.reading("Search code by syntax"),
     )

@@ -39,7 +39,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,7 +52,7 @@ from lionfactory._echo import echo, shorten
 from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._project import ProjectView
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
 
 __all__ = ["CodeCheckRequest", "CodeCheckResponse", "CodeDiagnostic", "code_check_tool"]
@@ -154,6 +154,11 @@ class CodeCheckResponse(BaseModel):
     truncated: bool = Field(
         default=False, description="True when some diagnostics were left out (see total)."
     )
+
+    @classmethod
+    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
+        """A check failed when it could not run (``unavailable``) or broke (``error``)."""
+        return data.get("status") in ("error", "unavailable")
 
 
 def _error(summary: str) -> CodeCheckResponse:
@@ -411,4 +416,6 @@ def code_check_tool(
         protected_names=protected_names,
         isolation=isolation,
         binaries=_binaries,
+        response_model=CodeCheckResponse,
+        hints=ToolHints.reading("Check code with ruff"),
     )

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 
 from lionfactory._binaries import BinaryFinder, helper_tool
 from lionfactory._isolation import Isolation
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._search_handler import SearchHandler
 from lionfactory.tools._search_models import (
     DEFAULT_FIND_RESULTS,
@@ -111,4 +111,6 @@ def search_tool(
         protected_names=protected_names,
         isolation=isolation,
         binaries=_binaries,
+        response_model=SearchResponse,
+        hints=ToolHints.reading("Search the workspace"),
     )
