@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
 from lionfactory._isolation import Isolation
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
@@ -470,4 +470,6 @@ def sandbox_tool(
             workspace, on_switch, git, isolation, allow_protected=allow_merge_into_protected
         ),
         bound_to=branch.id,
+        response_model=SandboxResponse,
+        hints=ToolHints("Work in a git sandbox", destructive=True),
     )

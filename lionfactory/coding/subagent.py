@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lionfactory._branch import Branch
 from lionfactory._messages import Message
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding.policies import deny_destructive_commands
@@ -360,4 +360,7 @@ def subagent_tool(
         request_model=SubagentRequest,
         handler=_Subagent(branch, factory, dict(factory_kwargs or {}), where),
         bound_to=branch.id,
+        response_model=SubagentResponse,
+        # A sub-agent calls a model and whatever tools it is given.
+        hints=ToolHints("Delegate to a subagent", destructive=True, open_world=True),
     )

@@ -20,12 +20,17 @@ path, as loading did before the registry; target: at most 1.1x.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
+import resource
+import sys
 import tempfile
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
-from _common import Row, Size, best_of, check_row, info_row, ratio_row, sizes
+from _common import Row, Size, best_of, budget_row, check_row, info_row, ratio_row, sizes
 
 from lionfactory import Branch, Message
 from lionfactory._registration import FACTORIES
@@ -151,4 +156,57 @@ def run(size: Size) -> list[Row]:
     rows.append(check_row(BENCH, "clones hold every message, own tools", isolated, "correct"))
     with tempfile.TemporaryDirectory(prefix="lf-bench-load-") as root:
         rows.extend(load_rows(make_branch(params["load"], root, names), repeat))
+    rows += memory_rows(params["messages"][1], names)
     return rows
+
+
+def memory_rows(messages: int, names: tuple[str, ...]) -> list[Row]:
+    """What each kept clone of a toolkit branch allocates, and 1,000 clones' RSS growth.
+
+    A clone shares what is immutable (the messages themselves, compiled
+    matchers, schemas) with its source; what it owns is its tools, its
+    registrations and the list of message references.
+    """
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="lf-bench-clone-") as root:
+        branch = make_branch(messages, root, names)
+        branch.clone()  # warm every cache a first clone fills
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [branch.clone() for _ in range(50)]
+        per_clone = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+        tracemalloc.stop()
+        refs = list(branch.messages)
+        rows.append(
+            budget_row(
+                BENCH,
+                f"memory per kept clone ({messages:,} messages, full toolkit)",
+                per_clone / 1024,
+                50,
+                "KiB",
+            )
+        )
+        rows.append(
+            info_row(
+                BENCH,
+                "memory of the message references alone",
+                sys.getsizeof(refs) / 1024,
+                "KiB",
+            )
+        )
+        del kept
+        gc.collect()
+        start = _rss_kib()
+        many = [branch.clone() for _ in range(1_000)]
+        grown = (_rss_kib() - start) / 1024
+        rows.append(budget_row(BENCH, "RSS growth for 1,000 kept clones", grown, 50, "MiB"))
+        del many
+    return rows
+
+
+def _rss_kib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1])
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
