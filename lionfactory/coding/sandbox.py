@@ -66,7 +66,6 @@ from lionfactory._tool import Tool
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
-from lionfactory.coding._gitdirs import git_dirs
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
 
 __all__ = ["PROTECTED_BRANCHES", "SandboxRequest", "SandboxResponse", "sandbox_tool"]
@@ -201,8 +200,7 @@ class _Sandbox:
             return self.git_plain
         writable: tuple[Path, ...] = (self.workspace.root,)
         if session is not None:
-            found = git_dirs(session.repo)
-            writable = (session.repo, session.scratch, *(found or ()))
+            writable = (session.repo, session.scratch, session.git_dir, session.common_dir)
         policy = attrs.evolve(
             isolation.policy, writable=writable, git_writable=(), protect_git=False
         )
@@ -272,6 +270,8 @@ class _Sandbox:
         session = Session(
             repo=plan.repo,
             prefix=plan.prefix,
+            git_dir=plan.git_dir,
+            common_dir=plan.common_dir,
             scratch=scratch,
             root=scratch / label,
             branch=f"lionfactory/sandbox-{uuid.uuid4().hex[:8]}",
@@ -281,12 +281,13 @@ class _Sandbox:
         git = self._git_for(session)
         try:
             add = ["worktree", "add", "--quiet", "-b", session.branch, str(session.root)]
-            await git.check(
+            await session.home(git).check(
                 [*add, session.base_commit],
                 cwd=session.repo,
                 what="create the sandbox worktree",
-                timeout=HOOK_TIMEOUT,  # checks out every file and runs post-checkout hooks
+                timeout=HOOK_TIMEOUT,  # checks out every file
             )
+            await ops.record_worktree(git, session)
             await anyio.to_thread.run_sync(
                 lambda: session.workspace.mkdir(parents=True, exist_ok=True)
             )
