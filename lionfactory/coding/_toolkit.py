@@ -446,6 +446,7 @@ def coding_toolkit(
                 "isolation": confinement,
             },
             workspace=where,
+            parent_tools=names,
         )
 
     nudge = (
