@@ -334,6 +334,24 @@ class Git:
             return None
         return result.stdout.strip() or None
 
+    async def identity_env(self, cwd: Path) -> dict[str, str]:
+        """``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` for commands in a sandbox worktree.
+
+        The same identity as `identity_options` (the user's, else
+        `FALLBACK_IDENTITY`), as variables: a confined ``git commit`` cannot
+        see the user's global configuration (the home directory is hidden),
+        and a machine without one (CI, a container) has none to see.
+        """
+        options = await self.identity_options(cwd)
+        name = options[1].partition("=")[2]
+        email = options[3].partition("=")[2]
+        return {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email,
+        }
+
     async def identity_options(self, cwd: Path) -> list[str]:
         """``-c user.name=... -c user.email=...``: the user's configured author, or the fallback.
 

@@ -93,7 +93,12 @@ Actions:
   has a detached HEAD. Optional `message` for the merge commit. On a conflict
   the merge is undone and the sandbox stays active.
 - discard: remove the sandbox and its branch without merging. If it fails,
-  call it again."""
+  call it again.
+
+Inside the sandbox, git (through bash) works on the sandbox branch, and commits
+get the user's identity (or "lionfactory agent <agent@localhost>"). The base
+branch stays checked out in the workspace, so checking it out in the sandbox
+fails: commit on the sandbox branch and use merge."""
 
 
 class SandboxRequest(BaseModel):
@@ -301,7 +306,10 @@ class _Sandbox:
             "create",
             f"Created sandbox branch {session.branch!r} from {session.base_branch!r} at "
             f"{session.base_commit[:12]}. Your file, shell and search tools now work in "
-            f"{session.workspace}. When done: commit, then merge (or discard).",
+            f"{session.workspace}. When done: commit, then merge (or discard). git there "
+            f"works on {session.branch!r}; {session.base_branch!r} stays checked out in the "
+            f"workspace, so `git checkout {session.base_branch}` in the sandbox fails (already "
+            f"checked out): commit on the sandbox branch and merge with action='merge'.",
             notice=" ".join(
                 n for n in (plan.notice, self._protected_notice(session.base_branch)) if n
             )
