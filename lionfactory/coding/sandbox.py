@@ -29,15 +29,22 @@ Decisions:
   changes in the sandbox (commit or discard them), uncommitted changes to
   tracked files in the workspace (a conflicted merge could not be undone
   cleanly around them). A conflicting merge is aborted and the sandbox stays.
-* **Cleanup is idempotent.** Each step (remove the worktree, delete the
-  branch, delete the temporary directory) is skipped when already done, and
-  the slot is cleared only when all succeeded, so a failed ``discard`` can be
-  called again.
-* **Identity.** Commits use the repository's ``user.name``/``user.email``;
-  when it has none, ``lionfactory sandbox <sandbox@lionfactory.invalid>`` is
-  passed with ``-c`` for that call only.
-* **Confined git.** Under the toolkit's isolation, git (which runs no hooks at all)
-  runs) may write only the repository (its ``.git`` included), the
+* **Cleanup is idempotent.** Each step (remove the worktree and its admin
+  folder, delete the branch, delete the temporary directory) is skipped when
+  already done, and the slot is cleared only when all succeeded, so a failed
+  ``discard`` can be called again.
+* **Identity.** Commits use the user's ``user.name``/``user.email`` (the
+  repository's or the global configuration); when there is none,
+  ``lionfactory agent <agent@localhost>`` is passed with ``-c`` for that call
+  only. The toolkit gives the worktree's ``bash`` the same identity as
+  ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variables.
+* **Nothing a command in the worktree writes steers git.** The worktree's
+  ``.git`` file, its admin folder (``HEAD``, ``index``, ``commondir``) and the
+  sandbox branch are writable from inside the sandbox, so every git call is
+  pinned to directories recorded at ``create`` (see `_sandbox_ops`), and no
+  program named by configuration or attributes runs (see `_git`).
+* **Confined git.** Under the toolkit's isolation, git (which runs no hooks at
+  all) may write only the repository (its ``.git`` included), the
   repository's git folders and the sandbox's scratch directory, with the
   toolkit's network and hidden paths.
 * The sandbox starts from the last commit: uncommitted changes in the
