@@ -56,12 +56,14 @@ into its regular expressions is used to tell the two apart (`_Rules`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio.from_thread
 import attrs
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
@@ -201,6 +203,13 @@ class _Level:
     git: _Rules
     exclude: _Rules
     is_repo: bool
+
+
+def _check_cancelled() -> None:
+    """Raise the caller's cancellation in a worker thread; nothing in any other thread."""
+    # Outside a worker thread (RuntimeError) the event loop's own checkpoints apply.
+    with contextlib.suppress(RuntimeError):
+        anyio.from_thread.check_cancelled()
 
 
 def _lexical(path: str) -> str:
@@ -363,7 +372,13 @@ class ProjectView:
         return level
 
     def _read_level(self, directory: str) -> _Level:
-        """One directory's ignore files, each opened beneath the project top."""
+        """One directory's ignore files, each opened beneath the project top.
+
+        Also the walk's cancellation point: run in a worker thread
+        (``anyio.to_thread.run_sync``), a walk of a huge tree ends at the next
+        directory once the calling task is cancelled, instead of running on.
+        """
+        _check_cancelled()
         prefix = _prefix(directory)
         parts = _below(directory, self._top)
         if parts is None:

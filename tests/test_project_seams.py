@@ -162,3 +162,34 @@ async def test_core_excludes_file_of_the_users_global_config_applies(
 
     assert await global_excludes(ws, BinaryFinder()) == home / "ignore"
     assert SECRET_LINE not in await listed(ws)
+
+
+async def test_a_walk_in_a_worker_thread_ends_when_its_caller_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    import anyio.to_thread
+
+    from lionfactory._project import ProjectView
+    from lionfactory._workspace import Workspace
+
+    ws = tmp_path / "ws"
+    for index in range(200):
+        (ws / f"d{index:03d}").mkdir(parents=True)
+    view = ProjectView(Workspace.at(ws))
+    cancelled = threading.Event()
+    walked: list[str] = []
+
+    def walk() -> None:
+        # Start only once the caller is cancelled: the walk must notice it.
+        assert cancelled.wait(30)
+        walked.extend(path for path, _ in view.walk(ws))
+
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(anyio.to_thread.run_sync, walk)
+            await anyio.sleep(0.05)
+            scope.cancel()
+            cancelled.set()
+
+    assert scope.cancelled_caught
+    assert len(walked) == 0
