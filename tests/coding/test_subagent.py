@@ -350,7 +350,12 @@ async def test_the_tool_is_bound_and_rebuilt_for_a_clone(
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"factory": 3}, "factory must be callable"), ({"factory_kwargs": [1]}, "factory_kwargs")],
+    [
+        ({"factory": 3}, "factory must be callable"),
+        ({"factory_kwargs": [1]}, "factory_kwargs"),
+        ({"parent_tools": "reader"}, "parent_tools"),
+        ({"parent_tools": ["reader", 3]}, "parent_tools"),
+    ],
 )
 def test_factory_misuse_fails_at_once(
     toolkit: FakeToolkit, workspace: Path, kwargs: dict[str, Any], match: str
@@ -361,6 +366,29 @@ def test_factory_misuse_fails_at_once(
 
 
 # -- a child never gets more than its parent (the real coding toolkit) ---------
+
+
+async def test_parent_tools_narrow_every_permission_set(
+    toolkit: FakeToolkit, workspace: Path
+) -> None:
+    model = ScriptedModel(["done", "done"])
+    parent = Branch("You are the lead.", name="lead", chat_model=model)
+    parent.register(
+        subagent_tool(
+            parent,
+            factory=toolkit,
+            workspace_root=workspace,
+            parent_tools=["reader", "editor", "subagent"],
+        )
+    )
+
+    safe = await delegate(parent, instruction="x", permissions="safe")
+    read_only = await delegate(parent, instruction="x", permissions="read_only")
+
+    assert safe.tools == ["reader", "editor"]
+    assert read_only.tools == ["reader"]
+    assert [call["tools"] for call in toolkit.calls] == [["reader", "editor"], ["reader"]]
+    assert safe.notice is not None and "bash" in safe.notice
 
 
 def _kit_parent(model: Any, workspace: Path, **kwargs: Any) -> Branch:
