@@ -8,7 +8,11 @@ What is stored, as JSON-ready data with a format tag:
   so a restored view is exactly the saved one (evidence on tool messages
   included: the restored coding toolkit derives its read evidence from it);
 * the registrations, in order: a factory's import path (``module:qualname``)
-  and its keyword arguments, and for static tools their names.
+  and its keyword arguments, and for static tools their names;
+* the calls held for a person's decision (`PendingCall` records, with their
+  decisions and whether an approved one had started), so a branch saved
+  while a call waits is decided and resumed by another process, and a call
+  that had started when its process stopped is never run twice.
 
 Module-level functions and classes among the arguments (a policy hook such
 as `deny_destructive_commands`) are stored by import path and imported again.
@@ -39,6 +43,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
+from lionfactory._approvals import PendingCall
 from lionfactory._messages import Message, MessageLog
 from lionfactory._registration import Registration, factory_path
 from lionfactory._tool import Tool
@@ -183,7 +188,34 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
         },
         "registrations": registrations,
         "tool_order": list(branch.tools),
+        "pending": _pending_to_data(branch),
     }
+
+
+def _pending_to_data(branch: Branch) -> list[dict[str, Any]]:
+    return [pending.to_dict() for pending in branch.pending_calls]
+
+
+def _pending_from_data(data: Any) -> dict[str, PendingCall]:
+    """The held calls of a save (none for saves made before approvals existed).
+
+    Raises:
+        ConfigurationError: the entries are not pending-call records.
+    """
+    if data is None:
+        return {}
+    if not isinstance(data, list):
+        raise ConfigurationError(f"a saved branch's 'pending' must be a list, got {data!r:.200}")
+    held: dict[str, PendingCall] = {}
+    for entry in data:
+        try:
+            if not isinstance(entry, Mapping):
+                raise TypeError(f"expected an object, got {entry!r:.200}")
+            pending = PendingCall.from_dict(entry)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"a saved pending call is malformed: {exc}") from None
+        held[pending.id] = pending
+    return held
 
 
 def branch_from_dict(
@@ -237,4 +269,5 @@ def branch_from_dict(
         branch._replay(registration, names)  # the same replay as clone()
     order = [n for n in data.get("tool_order", []) if n in branch.tools]
     branch.reorder(order)
+    branch._pending = _pending_from_data(data.get("pending"))
     return branch
