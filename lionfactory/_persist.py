@@ -16,6 +16,10 @@ What is stored, as JSON-ready data with a format tag:
 
 Module-level functions and classes among the arguments (a policy hook such
 as `deny_destructive_commands`) are stored by import path and imported again.
+Records that are data (an attrs instance whose importable class has
+``to_dict`` and a ``from_dict`` classmethod, such as the coding toolkit's
+`Rule`) are stored as that data and rebuilt with ``from_dict``, which
+checks them again.
 Other values that are not data (an `Exchange`, a chat model, a static
 `Tool`) are stored *by name* and must be handed back through ``resources``
 when loading:
@@ -42,6 +46,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from lionfactory._approvals import PendingCall
 from lionfactory._messages import Message, MessageLog
@@ -90,10 +96,31 @@ class _Encoder:
             if any(k.startswith("$") for k in value):
                 return {"$resource": self.name_for(key, value)}
             return {k: self.encode(key, v) for k, v in value.items()}
+        record = _data_record(value)
+        if record is not None:
+            return record
         path = _importable(value)
         if path is not None:
             return {"$callable": path}
         return {"$resource": self.name_for(key, value)}
+
+
+def _data_record(value: Any) -> dict[str, Any] | None:
+    """``{"$record": class path, "data": ...}`` for a data record (see the module docstring)."""
+    cls = type(value)
+    if not (attrs.has(cls) and callable(getattr(value, "to_dict", None))):
+        return None
+    if not callable(getattr(cls, "from_dict", None)):
+        return None
+    path = _importable(cls)
+    if path is None:
+        return None
+    data = value.to_dict()
+    try:
+        json.dumps(data)
+    except (TypeError, ValueError):
+        return None
+    return {"$record": path, "data": data}
 
 
 def _importable(value: Any) -> str | None:
@@ -122,6 +149,13 @@ def _decode(value: Any, resources: Mapping[str, Any], missing: set[str]) -> Any:
                 return _import(value["$callable"])
             except (ImportError, AttributeError):
                 missing.add(value["$callable"])
+                return None
+        if "$record" in value:
+            try:
+                cls = _import(value["$record"])
+                return cls.from_dict(value["data"])  # type: ignore[attr-defined]
+            except (ImportError, AttributeError, TypeError, ValueError):
+                missing.add(value["$record"])
                 return None
         if "$resource" in value:
             name = value["$resource"]

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from lionfactory import Branch, Tool, function_tool
-from lionfactory import PendingCall
+from lionfactory import Branch, PendingCall, Tool, function_tool
 from lionfactory.errors import (
     ApprovalPending,
     ApprovalRequired,
