@@ -457,7 +457,9 @@ class Branch:
         self._pending[call_id] = updated
         return updated
 
-    async def settle(self, *, store: Saves | None = None) -> list[ActionResult]:
+    async def settle(
+        self, *, store: Saves | None = None, only: Iterable[str] | None = None
+    ) -> list[ActionResult]:
         """Run the approved held calls once each and answer the denied ones; ask nothing.
 
         Each approved call runs with its (possibly edited) arguments and its
@@ -474,6 +476,8 @@ class Branch:
                 same save cannot run it too (its save raises `ConflictError`
                 before running anything) and a reload after a crash sees the
                 call as started.
+            only: settle just these call ids (a framework adapter settles
+                the one call its host approved); default all.
 
         Returns:
             The results of the settled calls, in the order they were held.
@@ -483,7 +487,10 @@ class Branch:
                 since this one was loaded; nothing was run.
         """
         results: list[ActionResult] = []
+        wanted = None if only is None else set(only)
         for call_id, pending in list(self._pending.items()):
+            if wanted is not None and call_id not in wanted:
+                continue
             if call_id in self._running or call_id not in self._pending:
                 continue  # run by a concurrent settle() of this same object
             if pending.status == "executing":

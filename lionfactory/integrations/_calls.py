@@ -7,6 +7,8 @@ adapters differ only in the foreign shapes they build.
 
 from __future__ import annotations
 
+import inspect
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,10 +16,11 @@ from typing import Any
 import attrs
 
 from lionfactory._acting import ActionResult, execute_call
+from lionfactory._approvals import running_approved
 from lionfactory._branch import Branch
-from lionfactory._messages import ToolCall
+from lionfactory._messages import Message, ToolCall
 from lionfactory._tool import Tool
-from lionfactory.errors import ToolInputError
+from lionfactory.errors import ApprovalRequired, ToolInputError
 
 __all__ = ["Source", "ToolSource", "is_input_error", "model_view", "tool_source"]
 
@@ -56,6 +59,96 @@ class ToolSource:
         if call_id:
             call = call.model_copy(update={"id": call_id})
         return await execute_call(self.owner, self.fixed, call)
+
+    def holds(self, call_id: str) -> bool:
+        """Whether the branch holds a call of this id for a person's decision."""
+        return self.branch is not None and any(p.id == call_id for p in self.branch.pending_calls)
+
+    async def asks(self, name: str, arguments: Mapping[str, Any]) -> str | None:
+        """Whether a hook of tool `name` would ask a person about this call: its reason.
+
+        For hosts that decide *before* running a call whether it needs
+        approval (the Agents SDK's ``needs_approval``). Only the pre hooks
+        run, on a copy of the arguments, and nothing is recorded: they run
+        again when the call itself runs. A hook that refuses or fails here
+        says nothing; the real call reports it.
+        """
+        tool = self.tools.get(name)
+        if tool is None:
+            return None
+        args = dict(arguments)
+        for hook in tool.pre:
+            try:
+                out = hook(name, dict(args))
+                if inspect.isawaitable(out):
+                    out = await out
+            except ApprovalRequired as exc:
+                return exc.reason
+            except Exception:
+                return None
+            if isinstance(out, Mapping):
+                args = dict(out)
+        return None
+
+    async def call_approved(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        call_id: str,
+    ) -> ActionResult:
+        """Run a call the host's person approved, exactly once.
+
+        Through a branch: the call the branch holds under `call_id` is
+        approved (with `arguments` as edited arguments when they differ from
+        the held ones) and settled; a call already settled is not run again,
+        its recorded result comes back; a call the branch never held (the
+        host asked on its own) runs as an approved call and is recorded.
+        For a fixed list the call runs as approved.
+        """
+        branch = self.branch
+        if branch is None:
+            call = ToolCall(name=name, arguments=dict(arguments)).model_copy(update={"id": call_id})
+            with running_approved():
+                return await execute_call(self.owner, self.fixed, call)
+        held = {p.id: p for p in branch.pending_calls}.get(call_id)
+        if held is not None:
+            edited = dict(arguments) if dict(arguments) != held.arguments else None
+            branch.approve(call_id, arguments=edited)
+            (result,) = await branch.settle(only=[call_id])
+            return result
+        recorded = _recorded(branch, call_id)
+        if recorded is not None:
+            return recorded
+        with running_approved():
+            return await branch.act(name, arguments, call_id=call_id)
+
+
+def _recorded(branch: Branch, call_id: str) -> ActionResult | None:
+    """The result the branch recorded for `call_id`, rebuilt from its tool message."""
+    for message in reversed(branch.messages.record):
+        if message.role == "tool" and message.call_id == call_id:
+            return _from_message(message)
+    return None
+
+
+def _from_message(message: Message) -> ActionResult:
+    try:
+        payload = json.loads(message.content)
+    except ValueError:
+        payload = {"result": message.content}
+    payload = payload if isinstance(payload, dict) else {"result": payload}
+    error = payload.get("error") if "error_type" in payload else None
+    return ActionResult(
+        call_id=message.call_id or "",
+        tool=message.tool or "",
+        arguments={},
+        result=None if error is not None else payload,
+        error=error if isinstance(error, str) or error is None else str(error),
+        error_type=payload.get("error_type") if error is not None else None,
+        message=message,
+        payload=payload,
+    )
 
 
 def tool_source(source: Source) -> ToolSource:
