@@ -20,7 +20,7 @@ from lionfactory._acting import ActionResult
 from lionfactory._branch import Branch
 from lionfactory._echo import shorten
 
-__all__ = ["APPROVAL_SCHEMA", "Elicit", "ask_person"]
+__all__ = ["APPROVAL_SCHEMA", "Elicit", "ask_person", "client_elicitation"]
 
 Elicit = Callable[[str, dict[str, Any]], Awaitable[tuple[str, Mapping[str, Any] | None]]]
 """``elicit(message, requested_schema) -> (action, content)``: the client's answer.
@@ -109,3 +109,31 @@ def _must_approve(action: ActionResult) -> ActionResult:
         payload=payload,
         pending=held,
     )
+
+
+def client_elicitation(ctx: Any) -> Elicit | None:
+    """The `Elicit` of a ``tools/call`` request context, or None if the client cannot be asked.
+
+    `ctx` is the SDK's request context (``ctx.session``, ``ctx.request_id``).
+    The client must have declared the ``elicitation`` capability; the
+    question is sent as a form ``elicitation/create`` related to the call.
+    """
+    import mcp_types as types
+
+    session = getattr(ctx, "session", None)
+    if session is None:
+        return None
+    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    try:
+        if not session.check_client_capability(wanted):
+            return None
+    except Exception:
+        return None
+
+    async def elicit(message: str, schema: dict[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
+        answer = await session.elicit_form(
+            message, schema, related_request_id=getattr(ctx, "request_id", None)
+        )
+        return answer.action, answer.content
+
+    return elicit
