@@ -16,10 +16,12 @@ What is stored, as JSON-ready data with a format tag:
 
 Module-level functions and classes among the arguments (a policy hook such
 as `deny_destructive_commands`) are stored by import path and imported again.
-Records that are data (an attrs instance whose importable class has
-``to_dict`` and a ``from_dict`` classmethod, such as the coding toolkit's
-`Rule`) are stored as that data and rebuilt with ``from_dict``, which
-checks them again.
+Records that are data (an attrs instance whose importable class says so
+with ``_saved_as_data = True`` and has ``to_dict`` and a ``from_dict``
+classmethod, such as the coding toolkit's `Rule`) are stored as that data
+and rebuilt with ``from_dict``, which checks them again; a save naming any
+other class there is refused, so saved data cannot make loading call an
+arbitrary importable ``from_dict``.
 Other values that are not data (an `Exchange`, a chat model, a static
 `Tool`) are stored *by name* and must be handed back through ``resources``
 when loading:
@@ -108,6 +110,8 @@ class _Encoder:
 def _data_record(value: Any) -> dict[str, Any] | None:
     """``{"$record": class path, "data": ...}`` for a data record (see the module docstring)."""
     cls = type(value)
+    if getattr(cls, "_saved_as_data", False) is not True:
+        return None
     if not (attrs.has(cls) and callable(getattr(value, "to_dict", None))):
         return None
     if not callable(getattr(cls, "from_dict", None)):
@@ -153,6 +157,10 @@ def _decode(value: Any, resources: Mapping[str, Any], missing: set[str]) -> Any:
         if "$record" in value:
             try:
                 cls = _import(value["$record"])
+                # Only what _data_record writes: an attrs class with from_dict,
+                # never an arbitrary importable callable named by the save.
+                if not (inspect.isclass(cls) and getattr(cls, "_saved_as_data", False) is True):
+                    raise TypeError(f"{value['$record']} is not a data record class")
                 return cls.from_dict(value["data"])  # type: ignore[attr-defined]
             except (ImportError, AttributeError, TypeError, ValueError):
                 missing.add(value["$record"])

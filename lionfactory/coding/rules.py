@@ -50,7 +50,7 @@ import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 
@@ -141,6 +141,9 @@ class Rule:
             counterexample it does (the message names it).
         TypeError: a field of the wrong type.
     """
+
+    _saved_as_data: ClassVar[bool] = True
+    """A saved branch stores a Rule among factory arguments as its `to_dict` data."""
 
     tool: str = attrs.field(validator=_check_tool)
     match: str | None = attrs.field(default=None, validator=_check_match)

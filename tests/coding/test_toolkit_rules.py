@@ -137,3 +137,28 @@ class _Switch:
     async def __call__(self, messages, tools):  # type: ignore[no-untyped-def]
         names = {t.name for t in tools}
         return await (self.parent if "subagent" in names else self.child)(messages, tools)
+
+
+def test_a_saved_record_naming_a_class_that_is_not_a_data_record_is_refused(
+    workspace: Path,
+) -> None:
+    from lionfactory.errors import ConfigurationError
+
+    branch = kit(workspace, tools=["bash"], rules=[PUSH])
+    data = json.loads(branch.to_json())
+    # Branch has a from_dict classmethod too, but is not a data record.
+    data["registrations"][0]["kwargs"]["rules"][0]["$record"] = "lionfactory:Branch"
+    with pytest.raises(ConfigurationError, match="lionfactory:Branch"):
+        Branch.from_dict(data)
+
+
+def test_a_saved_rule_whose_examples_no_longer_match_is_refused_on_load(
+    workspace: Path,
+) -> None:
+    from lionfactory.errors import ConfigurationError
+
+    branch = kit(workspace, tools=["bash"], rules=[PUSH])
+    data = json.loads(branch.to_json())
+    data["registrations"][0]["kwargs"]["rules"][0]["data"]["examples"] = ["ls"]
+    with pytest.raises(ConfigurationError):
+        Branch.from_dict(data)
