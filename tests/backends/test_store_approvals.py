@@ -1,4 +1,4 @@
-"""Every `BranchStore` keeps held calls, their decisions and the rules that asked (real Redis too)."""
+"""Every `BranchStore` keeps held calls, their decisions and the rules that asked."""
 
 from __future__ import annotations
 
