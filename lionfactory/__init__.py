@@ -6,6 +6,7 @@ The core is re-exported here; the built-in factories live in
 """
 
 from lionfactory._acting import ActionResult
+from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._call import CallContext, current_call
 from lionfactory._chat import ChatModel, ModelReply
@@ -26,6 +27,7 @@ __all__ = [
     "Message",
     "MessageLog",
     "ModelReply",
+    "PendingCall",
     "Registration",
     "Tool",
     "ToolCall",

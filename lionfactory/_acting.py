@@ -12,17 +12,20 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
+from lionfactory._approvals import PendingCall, approved_call
 from lionfactory._call import CallContext, call_context
 from lionfactory._echo import echo, shorten
 from lionfactory._messages import Message, ToolCall
 from lionfactory._tool import Tool, reports_failure
-from lionfactory.errors import ToolError, ToolInputError, UnknownToolError
+from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError, UnknownToolError
 
-__all__ = ["ActionResult", "error_payload", "execute_call"]
+__all__ = ["ActionResult", "Outcome", "error_payload", "execute_call", "pending_payload"]
+
+Outcome = Literal["done", "error", "pending"]
 
 logger = logging.getLogger("lionfactory")
 
@@ -53,9 +56,15 @@ class ActionResult:
         error_type: the error's class name (``ToolInputError``, ...), or None.
         message: the tool message appended to the log.
         exception: the exception behind `error`, for developers.
-        payload: what the model read: `result`, or the `error_payload`.
+        payload: what the model read: `result`, or the `error_payload`; for
+            a pending call, what a host that cannot pause shows the model
+            (`pending_payload`).
+        pending: the `PendingCall` when a hook asked a person to approve
+            the call: it did not run, and `message` is *not* in the log
+            (the call's tool message comes when it is decided).
         failed: whether the call failed: an error, or a response that
-            reports a typed failure (`Tool.reports_failure`).
+            reports a typed failure (`Tool.reports_failure`); a pending call
+            has not failed.
     """
 
     call_id: str
@@ -67,12 +76,42 @@ class ActionResult:
     message: Message
     exception: BaseException | None = attrs.field(default=None, repr=False)
     payload: dict[str, Any] = attrs.field(factory=dict, repr=False)
+    pending: PendingCall | None = None
     failed: bool = False
 
     @property
     def ok(self) -> bool:
-        """Whether the pipeline returned a response (it may still report a typed failure)."""
-        return self.error is None
+        """Whether the pipeline returned a response (it may still report a typed failure).
+
+        False for a pending call too: it has no response yet.
+        """
+        return self.error is None and self.pending is None
+
+    @property
+    def outcome(self) -> Outcome:
+        """``"done"`` (a response), ``"error"`` (the model reads an error) or ``"pending"``."""
+        if self.pending is not None:
+            return "pending"
+        return "done" if self.error is None else "error"
+
+
+def pending_payload(pending: PendingCall) -> dict[str, Any]:
+    """What the model reads about a held call where the host cannot pause the loop.
+
+    `Branch.run()` never shows it (it pauses instead); a framework adapter
+    whose host has no approval flow returns it as the call's result, so the
+    model knows the call did not run and why, and does not simply repeat it.
+    """
+    return {
+        "status": "awaiting_approval",
+        "call_id": pending.id,
+        "reason": pending.reason,
+        "message": (
+            f"This call of {pending.tool!r} did not run: it needs a person's approval "
+            f"({pending.reason}). It is held as pending call {pending.id!r}; do not repeat "
+            f"it. Continue with other work or wait for the decision."
+        ),
+    }
 
 
 async def execute_call(
@@ -86,6 +125,16 @@ async def execute_call(
     """
     context = CallContext(call_id=call.id, tool=call.name, branch_id=branch_id)
     result, exception = await _invoke(tools, call, context)
+    if isinstance(exception, ApprovalRequired):
+        if not approved_call():
+            return _held(call, exception, context)
+        # An ask from inside an approved call's handler: asking again would
+        # hold the same call forever, so the model is told instead.
+        exception = _Explained(
+            f"Tool {echo(call.name)} asked for approval again after it was approved "
+            f"({shorten(exception.reason, 300)}); it did not finish. Tell the user.",
+            exception,
+        )
     content = ""
     if exception is None:
         try:
@@ -133,6 +182,43 @@ def _reports_failure(tool: Tool | None, result: dict[str, Any] | None) -> bool:
     return reports_failure(result) if tool is None else tool.reports_failure(result)
 
 
+def _held(call: ToolCall, asked: ApprovalRequired, context: CallContext) -> ActionResult:
+    """The outcome of a call a hook asked about: a `PendingCall`, nothing run."""
+    pending = PendingCall(
+        id=call.id,
+        tool=call.name,
+        arguments=_json_ready(call.arguments),
+        reason=asked.reason,
+        hook=asked.hook,
+    )
+    payload = pending_payload(pending)
+    message = Message(
+        role="tool",
+        content=json.dumps(payload, ensure_ascii=False),
+        call_id=call.id,
+        tool=call.name,
+        metadata=dict(context.metadata),
+    )
+    return ActionResult(
+        call_id=call.id,
+        tool=call.name,
+        arguments=dict(call.arguments),
+        result=None,
+        error=None,
+        error_type=None,
+        message=message,
+        exception=asked,
+        payload=payload,
+        pending=pending,
+    )
+
+
+def _json_ready(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments as JSON data (a pending call is saved with the branch)."""
+    loaded = json.loads(json.dumps(dict(arguments), ensure_ascii=False, default=str))
+    return loaded if isinstance(loaded, dict) else {}
+
+
 class _Explained(Exception):
     """An unexpected exception and the text the model reads about it instead of its own.
 
@@ -163,7 +249,7 @@ async def _invoke(
     with call_context(context):
         try:
             return await tool.invoke(call.arguments), None
-        except ToolError as exc:
+        except (ToolError, ApprovalRequired) as exc:
             return None, exc
         except Exception as exc:
             logger.warning("tool %r raised", call.name, exc_info=True)

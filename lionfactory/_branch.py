@@ -15,12 +15,13 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 import attrs
 
 from lionfactory._acting import ActionResult, execute_call
+from lionfactory._approvals import PendingCall, running_approved
 from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._messages import Message, MessageLog, ToolCall
 from lionfactory._registration import (
@@ -33,12 +34,28 @@ from lionfactory._registration import (
 )
 from lionfactory._tool import SchemaStyle, Tool
 from lionfactory.errors import (
+    ApprovalPending,
     CloneError,
     ConfigurationError,
     RegistrationError,
+    TurnLimitReached,
 )
 
-__all__ = ["Branch"]
+__all__ = ["Branch", "Saves"]
+
+
+class Saves(Protocol):
+    """Anything that saves a branch: a `BranchStore` (what `Branch.resume` checkpoints to)."""
+
+    async def save(self, branch: Branch, /) -> int: ...
+
+
+_INTERRUPTED = (
+    "This approved call was started, but the process running it stopped before it "
+    "finished, so whether it had any effect is unknown. It is not run again "
+    "automatically: check its effects (read the file, list the directory, run git status) "
+    "before calling it again."
+)
 
 
 @attrs.define(eq=False, init=False, repr=False)
@@ -64,6 +81,8 @@ class Branch:
     _tools: dict[str, Tool]
     _owners: dict[str, Registration]
     _registrations: list[Registration]
+    _pending: dict[str, PendingCall]
+    _running: set[str]
 
     def __init__(
         self,
@@ -87,6 +106,8 @@ class Branch:
             tools={},
             owners={},
             registrations=[],
+            pending={},
+            running=set(),
         )
 
     def __repr__(self) -> str:
@@ -282,6 +303,15 @@ class Branch:
         # Keep the source's tool order (an update= replacement keeps its slot).
         clone._tools = {n: clone._tools[n] for n in self._tools}
         clone.metadata["clone_of"] = str(self.id)
+        # The clone's log holds the held calls without results, so it holds
+        # them too, but undecided: a decision on this branch is not one on the
+        # clone, and one approval must never run a call on two branches.
+        clone._pending = {
+            call_id: PendingCall(
+                id=p.id, tool=p.tool, arguments=p.arguments, reason=p.reason, hook=p.hook
+            )
+            for call_id, p in self._pending.items()
+        }
         return clone
 
     # -- acting --------------------------------------------------------------
@@ -295,13 +325,19 @@ class Branch:
         with the result. Invalid arguments, a denial, an unknown tool and an
         unexpected exception become an error the model reads; nothing raises
         except cancellation.
+
+        A call a hook asks about (`ApprovalRequired`) does not run: its
+        outcome is ``"pending"`` (``result.pending`` is the `PendingCall`, also
+        in `pending_calls`) and its tool message is appended when it is
+        decided and settled (`settle()` or `resume()`).
         """
         call = ToolCall(name=name, arguments=dict(arguments or {}))
         if call_id is not None:
             call = call.model_copy(update={"id": call_id})
         self.messages.append(Message(role="assistant", tool_calls=(call,)))
         result = await self._execute(call)
-        self.messages.append(result.message)
+        if result.pending is None:
+            self.messages.append(result.message)
         return result
 
     async def act_many(
@@ -327,7 +363,8 @@ class Branch:
                 group.start_soon(run_one, i, call)
         done = cast("list[ActionResult]", results)
         for result in done:
-            self.messages.append(result.message)
+            if result.pending is None:
+                self.messages.append(result.message)
         return done
 
     async def run(self, instruction: str, *, max_turns: int = 20) -> str:
@@ -336,36 +373,185 @@ class Branch:
         Each turn sends the active view and the registered tools to
         `chat_model`. Tool calls of one reply run one after another, in
         order, because a model often reads a file and edits it in the same
-        reply. The loop ends when the model answers without tool calls, or
-        after `max_turns` replies.
+        reply. The loop ends when the model answers without tool calls.
+
+        A call that a hook asks about is held (`pending_calls`); the other
+        calls of the reply still run, then the loop pauses with
+        `ApprovalPending` and sends nothing more to the model until each
+        held call is decided::
+
+            try:
+                text = await branch.run("clean up the build")
+            except ApprovalPending as paused:
+                branch.approve(paused.calls[0].id)
+                text = await branch.resume()
+
+        Args:
+            instruction: the user message that starts this run.
+            max_turns: how many model replies the run may take (default 20).
 
         Returns:
-            The text of the model's last reply.
+            The text of the model's last reply (the one without tool calls).
 
         Raises:
-            ConfigurationError: the branch has no chat model.
+            ApprovalPending: calls wait for a decision (`approve`, `deny`,
+                then `resume`).
+            TurnLimitReached: `max_turns` replies were used and the last one
+                still called tools (their results are recorded).
+            ConfigurationError: the branch has no chat model, or calls of an
+                earlier run still wait for a decision.
             ValueError: `max_turns` is below 1.
         """
-        if self.chat_model is None:
-            raise ConfigurationError("Branch.run() needs a chat_model; pass one to Branch(...)")
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
-        self.messages.append(Message(role="user", content=instruction))
-        text = ""
-        for _ in range(max_turns):
-            reply = await self.chat_model(self.messages.active, list(self._tools.values()))
-            if not isinstance(reply, ModelReply):
-                raise TypeError(f"a chat model must return a ModelReply, got {reply!r:.200}")
-            self.messages.append(
-                Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+        self._check_loop(max_turns)
+        if self._pending:
+            raise ConfigurationError(
+                f"{len(self._pending)} held call(s) of an earlier run wait for a decision "
+                f"({', '.join(self._pending)}); decide them with branch.approve()/deny() and "
+                f"call branch.resume() before a new run()"
             )
-            text = reply.text
-            if not reply.tool_calls:
-                break
-            for call in reply.tool_calls:
-                result = await self._execute(call)
-                self.messages.append(result.message)
-        return text
+        self.messages.append(Message(role="user", content=instruction))
+        return await self._loop(max_turns)
+
+    @property
+    def pending_calls(self) -> tuple[PendingCall, ...]:
+        """The held calls not yet settled (undecided, or decided and not yet run), oldest first."""
+        return tuple(self._pending.values())
+
+    def approve(self, call_id: str, *, arguments: Mapping[str, Any] | None = None) -> PendingCall:
+        """Approve a held call; it runs, exactly once, on `settle()` or `resume()`.
+
+        Args:
+            call_id: the pending call's id.
+            arguments: edited arguments to run instead of the model's. Every
+                pre and security hook judges them again when the call runs:
+                an ask is taken as answered, a denial still refuses.
+
+        Returns:
+            The updated record.
+
+        Raises:
+            KeyError: no pending call has that id.
+            ConfigurationError: the call has already started.
+            TypeError: `arguments` is not a JSON-ready mapping.
+        """
+        pending = self._decidable(call_id)
+        edited = None
+        if arguments is not None:
+            if not isinstance(arguments, Mapping):
+                raise TypeError(f"arguments must be a mapping, got {arguments!r:.200}")
+            edited = dict(arguments)
+        updated = attrs.evolve(
+            pending, decision="approved", approved_arguments=edited, denial_reason=""
+        )
+        self._pending[call_id] = updated
+        return updated
+
+    def deny(self, call_id: str, reason: str) -> PendingCall:
+        """Deny a held call; on `settle()` or `resume()` the model reads `reason` as its result.
+
+        Raises:
+            KeyError: no pending call has that id.
+            ConfigurationError: the call has already started.
+            ValueError: `reason` is empty (the model needs to know why).
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("deny() needs a reason: the model reads it as the call's result")
+        pending = self._decidable(call_id)
+        updated = attrs.evolve(
+            pending, decision="denied", denial_reason=reason, approved_arguments=None
+        )
+        self._pending[call_id] = updated
+        return updated
+
+    async def settle(
+        self, *, store: Saves | None = None, only: Iterable[str] | None = None
+    ) -> list[ActionResult]:
+        """Run the approved held calls once each and answer the denied ones; ask nothing.
+
+        Each approved call runs with its (possibly edited) arguments and its
+        tool message is appended; each denied call's tool message is the
+        denial's reason. Undecided calls stay pending. A record that was
+        already started when the branch was saved (the process stopped
+        mid-call) is not run again: the model is told its effects are
+        unknown.
+
+        Args:
+            store: where to checkpoint (a `BranchStore`): the branch is saved
+                after a call is marked as started and before it runs, and
+                again when it is done, so a second process that loaded the
+                same save cannot run it too (its save raises `ConflictError`
+                before running anything) and a reload after a crash sees the
+                call as started.
+            only: settle just these call ids (a framework adapter settles
+                the one call its host approved); default all.
+
+        Returns:
+            The results of the settled calls, in the order they were held.
+
+        Raises:
+            ConflictError: (with `store`) another writer saved the branch
+                since this one was loaded; nothing was run.
+        """
+        results: list[ActionResult] = []
+        wanted = None if only is None else set(only)
+        for call_id, pending in list(self._pending.items()):
+            if wanted is not None and call_id not in wanted:
+                continue
+            if call_id in self._running or call_id not in self._pending:
+                continue  # run by a concurrent settle() of this same object
+            if pending.status == "executing":
+                results.append(self._finish_held(pending, _INTERRUPTED, "ApprovalInterrupted"))
+            elif pending.decision == "denied":
+                results.append(
+                    self._finish_held(
+                        pending,
+                        f"A person denied this call: {pending.denial_reason}",
+                        "ToolDenied",
+                    )
+                )
+            elif pending.decision == "approved":
+                results.append(await self._run_approved(pending, store))
+                continue
+            else:
+                continue
+            if store is not None:
+                await store.save(self)
+        return results
+
+    async def resume(self, *, max_turns: int = 20, store: Saves | None = None) -> str:
+        """Settle the decided held calls, then continue the loop as `run()` does.
+
+        Every approved call runs exactly once (its result becomes its tool
+        message), every denied call's reason is its tool message, and the
+        model is asked again with those results.
+
+        Args:
+            max_turns: the replies the continued loop may take.
+            store: checkpoint the calls to this store (see `settle`).
+
+        Returns:
+            The text of the model's final reply.
+
+        Raises:
+            ConfigurationError: nothing is pending (there is nothing to
+                resume; a call is never run twice), or no chat model.
+            ApprovalPending: held calls are still undecided (the decided ones
+                have run), or the continued loop held new calls.
+            TurnLimitReached: as for `run()`.
+            ConflictError: (with `store`) another writer saved the branch
+                first; nothing was run.
+        """
+        self._check_loop(max_turns)
+        if not self._pending:
+            raise ConfigurationError(
+                "nothing to resume: this branch holds no pending call (a settled call is "
+                "never run again); start a new turn with branch.run(...)"
+            )
+        await self.settle(store=store)
+        undecided = [p for p in self._pending.values() if not p.decided]
+        if undecided:
+            raise ApprovalPending(undecided)
+        return await self._loop(max_turns)
 
     # -- internals -----------------------------------------------------------
 
@@ -480,4 +666,93 @@ class Branch:
         self._registrations.append(registration)
 
     async def _execute(self, call: ToolCall) -> ActionResult:
-        return await execute_call(self.id, self._tools, call)
+        result = await execute_call(self.id, self._tools, call)
+        if result.pending is not None:
+            self._pending[result.pending.id] = result.pending
+        return result
+
+    def _check_loop(self, max_turns: int) -> None:
+        if self.chat_model is None:
+            raise ConfigurationError("Branch.run() needs a chat_model; pass one to Branch(...)")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns!r}")
+
+    async def _loop(self, max_turns: int) -> str:
+        """Ask the model and run its calls until it answers, holds a call, or turns run out."""
+        model = cast("ChatModel", self.chat_model)
+        text = ""
+        for _ in range(max_turns):
+            reply = await model(self.messages.active, list(self._tools.values()))
+            if not isinstance(reply, ModelReply):
+                raise TypeError(f"a chat model must return a ModelReply, got {reply!r:.200}")
+            self.messages.append(
+                Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+            )
+            text = reply.text
+            if not reply.tool_calls:
+                return text
+            held = []
+            for call in reply.tool_calls:
+                result = await self._execute(call)
+                if result.pending is None:
+                    self.messages.append(result.message)
+                else:
+                    held.append(result.pending)
+            if held:
+                raise ApprovalPending(held)
+        raise TurnLimitReached(max_turns, text)
+
+    def _decidable(self, call_id: str) -> PendingCall:
+        pending = self._pending.get(call_id)
+        if pending is None:
+            raise KeyError(f"no pending call {call_id!r}; pending: {list(self._pending) or 'none'}")
+        if pending.status == "executing" or call_id in self._running:
+            raise ConfigurationError(f"pending call {call_id!r} has already started; too late")
+        return pending
+
+    def _finish_held(self, pending: PendingCall, text: str, error_type: str) -> ActionResult:
+        """Answer a held call without running it: the text becomes its tool message."""
+        payload = {"error": text, "error_type": error_type}
+        message = Message(
+            role="tool",
+            content=json.dumps(payload, ensure_ascii=False),
+            call_id=pending.id,
+            tool=pending.tool,
+        )
+        self.messages.append(message)
+        del self._pending[pending.id]
+        return ActionResult(
+            call_id=pending.id,
+            tool=pending.tool,
+            arguments=dict(pending.arguments),
+            result=None,
+            error=text,
+            error_type=error_type,
+            message=message,
+            payload=payload,
+        )
+
+    async def _run_approved(self, pending: PendingCall, store: Saves | None) -> ActionResult:
+        """Run one approved call once: mark it started (and save), run it, record it (and save)."""
+        self._running.add(pending.id)
+        try:
+            self._pending[pending.id] = attrs.evolve(pending, status="executing")
+            if store is not None:
+                try:
+                    await store.save(self)
+                except BaseException:
+                    # Not started: another writer got there first, or the save
+                    # failed; the record stays as it was, undecided of nothing.
+                    self._pending[pending.id] = pending
+                    raise
+            call = ToolCall(name=pending.tool, arguments=pending.run_arguments)
+            call = call.model_copy(update={"id": pending.id})
+            with running_approved():
+                result = await execute_call(self.id, self._tools, call)
+            self.messages.append(result.message)
+            del self._pending[pending.id]
+        finally:
+            self._running.discard(pending.id)
+        if store is not None:
+            await store.save(self)
+        return result

@@ -5,6 +5,7 @@
     lionfactory --version
     lionfactory tools [--json] [--workspace DIR]
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
+                     [--mode read_only|ask_edits|accept_edits|auto] [--rules FILE.json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
                           [--transport stdio|http] [--host H] [--port N] [--session-memory CHARS]
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
@@ -16,6 +17,11 @@ a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
 (`Tool.reports_failure`, the rule the MCP server uses for ``isError``), and 2 on
 invalid input, showing the validation errors. The ``mcp`` subcommand imports
 the ``mcp`` SDK only when it runs, so the rest works without the extra.
+
+``call --mode/--rules`` applies the coding toolkit's permission rules to the
+call. A call a rule asks about is put to the person at the terminal (the
+question on stderr, the answer read from stdin); without a terminal it is
+refused with status 1, because nobody can approve it.
 
 Ctrl-C ends any command quietly with status 130 (128 + SIGINT, what shells
 report for an interrupted program): an interrupt is the user's decision, not
@@ -37,12 +43,14 @@ from typing import Any, Literal, TextIO
 
 from lionfactory import __version__
 from lionfactory._acting import error_payload
+from lionfactory._approvals import running_approved
 from lionfactory._builtins import WORKSPACE_TOOLS, workspace_factory
 from lionfactory._tool import Tool
-from lionfactory.errors import ToolError, ToolInputError
+from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "ask_on_terminal",
     "build_parser",
     "builtin_factories",
     "builtin_tool",
@@ -189,6 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="the tool's arguments")
     call.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
     call.add_argument("--json", action="store_true", help="print the whole response as JSON")
+    call.add_argument(
+        "--mode",
+        default=None,
+        choices=("read_only", "ask_edits", "accept_edits", "auto"),
+        help="a permission preset of the coding toolkit's rules",
+    )
+    call.add_argument(
+        "--rules",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a JSON list of rules ({tool, match, decision, reason, examples, ...})",
+    )
 
     mcp = commands.add_parser("mcp", help="Model Context Protocol server (needs the mcp extra)")
     mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True, metavar="COMMAND")
@@ -299,7 +320,12 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "tools":
         return _list_tools(workspace, as_json=args.json, out=sys.stdout)
     if args.command == "call":
-        return _call(args.tool, args.arguments, workspace, as_json=args.json)
+        try:
+            hook = _rules_hook(args.mode, args.rules, workspace)
+        except (OSError, ValueError, TypeError) as exc:
+            print(f"lionfactory: --rules/--mode: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return _call(args.tool, args.arguments, workspace, as_json=args.json, rules=hook)
     return _serve(args, workspace)
 
 
@@ -339,7 +365,50 @@ def _summary(description: str, limit: int = 100) -> str:
     return text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
-def _call(name: str, words: Sequence[str], workspace: Path | None, *, as_json: bool) -> int:
+def _rules_hook(mode: str | None, rules_file: Path | None, workspace: Path | None) -> Any:
+    """The rule hook of ``--mode``/``--rules``, or None (every rule is checked now).
+
+    Raises:
+        OSError: the rules file cannot be read.
+        ValueError, TypeError: it is not a JSON list of valid rules.
+    """
+    if mode is None and rules_file is None:
+        return None
+    from lionfactory.coding.rules import RuleHook, rule_set
+
+    rules = None
+    if rules_file is not None:
+        loaded = json.loads(rules_file.read_text(encoding="utf-8"))
+        if not isinstance(loaded, list):
+            raise ValueError(f"{rules_file} must hold a JSON list of rules")
+        rules = loaded
+    return RuleHook(rule_set(mode, rules), (workspace or Path.cwd()).resolve())
+
+
+def ask_on_terminal(asked: ApprovalRequired, arguments: Mapping[str, Any]) -> bool:
+    """Ask the person at the terminal whether to run a held call; False without a terminal."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        print(
+            f"lionfactory: {asked} (rule or hook: {asked.hook or 'unnamed'}); nobody can approve "
+            f"it here: run the command in a terminal to be asked, or change the rules",
+            file=sys.stderr,
+        )
+        return False
+    shown = json.dumps(dict(arguments), ensure_ascii=False)
+    sys.stderr.write(f"{asked}\n  arguments: {shown[:2000]}\nRun it? [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def _call(
+    name: str,
+    words: Sequence[str],
+    workspace: Path | None,
+    *,
+    as_json: bool,
+    rules: Any = None,
+) -> int:
     if name not in BUILTIN_TOOLS:
         print(
             f"lionfactory: unknown tool {name!r}; choose one of: {', '.join(BUILTIN_TOOLS)}",
@@ -352,8 +421,17 @@ def _call(name: str, words: Sequence[str], workspace: Path | None, *, as_json: b
     except ValueError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if rules is not None:
+        tool = tool.with_hooks(pre=[rules])
     try:
-        result = tool.run_sync(**arguments)
+        try:
+            result = tool.run_sync(**arguments)
+        except ApprovalRequired as asked:
+            if not ask_on_terminal(asked, arguments):
+                print("lionfactory: not run", file=sys.stderr)
+                return EXIT_FAILED
+            with running_approved():
+                result = tool.run_sync(**arguments)
     except ToolInputError as exc:
         if as_json:
             payload = error_payload(exc.message, exc)

@@ -9,7 +9,12 @@ What is stored, as JSON-ready data with a format tag:
   included: the restored coding toolkit derives its read evidence from it);
 * the registrations, in order: a factory's registered name (the public
   import path of a built-in, ``lionfactory.tools:reader_tool``) and its
-  keyword arguments, and for static tools their names.
+  keyword arguments, and for static tools their names;
+
+* the calls held for a person's decision (`PendingCall` records, with their
+  decisions and whether an approved one had started), so a branch saved
+  while a call waits is decided and resumed by another process, and a call
+  that had started when its process stopped is never run twice.
 
 Trust: loading calls only *registered* callables (`lionfactory.register_factory`,
 the built-ins, the ``lionfactory.factories`` entry points), looked up by the
@@ -19,6 +24,11 @@ write. An unknown name is a `ConfigurationError` naming it.
 
 Registered callables among the arguments (a policy hook such as
 `deny_destructive_commands`) are stored by name and looked up the same way.
+Records that are data (a registered attrs class that says so with
+``_saved_as_data = True`` and has ``to_dict`` and a ``from_dict`` classmethod,
+such as the coding toolkit's `Rule`) are stored as that data under the
+class's registered name and rebuilt with ``from_dict``, which checks them
+again; a record naming any other class is refused.
 Other values that are not data (an `Exchange`, a chat model, a static
 `Tool`, an unregistered hook) are stored *by name* and must be handed back
 through ``resources`` when loading:
@@ -37,6 +47,7 @@ listing everything that is needed.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import uuid
@@ -44,6 +55,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
+from lionfactory._approvals import PendingCall
 from lionfactory._messages import Message, MessageLog
 from lionfactory._registration import FACTORIES, Registration
 from lionfactory._tool import Tool
@@ -90,10 +104,33 @@ class _Encoder:
             if any(k.startswith("$") for k in value):
                 return {"$resource": self.name_for(key, value)}
             return {k: self.encode(key, v) for k, v in value.items()}
+        record = _data_record(value)
+        if record is not None:
+            return record
         name = FACTORIES.name_of(value)
         if name is not None:
             return {"$callable": name}
         return {"$resource": self.name_for(key, value)}
+
+
+def _data_record(value: Any) -> dict[str, Any] | None:
+    """``{"$record": registered class name, "data": ...}`` for a data record, else None."""
+    cls = type(value)
+    if getattr(cls, "_saved_as_data", False) is not True:
+        return None
+    if not (attrs.has(cls) and callable(getattr(value, "to_dict", None))):
+        return None
+    if not callable(getattr(cls, "from_dict", None)):
+        return None
+    name = FACTORIES.name_of(cls)
+    if name is None:
+        return None
+    data = value.to_dict()
+    try:
+        json.dumps(data)
+    except (TypeError, ValueError):
+        return None
+    return {"$record": name, "data": data}
 
 
 class _Decoder:
@@ -132,12 +169,31 @@ class _Decoder:
                     self.missing.add(inner)
                     return None
                 return self.resources[inner]
+        if set(value) == {"$record", "data"}:
+            return self._record(value["$record"], value["data"])
         if any(isinstance(k, str) and k.startswith("$") for k in value):
             # The encoder writes tags alone and stores tagged-looking
             # mappings as resources, so this was not written by it.
             self.problems.append(f"malformed stored value {str(value)[:120]}")
             return None
         return {k: self.decode(v) for k, v in value.items()}
+
+    def _record(self, name: Any, data: Any) -> Any:
+        try:
+            cls = FACTORIES.resolve(name, what="record")
+        except ConfigurationError as exc:
+            self.problems.append(str(exc))
+            return None
+        # Only what _data_record writes: a registered class that says it is a
+        # data record, never an arbitrary registered callable the save names.
+        if not (inspect.isclass(cls) and getattr(cls, "_saved_as_data", False) is True):
+            self.problems.append(f"{str(name)[:200]} is not a data record class")
+            return None
+        try:
+            return cls.from_dict(data)  # type: ignore[attr-defined]
+        except (TypeError, ValueError) as exc:
+            self.problems.append(f"a saved {str(name)[:200]} is malformed: {exc}")
+            return None
 
 
 def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, Any]:
@@ -183,6 +239,7 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
         },
         "registrations": registrations,
         "tool_order": list(branch.tools),
+        "pending": _pending_to_data(branch),
     }
 
 
@@ -211,6 +268,32 @@ def _registrations(data: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise ConfigurationError(f"saved registration {i} is malformed: {str(entry)[:200]}")
         checked.append(entry)
     return checked
+
+
+def _pending_to_data(branch: Branch) -> list[dict[str, Any]]:
+    return [pending.to_dict() for pending in branch.pending_calls]
+
+
+def _pending_from_data(data: Any) -> dict[str, PendingCall]:
+    """The held calls of a save (none for saves made before approvals existed).
+
+    Raises:
+        ConfigurationError: the entries are not pending-call records.
+    """
+    if data is None:
+        return {}
+    if not isinstance(data, list):
+        raise ConfigurationError(f"a saved branch's 'pending' must be a list, got {data!r:.200}")
+    held: dict[str, PendingCall] = {}
+    for entry in data:
+        try:
+            if not isinstance(entry, Mapping):
+                raise TypeError(f"expected an object, got {entry!r:.200}")
+            pending = PendingCall.from_dict(entry)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"a saved pending call is malformed: {exc}") from None
+        held[pending.id] = pending
+    return held
 
 
 def branch_from_dict(
@@ -266,4 +349,5 @@ def branch_from_dict(
         branch._replay(registration, names)  # the same replay as clone()
     order = [n for n in data.get("tool_order", []) if n in branch.tools]
     branch.reorder(order)
+    branch._pending = _pending_from_data(data.get("pending"))
     return branch

@@ -59,6 +59,8 @@ _BUILTINS: dict[str, str] = {
     },
     "lionfactory.coding:coding_toolkit": "lionfactory.coding._toolkit",
     "lionfactory.coding:deny_destructive_commands": "lionfactory.coding.policies",
+    # A data record (rules persist with the branch), rebuilt by its from_dict.
+    "lionfactory.coding:Rule": "lionfactory.coding.rules",
     "lionfactory.coding.sandbox:sandbox_tool": "lionfactory.coding.sandbox",
     "lionfactory.coding.subagent:subagent_tool": "lionfactory.coding.subagent",
     "lionfactory.mcp:mcp_tools": "lionfactory.mcp._client",

@@ -21,8 +21,9 @@ import attrs
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
+from lionfactory._approvals import approved_call, hook_name
 from lionfactory._echo import ECHO_LIMIT, echo, shorten
-from lionfactory.errors import ToolDenied, ToolError, ToolInputError
+from lionfactory.errors import ApprovalRequired, ToolDenied, ToolError, ToolInputError
 
 __all__ = [
     "ErrorHook",
@@ -44,7 +45,8 @@ PreHook = Callable[
 ]
 """`hook(tool_name, arguments) -> dict | None`: a dict replaces the arguments.
 
-Raise `ToolDenied(reason)` to refuse the call."""
+Raise `ToolDenied(reason)` to refuse the call, `ApprovalRequired(reason)` to ask a
+person first (a branch holds the call as a `PendingCall`)."""
 
 PostHook = Callable[
     [str, dict[str, Any], dict[str, Any]],
@@ -340,9 +342,20 @@ class Tool:
     async def invoke(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Run the call pipeline on a mapping of arguments (see `__call__`)."""
         args = dict(arguments)
+        approved = approved_call()
         try:
             for hook in self.pre:
-                replaced = await _run_hook(hook, self.name, args)
+                try:
+                    replaced = await _run_hook(hook, self.name, args)
+                except ApprovalRequired as exc:
+                    if approved:
+                        # A person approved this very call (these arguments):
+                        # the ask is answered; the next hooks still judge it.
+                        continue
+                    exc.tool = exc.tool or self.name
+                    exc.hook = exc.hook or hook_name(hook)
+                    exc.arguments = dict(arguments)
+                    raise
                 if replaced is not None:
                     if not isinstance(replaced, Mapping):
                         raise TypeError(
@@ -359,9 +372,10 @@ class Tool:
             raise input_error(self.name, exc) from None
         try:
             result = to_result(await self.handler(request))
-        except ToolError:
+        except (ToolError, ApprovalRequired):
             # Model-facing errors raised deliberately by a handler (a nested
-            # denial, say) are already in the form Branch.act reports.
+            # denial, say) are already in the form Branch.act reports; an ask
+            # from inside the handler holds the call like a hook's.
             raise
         except Exception as exc:
             for on_error in self.on_error:
@@ -383,6 +397,8 @@ class Tool:
 
         Raises:
             ToolDenied: a pre hook refused the call.
+            ApprovalRequired: a pre hook asks a person first (a branch holds
+                the call as pending instead).
             ToolInputError: the arguments failed validation.
             Exception: an unexpected handler exception no on_error hook handled.
         """

@@ -11,6 +11,9 @@ never crashes an agent loop::
     ├── FactoryError (TypeError)         a factory returned something that is not a Tool
     ├── CloneError (ValueError)          a registration cannot be rebuilt for a clone
     ├── ConfigurationError (ValueError)  a branch lacks what an operation needs
+    ├── ApprovalRequired                 a hook asks a person before the call runs
+    ├── ApprovalPending                  Branch.run() paused on calls awaiting a decision
+    ├── TurnLimitReached                 Branch.run() used max_turns, the model still calling
     ├── UnknownOwnerError (LookupError)  an Exchange call named an unregistered owner
     ├── ConflictError                    a branch store holds a newer save than the one loaded
     ├── UnknownBranchError (LookupError) a branch store has no branch of that id
@@ -43,17 +46,29 @@ the tool modules); the two with a leading underscore are private to their
 tool. Other expected operational failures (a missing file, a timed-out
 command, an absent binary) are not exceptions at all: the tools return them
 as typed responses directly.
+
+The approval family is neither misuse nor a model's mistake. A pre or
+security hook raises `ApprovalRequired` to *ask*: the call is held as a
+`PendingCall` on the branch instead of running or being refused.
+`Branch.run()` raises `ApprovalPending` once the other calls of the reply
+have run; the caller decides (`Branch.approve` / `Branch.deny`) and calls
+`Branch.resume()`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from lionfactory._echo import echo
 
+if TYPE_CHECKING:
+    from lionfactory._approvals import PendingCall
+
 __all__ = [
+    "ApprovalPending",
+    "ApprovalRequired",
     "CloneError",
     "ConfigurationError",
     "ConflictError",
@@ -66,6 +81,7 @@ __all__ = [
     "ToolError",
     "ToolFailure",
     "ToolInputError",
+    "TurnLimitReached",
     "UnknownBranchError",
     "UnknownOwnerError",
     "UnknownToolError",
@@ -90,6 +106,91 @@ class CloneError(LionfactoryError, ValueError):
 
 class ConfigurationError(LionfactoryError, ValueError):
     """A branch lacks something an operation needs (for example a chat model)."""
+
+
+class ApprovalRequired(LionfactoryError):
+    """A hook asks a person to approve the call before it runs.
+
+    Raise it from a pre (or security) hook with only a reason:
+    ``raise ApprovalRequired("pushes to the shared remote")``. Run by a
+    branch, the call is then neither run nor refused: it is held as a
+    `PendingCall` (see `Branch.pending_calls`) until `Branch.approve` or
+    `Branch.deny` decides it. When the approved call runs, the hooks run
+    again on the approved arguments; an ask is then taken as answered, a
+    denial still refuses. The pipeline fills in `tool`, `hook` and
+    `arguments`; a call made outside a branch (``await tool(...)``) sees
+    the exception itself.
+
+    Attributes:
+        reason: what the person is asked about, in words.
+        tool: the tool's name.
+        hook: the name of the hook that asked.
+        arguments: the arguments the hook was shown.
+    """
+
+    def __init__(self, reason: str, *, tool: str = "", hook: str = "") -> None:
+        if not isinstance(reason, str):
+            raise TypeError(f"ApprovalRequired takes a reason string, got {reason!r:.200}")
+        super().__init__(reason)
+        self.reason = reason
+        self.tool = tool
+        self.hook = hook
+        self.arguments: dict[str, Any] = {}
+
+    def __str__(self) -> str:
+        if self.tool:
+            return f"Tool {self.tool!r} needs a person's approval: {self.reason}"
+        return self.reason
+
+
+class ApprovalPending(LionfactoryError):
+    """`Branch.run()` (or `resume()`) paused: these calls wait for a person's decision.
+
+    The other calls of the same reply have run; nothing more is sent to the
+    model until every pending call is decided::
+
+        try:
+            text = await branch.run("tidy the repository")
+        except ApprovalPending as paused:
+            for call in paused.calls:
+                branch.approve(call.id)  # or branch.deny(call.id, "not now")
+            text = await branch.resume()
+
+    Attributes:
+        calls: the undecided `PendingCall` records, in call order.
+    """
+
+    def __init__(self, calls: Sequence[PendingCall]) -> None:
+        self.calls: tuple[PendingCall, ...] = tuple(calls)
+        listed = "; ".join(f"{c.id} {c.tool}: {c.reason}" for c in self.calls[:10])
+        more = f" (and {len(self.calls) - 10} more)" if len(self.calls) > 10 else ""
+        super().__init__(
+            f"{len(self.calls)} tool call(s) await a person's decision: {listed}{more}. "
+            f"Call branch.approve(id) or branch.deny(id, reason) for each, then "
+            f"await branch.resume()"
+        )
+
+
+class TurnLimitReached(LionfactoryError):
+    """`Branch.run()` used all of `max_turns` replies and the model was still calling tools.
+
+    Every call of the last reply has run and is recorded; the model has not
+    seen their results. Call `run()` again (a new instruction) or raise
+    `max_turns` if the task needs more steps.
+
+    Attributes:
+        turns: the replies the model gave (`max_turns`).
+        text: the text of the model's last reply (often empty).
+    """
+
+    def __init__(self, turns: int, text: str) -> None:
+        super().__init__(
+            f"the model was still calling tools after {turns} turn(s) (max_turns={turns}); "
+            f"its results are recorded but the model has not answered yet; call run() again "
+            f"or pass a larger max_turns"
+        )
+        self.turns = turns
+        self.text = text
 
 
 class UnknownOwnerError(LionfactoryError, LookupError):

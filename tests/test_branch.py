@@ -340,12 +340,22 @@ def test_model_reply_refuses_a_malformed_shape_at_construction_with_a_type_error
         ModelReply(tool_calls=ToolCall(name="add"))  # type: ignore[arg-type]
 
 
-async def test_run_stops_at_the_turn_budget():
-    model = FunctionModel(lambda messages, tools: tool_call("add", a=1))
+async def test_run_raises_turn_limit_reached_when_the_budget_runs_out_mid_task():
+    from lionfactory.errors import TurnLimitReached
+
+    model = FunctionModel(
+        lambda messages, tools: ModelReply(
+            text="still going", tool_calls=(ToolCall(name="add", arguments={"a": 1}),)
+        )
+    )
     a = Branch(chat_model=model)
     a.register(function_tool(add))
-    await a.run("loop forever", max_turns=3)
+    with pytest.raises(TurnLimitReached, match="max_turns=3") as raised:
+        await a.run("loop forever", max_turns=3)
     assert len(model.calls) == 3
+    assert (raised.value.turns, raised.value.text) == (3, "still going")
+    # The last reply's calls ran and are recorded before the error.
+    assert [m.role for m in a.messages][-2:] == ["assistant", "tool"]
 
 
 async def test_run_needs_a_chat_model_and_a_positive_budget():

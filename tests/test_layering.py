@@ -30,6 +30,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lionfactory"
 FLOORS: tuple[tuple[str, ...], ...] = (
     (
         "lionfactory.errors",
+        "lionfactory._approvals",
         "lionfactory._messages",
         "lionfactory._tool",
         "lionfactory._call",

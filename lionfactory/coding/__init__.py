@@ -18,6 +18,7 @@ from lionfactory.coding._nudges import (
 )
 from lionfactory.coding._toolkit import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
 from lionfactory.coding.policies import deny_destructive_commands
+from lionfactory.coding.rules import Rule
 
 __all__ = [
     "ALL_CODING_TOOLS",
@@ -29,6 +30,7 @@ __all__ = [
     "EditsWithoutCheck",
     "NudgeRule",
     "NudgeSnapshot",
+    "Rule",
     "coding_toolkit",
     "default_nudge_rules",
     "deny_destructive_commands",

@@ -48,6 +48,7 @@ from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceStore, check_evidence, sha256_of
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
+from lionfactory.coding.rules import Rule, RuleHook, rule_set
 from lionfactory.tools.context import context_tool
 from lionfactory.tools.editor import EditorRequest, EditorResponse
 from lionfactory.tools.reader import ReaderRequest, ReaderResponse
@@ -363,6 +364,8 @@ def coding_toolkit(
     keep_default_nudges: bool = False,
     isolation: str | Isolation = "auto",
     network: str = "none",
+    rules: Sequence[Rule | Mapping[str, Any]] | None = None,
+    mode: str | None = None,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -399,12 +402,23 @@ def coding_toolkit(
             isolation (subagents pass theirs; it can only be narrowed).
         network: the network of confined processes: ``"none"``,
             ``"loopback"`` or ``"full"`` (ignored for an inherited isolation).
+        rules: `Rule` objects (or their dicts): allow, ask or deny calls by
+            tool and by a glob on each bash command or on the path. The
+            strictest matching rule decides; ``ask`` holds the call for a
+            person (`Branch.run` raises `ApprovalPending`). Each rule's
+            examples are checked now. They run as the first security hook.
+        mode: a permission preset expanded to rules before `rules`:
+            ``"read_only"`` (editor, bash and sandbox denied),
+            ``"ask_edits"`` (editor, bash and sandbox asked),
+            ``"accept_edits"`` (edits run; bash and sandbox asked), or
+            ``"auto"`` / None (nothing asked but what `rules` say).
 
     Returns:
         The tools, each bound to `branch`.
 
     Raises:
-        ValueError: an unknown tool or hook name, or an out-of-range setting.
+        ValueError: an unknown tool or hook name, an out-of-range setting, an
+            unknown mode, or a rule whose examples contradict it.
         TypeError: a malformed `hooks` mapping.
         ConfigurationError: an explicit isolation mechanism cannot work here,
             or an inherited one would be widened.
@@ -418,6 +432,7 @@ def coding_toolkit(
     )
     hook_map = _normalise_hooks(hooks)
     workspace = Workspace.at(workspace_root)
+    hook_map = _with_rules(hook_map, rule_set(mode, rules), workspace.root)
     confinement = _toolkit_isolation(isolation, workspace.root, network)
     home = {
         name: _workspace_tool(name, workspace.root, confinement)
@@ -455,6 +470,10 @@ def coding_toolkit(
                 "keep_default_nudges": keep_default_nudges,
                 "allow_merge_into_protected": allow_merge_into_protected,
                 "isolation": confinement,
+                # The child obeys the same rules: a sub-agent must not be a
+                # way around an ask or a denial.
+                "rules": rules,
+                "mode": mode,
             },
             workspace=where,
             parent_tools=names,
@@ -477,6 +496,20 @@ def coding_toolkit(
         else None
     )
     return [_with_policy(built[name], name, hook_map, nudge, branch) for name in names]
+
+
+def _with_rules(
+    hook_map: dict[str, dict[str, tuple[Callable[..., Any], ...]]],
+    rules: tuple[Rule, ...],
+    root: Path,
+) -> dict[str, dict[str, tuple[Callable[..., Any], ...]]]:
+    """`hook_map` with the rule set as the first ``"*"`` security hook (if there are rules)."""
+    if not rules:
+        return hook_map
+    out = {name: dict(kinds) for name, kinds in hook_map.items()}
+    every = out.setdefault("*", {})
+    every["security"] = (RuleHook(rules, root), *every.get("security", ()))
+    return out
 
 
 def _selected_tools(tools: Sequence[str] | None) -> tuple[str, ...]:

@@ -57,6 +57,7 @@ from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding.policies import deny_destructive_commands
+from lionfactory.errors import ApprovalPending, TurnLimitReached
 
 __all__ = ["SubagentRequest", "SubagentResponse", "subagent_tool"]
 
@@ -321,17 +322,24 @@ class _Subagent:
         """Run the child's loop: its answer, and an error when it failed or ran out of turns."""
         try:
             answer = await child.run(instruction, max_turns=max_turns)
+        except TurnLimitReached as exc:
+            return exc.text, (
+                f"The sub-agent used all {max_turns} turns without a final answer; `response` "
+                f"holds its last text. Give it a narrower task or more turns (at most "
+                f"{MAX_TURNS})."
+            )
+        except ApprovalPending as exc:
+            # A sub-agent has no person to ask: its held calls die with it, so
+            # the parent is told which step needs approval and does it itself.
+            asked = "; ".join(f"{c.tool}: {c.reason}" for c in exc.calls)
+            return "", (
+                f"The sub-agent stopped at a step that needs a person's approval ({asked}). "
+                f"A sub-agent cannot ask; make that call yourself, where it can be approved."
+            )
         except Exception as exc:
             return "", (
                 f"The sub-agent failed: {type(exc).__name__}: {exc}. Retry with a clearer "
                 f"instruction, or do the task yourself."
-            )
-        replies = [m for m in child.messages.record if m.role == "assistant"]
-        if replies and replies[-1].tool_calls:
-            return answer, (
-                f"The sub-agent used all {max_turns} turns without a final answer; `response` "
-                f"holds its last text. Give it a narrower task or more turns (at most "
-                f"{MAX_TURNS})."
             )
         return answer, None
 

@@ -7,19 +7,29 @@ adapters differ only in the foreign shapes they build.
 
 from __future__ import annotations
 
+import inspect
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from lionfactory._acting import ActionResult, execute_call
+from lionfactory._acting import ActionResult, execute_call, pending_payload
+from lionfactory._approvals import PendingCall, running_approved
 from lionfactory._branch import Branch
-from lionfactory._messages import ToolCall
+from lionfactory._messages import Message, ToolCall
 from lionfactory._tool import Tool
-from lionfactory.errors import ToolInputError
+from lionfactory.errors import ApprovalRequired, ToolInputError
 
-__all__ = ["Source", "ToolSource", "is_input_error", "model_view", "tool_source"]
+__all__ = [
+    "Source",
+    "ToolSource",
+    "is_input_error",
+    "model_view",
+    "recorded_answer",
+    "tool_source",
+]
 
 Source = Branch | Tool | Sequence[Tool]
 """What an adapter is built from: a branch (live), one tool, or a list of tools."""
@@ -40,6 +50,8 @@ class ToolSource:
     branch: Branch | None
     fixed: Mapping[str, Tool]
     owner: uuid.UUID = attrs.field(factory=uuid.uuid4)
+    fixed_pending: dict[str, PendingCall] = attrs.field(factory=dict, repr=False)
+    """Held calls of a fixed list (a branch holds its own), by call id."""
 
     @property
     def tools(self) -> Mapping[str, Tool]:
@@ -55,7 +67,202 @@ class ToolSource:
         call = ToolCall(name=name, arguments=dict(arguments))
         if call_id:
             call = call.model_copy(update={"id": call_id})
-        return await execute_call(self.owner, self.fixed, call)
+        action = await execute_call(self.owner, self.fixed, call)
+        if action.pending is not None:
+            self.fixed_pending[action.pending.id] = action.pending
+        return action
+
+    def held(self, call_id: str) -> PendingCall | None:
+        """The held call of this id (on the branch, or of the fixed list), or None."""
+        if self.branch is None:
+            return self.fixed_pending.get(call_id)
+        return {p.id: p for p in self.branch.pending_calls}.get(call_id)
+
+    def decide(
+        self,
+        call_id: str,
+        *,
+        approve: bool,
+        arguments: Mapping[str, Any] | None = None,
+        reason: str = "a person denied the call",
+    ) -> None:
+        """Approve or deny a held call (as `Branch.approve` / `Branch.deny`)."""
+        if self.branch is not None:
+            if approve:
+                self.branch.approve(call_id, arguments=arguments)
+            else:
+                self.branch.deny(call_id, reason)
+            return
+        held = self.fixed_pending[call_id]
+        self.fixed_pending[call_id] = attrs.evolve(
+            held,
+            decision="approved" if approve else "denied",
+            approved_arguments=None if arguments is None else dict(arguments),
+            denial_reason="" if approve else reason,
+        )
+
+    async def carry_out(self, call_id: str) -> ActionResult:
+        """Carry out the decision on a held call once; an undecided one stays held."""
+        held = self.held(call_id)
+        if held is None:
+            raise KeyError(f"no held call {call_id!r}")
+        if not held.decided:
+            return _still_held(held)
+        if self.branch is not None:
+            (result,) = await self.branch.settle(only=[call_id])
+            return result
+        del self.fixed_pending[call_id]
+        if held.decision == "denied":
+            payload = {
+                "error": f"A person denied this call: {held.denial_reason}",
+                "error_type": "ToolDenied",
+            }
+            message = Message(
+                role="tool", content=json.dumps(payload), call_id=held.id, tool=held.tool
+            )
+            return ActionResult(
+                call_id=held.id,
+                tool=held.tool,
+                arguments=dict(held.arguments),
+                result=None,
+                error=payload["error"],
+                error_type="ToolDenied",
+                message=message,
+                payload=payload,
+            )
+        call = ToolCall(name=held.tool, arguments=held.run_arguments)
+        call = call.model_copy(update={"id": held.id})
+        with running_approved():
+            return await execute_call(self.owner, self.fixed, call)
+
+    def holds(self, call_id: str) -> bool:
+        """Whether the branch holds a call of this id for a person's decision."""
+        return self.branch is not None and any(p.id == call_id for p in self.branch.pending_calls)
+
+    async def asks(self, name: str, arguments: Mapping[str, Any]) -> str | None:
+        """Whether a hook of tool `name` would ask a person about this call: its reason.
+
+        For hosts that decide *before* running a call whether it needs
+        approval (the Agents SDK's ``needs_approval``). Only the pre hooks
+        run, on a copy of the arguments, and nothing is recorded: they run
+        again when the call itself runs. A hook that refuses or fails here
+        says nothing; the real call reports it.
+        """
+        tool = self.tools.get(name)
+        if tool is None:
+            return None
+        args = dict(arguments)
+        for hook in tool.pre:
+            try:
+                out = hook(name, dict(args))
+                if inspect.isawaitable(out):
+                    out = await out
+            except ApprovalRequired as exc:
+                return exc.reason
+            except Exception:
+                return None
+            if isinstance(out, Mapping):
+                args = dict(out)
+        return None
+
+    async def call_approved(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        call_id: str,
+    ) -> ActionResult:
+        """Run a call the host's person approved, exactly once.
+
+        Through a branch: the call the branch holds under `call_id` is
+        approved (with `arguments` as edited arguments when they differ from
+        the held ones) and settled; a call already settled is not run again,
+        its recorded result comes back; a call the branch never held (the
+        host asked on its own) runs as an approved call and is recorded.
+        For a fixed list the call runs as approved.
+        """
+        branch = self.branch
+        if branch is None:
+            call = ToolCall(name=name, arguments=dict(arguments)).model_copy(update={"id": call_id})
+            with running_approved():
+                return await execute_call(self.owner, self.fixed, call)
+        held = {p.id: p for p in branch.pending_calls}.get(call_id)
+        if held is not None:
+            edited = dict(arguments) if dict(arguments) != held.arguments else None
+            branch.approve(call_id, arguments=edited)
+            (result,) = await branch.settle(only=[call_id])
+            return result
+        recorded = _recorded(branch, call_id)
+        if recorded is not None:
+            return recorded
+        with running_approved():
+            return await branch.act(name, arguments, call_id=call_id)
+
+
+def _still_held(held: PendingCall) -> ActionResult:
+    payload = pending_payload(held)
+    message = Message(role="tool", content=json.dumps(payload), call_id=held.id, tool=held.tool)
+    return ActionResult(
+        call_id=held.id,
+        tool=held.tool,
+        arguments=dict(held.arguments),
+        result=None,
+        error=None,
+        error_type=None,
+        message=message,
+        payload=payload,
+        pending=held,
+    )
+
+
+def recorded_answer(
+    source: ToolSource, call_id: str, name: str, arguments: Mapping[str, Any]
+) -> ActionResult | None:
+    """The branch's recorded answer to this very call (same id, tool and arguments), if any.
+
+    For hosts that run a call again after an interruption (LangGraph runs
+    the whole node again on resume): the call is answered from the record
+    instead of running twice. The tool and arguments must match too, so a
+    model that reuses ids for different calls is not answered from the past.
+    """
+    branch = source.branch
+    if branch is None:
+        return None
+    asked = dict(arguments)
+    for message in branch.messages.record:
+        if message.role == "assistant" and any(
+            c.id == call_id and c.name == name and dict(c.arguments) == asked
+            for c in message.tool_calls
+        ):
+            return _recorded(branch, call_id)
+    return None
+
+
+def _recorded(branch: Branch, call_id: str) -> ActionResult | None:
+    """The result the branch recorded for `call_id`, rebuilt from its tool message."""
+    for message in reversed(branch.messages.record):
+        if message.role == "tool" and message.call_id == call_id:
+            return _from_message(message)
+    return None
+
+
+def _from_message(message: Message) -> ActionResult:
+    try:
+        payload = json.loads(message.content)
+    except ValueError:
+        payload = {"result": message.content}
+    payload = payload if isinstance(payload, dict) else {"result": payload}
+    error = payload.get("error") if "error_type" in payload else None
+    return ActionResult(
+        call_id=message.call_id or "",
+        tool=message.tool or "",
+        arguments={},
+        result=None if error is not None else payload,
+        error=error if isinstance(error, str) or error is None else str(error),
+        error_type=payload.get("error_type") if error is not None else None,
+        message=message,
+        payload=payload,
+    )
 
 
 def tool_source(source: Source) -> ToolSource:

@@ -6,6 +6,26 @@
     agent = Agent(name="coder", tools=openai_agents_tools(branch))
 
 Install with ``pip install 'lionfactory[openai-agents]'``.
+
+Approvals use the SDK's own: each tool's ``needs_approval`` asks the
+lionfactory hooks (a coding `Rule` with ``"ask"``, a hook raising
+`ApprovalRequired`) whether they would ask about the call; if so the call is
+held on the branch and the run ends with it in ``result.interruptions``.
+``state = result.to_state()``, ``state.approve(item)`` and
+``Runner.run(agent, state)`` run the lionfactory call exactly once::
+
+    result = await Runner.run(agent, "deploy")
+    while result.interruptions:
+        state = result.to_state()
+        for item in result.interruptions:
+            state.approve(item)  # or state.reject(item)
+        result = await Runner.run(agent, state)
+
+A rejection is answered by the SDK and never reaches the tool; call
+``branch.deny(call_id, reason)`` too if the branch is kept. Only tools with
+pre hooks are given a ``needs_approval`` policy (no other tool can ask);
+for those the SDK itself asks a person about a call whose arguments are
+not JSON, before any policy runs.
 """
 
 from __future__ import annotations
@@ -16,7 +36,7 @@ from collections.abc import Iterator
 from typing import Any
 
 try:
-    from agents import FunctionTool
+    from agents import FunctionTool, RunContextWrapper
     from agents.exceptions import UserError
     from agents.strict_schema import ensure_strict_json_schema
     from agents.tool_context import ToolContext
@@ -26,6 +46,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "install it with `pip install 'lionfactory[openai-agents]'`"
     ) from exc
 
+from lionfactory._acting import pending_payload
 from lionfactory._tool import Tool
 from lionfactory.integrations._calls import Source, ToolSource, model_view, tool_source
 
@@ -102,8 +123,35 @@ def _function_tool(source: ToolSource, tool: Tool, strict: bool | None) -> Funct
                     "error_type": "ToolInputError",
                 }
             )
-        action = await source.call(name, parsed, call_id=context.tool_call_id)
+        call_id = context.tool_call_id
+        if call_id in asked or source.holds(call_id):
+            # needs_approval said yes (in this process, or the branch held
+            # the call before a restart) and the SDK invokes the tool anyway:
+            # a person approved it (a rejection never reaches the tool).
+            asked.discard(call_id)
+            action = await source.call_approved(name, parsed, call_id=call_id)
+        else:
+            action = await source.call(name, parsed, call_id=call_id)
+        if action.pending is not None:
+            # A hook asked only now (the arguments changed after the check):
+            # the model is told the call is held rather than that it ran.
+            return json.dumps(pending_payload(action.pending), ensure_ascii=False)
         return json.dumps(model_view(action), ensure_ascii=False, default=str)
+
+    asked: set[str] = set()
+
+    async def needs_approval(
+        context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
+    ) -> bool:
+        if call_id in asked:
+            return True
+        if await source.asks(name, arguments) is None:
+            return False
+        # Held on the branch now (recorded as pending, nothing runs), so the
+        # branch's pending_calls and a saved branch show what waits.
+        await source.call(name, arguments, call_id=call_id)
+        asked.add(call_id)
+        return True
 
     return FunctionTool(
         name=name,
@@ -111,6 +159,10 @@ def _function_tool(source: ToolSource, tool: Tool, strict: bool | None) -> Funct
         params_json_schema=strict_form if strict_form is not None else schema["parameters"],
         on_invoke_tool=invoke,
         strict_json_schema=strict_form is not None,
+        # Only a tool with pre hooks can ask. The SDK asks a person about any
+        # call whose arguments are not JSON before a policy function runs, so
+        # a tool no hook guards keeps answering those with the error to read.
+        needs_approval=needs_approval if tool.pre else False,
     )
 
 

@@ -5,6 +5,26 @@
 
     agent = Agent(model, toolsets=[pydantic_ai_toolset(branch)])
 
+Approvals use pydantic-ai's deferred tools. A call that a lionfactory hook
+asks about (`ApprovalRequired`, a coding `Rule` with ``"ask"``) is held on
+the branch and raised to pydantic-ai as its own ``ApprovalRequired``, so an
+agent whose ``output_type`` includes ``DeferredToolRequests`` ends the run
+with the call in ``approvals``; resuming with ``DeferredToolResults`` runs
+the lionfactory call exactly once (a ``ToolApproved(override_args=...)``
+runs the edited arguments, which the hooks judge again)::
+
+    agent = Agent(model, output_type=[str, DeferredToolRequests], toolsets=[toolset])
+    result = await agent.run("deploy")
+    if isinstance(result.output, DeferredToolRequests):
+        approvals = {c.tool_call_id: True for c in result.output.approvals}
+        decisions = DeferredToolResults(approvals=approvals)
+        result = await agent.run(message_history=result.all_messages(),
+                                 deferred_tool_results=decisions)
+
+A denial (``False`` or ``ToolDenied``) is answered by pydantic-ai itself and
+never reaches the toolset; call ``branch.deny(call_id, reason)`` too if the
+branch is kept, so its record of the call is settled.
+
 Install with ``pip install 'lionfactory[pydantic-ai]'`` (``pydantic-ai-slim``
 is enough: the toolset needs no provider).
 """
@@ -14,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
+    from pydantic_ai import ApprovalRequired as DeferForApproval
     from pydantic_ai import ModelRetry, RunContext
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
@@ -113,7 +134,17 @@ class _LionfactoryToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        action = await self._source.call(name, tool_args, call_id=ctx.tool_call_id)
+        call_id = ctx.tool_call_id or ""
+        if ctx.tool_call_approved:
+            action = await self._source.call_approved(name, tool_args, call_id=call_id)
+        else:
+            action = await self._source.call(name, tool_args, call_id=call_id or None)
+            if action.pending is not None:
+                # Held on the branch; pydantic-ai ends the run with it in
+                # DeferredToolRequests.approvals and calls again once approved.
+                raise DeferForApproval(
+                    metadata={"reason": action.pending.reason, "hook": action.pending.hook}
+                )
         if is_input_error(action):
             raise ModelRetry(action.error or "the arguments were invalid")
         return model_view(action)

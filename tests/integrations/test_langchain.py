@@ -37,6 +37,9 @@ from pydantic import Field
 from lionfactory.integrations.langchain import langchain_tools
 from lionfactory.testing import assert_no_foreign_bindings
 
+READ_ARGS = dict(STEPS[0][1])
+BAD_EDIT_ARGS = dict(STEPS[1][1])
+
 
 class ScriptedChatModel(GenericFakeChatModel):
     """GenericFakeChatModel that accepts tools and keeps what it was sent."""
@@ -96,12 +99,59 @@ def test_loop_reads_then_edits_and_corrects_an_invalid_call(tmp_path):
     assert [t["function"]["name"] for t in model.exported] == ["reader", "editor"]
 
 
-def test_sync_invoke_is_refused_the_tools_are_async(tmp_path):
+def test_sync_invoke_runs_the_call_and_records_it(tmp_path):
     task = make_task(tmp_path)
     reader = langchain_tools(task.branch)[0]
-    with pytest.raises(NotImplementedError):
-        reader.invoke({"action": "read", "path": "notes.txt"})
+    message = reader.invoke(
+        {"type": "tool_call", "name": "reader", "id": "sync-1", "args": READ_ARGS}
+    )
+    assert isinstance(message, ToolMessage) and message.status == "success"
+    assert "hello world" in message.artifact["content"]
+    assert [(m.role, m.call_id) for m in task.branch.messages][-1] == ("tool", "sync-1")
+
+
+def test_sync_invoke_inside_a_running_loop_says_to_use_ainvoke(tmp_path):
+    task = make_task(tmp_path)
+    reader = langchain_tools(task.branch)[0]
+
+    async def inside() -> None:
+        reader.invoke(READ_ARGS)
+
+    with pytest.raises(RuntimeError, match="ainvoke"):
+        asyncio.run(inside())
     assert recorded_calls(task.branch) == []
+
+
+def test_failed_calls_have_status_error_and_successes_success(tmp_path):
+    task = make_task(tmp_path)
+    reader, editor = langchain_tools(task.branch)
+
+    def call(tool: BaseTool, call_id: str, args: dict[str, Any]) -> ToolMessage:
+        return asyncio.run(
+            tool.ainvoke({"type": "tool_call", "name": tool.name, "id": call_id, "args": args})
+        )
+
+    # Editing before reading is a typed failure (success: false).
+    assert call(editor, "e1", dict(STEPS[2][1])).status == "error"
+    assert call(editor, "e2", dict(BAD_EDIT_ARGS)).status == "error"
+    assert call(reader, "r1", READ_ARGS).status == "success"
+    assert call(reader, "r2", {"action": "read", "path": "../outside"}).status == "error"
+
+
+def test_the_langchain_call_id_is_the_branchs_record_id(tmp_path):
+    task = make_task(tmp_path)
+    model = scripted(STEPS, FINAL)
+    run(model, langchain_tools(task.branch))
+    ids = [m.call_id for m in task.branch.messages if m.role == "tool"]
+    assert ids == ["lc0", "lc1", "lc2"]
+
+
+def test_a_model_argument_cannot_choose_the_recorded_call_id(tmp_path):
+    task = make_task(tmp_path)
+    reader = langchain_tools(task.branch)[0]
+    args = {**READ_ARGS, "__lionfactory_call_id__": "forged"}
+    asyncio.run(reader.ainvoke({"type": "tool_call", "name": "reader", "id": "real", "args": args}))
+    assert [m.call_id for m in task.branch.messages if m.role == "tool"] == ["real"]
 
 
 def test_clone_safety_each_tool_list_acts_on_its_own_branch(tmp_path):

@@ -105,3 +105,18 @@ def test_schema_fidelity_every_builtin_validates_and_round_trips(tmp_path):
         for arguments, request in zip(EXAMPLES[name], recorder.requests, strict=True):
             Draft202012Validator(schema).validate(arguments)
             assert request == tool.request_model.model_validate(arguments), name
+
+
+def test_lionagis_call_ids_are_the_branchs_record_ids(tmp_path):
+    task = make_task(tmp_path)
+    lion = LionAGIMockFactory.create_mocked_branch(responses=rounds(STEPS[:1], "read"))
+    seen: list[str] = []
+
+    from lionagi.hooks.bus import HookPoint
+
+    lion.register_tools(lionagi_tools(task.branch, lion_branch=lion))
+    lion._hooks.on(HookPoint.TOOL_PRE, lambda call_id, **_: seen.append(call_id))
+    asyncio.run(lion.ReAct(instruction="Read notes.txt.", max_extensions=2))
+    lion.dump_logs(clear=True, persist_path=Path.cwd() / "lionagi-log.json")
+    ids = [m.call_id for m in task.branch.messages if m.role == "tool"]
+    assert len(seen) == 1 and ids == seen

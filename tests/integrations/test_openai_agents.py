@@ -162,3 +162,69 @@ def test_schema_fidelity_every_builtin_validates_and_round_trips(tmp_path):
             Draft202012Validator(schema).validate(arguments)
             assert request == tool.request_model.model_validate(arguments), name
         assert adapted.strict_json_schema is (strict_schema(tool) is not None)
+
+
+# -- approvals -------------------------------------------------------------------
+
+
+def _deploy_branch(ran: list[str]):
+    from lionfactory import Branch
+    from lionfactory.errors import ApprovalRequired
+
+    def deploy(target: str) -> str:
+        """Deploy to a target."""
+        ran.append(target)
+        return f"deployed {target}"
+
+    def ask_for_prod(tool: str, arguments: dict[str, Any]) -> None:
+        if arguments.get("target") != "staging":
+            raise ApprovalRequired("deploys to production")
+
+    branch = Branch()
+    branch.register(function_tool(deploy).with_hooks(pre=[ask_for_prod]))
+    return branch
+
+
+async def _run_with_approvals(target: str, decide: Any) -> tuple[Any, list[str], Any]:
+    ran: list[str] = []
+    branch = _deploy_branch(ran)
+    model = ScriptedAgentsModel((("deploy", {"target": target}),), "finished")
+    agent = Agent(
+        name="ops", instructions="Deploy.", model=model, tools=openai_agents_tools(branch)
+    )
+    config = RunConfig(tracing_disabled=True)
+    result = await Runner.run(agent, "deploy", run_config=config)
+    interruptions = list(result.interruptions)
+    if interruptions:
+        assert ran == [] and [p.id for p in branch.pending_calls] == ["oa0"]
+        state = result.to_state()
+        for item in interruptions:
+            decide(state, item)
+        result = await Runner.run(agent, state, run_config=config)
+    return result, ran, (model, branch, interruptions)
+
+
+def test_a_held_call_interrupts_the_run_and_approve_runs_it_once():
+    result, ran, (model, branch, interruptions) = asyncio.run(
+        _run_with_approvals("prod", lambda state, item: state.approve(item))
+    )
+    assert [i.raw_item.call_id for i in interruptions] == ["oa0"]
+    assert result.final_output == "finished"
+    assert ran == ["prod"] and branch.pending_calls == ()
+    assert tool_output(model, 1, "oa0") == {"result": "deployed prod"}
+    (message,) = [m for m in branch.messages if m.role == "tool"]
+    assert message.call_id == "oa0"
+
+
+def test_a_rejected_call_never_runs():
+    result, ran, _ = asyncio.run(
+        _run_with_approvals("prod", lambda state, item: state.reject(item))
+    )
+    assert result.final_output == "finished" and ran == []
+
+
+def test_a_call_no_hook_asks_about_runs_without_interruption():
+    _, ran, (_, branch, interruptions) = asyncio.run(
+        _run_with_approvals("staging", lambda state, item: None)
+    )
+    assert interruptions == [] and ran == ["staging"] and branch.pending_calls == ()

@@ -205,3 +205,92 @@ def test_a_denial_and_a_crash_come_back_as_the_error_payload():
     assert "no shouting today" in denied["error"]
     assert crashed["error_type"] == "RuntimeError"
     assert "boom" in crashed["error"]
+
+
+# -- approvals -------------------------------------------------------------------
+
+
+def _deploy_branch(ran: list[str]):
+    from lionfactory import Branch
+    from lionfactory.errors import ApprovalRequired as Ask
+
+    def deploy(target: str) -> str:
+        """Deploy to a target."""
+        ran.append(target)
+        return f"deployed {target}"
+
+    def ask_for_prod(tool: str, arguments: dict[str, Any]) -> None:
+        if arguments.get("target") != "staging":
+            raise Ask("deploys to production")
+
+    branch = Branch()
+    branch.register(function_tool(deploy).with_hooks(pre=[ask_for_prod]))
+    return branch
+
+
+def _deploy_model(target: str) -> FunctionModel:
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returned = [
+            p
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
+        ]
+        if returned:
+            return ModelResponse(parts=[TextPart(f"result: {returned[-1].content}")])
+        return ModelResponse(
+            parts=[ToolCallPart("deploy", {"target": target}, tool_call_id="pa-1")]
+        )
+
+    return FunctionModel(respond)
+
+
+def test_a_held_call_ends_the_run_with_deferred_requests_and_resumes_once():
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    ran: list[str] = []
+    branch = _deploy_branch(ran)
+    agent = Agent(
+        _deploy_model("prod"),
+        output_type=[str, DeferredToolRequests],
+        toolsets=[pydantic_ai_toolset(branch)],
+    )
+    first = asyncio.run(agent.run("deploy"))
+    assert isinstance(first.output, DeferredToolRequests)
+    (asked,) = first.output.approvals
+    assert asked.tool_call_id == "pa-1"
+    assert first.output.metadata["pa-1"]["reason"] == "deploys to production"
+    assert ran == [] and [p.id for p in branch.pending_calls] == ["pa-1"]
+
+    decisions = DeferredToolResults(approvals={"pa-1": True})
+    second = asyncio.run(
+        agent.run(message_history=first.all_messages(), deferred_tool_results=decisions)
+    )
+    assert second.output == "result: {'result': 'deployed prod'}"
+    assert ran == ["prod"] and branch.pending_calls == ()
+    # The same decisions again run nothing: the branch already settled the call.
+    third = asyncio.run(
+        agent.run(message_history=first.all_messages(), deferred_tool_results=decisions)
+    )
+    assert third.output == second.output and ran == ["prod"]
+
+
+def test_approved_override_args_run_instead_and_meet_the_hooks_again():
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved
+
+    ran: list[str] = []
+    branch = _deploy_branch(ran)
+    agent = Agent(
+        _deploy_model("prod"),
+        output_type=[str, DeferredToolRequests],
+        toolsets=[pydantic_ai_toolset(branch)],
+    )
+    first = asyncio.run(agent.run("deploy"))
+    decisions = DeferredToolResults(
+        approvals={"pa-1": ToolApproved(override_args={"target": "canary"})}
+    )
+    asyncio.run(agent.run(message_history=first.all_messages(), deferred_tool_results=decisions))
+    assert ran == ["canary"]
+    (held,) = [m for m in branch.messages if m.role == "tool"]
+    assert held.call_id == "pa-1"

@@ -1,0 +1,362 @@
+"""Permission rules as data: allow, ask or deny a call by tool and by glob.
+
+    from lionfactory.coding import Rule, coding_toolkit
+
+    rules = [
+        Rule("bash", "git push*", "ask", reason="pushes to the shared remote",
+             examples=["git push origin main", "cd x && git push"],
+             counterexamples=["git status"]),
+        Rule("editor", "*.lock", "deny", reason="lock files are generated"),
+    ]
+    branch.register(coding_toolkit, workspace_root=repo, rules=rules, mode="auto")
+
+A `Rule` names a tool (``"*"``: every tool) and, optionally, a glob
+(`fnmatch`, case-sensitive; ``*`` also crosses ``/`` and spaces):
+
+* for ``bash`` the glob is matched against **each simple command** of the
+  script, as its words joined by single spaces, starting at the program's
+  base name (``/usr/bin/git  push`` is ``git push``); wrappers (``env``,
+  ``timeout``, ``xargs``...) and leading ``VAR=value`` assignments are looked
+  through, and the scripts of ``sh -c '...'`` are checked command by command
+  too. A script matches when any of its commands does;
+* for the file tools (reader, editor, search, code_nav, ast_search,
+  code_check) it is matched against the path argument, normalised (``./``
+  and ``..`` folded, an absolute path inside the workspace made relative);
+* without a glob the rule matches every call of the tool.
+
+Of the rules that match a call, the strictest decides: ``deny`` over ``ask``
+over ``allow``; between equally strict rules the later one speaks (its
+reason is the one given), so a toolkit's own rules, which follow its
+mode's, explain themselves. A call no rule matches runs. ``deny`` refuses the call
+(`ToolDenied`, the model reads the reason); ``ask`` holds it for a person
+(`ApprovalRequired`: `Branch.run` pauses with `ApprovalPending`).
+
+``examples`` must match the rule and ``counterexamples`` must not; both are
+checked when the rule is made, so a rule that does not say what its author
+meant fails at once, before any call (as the Codex CLI checks its rules'
+examples when it loads them). Rules are JSON-ready (`Rule.to_dict`,
+`Rule.from_dict`) and persist with the branch they were registered on.
+
+Rules judge what a call *says*; like any word filter they cannot see what a
+program computes (``sh -c "$X"``, a script in the repository). The kernel
+confinement of the toolkit's processes is what holds a program in; rules
+decide what a person wants to be asked about.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import attrs
+
+from lionfactory.coding._shellwords import parse_command, split_commands
+from lionfactory.errors import ApprovalRequired, ToolDenied
+
+__all__ = ["MODES", "PATH_ARGUMENTS", "Decision", "Mode", "Rule", "RuleHook", "mode_rules"]
+
+Decision = Literal["allow", "ask", "deny"]
+Mode = Literal["read_only", "ask_edits", "accept_edits", "auto"]
+
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
+
+PATH_ARGUMENTS: Mapping[str, str] = {
+    "reader": "path",
+    "editor": "file_path",
+    "search": "path",
+    "code_nav": "path",
+    "ast_search": "path",
+    "code_check": "paths",
+}
+"""The argument a rule's glob is matched against, per file tool."""
+
+# Deeper ``sh -c`` nesting than this is judged on what was seen so far; a
+# bound so that a crafted script cannot make a rule check recurse forever.
+_MAX_NESTING = 8
+
+
+def simple_commands(script: str) -> list[str]:
+    """The simple commands of a bash script, each as its words joined by spaces.
+
+    The one place rules read a shell script, so a better parser (one that
+    understands the whole shell grammar) replaces only this function. Each
+    command starts at the program's base name, seen through wrappers and
+    assignments; the scripts it would run (``sh -c '...'``) follow as
+    commands of their own.
+    """
+    found: list[str] = []
+    pending = [(script, 0)]
+    while pending:
+        text, depth = pending.pop(0)
+        for argv in split_commands(text):
+            command = parse_command(argv)
+            if command.program is not None:
+                found.append(" ".join([command.name, *command.args]))
+            if depth < _MAX_NESTING:
+                pending.extend((inner, depth + 1) for inner in command.scripts)
+    return found
+
+
+def _check_tool(_instance: Any, _attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"a rule's tool must be a tool name or '*', got {value!r:.200}")
+
+
+def _check_match(_instance: Any, _attribute: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise TypeError(f"a rule's match must be a non-empty glob or None, got {value!r:.200}")
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    out = tuple(value)
+    for item in out:
+        if not isinstance(item, str):
+            raise TypeError(f"rule examples must be strings, got {item!r:.200}")
+    return out
+
+
+@attrs.frozen
+class Rule:
+    """Allow, ask or deny the calls of a tool whose command or path matches a glob.
+
+    Args:
+        tool: the tool's name, or ``"*"`` for every tool.
+        match: a glob on each simple command (bash) or on the path (file
+            tools); None matches every call of the tool.
+        decision: ``"allow"``, ``"ask"`` (hold for a person) or ``"deny"``.
+        reason: what the model (for a denial) or the person (for an ask)
+            reads; a default naming the rule is used when empty.
+        examples: commands or paths the rule must match.
+        counterexamples: commands or paths it must not match.
+
+    Raises:
+        ValueError: an unknown decision, a glob on a tool that has neither
+            a command nor a path, an example the rule does not match or a
+            counterexample it does (the message names it).
+        TypeError: a field of the wrong type.
+    """
+
+    _saved_as_data: ClassVar[bool] = True
+    """A saved branch stores a Rule among factory arguments as its `to_dict` data."""
+
+    tool: str = attrs.field(validator=_check_tool)
+    match: str | None = attrs.field(default=None, validator=_check_match)
+    decision: Decision = attrs.field(default="allow")
+    reason: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    examples: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    counterexamples: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+
+    def __attrs_post_init__(self) -> None:
+        if self.decision not in _STRICTNESS:
+            raise ValueError(
+                f"a rule's decision must be 'allow', 'ask' or 'deny', got {self.decision!r}"
+            )
+        if self.match is not None and self.tool != "bash" and self.tool not in PATH_ARGUMENTS:
+            raise ValueError(
+                f"rule for {self.tool!r} has a match {self.match!r}, but only bash (commands) "
+                f"and the file tools ({', '.join(PATH_ARGUMENTS)}) have something to match; "
+                f"drop match to rule every call of {self.tool!r}"
+            )
+        if (self.examples or self.counterexamples) and self.match is None:
+            raise ValueError(
+                f"rule {self.describe()} has examples but no match: it matches every call"
+            )
+        for example in self.examples:
+            if not self._matches_text(example, None):
+                raise ValueError(
+                    f"rule {self.describe()} does not match its example {example!r}; fix the "
+                    f"glob (bash globs are matched against each simple command, e.g. "
+                    f"'git push*')"
+                )
+        for counter in self.counterexamples:
+            if self._matches_text(counter, None):
+                raise ValueError(
+                    f"rule {self.describe()} matches its counterexample {counter!r}; narrow "
+                    f"the glob"
+                )
+
+    def describe(self) -> str:
+        """The rule in one line, as error messages and pending calls name it."""
+        what = f" {self.match!r}" if self.match is not None else ""
+        return f"{self.tool}{what} -> {self.decision}"
+
+    def matches(self, tool: str, arguments: Mapping[str, Any], root: Path | None = None) -> bool:
+        """Whether this rule applies to a call of `tool` with `arguments`.
+
+        Args:
+            tool: the called tool's name.
+            arguments: the call's arguments, as the model sent them.
+            root: the workspace root, to make absolute paths relative.
+        """
+        if self.tool not in ("*", tool):
+            return False
+        if self.match is None:
+            return True
+        if tool == "bash":
+            command = arguments.get("command")
+            return isinstance(command, str) and self._matches_text(command, None, tool)
+        key = PATH_ARGUMENTS.get(tool)
+        if key is None:
+            return False
+        value = arguments.get(key)
+        if value is None and tool != "code_check":
+            value = "."
+        values = value if isinstance(value, list) else [value]
+        return any(isinstance(v, str) and self._matches_text(v, root, tool) for v in values)
+
+    def _matches_text(self, text: str, root: Path | None, tool: str | None = None) -> bool:
+        glob = self.match
+        if glob is None:
+            return True
+        if (tool or self.tool) == "bash":
+            return any(fnmatch.fnmatchcase(c, glob) for c in simple_commands(text))
+        return fnmatch.fnmatchcase(_normal_path(text, root), glob)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule as JSON-ready data."""
+        return {
+            "tool": self.tool,
+            "match": self.match,
+            "decision": self.decision,
+            "reason": self.reason,
+            "examples": list(self.examples),
+            "counterexamples": list(self.counterexamples),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Rule:
+        """A rule from `to_dict` data (or hand-written JSON); its examples are checked again.
+
+        Raises:
+            ValueError, TypeError: as for the constructor, or unknown keys.
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a rule must be an object, got {data!r:.200}")
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"a rule has unknown keys {unknown}; known: {sorted(known)}")
+        return cls(**dict(data))
+
+
+def _normal_path(text: str, root: Path | None) -> str:
+    """A path as rules see it: relative to the workspace, ``.`` and ``..`` folded."""
+    path = text.replace("\\", "/")
+    if root is not None and path.startswith("/"):
+        base = os.fspath(root).rstrip("/")
+        if path == base:
+            path = "."
+        elif path.startswith(base + "/"):
+            path = path[len(base) + 1 :]
+    normal = posixpath.normpath(path) if path else "."
+    return normal
+
+
+MODES: Mapping[str, tuple[Rule, ...]] = {
+    # Look, never touch: no edits, no commands (bash can change anything),
+    # no sandbox merges; reading, searching and checking run.
+    "read_only": (
+        Rule("editor", decision="deny", reason="this session is read-only: no file changes"),
+        Rule("bash", decision="deny", reason="this session is read-only: no commands"),
+        Rule("sandbox", decision="deny", reason="this session is read-only: no sandbox"),
+    ),
+    # A person approves every file change, every command and every sandbox step.
+    "ask_edits": (
+        Rule("editor", decision="ask", reason="changes a file"),
+        Rule("bash", decision="ask", reason="runs a command"),
+        Rule("sandbox", decision="ask", reason="changes the sandbox or merges it"),
+    ),
+    # File changes run at once (they stay in the workspace, and git shows
+    # them); commands and sandbox steps are asked about.
+    "accept_edits": (
+        Rule("bash", decision="ask", reason="runs a command"),
+        Rule("sandbox", decision="ask", reason="changes the sandbox or merges it"),
+    ),
+    # Nothing is asked: only the rules given, and the kernel confinement of
+    # the toolkit's processes, hold the agent.
+    "auto": (),
+}
+"""What each permission `mode` of `coding_toolkit` expands to (added before the given rules)."""
+
+
+def mode_rules(mode: str | None) -> tuple[Rule, ...]:
+    """The rules of a permission mode (none for None).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode is None:
+        return ()
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)} or None, got {mode!r}")
+    return MODES[mode]
+
+
+def as_rules(rules: Iterable[Rule | Mapping[str, Any]] | None) -> tuple[Rule, ...]:
+    """Rules given as `Rule` objects or their JSON form.
+
+    Raises:
+        TypeError: a string, or an entry that is neither.
+    """
+    if rules is None:
+        return ()
+    if isinstance(rules, (str, bytes, Mapping)):
+        raise TypeError(f"rules must be a list of Rule objects, got {rules!r:.200}")
+    out = []
+    for rule in rules:
+        if isinstance(rule, Rule):
+            out.append(rule)
+        elif isinstance(rule, Mapping):
+            out.append(Rule.from_dict(rule))
+        else:
+            raise TypeError(f"rules must be Rule objects (or their dicts), got {rule!r:.200}")
+    return tuple(out)
+
+
+@attrs.frozen
+class RuleHook:
+    """The security hook that applies a rule set: the strictest matching rule decides.
+
+    Attributes:
+        rules: the rules, in the order given.
+        root: the workspace root (absolute paths inside it are made relative).
+    """
+
+    rules: tuple[Rule, ...]
+    root: Path | None = None
+
+    def decide(self, tool: str, arguments: Mapping[str, Any]) -> tuple[Decision, Rule | None]:
+        """The decision for a call, and the rule that made it (None: no rule matched).
+
+        The strictest matching rule; of equally strict ones, the last.
+        """
+        best: Rule | None = None
+        for rule in self.rules:
+            if rule.matches(tool, arguments, self.root) and (
+                best is None or _STRICTNESS[rule.decision] >= _STRICTNESS[best.decision]
+            ):
+                best = rule
+        return ("allow", None) if best is None else (best.decision, best)
+
+    def __call__(self, tool: str, arguments: dict[str, Any]) -> None:
+        """Let the call through, refuse it (`ToolDenied`) or ask (`ApprovalRequired`)."""
+        decision, rule = self.decide(tool, arguments)
+        if rule is None or decision == "allow":
+            return
+        reason = rule.reason or f"the rule {rule.describe()} matches this call"
+        if decision == "deny":
+            raise ToolDenied(f"{reason} (rule {rule.describe()}); do something else", tool)
+        raise ApprovalRequired(reason, tool=tool, hook=f"rule {rule.describe()}")
+
+
+def rule_set(
+    mode: str | None, rules: Sequence[Rule | Mapping[str, Any]] | None
+) -> tuple[Rule, ...]:
+    """A mode's rules, then the given ones, each checked (examples included)."""
+    return (*mode_rules(mode), *as_rules(rules))
