@@ -90,6 +90,7 @@ def hash_required() -> bool:
     """Whether the running code is inside `requiring_hash`."""
     return _REQUIRE_HASH.get()
 
+
 _HASH_CHUNK = 1 << 20
 
 

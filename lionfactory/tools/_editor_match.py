@@ -495,18 +495,19 @@ def _render(
         shift = shifts[0]
     chars = _char_map(pairs) if rule.lookalikes else {}
     # Context lines (those new_string keeps from old_string) are written as
-    # the file has them, invisible characters included.
-    context: dict[str, str | None] = {}
-    for file_body, old_body in pairs:
-        if context.get(old_body, file_body) != file_body:
-            context[old_body] = None  # two different file lines: no single answer
-        else:
-            context[old_body] = file_body
+    # the file has them, invisible characters included. They are aligned by
+    # position (a line-level diff of old and new), so two equal context
+    # lines that differ in the file each keep their own text.
+    kept: dict[int, str] = {}
+    aligner = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, _i2, j1, j2 in aligner.get_opcodes():
+        if tag == "equal":
+            for offset in range(j2 - j1):
+                kept[j1 + offset] = file_bodies[i1 + offset]
     out: list[str] = []
     for index, body in enumerate(new_lines):
-        kept = context.get(body)
-        if kept is not None:
-            out.append(kept)
+        if index in kept:
+            out.append(kept[index])
             continue
         line = body
         if shift is not None:
