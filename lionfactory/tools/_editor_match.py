@@ -183,6 +183,8 @@ def replace(data: bytes, old: str, new: str, *, replace_all: bool, shown: str) -
         shown: the file's path as the model wrote it (for messages; its
             suffix tells whether the file is Python).
     """
+    if not old:
+        return Refused("old_string is empty; give the exact text to replace.")
     new_b = _encoded(new)
     if new_b is None:
         return Refused("new_string cannot be encoded as UTF-8 (surrogates not allowed); fix it.")
