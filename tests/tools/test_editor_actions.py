@@ -340,3 +340,14 @@ async def test_no_newline_at_end_of_file_is_honoured(editor, workspace: Path):
     result = await editor(action="apply_patch", patch=patch)
     assert result["success"] is True, result
     assert (workspace / "a.txt").read_bytes() == b"a\nc"
+
+
+def test_mcp_schemas_carry_the_new_actions_and_fields(editor):
+    from lionfactory.mcp._hints import hints_for, output_schema
+
+    schema = output_schema(editor)
+    assert schema is not None and {"matched", "content_hash"} <= set(schema["properties"])
+    actions = editor.request_model.model_json_schema()["properties"]["action"]["enum"]
+    assert set(actions) == {"write", "edit", "multi_edit", "insert", "apply_patch"}
+    hints = hints_for(editor)
+    assert hints is not None and hints.destructive and not hints.read_only
