@@ -59,7 +59,7 @@ hundreds of megabytes for an edit the model can simply retry exactly.
 
 _MAX_LISTED = 100
 _WINDOW_LINES = 12
-_DIFFLIB_MAX_LINES = 20_000
+_DIFFLIB_MAX_LINES = 2_000
 _NUMBERED = re.compile(r"^\s*\d+\t")
 
 # One character for one character, so a normalised text has the same
@@ -78,7 +78,8 @@ _LOOKALIKE_TABLE = str.maketrans(_LOOKALIKES)
 
 def normalise_lookalikes(text: str) -> str:
     """`text` with Unicode look-alikes of quotes, dashes and spaces as ASCII (same length)."""
-    return text.translate(_LOOKALIKE_TABLE)
+    # Most source lines are ASCII; `isascii` is far cheaper than `translate`.
+    return text if text.isascii() else text.translate(_LOOKALIKE_TABLE)
 
 
 @attrs.frozen
@@ -204,7 +205,8 @@ def replace(data: bytes, old: str, new: str, *, replace_all: bool, shown: str) -
             new_try = _to_crlf(new_try)
         if len(sites) > 1 and not replace_all:
             return _several(len(sites), [_line_of(data, s) for s in sites], shown)
-        return _splice(data, sites, len(old_b), new_try.encode("utf-8"))
+        every = len(sites) == data.count(old_b)
+        return _splice(data, sites, len(old_b), new_try.encode("utf-8"), every)
     if len(data) > MAX_TOLERANT_BYTES:
         return Refused(_cheap_not_found(data.decode("utf-8"), old, shown))
     text = data.decode("utf-8")
@@ -220,7 +222,18 @@ def _to_crlf(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\n", "\r\n")
 
 
-def _splice(data: bytes, sites: list[int], old_len: int, new_b: bytes) -> Applied:
+def _splice(data: bytes, sites: list[int], old_len: int, new_b: bytes, every: bool) -> Applied:
+    if every:
+        # Every raw occurrence is a valid site: one bytes.replace, one copy
+        # of the file (a join of slices would hold two more).
+        count = len(sites)
+        return Applied(
+            data=data.replace(data[sites[0] : sites[0] + old_len], new_b, count),
+            site=sites[0],
+            length=len(new_b),
+            count=count,
+            matched="exact",
+        )
     parts: list[bytes] = []
     last = 0
     for site in sites:
@@ -549,7 +562,10 @@ def _tolerant(
     old_l, new_l = _Old.of(old), _Old.of(new)
     if not any(line.strip() for line in old_l.lines) or not lines.bodies:
         return None
+    plain = text.isascii() and old.isascii()
     for rule in _RULES:
+        if rule.lookalikes and plain:
+            continue  # nothing to read as ASCII: the same windows as the rule before
         file_keys = [rule.key_file(b) for b in lines.bodies]  # type: ignore[operator]
         old_keys = [rule.key_old(b) for b in old_l.lines]  # type: ignore[operator]
         firsts = [
@@ -760,14 +776,20 @@ def _best_window(lines: _Lines, old_lines: list[str]) -> int | None:
     if votes:
         best = max(votes.values())
         return min(start for start, v in votes.items() if v == best)
-    if len(lines.bodies) > _DIFFLIB_MAX_LINES:
-        return None
-    # Nothing equal even loosely: the line most like old_string's first filled line.
+    # Nothing equal even loosely: the line most like old_string's first filled
+    # line, among the lines that share a word with it (difflib on every line
+    # of a big file would cost a failed edit far more than the edit).
     k, key = next((k, key) for k, key in enumerate(keys) if key)
+    words = set(re.findall(r"\w{3,}", key))
+    candidates = [
+        (index, body)
+        for index, body in enumerate(lines.bodies)
+        if words and any(word in body for word in words)
+    ][:_DIFFLIB_MAX_LINES]
     matcher = difflib.SequenceMatcher(autojunk=False)
     matcher.set_seq2(key)
     best_ratio, best_index = 0.6, None
-    for index, body in enumerate(lines.bodies):
+    for index, body in candidates:
         matcher.set_seq1(_lookalike_strip(body))
         if matcher.real_quick_ratio() > best_ratio and matcher.quick_ratio() > best_ratio:
             ratio = matcher.ratio()
