@@ -36,7 +36,7 @@ import difflib
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -383,8 +383,8 @@ def _shifts(pairs: list[tuple[str, str]], new_lines: list[str]) -> list[_Shift]:
     if len(found) > 1:
         side = [_indent(f) for f, _ in filled] if not file_tabs else []
         side += [_indent(o) for _, o in filled] + [_indent(n) for n in new_lines]
-        unit = _space_unit(side)
-        preferred = [s for s in found if s.unit == unit]
+        side_unit = _space_unit(side)
+        preferred = [s for s in found if s.unit == side_unit]
         found = preferred or found
     return found
 
@@ -395,8 +395,8 @@ def _shifts(pairs: list[tuple[str, str]], new_lines: list[str]) -> list[_Shift]:
 @attrs.frozen
 class _Rule:
     name: str
-    key_file: object  # Callable[[str], str]
-    key_old: object
+    key_file: Callable[[str], str]
+    key_old: Callable[[str], str]
     indentation: bool  # the rule compares lines without their indentation
     lookalikes: bool
 
@@ -566,8 +566,8 @@ def _tolerant(
     for rule in _RULES:
         if rule.lookalikes and plain:
             continue  # nothing to read as ASCII: the same windows as the rule before
-        file_keys = [rule.key_file(b) for b in lines.bodies]  # type: ignore[operator]
-        old_keys = [rule.key_old(b) for b in old_l.lines]  # type: ignore[operator]
+        file_keys = [rule.key_file(b) for b in lines.bodies]
+        old_keys = [rule.key_old(b) for b in old_l.lines]
         firsts = [
             f for f in _windows(file_keys, old_keys) if _edges_fit(lines, f, len(old_keys), old_l)
         ]
@@ -898,9 +898,9 @@ class Placed:
 def find_line(lines: _Lines, wanted: str, after: int) -> int | None:
     """The first line at or after `after` equal to `wanted` (an ``@@`` anchor), loosely."""
     for rule in _LINE_RULES:
-        key = rule.key_old(wanted)  # type: ignore[operator]
+        key = rule.key_old(wanted)
         for index in range(after, len(lines.bodies)):
-            if rule.key_file(lines.bodies[index]) == key:  # type: ignore[operator]
+            if rule.key_file(lines.bodies[index]) == key:
                 return index
     return None
 
@@ -919,8 +919,8 @@ def place_hunk(lines: _Lines, hunk: Hunk) -> Placed | str:
         at = total if hunk.expected is None or hunk.at_end else min(hunk.expected, total)
         return Placed(at, 0, list(hunk.new), "exact", hunk.no_final_newline)
     for rule in _LINE_RULES:
-        file_keys = [rule.key_file(b) for b in lines.bodies]  # type: ignore[operator]
-        old_keys = [rule.key_old(b) for b in hunk.old]  # type: ignore[operator]
+        file_keys = [rule.key_file(b) for b in lines.bodies]
+        old_keys = [rule.key_old(b) for b in hunk.old]
         firsts = [f for f in _windows(file_keys, old_keys) if f >= hunk.after]
         if hunk.at_end:
             firsts = [f for f in firsts if f + count == total]

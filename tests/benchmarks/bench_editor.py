@@ -212,7 +212,8 @@ def run(size: Size) -> list[Row]:
         content_ok = REPLACEMENT in path.read_text(encoding="utf-8")
     mib = file_size / MIB
     peak = max(measured["traced_peak"], measured["rss_growth"])
-    return robustness(params["files"]) + [
+    return [
+        *robustness(params["files"]),
         ratio_row(BENCH, f"edit in a {mib:.0f} MiB file", tool_time, base, "s", 1.5),
         Row(BENCH, "plain edit made atomic (fsync + replace)", atomic_time, base, "s"),
         ratio_row(

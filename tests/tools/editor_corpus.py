@@ -1,4 +1,4 @@
-"""An edit-robustness corpus built from real source files, for the editor's tests and benchmark.
+r"""An edit-robustness corpus built from real source files, for the editor's tests and benchmark.
 
 Real Python files of well-known projects installed next to lionfactory
 (attrs, trio, anyio, pydantic, ...) are cut into hunks: a window of a few
@@ -17,7 +17,7 @@ Classes (``RECOVERABLE`` must apply, ``MUST_REFUSE`` must be refused):
   model's old_string lacks;
 * crlf: the file uses CRLF, the model writes LF (a third of the hunks start
   with a blank context line where the file allows, the case that used to
-  leave ``\\r\\r\\n``);
+  leave ``\r\r\n``);
 * unicode: curly quotes, en dashes and a no-break space in old and new;
 * not_unique: a line that occurs several times in the file;
 * nowhere: one line of old_string does not exist in the file;

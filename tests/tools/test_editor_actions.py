@@ -249,16 +249,17 @@ async def test_a_write_failing_midway_rolls_every_file_back(workspace: Path, tre
 
 
 async def test_an_ambiguous_hunk_is_refused_not_applied_at_the_first_place(editor, tree: Path):
-    patch = "*** Begin Patch\n*** Update File: pkg/mod.py\n@@\n-    return 1\n+    return 3\n*** End Patch\n"
+    patch = (
+        "*** Begin Patch\n*** Update File: pkg/mod.py\n@@\n-    return 1\n+    return 3\n"
+        "*** End Patch\n"
+    )
     result = await editor(action="apply_patch", patch=patch)
     assert result["success"] is False
     assert "occur 2 times (lines 2, 6)" in result["error"]
 
 
 async def test_a_unified_diff_uses_line_numbers_to_break_ties(editor, tree: Path):
-    patch = (
-        "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -6,1 +6,1 @@\n-    return 1\n+    return 3\n"
-    )
+    patch = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -6,1 +6,1 @@\n-    return 1\n+    return 3\n"
     result = await editor(action="apply_patch", patch=patch)
     assert result["success"] is True, result
     assert (tree / "pkg" / "mod.py").read_text().endswith("def g():\n    return 3\n")

@@ -56,7 +56,7 @@ def test_edits_keep_every_line_ending_whole(lines, crlf, start, length, lead, re
     out = result.data.decode()
     # No lone CR or LF appears in a CRLF file, and no CR at all in an LF file.
     if crlf:
-        assert out.replace("\r\n", "") .count("\n") == 0 and "\r\r" not in out
+        assert out.replace("\r\n", "").count("\n") == 0 and "\r\r" not in out
         assert out.count("\r") == out.count("\n")
     else:
         assert "\r" not in out
@@ -64,8 +64,12 @@ def test_edits_keep_every_line_ending_whole(lines, crlf, start, length, lead, re
 
 @settings(max_examples=200, deadline=None)
 @given(
-    bodies=st.lists(st.sampled_from(["x = 1", "if x:", "y()", "return y", "z"]), min_size=2,
-                    max_size=6, unique=True),
+    bodies=st.lists(
+        st.sampled_from(["x = 1", "if x:", "y()", "return y", "z"]),
+        min_size=2,
+        max_size=6,
+        unique=True,
+    ),
     levels=st.lists(st.integers(0, 3), min_size=6, max_size=6),
     shift=st.sampled_from([-8, -4, 4, 8]),
     tabs=st.booleans(),
