@@ -15,9 +15,9 @@ Classes (``RECOVERABLE`` must apply, ``MUST_REFUSE`` must be refused):
 * tabs: 4-space indentation written as tabs in old and new;
 * trailing_whitespace: the file's window lines carry trailing spaces the
   model's old_string lacks;
-* crlf: the file uses CRLF, the model writes LF (a third of the hunks start
-  with a blank context line where the file allows, the case that used to
-  leave ``\r\r\n``);
+* crlf: the file uses CRLF, the model writes LF (most hunks are one line
+  with the blank line before it as context, ``"\n<line>"``, the case that
+  used to leave ``\r\r\n``);
 * unicode: curly quotes, en dashes and a no-break space in old and new;
 * not_unique: a line that occurs several times in the file;
 * nowhere: one line of old_string does not exist in the file;
@@ -186,9 +186,20 @@ def cases_for(path: Path, rng: random.Random) -> Iterator[Case]:
             blank_before = start > 0 and not lines[start - 1].strip()
             if not blank_before and rng.random() < 0.7:
                 continue  # prefer hunks that start with a blank context line
-            if blank_before:
-                # The hunk starts with a blank context line: old = "\n<line>...".
-                yield Case(kind, source, crlf_before, "\n" + old, "\n" + new, crlf_expected)
+            if blank_before and lines[start].strip() and text.count("\n" + lines[start]) == 1:
+                # A one-line hunk with the blank line before it as context,
+                # old = "\n<line>": the case that used to match inside the
+                # blank line's CRLF and leave "\r\r\n" behind.
+                one = list(lines)
+                one[start] = lines[start] + SUFFIX
+                yield Case(
+                    kind,
+                    source,
+                    crlf_before,
+                    "\n" + lines[start],
+                    "\n" + one[start],
+                    _join(one).encode().replace(b"\n", b"\r\n"),
+                )
             else:
                 yield Case(kind, source, crlf_before, old, new, crlf_expected)
         elif kind == "unicode":
