@@ -224,13 +224,14 @@ class _AnchoredHunk(Hunk):
 _HUNK_HEAD = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
-def _strip_prefix(raw: str) -> str | None:
+def _strip_prefix(raw: str, prefix: str) -> str | None:
+    """The path of a ``---``/``+++`` line without git's ``a/`` (or ``b/``) prefix."""
     path = raw.split("\t", 1)[0].strip()
     if path == "/dev/null":
         return None
     if path.startswith('"') and path.endswith('"'):
         raise PatchError(f"quoted path {path} (unusual characters) is not supported; rename.")
-    return path[2:] if path[:2] in ("a/", "b/") else path
+    return path.removeprefix(prefix)
 
 
 def _parse_unified(lines: list[str]) -> list[FileOp]:
@@ -253,8 +254,14 @@ def _parse_unified(lines: list[str]) -> list[FileOp]:
         elif line.startswith("Binary files ") or line.startswith("GIT binary patch"):
             raise PatchError(f"line {i + 1}: binary patches are not supported.")
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            source = _strip_prefix(line[4:])
-            target = _strip_prefix(lines[i + 1][4:])
+            source_raw, target_raw = line[4:].strip(), lines[i + 1][4:].strip()
+            # git prefixes both sides (a/, b/); `git diff --no-prefix` neither.
+            prefixed = all(
+                side == "/dev/null" or side.startswith(mark)
+                for side, mark in ((source_raw, "a/"), (target_raw, "b/"))
+            )
+            source = _strip_prefix(source_raw, "a/" if prefixed else "")
+            target = _strip_prefix(target_raw, "b/" if prefixed else "")
             i += 2
             hunks, i = _unified_hunks(lines, i)
             if source is None and target is None:

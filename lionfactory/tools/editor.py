@@ -78,6 +78,9 @@ _HASH = r"^[0-9a-fA-F]{64}$"
 MAX_EDITS = 100
 """Edits in one ``multi_edit`` call at most."""
 
+MAX_PATCH_CHARS = 8 * 1024 * 1024
+"""The longest ``apply_patch`` text accepted (a bigger change is split into several patches)."""
+
 
 class EditSpec(BaseModel):
     """One replacement of a ``multi_edit`` call."""
@@ -147,6 +150,7 @@ class EditorRequest(BaseModel):
     )
     patch: str | None = Field(
         default=None,
+        max_length=MAX_PATCH_CHARS,
         description=(
             "apply_patch: a patch in the '*** Begin Patch' format or a unified diff (as "
             "`git diff` prints it); paths relative to the workspace root."

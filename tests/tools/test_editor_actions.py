@@ -352,3 +352,40 @@ def test_mcp_schemas_carry_the_new_actions_and_fields(editor):
     assert set(actions) == {"write", "edit", "multi_edit", "insert", "apply_patch"}
     hints = hints_for(editor)
     assert hints is not None and hints.destructive and not hints.read_only
+
+
+async def test_a_file_changed_by_another_program_mid_patch_is_kept_and_nothing_applied(
+    workspace: Path, tree: Path
+):
+    # Between the first write and the second, another program rewrites the
+    # second file: its change survives and the first file is put back.
+    calls = {"n": 0}
+
+    def meddle(fd: int, data: bytes) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            (tree / "pkg" / "mod.py").write_text("changed by someone else\n")
+        _editor_files.WriteSteps().write(fd, data)
+
+    editor = editor_tool(
+        workspace_root=workspace,
+        _write_steps=attrs.evolve(_editor_files.WriteSteps(), write=meddle),
+    )
+    patch = (
+        "*** Begin Patch\n*** Add File: a_new.py\n+x = 1\n*** Update File: pkg/mod.py\n@@\n"
+        "-def f():\n+def f2():\n*** End Patch\n"
+    )
+    result = await editor(action="apply_patch", patch=patch)
+    assert result["success"] is False
+    assert "changed while the patch was being applied" in result["error"]
+    assert (tree / "pkg" / "mod.py").read_text() == "changed by someone else\n"
+    assert not (tree / "a_new.py").exists()
+
+
+async def test_a_no_prefix_unified_diff_keeps_a_path_starting_with_a(editor, workspace: Path):
+    (workspace / "a").mkdir()
+    (workspace / "a" / "x.txt").write_text("1\n")
+    patch = "--- a/x.txt\n+++ a/x.txt\n@@ -1 +1 @@\n-1\n+2\n"
+    result = await editor(action="apply_patch", patch=patch)
+    assert result["success"] is True, result
+    assert (workspace / "a" / "x.txt").read_text() == "2\n"
