@@ -166,11 +166,16 @@ def _codex_hunks(lines: list[str], i: int, path: str) -> tuple[list[Hunk], int]:
         line = lines[i]
         if line.startswith("*** ") and line.strip() != "*** End of File":
             break
-        anchor = None
-        if line.startswith("@@"):
-            anchor = line[2:].strip() or None
+        # "@@ class A" then "@@ def f": each anchor is searched after the one before.
+        anchors: list[str] = []
+        opened = False
+        while i < len(lines) and lines[i].startswith("@@"):
+            opened = True
+            text = lines[i][2:].strip()
+            if text:
+                anchors.append(text)
             i += 1
-        elif hunks:
+        if not opened and hunks:
             raise PatchError(
                 f"line {i + 1}: in 'Update File: {path}', expected '@@' or a hunk line, got "
                 f"{line[:80]!r}."
@@ -205,18 +210,18 @@ def _codex_hunks(lines: list[str], i: int, path: str) -> tuple[list[Hunk], int]:
                 )
             i += 1
         if not old and not new:
-            if anchor is None:
+            if not anchors:
                 continue
-            raise PatchError(f"line {i}: the hunk after '@@ {anchor}' has no lines.")
-        hunks.append(_AnchoredHunk(old=old, new=new, at_end=at_end, anchor=anchor))
+            raise PatchError(f"line {i}: the hunk after '@@ {anchors[-1]}' has no lines.")
+        hunks.append(_AnchoredHunk(old=old, new=new, at_end=at_end, anchors=tuple(anchors)))
     return hunks, i
 
 
 @attrs.frozen
 class _AnchoredHunk(Hunk):
-    """A Codex hunk with its ``@@`` anchor line (placed before the hunk is searched)."""
+    """A Codex hunk with its ``@@`` anchor lines (each found after the previous one)."""
 
-    anchor: str | None = None
+    anchors: tuple[str, ...] = ()
 
 
 # --- unified --------------------------------------------------------------------

@@ -678,13 +678,12 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
     cursor = 0
     for number, hunk in enumerate(op.hunks, 1):
         after = cursor
-        anchor = getattr(hunk, "anchor", None)
-        if anchor:
-            found = find_line(lines, anchor, cursor)
+        for anchor in getattr(hunk, "anchors", ()):
+            found = find_line(lines, anchor, after)
             if found is None:
                 raise _PatchRefused(
                     f"hunk {number} of {shown!r}: its '@@ {anchor}' line was not found after "
-                    f"line {cursor}; the patch was not applied. Read the file and use a line "
+                    f"line {after}; the patch was not applied. Read the file and use a line "
                     f"it holds."
                 )
             after = found + 1

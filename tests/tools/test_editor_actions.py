@@ -389,3 +389,28 @@ async def test_a_no_prefix_unified_diff_keeps_a_path_starting_with_a(editor, wor
     result = await editor(action="apply_patch", patch=patch)
     assert result["success"] is True, result
     assert (workspace / "a" / "x.txt").read_text() == "2\n"
+
+
+async def test_nested_anchors_narrow_where_a_codex_hunk_goes(editor, workspace: Path):
+    (workspace / "c.py").write_text(
+        "class A:\n    def f(self):\n        return 1\n\n"
+        "class B:\n    def f(self):\n        return 1\n"
+    )
+    patch = (
+        "*** Begin Patch\n*** Update File: c.py\n@@ class B:\n@@     def f(self):\n"
+        "-        return 1\n+        return 2\n*** End Patch\n"
+    )
+    result = await editor(action="apply_patch", patch=patch)
+    assert result["success"] is True, result
+    assert (
+        (workspace / "c.py").read_text().endswith("class B:\n    def f(self):\n        return 2\n")
+    )
+    assert "class A:\n    def f(self):\n        return 1\n" in (workspace / "c.py").read_text()
+
+
+async def test_end_of_file_places_the_hunk_at_the_end(editor, workspace: Path):
+    (workspace / "e.txt").write_text("x\ny\nx\n")
+    patch = "*** Begin Patch\n*** Update File: e.txt\n@@\n-x\n+z\n*** End of File\n*** End Patch\n"
+    result = await editor(action="apply_patch", patch=patch)
+    assert result["success"] is True, result
+    assert (workspace / "e.txt").read_text() == "x\ny\nz\n"
