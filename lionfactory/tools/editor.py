@@ -832,9 +832,12 @@ def _apply_patch(
                         )
                     undo.append(functools.partial(_restore, plan))
                     target = loc
+                described = _describe(plan)
                 if want_evidence:
                     evidence.append(_evidence(target.path, written, plan.data))
-                report.append(_describe(plan))
+                    # A caller without read history edits next by carrying this hash.
+                    described += f" (content_hash {_sha256(plan.data)})"
+                report.append(described)
             for plan in plans:
                 if plan.op.kind == "delete" or plan.dest is not None:
                     assert plan.dir_fd is not None
