@@ -217,7 +217,7 @@ async def test_a_patch_records_evidence_of_every_file_it_wrote(editor, tree: Pat
     paths = {Path(e.path).name for e in FileEvidence.all_from_metadata(ctx.metadata)}
     assert paths == {"new.py", "mod.py", "renamed.py"}
     # Each written file's hash is in the answer, for callers that carry hashes.
-    added = sha("x = 1\ny = 2\n".encode())
+    added = sha(b"x = 1\ny = 2\n")
     assert f"added 'pkg/new.py' (content_hash {added})" in result["content"]
 
 
