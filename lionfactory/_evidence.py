@@ -33,14 +33,19 @@ from lionfactory._call import CallContext, current_call
 __all__ = [
     "EVIDENCE_KEY",
     "MAX_HASHED_BYTES",
+    "MORE_EVIDENCE_KEY",
     "FileEvidence",
     "asking_for_evidence",
     "evidence_wanted",
+    "record_all_evidence",
     "record_evidence",
 ]
 
 EVIDENCE_KEY = "file_evidence"
 """The key of a call's (and its tool message's) metadata that holds the evidence."""
+
+MORE_EVIDENCE_KEY = "file_evidence_more"
+"""The key of the evidence of further files one call touched (a multi-file patch), a list."""
 
 MAX_HASHED_BYTES = 8 * 1024 * 1024
 """Files up to this size get a content hash in their evidence (see `FileEvidence`)."""
@@ -102,6 +107,15 @@ class FileEvidence:
         except (KeyError, TypeError, ValueError):
             return None
 
+    @classmethod
+    def all_from_metadata(cls, metadata: Mapping[str, Any]) -> list[FileEvidence]:
+        """Every file's evidence a call or tool message holds (one, or several for a patch)."""
+        found = [cls.from_metadata(metadata)]
+        more = metadata.get(MORE_EVIDENCE_KEY)
+        if isinstance(more, list):
+            found.extend(cls.from_metadata({EVIDENCE_KEY: raw}) for raw in more)
+        return [evidence for evidence in found if evidence is not None]
+
     def to_metadata(self) -> dict[str, Any]:
         """The JSON-ready dict stored under `EVIDENCE_KEY`."""
         return attrs.asdict(self)
@@ -129,3 +143,12 @@ def record_evidence(context: CallContext | None, evidence: FileEvidence | None) 
     if context is None or evidence is None:
         return
     context.metadata[EVIDENCE_KEY] = evidence.to_metadata()
+
+
+def record_all_evidence(context: CallContext | None, evidence: list[FileEvidence]) -> None:
+    """Store the evidence of several files in `context.metadata` (a no-op for None or [])."""
+    if context is None or not evidence:
+        return
+    context.metadata[EVIDENCE_KEY] = evidence[0].to_metadata()
+    if len(evidence) > 1:
+        context.metadata[MORE_EVIDENCE_KEY] = [e.to_metadata() for e in evidence[1:]]

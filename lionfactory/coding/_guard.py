@@ -22,23 +22,74 @@ same bytes), the content hash decides (files over 8 MiB are not hashed when
 read, so for them a moved mtime always asks for a new read). A partial-window read is enough for
 ``edit`` (the exact-match of ``old_string`` protects the rest) but a
 ``write`` over an existing file needs evidence of the whole file.
+
+A caller that keeps no conversation (a stateless MCP connection, a client
+that opens one session per call) proves its read by carrying it instead:
+the reader returns ``content_hash`` (SHA-256 of the file's bytes) and the
+editor's ``write``, ``edit``, ``multi_edit`` and ``insert`` take it back as
+``expected_hash``. A hash that matches the open file's current bytes counts
+as evidence of the whole file; one that does not is refused (read again),
+even when the branch holds evidence. Inside `requiring_hash` (or with
+``require_hash=True``) the branch's evidence is not consulted at all and
+every change of an existing file must carry a matching hash: a stateless
+server has no branch that could hold a read.
+
+``multi_edit`` and ``insert`` need the same evidence as ``edit``;
+``apply_patch`` needs it for every file it updates, moves or deletes, and
+none for a file it adds (which must not exist).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import attrs
 
 from lionfactory._evidence import FileEvidence
+from lionfactory._workspace import Location, PathRefused, Workspace
+from lionfactory.tools.editor import EditorRequest, patch_operations
 
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
 
-__all__ = ["EvidenceStore", "check_evidence", "sha256_of"]
+__all__ = [
+    "EvidenceStore",
+    "check_evidence",
+    "editor_refusal",
+    "hash_required",
+    "requiring_hash",
+    "sha256_of",
+]
+
+_REQUIRE_HASH: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "lionfactory_require_hash", default=False
+)
+
+
+@contextlib.contextmanager
+def requiring_hash() -> Iterator[None]:
+    """Within the block, changes of existing files need a matching ``expected_hash``.
+
+    For servers that keep no conversation per caller (stateless MCP): the
+    branch's evidence is not consulted, only the hash the call carries.
+    """
+    token = _REQUIRE_HASH.set(True)
+    try:
+        yield
+    finally:
+        _REQUIRE_HASH.reset(token)
+
+
+def hash_required() -> bool:
+    """Whether the running code is inside `requiring_hash`."""
+    return _REQUIRE_HASH.get()
+
 
 _HASH_CHUNK = 1 << 20
 
@@ -60,9 +111,9 @@ def _active_evidence(branch: Branch, path: str) -> Iterable[FileEvidence]:
     for message in reversed(branch.messages.active):
         if message.role != "tool":
             continue
-        evidence = FileEvidence.from_metadata(message.metadata)
-        if evidence is not None and evidence.path == path:
-            yield evidence
+        for evidence in FileEvidence.all_from_metadata(message.metadata):
+            if evidence.path == path:
+                yield evidence
 
 
 def sha256_of(fd: int) -> str | None:
@@ -96,6 +147,8 @@ def check_evidence(
     *,
     whole_file: bool,
     display: str,
+    expected_hash: str | None = None,
+    require_hash: bool = False,
 ) -> str | None:
     """Return None when the branch may change the file, else the refusal text.
 
@@ -112,7 +165,25 @@ def check_evidence(
             the mtime moved but the size did not).
         whole_file: the change needs evidence of the whole file (a write).
         display: the path as the model wrote it, for the message.
+        expected_hash: the ``content_hash`` the call carries, if any: when it
+            matches the file's bytes it is the evidence; when not, a refusal.
+        require_hash: refuse a change without ``expected_hash`` whatever the
+            branch holds (also implied inside `requiring_hash`).
     """
+    if expected_hash is not None:
+        if sha256() == expected_hash.lower():
+            return None
+        return (
+            f"Refused: {display!r} is not the content expected_hash names (it changed since "
+            f"that read, or the hash is of another file). Read the file again and retry with "
+            f"the new content_hash."
+        )
+    if require_hash or hash_required():
+        return (
+            f"Refused: this connection keeps no read history, so a change of {display!r} must "
+            f"carry expected_hash: the content_hash of your latest read (or edit) of the file. "
+            f"Read it, then retry with expected_hash set."
+        )
     candidates = list(_active_evidence(branch, key))
     local = store.by_path.get(key)
     if local is not None:
@@ -137,3 +208,102 @@ def check_evidence(
         f"Refused: {display!r} changed since it was last read (modified outside this "
         f"conversation). Read it again, then retry the change against its current content."
     )
+
+
+def _check_file(
+    branch: Branch,
+    store: EvidenceStore,
+    loc: Location,
+    *,
+    whole_file: bool,
+    display: str,
+    expected_hash: str | None,
+    require_hash: bool,
+) -> str | None:
+    try:
+        fd = loc.open_read()
+    except (PathRefused, OSError):
+        # A new file needs no evidence; a missing file for edit, a link or a
+        # key gets the editor's own error.
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a directory or a device: the editor explains
+        return check_evidence(
+            branch,
+            store,
+            str(loc.path),
+            st,
+            lambda: sha256_of(fd),
+            whole_file=whole_file,
+            display=display,
+            expected_hash=expected_hash,
+            require_hash=require_hash,
+        )
+    finally:
+        os.close(fd)
+
+
+def editor_refusal(
+    branch: Branch,
+    store: EvidenceStore,
+    workspace: Workspace,
+    request: EditorRequest,
+    loc: Location | None,
+    *,
+    require_hash: bool = False,
+) -> str | None:
+    """The guard's refusal of one editor call, or None when it may go ahead.
+
+    Blocking (opens and maybe hashes files): call it from a worker thread.
+
+    Args:
+        branch: the branch whose active view holds the evidence.
+        store: evidence of calls made outside `Branch.act`.
+        workspace: the workspace the call's paths are resolved in.
+        request: the editor call.
+        loc: ``request.file_path`` already located (None for apply_patch,
+            or when the path was refused: the editor then explains).
+        require_hash: see `check_evidence`.
+    """
+    if request.action != "apply_patch":
+        if loc is None:
+            return None
+        return _check_file(
+            branch,
+            store,
+            loc,
+            whole_file=request.action == "write",
+            display=request.file_path or "",
+            expected_hash=request.expected_hash,
+            require_hash=require_hash,
+        )
+    ops = patch_operations(request)
+    if isinstance(ops, str):
+        return None  # the editor reports the malformed patch
+    for op in ops:
+        if op.kind == "add":
+            continue  # must not exist; the editor refuses it otherwise
+        try:
+            target = workspace.locate(op.path)
+        except PathRefused:
+            continue  # the editor refuses the path
+        refusal = _check_file(
+            branch,
+            store,
+            target,
+            whole_file=False,
+            display=op.path,
+            expected_hash=None,
+            require_hash=require_hash,
+        )
+        if refusal is not None:
+            if require_hash or hash_required():
+                return (
+                    f"Refused: this connection keeps no read history, and a patch cannot "
+                    f"carry expected_hash for {op.path!r}. Change existing files with edit or "
+                    f"multi_edit and expected_hash (apply_patch may still add new files)."
+                )
+            return refusal + " (The patch was not applied; no file was changed.)"
+    return None

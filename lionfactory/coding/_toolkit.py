@@ -46,7 +46,7 @@ from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._tool import Tool
 from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
-from lionfactory.coding._guard import EvidenceStore, check_evidence, sha256_of
+from lionfactory.coding._guard import EvidenceStore, editor_refusal
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.coding.rules import Rule, RuleHook, rule_set
 from lionfactory.tools.context import context_tool
@@ -92,10 +92,11 @@ MAX_IMAGE_BYTES = 5 * 1024 * 1024
 Hooks = Mapping[str, Mapping[str, Callable[..., Any] | Sequence[Callable[..., Any]]]]
 
 _EDITOR_RULE = (
-    "\n\nIn this toolkit, `edit` and a `write` over an existing file need this conversation to "
-    "have read the file's current content first (a `write` over an existing file needs a read "
-    "of the whole file). A read that was evicted or compacted out of the context no longer "
-    "counts."
+    "\n\nIn this toolkit, `edit`, `multi_edit`, `insert`, a `write` over an existing file and "
+    "an `apply_patch` that updates or deletes files need this conversation to have read each "
+    "file's current content first (a `write` over an existing file needs a read of the whole "
+    "file); passing the read's `content_hash` as `expected_hash` proves it too. A read that "
+    "was evicted or compacted out of the context no longer counts."
 )
 _READER_IMAGES = (
     "\n\nIn this toolkit, `read` of a .png, .jpg, .jpeg, .gif or .webp file (up to 5 MiB) "
@@ -191,7 +192,8 @@ class _Toolkit:
         local = CallContext(call_id="", tool=name, branch_id=self.branch.id)
         with call_context(local), asking_for_evidence(local):
             response = await handler(request)
-        self.store.record(FileEvidence.from_metadata(local.metadata))
+        for evidence in FileEvidence.all_from_metadata(local.metadata):
+            self.store.record(evidence)
         return response
 
     def evidence_paths(self) -> list[str]:
@@ -199,7 +201,8 @@ class _Toolkit:
         paths = {
             evidence.path
             for m in self.branch.messages
-            if m.role == "tool" and (evidence := FileEvidence.from_metadata(m.metadata))
+            if m.role == "tool"
+            for evidence in FileEvidence.all_from_metadata(m.metadata)
         }
         return sorted(paths | set(self.store.by_path))
 
@@ -265,38 +268,18 @@ class _GuardedEditor:
     kit: _Toolkit
 
     async def __call__(self, request: EditorRequest) -> Any:
-        try:
-            loc = self.kit.active.locate(request.file_path)
-        except PathRefused:
-            loc = None  # the editor itself explains the refusal
-        if loc is not None:
-            refusal = await anyio.to_thread.run_sync(self._check, loc, request)
-            if refusal is not None:
-                return EditorResponse(success=False, error=refusal)
+        loc = None
+        if request.action != "apply_patch" and request.file_path:
+            try:
+                loc = self.kit.active.locate(request.file_path)
+            except PathRefused:
+                loc = None  # the editor itself explains the refusal
+        refusal = await anyio.to_thread.run_sync(
+            editor_refusal, self.kit.branch, self.kit.store, self.kit.active, request, loc
+        )
+        if refusal is not None:
+            return EditorResponse(success=False, error=refusal)
         return await self.kit.call("editor", request, located=loc)
-
-    def _check(self, loc: Location, request: EditorRequest) -> str | None:
-        try:
-            fd = loc.open_read()
-        except (PathRefused, OSError):
-            # A new file needs no evidence; a missing file for edit, a link
-            # or a key gets the editor's own error.
-            return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return None  # a directory or a device: the editor explains
-            return check_evidence(
-                self.kit.branch,
-                self.kit.store,
-                str(loc.path),
-                st,
-                lambda: sha256_of(fd),
-                whole_file=request.action == "write",
-                display=request.file_path,
-            )
-        finally:
-            os.close(fd)
 
 
 @attrs.frozen

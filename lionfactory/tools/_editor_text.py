@@ -1,73 +1,17 @@
-"""The editor's text work: where matches are, why one was not found, the snippet shown.
+"""The snippet the editor shows after a change: numbered lines around the edit site.
 
-Pure functions over bytes and text, no I/O: the editor's file handling lives
-in `lionfactory.tools.editor` and `lionfactory.tools._editor_files`.
+Pure functions over bytes, no I/O: matching lives in
+`lionfactory.tools._editor_match`, file handling in `lionfactory.tools.editor`
+and `lionfactory.tools._editor_files`.
 """
 
 from __future__ import annotations
 
-import re
-
-__all__ = ["match_lines", "not_found", "snippet"]
+__all__ = ["snippet"]
 
 _SNIPPET_CONTEXT = 3
 _SNIPPET_MAX_LINES = 30
 _SNIPPET_LINE_CHARS = 2000
-_NUMBERED = re.compile(r"^\s*\d+\t")
-
-
-def match_lines(data: bytes, needle: bytes, most: int) -> list[int]:
-    lines: list[int] = []
-    start = data.find(needle)
-    while start >= 0 and len(lines) < most:
-        lines.append(data.count(b"\n", 0, start) + 1)
-        start = data.find(needle, start + len(needle))
-    return lines
-
-
-def not_found(text: str, old: str, shown: str) -> str:
-    hints: list[str] = []
-    old_lines = old.split("\n")
-    filled = [line for line in old_lines if line.strip()]
-    if filled and all(_NUMBERED.match(line) for line in filled):
-        stripped = "\n".join(_NUMBERED.sub("", line, count=1) for line in old_lines)
-        found = " (without them it matches)" if stripped and stripped in text else ""
-        hints.append(
-            f"old_string seems to include the reader's line-number prefixes ('12<TAB>'); "
-            f"remove them{found}."
-        )
-    else:
-        line = _loose_match(text, old)
-        if line is not None:
-            hints.append(
-                f"A match exists at line {line} if surrounding whitespace is ignored; copy "
-                f"the exact indentation and spacing from the file."
-            )
-        elif old.split() and re.search(r"\s+".join(map(re.escape, old.split())), text):
-            hints.append(
-                "A match exists if whitespace is ignored; copy the exact spacing and line "
-                "breaks from the file."
-            )
-    hints.append("Read the file again (it may have changed) and copy old_string exactly.")
-    return f"old_string was not found in {shown!r}. " + " ".join(hints)
-
-
-def _loose_match(text: str, old: str) -> int | None:
-    """The line where `old` matches line by line, ignoring each line's outer whitespace.
-
-    One regular expression over the text: splitting a big file into stripped
-    lines to compare them cost a failed 50 MB edit ~0.5 s and ~450 MB.
-    """
-    wanted = [line.strip() for line in old.strip("\r\n").split("\n")]
-    if not any(wanted):
-        return None
-    if len(wanted) == 1:
-        found = re.search(re.escape(wanted[0]), text)
-    else:
-        blank = r"[^\S\n]*"  # whitespace within one line
-        pattern = "\n".join(f"^{blank}{re.escape(w)}{blank}$" for w in wanted)
-        found = re.search(pattern, text, re.MULTILINE)
-    return None if found is None else text.count("\n", 0, found.start()) + 1
 
 
 def snippet(data: bytes, site: int, length: int) -> str:
@@ -93,9 +37,13 @@ def snippet(data: bytes, site: int, length: int) -> str:
             stop, at_end = len(data), True
             break
         stop = newline + 1
+    if not data:
+        return "(the file is now empty)"
     lines = data[begin:stop].decode("utf-8", "replace").split("\n")
-    if not at_end:
-        lines.pop()  # the empty piece after the last shown newline
+    if not at_end or data.endswith(b"\n"):
+        # The empty piece after the last shown line feed is no line: a file
+        # ending with a line feed has no line after it to number.
+        lines.pop()
     rows = []
     for index, line in enumerate(lines, start):
         line = line.removesuffix("\r")

@@ -23,11 +23,13 @@ what its config and hooks name.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import hashlib
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +42,7 @@ from lionfactory._evidence import (
     MAX_HASHED_BYTES,
     FileEvidence,
     evidence_wanted,
+    record_all_evidence,
     record_evidence,
 )
 from lionfactory._tool import Tool, ToolHints
@@ -54,9 +57,44 @@ from lionfactory.tools._editor_files import (
     directory_lock,
     remove_stale_temps,
 )
-from lionfactory.tools._editor_text import match_lines, not_found, snippet
+from lionfactory.tools._editor_match import (
+    Placed,
+    Refused,
+    apply_placed,
+    find_line,
+    is_python,
+    lines_of,
+    place_hunk,
+    python_parses,
+    replace,
+)
+from lionfactory.tools._editor_patch import FileOp, PatchError, parse_patch
+from lionfactory.tools._editor_text import snippet
 
-__all__ = ["EditorRequest", "EditorResponse", "editor_tool"]
+__all__ = ["EditSpec", "EditorRequest", "EditorResponse", "editor_tool"]
+
+
+_HASH = r"^[0-9a-fA-F]{64}$"
+MAX_EDITS = 100
+"""Edits in one ``multi_edit`` call at most."""
+
+MAX_PATCH_CHARS = 8 * 1024 * 1024
+"""The longest ``apply_patch`` text accepted (a bigger change is split into several patches)."""
+
+
+class EditSpec(BaseModel):
+    """One replacement of a ``multi_edit`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    old_string: str = Field(
+        min_length=1,
+        description="The exact text to replace (after the previous edits of this call).",
+    )
+    new_string: str = Field(description="The replacement text ('' deletes old_string).")
+    replace_all: bool = Field(
+        default=False, description="Replace every occurrence instead of exactly one."
+    )
 
 
 class EditorRequest(BaseModel):
@@ -64,14 +102,20 @@ class EditorRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    action: Literal["write", "edit"] = Field(
+    action: Literal["write", "edit", "multi_edit", "insert", "apply_patch"] = Field(
         description=(
-            "'write' replaces the whole file with `content` (creating it and its parent "
-            "directories if needed); 'edit' replaces `old_string` with `new_string`."
+            "'write' replaces the whole file with `content`; 'edit' replaces `old_string` with "
+            "`new_string`; 'multi_edit' applies `edits` in order, all or none; 'insert' adds "
+            "`new_string` after line `insert_line`; 'apply_patch' applies `patch` (several "
+            "files, all or none)."
         )
     )
-    file_path: str = Field(
-        description="The file, relative to the workspace root (or absolute inside it)."
+    file_path: str | None = Field(
+        default=None,
+        description=(
+            "The file, relative to the workspace root (or absolute inside it); every action "
+            "but apply_patch (whose patch names its files)."
+        ),
     )
     content: str | None = Field(
         default=None, description="write: the complete new content of the file."
@@ -85,10 +129,41 @@ class EditorRequest(BaseModel):
         ),
     )
     new_string: str | None = Field(
-        default=None, description="edit: the replacement text ('' deletes old_string)."
+        default=None,
+        description="edit: the replacement text ('' deletes old_string); insert: the lines to add.",
     )
     replace_all: bool = Field(
         default=False, description="edit: replace every occurrence instead of exactly one."
+    )
+    edits: list[EditSpec] | None = Field(
+        default=None,
+        max_length=MAX_EDITS,
+        description=(
+            "multi_edit: the replacements, applied in order (each sees the previous ones); if "
+            "any fails, the file is left untouched."
+        ),
+    )
+    insert_line: int | None = Field(
+        default=None,
+        ge=0,
+        description="insert: the line after which new_string goes (0 = the top of the file).",
+    )
+    patch: str | None = Field(
+        default=None,
+        max_length=MAX_PATCH_CHARS,
+        description=(
+            "apply_patch: a patch in the '*** Begin Patch' format or a unified diff (as "
+            "`git diff` prints it); paths relative to the workspace root."
+        ),
+    )
+    expected_hash: str | None = Field(
+        default=None,
+        pattern=_HASH,
+        description=(
+            "write/edit/multi_edit/insert: the `content_hash` (SHA-256) of the file from your "
+            "latest read or edit of it; the change is refused if the file's bytes no longer "
+            "match it."
+        ),
     )
 
 
@@ -103,6 +178,21 @@ class EditorResponse(BaseModel):
         description="What changed, with numbered lines around the edit site.",
     )
     error: str | None = Field(default=None, description="What went wrong and what to do instead.")
+    matched: str | None = Field(
+        default=None,
+        description=(
+            "edit/multi_edit/apply_patch: how old_string (or the hunks) was located: 'exact', or "
+            "the difference that was tolerated: 'trailing_whitespace', 'indent', 'tabs', "
+            "'line_endings' or 'unicode' (the loosest one, when there were several)."
+        ),
+    )
+    content_hash: str | None = Field(
+        default=None,
+        description=(
+            "The SHA-256 (hex) of the file's new bytes, when the call was asked for evidence "
+            "or carried expected_hash: pass it as expected_hash to the next change."
+        ),
+    )
 
 
 # --- operations (blocking; run in worker threads) -------------------------------
@@ -171,7 +261,34 @@ def _open_existing(dir_fd: int, loc: Location) -> Original | str | None:
     return Original(fd=fd, st=st)
 
 
-def _write(loc: Location, content: str, steps: WriteSteps, want_evidence: bool) -> _Outcome:
+def _hash_refusal(shown: str) -> str:
+    return (
+        f"Refused: {shown!r} is not the content expected_hash names (its current SHA-256 "
+        f"differs: it changed since that read, or the hash is of another file). Read the file "
+        f"again and retry with the content_hash of that read."
+    )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_hash(fd: int) -> str:
+    digest = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()
+
+
+def _write(
+    loc: Location,
+    content: str,
+    steps: WriteSteps,
+    want_evidence: bool,
+    expected_hash: str | None = None,
+) -> _Outcome:
     shown = loc.shown
     try:
         data = content.encode("utf-8")
@@ -193,6 +310,14 @@ def _write(loc: Location, content: str, steps: WriteSteps, want_evidence: bool) 
             if isinstance(original, str):
                 return _failure(original)
             try:
+                if expected_hash is not None:
+                    if original is None:
+                        return _failure(
+                            f"{shown!r} does not exist, so it cannot match expected_hash; to "
+                            f"create it, call write without expected_hash."
+                        )
+                    if _file_hash(original.fd) != expected_hash.lower():
+                        return _failure(_hash_refusal(shown))
                 written = commit(dir_fd, loc.name, data, original=original, steps=steps)
             except FileChanged:
                 return _failure(_changed_during(shown, "written"))
@@ -211,7 +336,8 @@ def _write(loc: Location, content: str, steps: WriteSteps, want_evidence: bool) 
     evidence = _evidence(loc.path, written, data) if want_evidence else None
     verb = "Created" if original is None else "Wrote"
     message = f"{verb} {shown!r} ({len(data):,} bytes, {_lines(data)} lines)."
-    return EditorResponse(success=True, content=message), evidence
+    digest = _sha256(data) if want_evidence or expected_hash else None
+    return EditorResponse(success=True, content=message, content_hash=digest), evidence
 
 
 def _os_error(what: str, shown: str, exc: OSError) -> str:
@@ -224,8 +350,9 @@ def _os_error(what: str, shown: str, exc: OSError) -> str:
 def _read_utf8(dir_fd: int, loc: Location) -> Original | str:
     """The file opened and read (its bytes checked to be valid UTF-8), or a refusal message.
 
-    The decoded text is dropped at once: edits work on the bytes (see `_edit`),
-    so a big file is held once, not as bytes and text side by side.
+    The decoded text is dropped at once: edits work on the bytes (see
+    `lionfactory.tools._editor_match`), so a big file is held once, not as
+    bytes and text side by side.
     """
     shown = loc.shown
     opened = _open_existing(dir_fd, loc)
@@ -253,21 +380,175 @@ def _read_utf8(dir_fd: int, loc: Location) -> Original | str:
     return attrs.evolve(opened, data=data)
 
 
-def _encoded(text: str) -> bytes | None:
-    """`text` as UTF-8, or None when it holds a lone surrogate (it then matches nothing)."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
+@attrs.frozen
+class _Change:
+    """A file's new bytes and what to tell the model about them."""
+
+    data: bytes
+    summary: str
+    matched: str | None = None
+    site: int | None = None  # byte offset of the change for the snippet (None: diff it)
+    length: int = 0
 
 
-def _edit(
+_Transform = Callable[[bytes], "_Change | str"]
+
+# From the most exact to the loosest: a call's `matched` names the loosest rule it used.
+_LOOSENESS = ("exact", "line_endings", "trailing_whitespace", "indent", "tabs", "unicode")
+
+
+def _loosest(rules: Iterable[str]) -> str:
+    return max(rules, key=_LOOSENESS.index, default="exact")
+
+
+_MATCH_NOTES = {
+    "trailing_whitespace": "old_string matched once trailing whitespace was ignored",
+    "line_endings": "old_string matched once line endings were ignored",
+    "indent": "old_string matched with a uniform indentation shift; new_string was re-indented",
+    "tabs": "old_string matched with its indentation mapped between spaces and tabs; "
+    "new_string was re-indented in the file's style",
+    "unicode": "old_string matched once look-alike quotes, dashes or spaces were read as "
+    "ASCII; new_string uses the file's characters",
+}
+
+
+def _note(matched: str) -> str:
+    note = _MATCH_NOTES.get(matched)
+    return f" ({note}; copy the file's exact text next time)" if note else ""
+
+
+def _edit_transform(old: str, new: str, replace_all: bool, shown: str) -> _Transform:
+    def transform(data: bytes) -> _Change | str:
+        outcome = replace(data, old, new, replace_all=replace_all, shown=shown)
+        if isinstance(outcome, Refused):
+            return outcome.message
+        done = f"{outcome.count} occurrences" if outcome.count > 1 else "1 occurrence"
+        return _Change(
+            outcome.data,
+            f"replaced {done}{_note(outcome.matched)}",
+            outcome.matched,
+            outcome.site,
+            outcome.length,
+        )
+
+    return transform
+
+
+def _multi_transform(edits: list[EditSpec], shown: str) -> _Transform:
+    def transform(data: bytes) -> _Change | str:
+        original = data
+        rules: list[str] = []
+        tolerant: list[int] = []
+        for index, spec in enumerate(edits):
+            if spec.old_string == spec.new_string:
+                return (
+                    f"edit {index} (counting from 0): old_string and new_string are identical; "
+                    f"nothing was changed. Remove that edit."
+                )
+            outcome = replace(
+                data, spec.old_string, spec.new_string, replace_all=spec.replace_all, shown=shown
+            )
+            if isinstance(outcome, Refused):
+                return (
+                    f"edit {index} (counting from 0) of {len(edits)} failed, so none was applied "
+                    f"and {shown!r} is unchanged: {outcome.message}"
+                )
+            rules.append(outcome.matched)
+            if outcome.matched != "exact":
+                tolerant.append(index)
+            data = outcome.data
+        if tolerant and is_python(shown):
+            # Each tolerant edit proved itself on its own text; the whole call
+            # must also leave a parsing Python file parsing.
+            before, after = original.decode("utf-8"), data.decode("utf-8")
+            if python_parses(before, shown) and not python_parses(after, shown):
+                return (
+                    f"edits {', '.join(map(str, tolerant))} matched only loosely, and the edits "
+                    f"together would leave the Python file {shown!r} unparsable; none was "
+                    f"applied. Read the lines and copy each old_string exactly."
+                )
+        loose = _loosest(rules)
+        detail = (
+            ""
+            if loose == "exact"
+            else " ("
+            + ", ".join(f"edit {i}: {r}" for i, r in enumerate(rules) if r != "exact")
+            + "; copy the file's exact text next time)"
+        )
+        return _Change(data, f"applied {len(edits)} edits in order{detail}", loose)
+
+    return transform
+
+
+def _insert_transform(line: int, text: str, shown: str) -> _Transform:
+    def transform(data: bytes) -> _Change | str:
+        total = _lines(data)
+        if line > total:
+            return (
+                f"insert_line {line} is past the end of {shown!r}, which has {total} lines; use "
+                f"0 to {total} ({total} appends at the end)."
+            )
+        ending = b"\r\n" if _uniform_crlf(data) else b"\n"
+        body = text.replace("\r\n", "\n").encode("utf-8").replace(b"\n", ending)
+        if not body.endswith(ending):
+            body += ending
+        offset = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+        for _ in range(line):
+            offset = data.index(b"\n", offset) + 1 if data.find(b"\n", offset) >= 0 else len(data)
+        prefix = b""
+        if offset == len(data) and data and not data.endswith(b"\n"):
+            prefix = ending  # the last line had no line break: end it first
+        updated = data[:offset] + prefix + body + data[offset:]
+        where = "at the top" if line == 0 else f"after line {line}"
+        added = body.count(b"\n")
+        return _Change(
+            updated,
+            f"inserted {added} line{'s' * (added != 1)} {where}",
+            None,
+            offset + len(prefix),
+            len(body),
+        )
+
+    return transform
+
+
+def _uniform_crlf(data: bytes) -> bool:
+    lf = data.count(b"\n")
+    return lf > 0 and lf == data.count(b"\r\n")
+
+
+def _changed_span(before: bytes, after: bytes) -> tuple[int, int]:
+    """The byte offset and length of what differs between two versions (for the snippet).
+
+    Compared in 4 KiB blocks first, so an edit in a big file costs a few
+    memory comparisons, not a Python loop over every byte.
+    """
+    limit = min(len(before), len(after))
+    step = 1 << 12
+    head = 0
+    while head + step <= limit and before[head : head + step] == after[head : head + step]:
+        head += step
+    while head < limit and before[head] == after[head]:
+        head += 1
+    room = limit - head
+    tail = 0
+    while (
+        tail + step <= room
+        and before[len(before) - tail - step : len(before) - tail]
+        == after[len(after) - tail - step : len(after) - tail]
+    ):
+        tail += step
+    while tail < room and before[len(before) - 1 - tail] == after[len(after) - 1 - tail]:
+        tail += 1
+    return head, len(after) - head - tail
+
+
+def _mutate(
     loc: Location,
-    old: str,
-    new: str,
-    replace_all: bool,
+    transform: _Transform,
     steps: WriteSteps,
     want_evidence: bool = True,
+    expected_hash: str | None = None,
 ) -> _Outcome:
     shown = loc.shown
     if not loc.parts:
@@ -287,84 +568,367 @@ def _edit(
         with directory_lock(dir_fd):
             remove_stale_temps(dir_fd)
             # A file another program changes between the read and the
-            # replacement is read again and the edit redone on what it holds now.
+            # replacement is read again and the change redone on what it
+            # holds now, unless the caller pinned the content by its hash.
             for _ in range(_ATTEMPTS):
                 read = _read_utf8(dir_fd, loc)
                 if isinstance(read, str):
                     return _failure(read)
                 try:
-                    outcome = _apply(dir_fd, loc, read, old, new, replace_all, steps, want_evidence)
+                    assert read.data is not None
+                    if expected_hash is not None and _sha256(read.data) != expected_hash.lower():
+                        return _failure(_hash_refusal(shown))
+                    change = transform(read.data)
+                    if isinstance(change, str):
+                        return _failure(change)
+                    written = commit(dir_fd, loc.name, change.data, original=read, steps=steps)
                 except FileChanged:
                     continue
                 except LateChange:
                     return _failure(_late_change(shown))
+                except OSError as exc:
+                    return _failure(_os_error("write", shown, exc))
                 finally:
                     os.close(read.fd)
-                return outcome
+                return _success(loc, read.data, change, written, want_evidence, expected_hash)
             return _failure(_changed_during(shown, "edited"))
     finally:
         os.close(dir_fd)
 
 
-def _apply(
-    dir_fd: int,
+def _success(
     loc: Location,
-    read: Original,
-    old: str,
-    new: str,
-    replace_all: bool,
+    before: bytes,
+    change: _Change,
+    written: os.stat_result,
+    want_evidence: bool,
+    expected_hash: str | None,
+) -> _Outcome:
+    updated = change.data
+    evidence = _evidence(loc.path, written, updated) if want_evidence else None
+    if change.site is None:
+        site, length = _changed_span(before, updated)
+    else:
+        site, length = change.site, change.length
+    shown_lines = snippet(updated, site, length)
+    message = f"Edited {loc.shown!r}: {change.summary}. Around the change:\n{shown_lines}"
+    digest = _sha256(updated) if want_evidence or expected_hash else None
+    return EditorResponse(
+        success=True, content=message, matched=change.matched, content_hash=digest
+    ), evidence
+
+
+# --- apply_patch ----------------------------------------------------------------
+
+
+@attrs.define
+class _Planned:
+    """One file operation of a patch, checked and computed, not yet written."""
+
+    op: FileOp
+    loc: Location
+    dest: Location | None = None  # an update's new path (a move)
+    dir_fd: int | None = None  # the source's parent directory (update/delete)
+    read: Original | None = None
+    data: bytes | None = None  # the new content (add/update)
+    matched: list[str] = attrs.field(factory=list)
+    hunks: int = 0
+
+
+class _PatchRefused(Exception):
+    """A patch that cannot be applied as a whole; nothing was written."""
+
+
+def _locate(workspace: Workspace, path: str, protect_git: bool) -> Location:
+    try:
+        loc = workspace.locate(path)
+    except PathRefused as exc:
+        raise _PatchRefused(f"{path!r}: {exc.message}") from None
+    if not loc.parts:
+        raise _PatchRefused(f"{path!r} is the workspace root, not a file.")
+    if protect_git and loc.in_git_dir:
+        raise _PatchRefused(_git_refusal(path))
+    return loc
+
+
+def _must_be_absent(loc: Location, what: str) -> None:
+    try:
+        fd = loc.open_read()
+    except FileNotFoundError:
+        return
+    except PathRefused as exc:
+        raise _PatchRefused(f"{loc.shown!r}: {exc.message}") from None
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            raise _PatchRefused(f"{loc.shown!r}: a parent path is a file.") from None
+        if exc.errno != errno.ENOENT:
+            raise _PatchRefused(_os_error("check", loc.shown, exc)) from None
+        return
+    os.close(fd)
+    raise _PatchRefused(
+        f"{loc.shown!r} already exists, so the patch cannot {what} it; use '*** Update File:' "
+        f"(or a unified diff against it) to change an existing file."
+    )
+
+
+def _plan_update(plan: _Planned, text: str) -> bytes:
+    op, shown = plan.op, plan.loc.shown
+    lines = lines_of(text)
+    placed: list[Placed] = []
+    cursor = 0
+    for number, hunk in enumerate(op.hunks, 1):
+        after = cursor
+        for anchor in getattr(hunk, "anchors", ()):
+            found = find_line(lines, anchor, after)
+            if found is None:
+                raise _PatchRefused(
+                    f"hunk {number} of {shown!r}: its '@@ {anchor}' line was not found after "
+                    f"line {after}; the patch was not applied. Read the file and use a line "
+                    f"it holds."
+                )
+            after = found + 1
+        where = place_hunk(lines, attrs.evolve(hunk, after=after))
+        if isinstance(where, str):
+            raise _PatchRefused(
+                f"hunk {number} of {shown!r} cannot be placed: {where}. Nothing was applied."
+            )
+        if where.first < cursor:
+            raise _PatchRefused(
+                f"hunk {number} of {shown!r} overlaps or precedes the hunk before it (line "
+                f"{where.first + 1}); order the hunks by position. Nothing was applied."
+            )
+        placed.append(where)
+        plan.matched.append(where.matched)
+        cursor = where.first + where.count
+    plan.hunks = len(placed)
+    result = apply_placed(lines, placed)
+    if (
+        any(m != "exact" for m in plan.matched)
+        and is_python(shown)
+        and python_parses(text, shown)
+        and not python_parses(result, shown)
+    ):
+        raise _PatchRefused(
+            f"the hunks of {shown!r} matched only loosely, and applying them would leave the "
+            f"Python file unparsable; nothing was applied. Read the lines and copy them exactly."
+        )
+    try:
+        return result.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _PatchRefused(f"the new text of {shown!r} is not valid UTF-8.") from None
+
+
+def _plan(workspace: Workspace, ops: list[FileOp], protect_git: bool) -> list[_Planned]:
+    """Every operation checked and every hunk placed, nothing written (phase one)."""
+    plans: list[_Planned] = []
+    try:
+        for op in ops:
+            plan = _Planned(op, _locate(workspace, op.path, protect_git))
+            plans.append(plan)
+            if op.kind == "add":
+                _must_be_absent(plan.loc, "add")
+                try:
+                    plan.data = op.content.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _PatchRefused(f"the content of {op.path!r} is not valid UTF-8.") from None
+                continue
+            loc = plan.loc
+            try:
+                plan.dir_fd = attrs.evolve(loc, parts=loc.parts[:-1]).open_dir()
+            except PathRefused as exc:
+                raise _PatchRefused(f"{op.path!r}: {exc.message}") from None
+            except OSError:
+                raise _PatchRefused(
+                    f"File not found: {op.path!r}; the patch was not applied. To create it, use "
+                    f"'*** Add File:'."
+                ) from None
+            read = _read_utf8(plan.dir_fd, loc)
+            if isinstance(read, str):
+                raise _PatchRefused(read + " The patch was not applied.")
+            plan.read = read
+            if op.kind == "update":
+                if op.move_to is not None:
+                    plan.dest = _locate(workspace, op.move_to, protect_git)
+                    _must_be_absent(plan.dest, "move a file onto")
+                assert read.data is not None
+                plan.data = _plan_update(plan, read.data.decode("utf-8")) if op.hunks else read.data
+    except BaseException:
+        _close_plans(plans)
+        raise
+    return plans
+
+
+def _close_plans(plans: list[_Planned]) -> None:
+    for plan in plans:
+        if plan.read is not None:
+            os.close(plan.read.fd)
+            plan.read = None
+        if plan.dir_fd is not None:
+            os.close(plan.dir_fd)
+            plan.dir_fd = None
+
+
+def _create(loc: Location, data: bytes, steps: WriteSteps) -> os.stat_result:
+    dir_fd, created = loc.make_parent()
+    done = False
+    try:
+        with directory_lock(dir_fd):
+            remove_stale_temps(dir_fd)
+            written = commit(dir_fd, loc.name, data, original=None, steps=steps)
+            done = True
+            return written
+    finally:
+        os.close(dir_fd)
+        release_created(created, remove=not done)
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    with directory_lock(dir_fd):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _still_as_read(dir_fd: int, name: str, read: Original) -> bool:
+    try:
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    st = read.st
+    return (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _apply_patch(
+    workspace: Workspace,
+    ops: list[FileOp],
     steps: WriteSteps,
     want_evidence: bool,
-) -> _Outcome:
-    # The search and replacement run on the UTF-8 bytes. For valid UTF-8 that
-    # is exactly the same as on the text (UTF-8 is self-synchronising: an
-    # encoded needle can only match at character boundaries), and it saves a
-    # decode, an encode and two text copies of the file: a 50 MB edit drops
-    # from ~4.7x to ~2x the file size in peak memory.
-    shown = loc.shown
-    data = read.data
-    assert data is not None
-    old_b = _encoded(old)
-    count = 0 if old_b is None else data.count(old_b)
-    # Only a new_string with line breaks needs to know the file's line
-    # endings; counting them costs two passes over a big file.
-    # An old_string with "\r" means the model handles line endings itself
-    # (say, turning CRLF into LF): its new_string is then taken literally.
-    crlf_file = "\n" in new and "\r" not in old and data.count(b"\n") == data.count(b"\r\n") > 0
-    if not count and b"\r\n" in data and "\n" in old and "\r" not in old:
-        # The model writes "\n"; a CRLF file keeps its CRLF endings.
-        old = old.replace("\n", "\r\n")
-        old_b = _encoded(old)
-        count = 0 if old_b is None else data.count(old_b)
-        crlf_file = True
-    if crlf_file:
-        # New lines in a file that uses CRLF throughout get CRLF too; a
-        # file with mixed endings is left to the model's own choice.
-        new = new.replace("\r\n", "\n").replace("\n", "\r\n")
-    if not count or old_b is None:
-        return _failure(not_found(data.decode("utf-8"), old, shown))
-    if count > 1 and not replace_all:
-        where = ", ".join(str(n) for n in match_lines(data, old_b, 10))
-        return _failure(
-            f"old_string occurs {count} times in {shown!r} (lines {where}"
-            f"{', ...' if count > 10 else ''}); include more surrounding lines to make it "
-            f"unique, or set replace_all=true to replace every occurrence."
-        )
-    new_b = _encoded(new)
-    if new_b is None:
-        reason = "surrogates not allowed"
-        return _failure(f"new_string cannot be encoded as UTF-8 ({reason}); fix it.")
-    site = data.find(old_b)
-    updated = data.replace(old_b, new_b) if replace_all else data.replace(old_b, new_b, 1)
+    protect_git: bool,
+) -> tuple[EditorResponse, list[FileEvidence]]:
+    """Apply every operation of a patch, or none (phase two writes; a failure rolls back)."""
     try:
-        written = commit(dir_fd, loc.name, updated, original=read, steps=steps)
-    except OSError as exc:
-        return _failure(_os_error("write", shown, exc))
-    evidence = _evidence(loc.path, written, updated) if want_evidence else None
-    done = f"{count} occurrences" if count > 1 else "1 occurrence"
-    shown_lines = snippet(updated, site, len(new_b))
-    message = f"Edited {shown!r}: replaced {done}. Around the edit:\n{shown_lines}"
-    return EditorResponse(success=True, content=message), evidence
+        plans = _plan(workspace, ops, protect_git)
+    except _PatchRefused as exc:
+        return EditorResponse(success=False, error=f"The patch was not applied: {exc}"), []
+    undo: list[Callable[[], None]] = []
+    evidence: list[FileEvidence] = []
+    report: list[str] = []
+    try:
+        try:
+            for plan in plans:
+                op, loc = plan.op, plan.loc
+                if op.kind == "delete":
+                    continue  # deletions go last: nothing is lost if a write fails
+                assert plan.data is not None
+                if op.kind == "add" or plan.dest is not None:
+                    target = loc if op.kind == "add" else plan.dest
+                    assert target is not None
+                    written = _create(target, plan.data, steps)
+                    undo.append(functools.partial(_remove, target))
+                else:
+                    assert plan.dir_fd is not None
+                    assert plan.read is not None
+                    with directory_lock(plan.dir_fd):
+                        written = commit(
+                            plan.dir_fd, loc.name, plan.data, original=plan.read, steps=steps
+                        )
+                    undo.append(functools.partial(_restore, plan))
+                    target = loc
+                described = _describe(plan)
+                if want_evidence:
+                    evidence.append(_evidence(target.path, written, plan.data))
+                    # A caller without read history edits next by carrying this hash.
+                    described += f" (content_hash {_sha256(plan.data)})"
+                report.append(described)
+            for plan in plans:
+                if plan.op.kind == "delete" or plan.dest is not None:
+                    assert plan.dir_fd is not None
+                    assert plan.read is not None
+                    if not _still_as_read(plan.dir_fd, plan.loc.name, plan.read):
+                        raise FileChanged(plan.loc.name)
+                    _unlink(plan.dir_fd, plan.loc.name)
+                    undo.append(functools.partial(_recreate, plan, steps))
+                    if plan.op.kind == "delete":
+                        report.append(f"deleted {plan.loc.shown!r}")
+        except (FileChanged, LateChange, OSError) as exc:
+            failed = _rollback(undo)
+            why = (
+                "a file changed while the patch was being applied (another program wrote it)"
+                if isinstance(exc, (FileChanged, LateChange))
+                else f"a write failed ({(exc.strerror or str(exc)).lower()})"
+            )
+            tail = (
+                " Every file was put back as it was."
+                if not failed
+                else " Some files could not be put back: " + "; ".join(failed) + "."
+            )
+            return EditorResponse(
+                success=False,
+                error=f"The patch was not applied: {why}.{tail} Read the files and retry.",
+            ), []
+    finally:
+        _close_plans(plans)
+    rules = [m for plan in plans for m in plan.matched]
+    loose = _loosest(rules) if rules else None
+    note = "" if loose in (None, "exact") else f" Hunks were located loosely{_note(loose)}."
+    digest = None
+    if len(evidence) == 1 and evidence[0].sha256 is not None:
+        digest = evidence[0].sha256
+    return EditorResponse(
+        success=True,
+        content="Applied the patch: " + ", ".join(report) + "." + note,
+        matched=loose,
+        content_hash=digest,
+    ), evidence
+
+
+def _describe(plan: _Planned) -> str:
+    op = plan.op
+    if op.kind == "add":
+        return f"added {plan.loc.shown!r}"
+    moved = f" and moved it to {plan.dest.shown!r}" if plan.dest is not None else ""
+    hunks = f" ({plan.hunks} hunk{'s' * (plan.hunks != 1)})" if plan.hunks else ""
+    return f"updated {plan.loc.shown!r}{hunks}{moved}"
+
+
+def _remove(loc: Location) -> None:
+    dir_fd = attrs.evolve(loc, parts=loc.parts[:-1]).open_dir()
+    try:
+        _unlink(dir_fd, loc.name)
+    finally:
+        os.close(dir_fd)
+
+
+def _restore(plan: _Planned) -> None:
+    assert plan.dir_fd is not None
+    assert plan.read is not None
+    assert plan.read.data is not None
+    with directory_lock(plan.dir_fd):
+        fd = open_child(plan.dir_fd, plan.loc.name, os.O_RDONLY | _O_NONBLOCK)
+        try:
+            current = Original(fd=fd, st=os.fstat(fd))
+            commit(plan.dir_fd, plan.loc.name, plan.read.data, original=current)
+        finally:
+            os.close(fd)
+
+
+def _recreate(plan: _Planned, steps: WriteSteps) -> None:
+    assert plan.dir_fd is not None
+    assert plan.read is not None
+    assert plan.read.data is not None
+    with directory_lock(plan.dir_fd):
+        commit(plan.dir_fd, plan.loc.name, plan.read.data, original=None, steps=steps)
+        with contextlib.suppress(OSError):
+            os.chmod(plan.loc.name, stat.S_IMODE(plan.read.st.st_mode), dir_fd=plan.dir_fd)
+
+
+def _rollback(undo: list[Callable[[], None]]) -> list[str]:
+    """Undo the writes done so far, newest first; what could not be undone."""
+    failed: list[str] = []
+    for step in reversed(undo):
+        try:
+            step()
+        except OSError as exc:
+            failed.append(str(exc))
+    return failed
 
 
 # --- the tool -------------------------------------------------------------------
@@ -379,11 +943,29 @@ class _EditorHandler:
     protect_git: bool = True
 
     async def __call__(self, request: EditorRequest) -> EditorResponse:
+        if request.action == "apply_patch":
+            return await self.patch(request)
+        if not request.file_path:
+            return EditorResponse(
+                success=False, error=f"action {request.action!r} needs `file_path`: the file."
+            )
         try:
             loc = self.workspace.locate(request.file_path)
         except PathRefused as exc:
             return EditorResponse(success=False, error=exc.message)
         return await self.at(loc, request)
+
+    async def patch(self, request: EditorRequest) -> EditorResponse:
+        """Apply ``request.patch``: every file operation, or none."""
+        ops = patch_operations(request)
+        if isinstance(ops, str):
+            return EditorResponse(success=False, error=ops)
+        context = evidence_wanted()
+        response, evidence = await anyio.to_thread.run_sync(
+            _apply_patch, self.workspace, ops, self.steps, context is not None, self.protect_git
+        )
+        record_all_evidence(context, evidence)
+        return response
 
     async def at(self, loc: Location, request: EditorRequest) -> EditorResponse:
         """Carry out `request` on a path this workspace already located.
@@ -392,9 +974,12 @@ class _EditorHandler:
         evidence there, and hands the same `Location` on, so the path is
         not resolved a second time between the check and the edit.
         """
+        if request.action == "apply_patch":
+            return await self.patch(request)
         if self.protect_git and loc.in_git_dir:
-            return EditorResponse(success=False, error=_git_refusal(request.file_path))
+            return EditorResponse(success=False, error=_git_refusal(request.file_path or ""))
         context = evidence_wanted()
+        want = context is not None
         if request.action == "write":
             if request.content is None:
                 return EditorResponse(
@@ -402,18 +987,58 @@ class _EditorHandler:
                     error="action 'write' needs `content`: the complete new file content.",
                 )
             response, evidence = await anyio.to_thread.run_sync(
-                _write, loc, request.content, self.steps, context is not None
+                _write, loc, request.content, self.steps, want, request.expected_hash
             )
         else:
-            checked = _check_edit(request)
-            if isinstance(checked, str):
-                return EditorResponse(success=False, error=checked)
-            old, new = checked
+            transform = _transform_for(request, loc.shown)
+            if isinstance(transform, str):
+                return EditorResponse(success=False, error=transform)
             response, evidence = await anyio.to_thread.run_sync(
-                _edit, loc, old, new, request.replace_all, self.steps, context is not None
+                _mutate, loc, transform, self.steps, want, request.expected_hash
             )
         record_evidence(context, evidence)
         return response
+
+
+def patch_operations(request: EditorRequest) -> list[FileOp] | str:
+    """The file operations of an ``apply_patch`` request, or why it cannot be used."""
+    if not request.patch or not request.patch.strip():
+        return "action 'apply_patch' needs `patch`: the patch text."
+    for name in ("file_path", "content", "old_string", "new_string", "edits", "insert_line"):
+        if getattr(request, name) is not None:
+            return (
+                f"action 'apply_patch' takes only `patch` (its paths name the files); remove "
+                f"`{name}`."
+            )
+    if request.expected_hash is not None:
+        return "action 'apply_patch' does not take expected_hash; remove it."
+    try:
+        return parse_patch(request.patch)
+    except PatchError as exc:
+        return f"The patch was not applied: {exc}"
+
+
+def _transform_for(request: EditorRequest, shown: str) -> _Transform | str:
+    if request.action == "edit":
+        checked = _check_edit(request)
+        if isinstance(checked, str):
+            return checked
+        old, new = checked
+        return _edit_transform(old, new, request.replace_all, shown)
+    if request.action == "multi_edit":
+        if not request.edits:
+            return (
+                "action 'multi_edit' needs `edits`: a list of {old_string, new_string, "
+                "replace_all?} applied in order."
+            )
+        if request.old_string is not None or request.new_string is not None:
+            return "action 'multi_edit' takes its strings in `edits`; remove old_string/new_string."
+        return _multi_transform(request.edits, shown)
+    if request.insert_line is None:
+        return "action 'insert' needs `insert_line` (0 inserts at the top of the file)."
+    if not request.new_string:
+        return "action 'insert' needs a non-empty `new_string`: the lines to insert."
+    return _insert_transform(request.insert_line, request.new_string, shown)
 
 
 def _git_refusal(shown: str) -> str:
@@ -444,11 +1069,20 @@ Write and edit text files inside the workspace.
 Actions:
 - write: replace the whole file at `file_path` with `content` (the file and its parent
   directories are created if missing). The replacement is atomic.
-- edit: replace `old_string` with `new_string` in an existing UTF-8 file. old_string must
-  match the file exactly, including indentation and whitespace, and must not contain the
-  '<line number><TAB>' prefixes the reader shows. It must occur exactly once unless
-  replace_all is true; add surrounding lines to make it unique. new_string '' deletes it.
-  Line endings (CRLF or LF), a byte-order mark and a missing final newline are kept.
+- edit: replace `old_string` with `new_string` in an existing UTF-8 file. Copy old_string
+  from the file exactly, without the '<line number><TAB>' prefixes the reader shows. It must
+  occur exactly once unless replace_all is true; add surrounding lines to make it unique.
+  If the exact text is nowhere, a unique match that differs only in trailing whitespace,
+  a uniform indentation shift, tabs vs spaces, line endings or look-alike quotes/dashes/
+  spaces is applied, written in the file's own style (`matched` says which).
+- multi_edit: `edits` = [{old_string, new_string, replace_all?}, ...] applied in order to
+  one file (each sees the previous ones); if one fails, none is applied.
+- insert: add `new_string` as whole lines after line `insert_line` (0 = top).
+- apply_patch: `patch` in the '*** Begin Patch' format (*** Add File / *** Delete File /
+  *** Update File [+ *** Move to], '@@' hunks of ' ', '-', '+' lines, *** End Patch) or a
+  unified diff as `git diff` prints it; all files are changed, or none.
+Line endings (CRLF or LF), a byte-order mark and a missing final newline are kept. Pass a
+read's `content_hash` as `expected_hash` to refuse the change if the file moved on.
 
 Read a file before editing it. Paths outside the workspace, symbolic links, secret files
 (.env, .netrc, private keys, ...) and files inside .git are refused.

@@ -140,6 +140,14 @@ class ReaderResponse(BaseModel):
         default=None,
         description="Notes about the answer: what was cut, replaced characters, where to go on.",
     )
+    content_hash: str | None = Field(
+        default=None,
+        description=(
+            "read of a file, when the call records read evidence: the SHA-256 (hex) of the "
+            "file's bytes (the whole file is read for it even when a window is shown; null "
+            "over 8 MiB). Pass it as the editor's expected_hash."
+        ),
+    )
 
 
 def _failure(message: str) -> ReaderResponse:
@@ -213,7 +221,10 @@ def _read_file(
     if want_evidence:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0
         evidence = FileEvidence.of(loc.path, st, digest, whole_file=whole)
-    return _window_response(window, offset, "file"), evidence
+    response = _window_response(window, offset, "file")
+    if evidence is not None and evidence.sha256 is not None:
+        response = response.model_copy(update={"content_hash": evidence.sha256})
+    return response, evidence
 
 
 def _open_error(exc: OSError, shown: str) -> str:

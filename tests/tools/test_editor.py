@@ -179,7 +179,7 @@ async def test_zero_matches_detects_line_number_prefixes(editor, workspace: Path
     assert (workspace / "a.py").read_text() == "a = 1\nb = 2\n"
 
 
-async def test_zero_matches_detects_a_whitespace_mismatch(editor, workspace: Path):
+async def test_a_uniformly_shifted_old_string_is_applied_re_indented(editor, workspace: Path):
     (workspace / "a.py").write_text("class A:\n    def f(self):\n        pass\n")
     result = await editor(
         action="edit",
@@ -187,8 +187,9 @@ async def test_zero_matches_detects_a_whitespace_mismatch(editor, workspace: Pat
         old_string="def f(self):\n    pass",
         new_string="def g(self):\n    pass",
     )
-    assert result["success"] is False
-    assert "A match exists at line 2 if surrounding whitespace is ignored" in result["error"]
+    assert result["success"] is True
+    assert result["matched"] == "indent"
+    assert (workspace / "a.py").read_text() == "class A:\n    def g(self):\n        pass\n"
 
 
 async def test_several_matches_fail_without_replace_all(editor, workspace: Path):
@@ -410,7 +411,8 @@ async def test_failure_records_no_evidence(editor):
 
 async def test_without_a_call_context_nothing_extra_happens(editor, workspace: Path):
     result = await editor(action="write", file_path="a.txt", content="x")
-    assert set(result) == {"success", "content", "error"}
+    assert set(result) == {"success", "content", "error", "matched", "content_hash"}
+    assert result["content_hash"] is None  # nothing asked for evidence: nothing hashed
 
 
 # --- the tool -------------------------------------------------------------------

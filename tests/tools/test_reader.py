@@ -474,3 +474,15 @@ async def test_evidence_of_a_small_file_is_hashed(reader, workspace: Path):
     evidence = context.metadata["file_evidence"]
     assert evidence["sha256"] == hashlib.sha256(b"a\nb\n").hexdigest()
     assert evidence["whole_file"] is True
+
+
+async def test_a_read_asked_for_evidence_returns_the_whole_file_hash(reader, workspace: Path):
+    data = b"".join(b"line %d\n" % i for i in range(50))
+    (workspace / "h.txt").write_bytes(data)
+    with call_context(CallContext(call_id="c", tool="reader", wants_evidence=True)):
+        whole = await reader(action="read", path="h.txt")
+        window = await reader(action="read", path="h.txt", offset=10, limit=5)
+    # A window read still hashes every byte (the evidence needs it): the same hash.
+    assert whole["content_hash"] == window["content_hash"] == hashlib.sha256(data).hexdigest()
+    plain = await reader(action="read", path="h.txt")
+    assert plain["content_hash"] is None  # nothing asked for evidence: nothing hashed
