@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -53,6 +54,7 @@ import attrs
 from lionfactory import ActionResult, Branch
 from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
 from lionfactory.mcp._protocol import ServedTools, call_result
+from lionfactory.mcp._stateless import LISTING_TTL_MS, StatelessCalls, run_with_progress
 
 if TYPE_CHECKING:
     from mcp import types
@@ -226,40 +228,47 @@ class SessionBranches:
                 del self._sessions[key]
 
 
-def _call_session(ctx: Any, tool: str, names: frozenset[str]) -> str:
-    """The session a tool call belongs to; refuses an unknown tool or a sessionless call.
+def _call_session(ctx: Any, tool: str, names: frozenset[str]) -> str | None:
+    """The session a tool call belongs to, or None for a stateless call; refuses an unknown tool.
 
     Raises:
         MCPError: ``INVALID_PARAMS`` for an unknown tool (a protocol error:
-            the client asked for something the listing never offered),
-            ``INVALID_REQUEST`` for a call without a session.
+            the client asked for something the listing never offered).
     """
     from mcp.shared.exceptions import MCPError
-    from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+    from mcp_types import INVALID_PARAMS
 
     if tool not in names:
         raise MCPError(
             INVALID_PARAMS, f"Unknown tool {tool!r}. Call one of: {', '.join(sorted(names))}."
         )
-    key = _session_key(ctx)
-    if key is None:
-        raise MCPError(
-            INVALID_REQUEST,
-            "This server keeps per-session state (read-before-edit evidence) and this "
-            "request has no session. Connect with the initialize handshake (the 2025-11-25 "
-            "protocol; the SDK's Client does so in mode='auto' or 'legacy'), or over stdio.",
-        )
-    return key
+    return _session_key(ctx)
 
 
 def _session_key(ctx: Any) -> str | None:
-    """The session key: the HTTP session id, "" on a stream transport, None if sessionless."""
+    """The session key: the HTTP session id, "" on a stream transport, None if sessionless.
+
+    A 2026-07-28 request over HTTP has no session (`lionfactory.mcp._stateless`);
+    on a stream (stdio, in process) the stream is one client in every era.
+    """
     request = ctx.request
     if request is None:
         return ""
     headers = getattr(request, "headers", None)
     value = headers.get(SESSION_HEADER) if headers is not None else None
     return value or None
+
+
+def _progress_report(ctx: Any) -> Callable[[float, str], Awaitable[None]] | None:
+    """How to report a call's progress, when its request asked for it (a progress token)."""
+    meta = ctx.meta
+    if meta is None or getattr(meta, "progress_token", None) is None:
+        return None
+
+    async def report(progress: float, message: str) -> None:
+        await ctx.session.report_progress(progress, None, message)
+
+    return report
 
 
 def _to_call_result(action: ActionResult, version: str | None) -> types.CallToolResult:
@@ -344,8 +353,8 @@ def create_mcp_server(
     """
     try:
         from mcp import types
+        from mcp.server.caching import CacheHint
         from mcp.server.lowlevel import Server
-        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
 
@@ -369,33 +378,32 @@ def create_mcp_server(
             )
         return found
 
+    stateless = StatelessCalls(new_branch)
+
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         key = _call_session(ctx, params.name, names)
         sessions: SessionBranches = ctx.lifespan_context
-        action = await _act(sessions, stored, key, params.name, params.arguments or {})
+        arguments = params.arguments or {}
+        if key is None:
+            work = partial(stateless.act, params.name, arguments)
+        else:
+            work = partial(_act, sessions, stored, key, params.name, arguments)
+        action = await run_with_progress(_progress_report(ctx), work)
         return _to_call_result(action, ctx.protocol_version)
 
+    # Cacheable in 2026-07-28 (handshake-era results drop the fields): the
+    # listing is fixed for the process's life and holds no user data.
+    listing_hint = CacheHint(ttl_ms=LISTING_TTL_MS, scope="public")
     server: Server[SessionBranches] = Server(
         name,
         version=_version(),
         instructions=instructions,
+        cache_hints={"tools/list": listing_hint, "server/discover": listing_hint},
         lifespan=lifespan,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
 
-    async def discover(ctx: Any, params: Any) -> types.DiscoverResult:
-        # Over HTTP only the handshake era has sessions; advertise just that
-        # era so auto-mode clients fall back to it (see the module docstring).
-        stream = ctx.request is None
-        versions = MODERN_PROTOCOL_VERSIONS if stream else HANDSHAKE_PROTOCOL_VERSIONS
-        return types.DiscoverResult(
-            supported_versions=list(versions),
-            capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
-            instructions=server.instructions,
-        )
-
-    server.add_request_handler("server/discover", types.RequestParams, discover)
     if stored is not None:
         from lionfactory.mcp._stored_sessions import attach
 

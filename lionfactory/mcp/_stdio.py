@@ -49,6 +49,18 @@ from lionfactory.mcp._protocol import (
     ServedTools,
     call_result_json,
 )
+from lionfactory.mcp._stateless import (
+    MODERN_VERSIONS,
+    PROTOCOL_VERSION_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    discover_result,
+    envelope_problem,
+    is_modern,
+    listing_result,
+    progress_token,
+    result_meta,
+    run_with_progress,
+)
 
 __all__ = ["serve_stdio"]
 
@@ -139,8 +151,11 @@ def _encode(text: str) -> bytes:
         return json.dumps(json.loads(text)).encode("ascii")
 
 
-def _error(request_id: Any, code: int, message: str) -> bytes:
-    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = {"jsonrpc": "2.0", "id": request_id, "error": error}
     return _encode(json.dumps(body, ensure_ascii=False) + "\n")
 
 
@@ -159,6 +174,10 @@ class _Connection:
     server_info: dict[str, Any]
     version: str = LATEST_HANDSHAKE_VERSION
     in_flight: dict[str, anyio.CancelScope] = attrs.field(factory=dict)
+    # The protocol era, decided once by the client's first request (as the
+    # SDK's servers do): True for 2026-07-28 (every request carries its own
+    # envelope), False for the initialize handshake, None before any request.
+    modern: bool | None = None
 
     async def receive(self, line: bytes, group: anyio.abc.TaskGroup) -> None:
         try:
@@ -191,7 +210,45 @@ class _Connection:
             if scope is not None:
                 scope.cancel()
 
+    def _refused(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes | None:
+        """The error reply for a request of the other era or with a bad envelope, else None."""
+        modern = method != "initialize" and is_modern(params)
+        if self.modern is None:
+            self.modern = modern
+        if not self.modern:
+            if modern:
+                return _error(
+                    request_id,
+                    INVALID_REQUEST,
+                    "This connection began with the initialize handshake; requests carrying the "
+                    "2026-07-28 envelope are not accepted on it. Open a new connection for them.",
+                )
+            return None
+        if method == "initialize":
+            return _error(
+                request_id,
+                UNSUPPORTED_PROTOCOL_VERSION,
+                "This connection serves the 2026-07-28 protocol (its first request said so); "
+                "the initialize handshake is not accepted on it. Open a new connection for it.",
+                {"supported": list(MODERN_VERSIONS), "requested": params.get("protocolVersion")},
+            )
+        problem = envelope_problem(params)
+        if problem is None:
+            return None
+        return _error(request_id, *problem)
+
+    def _request_version(self, params: Mapping[str, Any]) -> str:
+        if self.modern:
+            version: str = params["_meta"][PROTOCOL_VERSION_KEY]
+            return version
+        return self.version
+
     def _answer(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
+        refused = self._refused(request_id, method, params)
+        if refused is not None:
+            return refused
+        if self.modern:
+            return self._answer_modern(request_id, method, params)
         if method == "initialize":
             asked = params.get("protocolVersion")
             self.version = asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
@@ -202,7 +259,24 @@ class _Connection:
             return _result(request_id, {"tools": self.served.listing(self.version)})
         return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method:.100}")
 
+    def _answer_modern(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
+        identity = self.server_info["serverInfo"]
+        if method == "server/discover":
+            capabilities = self.server_info["capabilities"]
+            instructions = self.server_info.get("instructions")
+            return _result(request_id, discover_result(capabilities, identity, instructions))
+        if method == "tools/list":
+            listing = self.served.listing(self._request_version(params))
+            return _result(request_id, listing_result(listing, identity))
+        # ping, logging and the other handshake-era methods are gone in 2026-07-28.
+        return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method:.100}")
+
     async def _call(self, request_id: Any, params: Mapping[str, Any]) -> None:
+        refused = self._refused(request_id, "tools/call", params)
+        if refused is not None:
+            await self.out.send(refused)
+            return
+        version = self._request_version(params)
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or name not in self.served.names:
             valid = ", ".join(sorted(self.served.names))
@@ -222,18 +296,41 @@ class _Connection:
         with anyio.CancelScope() as scope:
             self.in_flight[key] = scope
             try:
-                action = await self.act(name, arguments or {})
+                action = await run_with_progress(
+                    self._progress(params), lambda: self.act(name, arguments or {})
+                )
             except Exception as exc:
                 logger.exception("serving a call of %r failed", name)
                 reply = _error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
             else:
-                body = call_result_json(action, self.version)
+                meta = result_meta(self.server_info["serverInfo"]) if self.modern else None
+                body = call_result_json(action, version, meta)
+                if self.modern:
+                    body = body[:-1] + ',"resultType":"complete"}'
                 reply = _encode(f'{{"jsonrpc":"2.0","id":{key},"result":{body}}}\n')
             finally:
                 if self.in_flight.get(key) is scope:  # a client may reuse an id; keep the latest
                     del self.in_flight[key]
         if reply is not None:
             await self.out.send(reply)
+
+    def _progress(
+        self, params: Mapping[str, Any]
+    ) -> Callable[[float, str], Awaitable[None]] | None:
+        """How to report a call's progress, when its request carries a progress token."""
+        token = progress_token(params)
+        if token is None:
+            return None
+
+        async def report(progress: float, message: str) -> None:
+            body = {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": progress, "message": message},
+            }
+            await self.out.send(_encode(json.dumps(body, ensure_ascii=False) + "\n"))
+
+        return report
 
 
 async def serve_stdio(

@@ -11,6 +11,14 @@ import anyio
 import pytest
 from mcp import StdioServerParameters
 
+import lionfactory
+
+# The SDK starts a stdio server with a small safe environment (no PYTHONPATH):
+# point the server's Python at the checkout under test, so a worktree's tests
+# exercise that worktree's server and not whichever copy is installed.
+SOURCE_ROOT = str(Path(lionfactory.__file__).resolve().parents[1])
+SERVER_ENV = {"PYTHONPATH": SOURCE_ROOT}
+
 NOTES = "alpha\nbeta\n"
 
 
@@ -46,7 +54,7 @@ def stdio_server(git_workspace: Path) -> Callable[..., StdioServerParameters]:
 
     def parameters(*extra: str) -> StdioServerParameters:
         command = serve_command(git_workspace, *extra)
-        return StdioServerParameters(command=command[0], args=command[1:])
+        return StdioServerParameters(command=command[0], args=command[1:], env=SERVER_ENV)
 
     return parameters
 
