@@ -54,7 +54,12 @@ import attrs
 from lionfactory import ActionResult, Branch
 from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
 from lionfactory.mcp._protocol import ServedTools, call_result
-from lionfactory.mcp._stateless import LISTING_TTL_MS, StatelessCalls, run_with_progress
+from lionfactory.mcp._stateless import (
+    LISTING_TTL_MS,
+    StatelessCalls,
+    progress_token,
+    run_with_progress,
+)
 
 if TYPE_CHECKING:
     from mcp import types
@@ -261,8 +266,7 @@ def _session_key(ctx: Any) -> str | None:
 
 def _progress_report(ctx: Any) -> Callable[[float, str], Awaitable[None]] | None:
     """How to report a call's progress, when its request asked for it (a progress token)."""
-    meta = ctx.meta
-    if meta is None or getattr(meta, "progress_token", None) is None:
+    if progress_token(ctx.params or {}) is None:
         return None
 
     async def report(progress: float, message: str) -> None:

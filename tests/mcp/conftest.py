@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -59,10 +60,10 @@ def stdio_server(git_workspace: Path) -> Callable[..., StdioServerParameters]:
     return parameters
 
 
-@pytest.fixture
-async def http_url(git_workspace: Path) -> AsyncIterator[str]:
-    """Run ``lionfactory mcp serve --transport http --port 0`` and yield its URL."""
-    command = serve_command(git_workspace, "--transport", "http", "--port", "0")
+@asynccontextmanager
+async def http_server(workspace: Path, *extra: str) -> AsyncIterator[str]:
+    """Run ``lionfactory mcp serve --transport http --port 0`` on `workspace`; yield its URL."""
+    command = serve_command(workspace, "--transport", "http", "--port", "0", *extra)
     async with await anyio.open_process(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     ) as process:
@@ -79,3 +80,20 @@ async def http_url(git_workspace: Path) -> AsyncIterator[str]:
             process.terminate()
             with anyio.fail_after(10):
                 await process.wait()
+
+
+@pytest.fixture
+async def http_url(git_workspace: Path) -> AsyncIterator[str]:
+    """Run ``lionfactory mcp serve --transport http --port 0`` and yield its URL."""
+    async with http_server(git_workspace) as url:
+        yield url
+
+
+@pytest.fixture
+def start_http(git_workspace: Path) -> Callable[..., AbstractAsyncContextManager[str]]:
+    """Start one more HTTP server process on the workspace (an async context manager)."""
+
+    def start(*extra: str) -> AbstractAsyncContextManager[str]:
+        return http_server(git_workspace, *extra)
+
+    return start
