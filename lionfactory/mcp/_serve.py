@@ -9,22 +9,31 @@ messages, where the toolkit's guard looks for it.
 What a "session" is depends on the transport:
 
 * **stdio** (and an in-process client): the stream is one client, so one
-  branch serves the whole connection. `serve_mcp` serves stdio with
-  lionfactory's own JSON-RPC loop (`lionfactory.mcp._stdio`), which speaks
-  the handshake era and never imports the SDK: a client that spawns the
-  server waits for Python, pydantic and the served tools, not for the
-  SDK's import. The SDK's server (`create_mcp_server`) serves both eras on
-  any stream pair; its registry lives in the low-level server's lifespan,
-  which ``Server.run`` enters once per connection.
+  branch serves the whole connection, in every protocol version (a
+  2026-07-28 client over stdio keeps its evidence as a session does).
+  `serve_mcp` serves stdio with lionfactory's own JSON-RPC loop
+  (`lionfactory.mcp._stdio`), which speaks both eras and never imports the
+  SDK: a client that spawns the server waits for Python, pydantic and the
+  served tools, not for the SDK's import. The SDK's server
+  (`create_mcp_server`) serves both eras on any stream pair; its registry
+  lives in the low-level server's lifespan, which ``Server.run`` enters once
+  per connection.
 * **Streamable HTTP**: several clients share one process. A session is the
   ``Mcp-Session-Id`` of the 2025 handshake era; its branch is made on the
   session's first tool call and dropped after `session_idle_timeout` without
   calls (the SDK's session manager forgets the id after the same idle time).
-  The 2026-07-28 protocol has no sessions at all, so over HTTP the server
-  answers ``server/discover`` with the handshake versions only (clients in
-  ``auto`` mode then fall back to the handshake, as they do for go-sdk's
-  stateful servers) and refuses a sessionless tool call with an error that
-  says how to connect.
+  The 2026-07-28 protocol has no sessions at all: ``server/discover``
+  advertises it, and each of its tool calls runs on a branch made for that
+  call alone (`lionfactory.mcp._stateless`), so no client ever sees another's
+  evidence and any replica behind a load balancer can answer any call. The
+  read-before-edit guard then sees no earlier read, and an edit of an
+  existing file needs an ``expected_hash`` matching the file's current
+  content (the ``content_hash`` the reader returned).
+
+A request that carries a progress token (``_meta.progressToken``) gets a
+``notifications/progress`` every half second while its call runs (the
+elapsed seconds), so clients that reset their timeout on progress never
+time out a long command.
 
 Results: a tool's response is sent as its JSON text plus, for protocol
 versions that have it (2025-06-18 on), ``structuredContent``; tools carry a
@@ -32,8 +41,10 @@ versions that have it (2025-06-18 on), ``structuredContent``; tools carry a
 `lionfactory.mcp._protocol`); ``isError`` is set when the response reports a typed
 failure (`lionfactory.reports_failure`). Invalid arguments (`ToolInputError`),
 a denial and an unexpected exception also come back as ``isError`` results
-whose text is what `Branch.act` shows a model, with ``error_type`` (and the
-validation ``errors``) in ``structuredContent``: the MCP specification asks
+whose text is what `Branch.act` shows a model, without ``structuredContent``
+(``{error, error_type, errors}`` would not match the tool's ``outputSchema``,
+and clients that validate it, the TypeScript SDK's, would throw) and with
+``error_type`` and the validation ``errors`` in ``_meta``: the MCP specification asks
 servers to report input validation errors as tool execution errors so that
 the model can correct its call, and the SDK's own ``MCPServer`` does the
 same. An unknown tool name is a protocol error (``INVALID_PARAMS``).

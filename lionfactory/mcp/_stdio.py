@@ -9,14 +9,18 @@ while after stdin closes; and every message is validated by pydantic both
 ways. A desktop client or an agent SDK that spawns the server and gives it a
 few seconds to answer ``initialize`` felt all of it.
 
-What is spoken is the handshake era of the protocol (2024-11-05 to
-2025-11-25), which every MCP client speaks: ``initialize``, ``ping``,
-``tools/list`` and ``tools/call``, and the ``notifications/cancelled``
-notification. Any other request (``server/discover`` included) is answered
-with "method not found", so a client that probes for the sessionless
-2026-07-28 protocol falls back to the handshake, as it does with the
-reference servers. The SDK's server (`create_mcp_server`) still serves both
-eras over HTTP and in process.
+Both protocol eras are spoken, and the client's first request decides which
+one a connection speaks (as the SDK's servers do). The handshake era
+(2024-11-05 to 2025-11-25): ``initialize``, ``ping``, ``tools/list``,
+``tools/call`` and ``notifications/cancelled``. The 2026-07-28 era
+(`lionfactory.mcp._stateless`): every request carries its version and the
+client's capabilities in ``_meta``, ``server/discover`` names the version,
+results carry ``resultType`` and the server's identity, and ``tools/list``
+is cacheable. A request of the other era is refused with the error the
+specification names (``initialize`` on a 2026 connection: -32022 with the
+supported versions). The connection keeps one branch in both eras: the pipe
+is one client for as long as it is open. A call whose request carries a
+progress token gets ``notifications/progress`` while it runs.
 
 I/O runs on the event loop: stdin is read when the loop says it is readable
 (``os.read`` on a readable pipe returns what is there without blocking, so
