@@ -98,6 +98,7 @@ class ServedTools:
     names: frozenset[str] = attrs.field(init=False)
     _entries: tuple[dict[str, Any], ...] | None = attrs.field(default=None, init=False)
     _listings: dict[tuple[bool, bool], list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
+    _schemas: dict[str, dict[str, Any]] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.names = frozenset(tool.name for tool in self.tools)
@@ -106,6 +107,12 @@ class ServedTools:
     def of(cls, tools: Iterable[Tool]) -> ServedTools:
         """Describe `tools` (a probe branch's, in registration order)."""
         return cls(tuple(tools))
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of tool `name` as listed (shared: do not change it), or None."""
+        if self._schemas is None:
+            self._schemas = {entry["name"]: entry["inputSchema"] for entry in self.listing(None)}
+        return self._schemas.get(name)
 
     def listing(self, version: str | None) -> list[dict[str, Any]]:
         """The ``tools`` of a ``tools/list`` result for `version` (shared: do not change it)."""

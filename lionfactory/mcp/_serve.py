@@ -414,6 +414,10 @@ def create_mcp_server(
         version=_version(),
         instructions=instructions,
         cache_hints={"tools/list": listing_hint, "server/discover": listing_hint},
+        # A 2026-07-28 call's Mcp-Param headers are checked against the tool's
+        # input schema; without this lookup the SDK runs the whole tools/list
+        # handler (and its result's validation) on every call to find it.
+        get_tool_input_schema=served.input_schema,
         lifespan=lifespan,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
