@@ -602,6 +602,12 @@ async def _serve_http(
     # on_ready wait in the backlog until uvicorn accepts them, so a caller
     # may connect as soon as it reads the URL (and port 0 works).
     sock = socket.create_server((host, port), family=family)
+    # Accepted connections inherit these. Without TCP_NODELAY a response
+    # written in two parts (head, then body: the 2026-07-28 path does so)
+    # waited for the client's delayed ACK, about 40 ms per request; uvicorn
+    # sets it on sockets it binds itself, not on sockets handed to it.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
