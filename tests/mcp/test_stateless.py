@@ -291,7 +291,11 @@ async def test_cancelling_a_2026_call_over_http_ends_its_command(
 ) -> None:
     marker = git_workspace / "finished"
     async with Client(http_url, mode="2026-07-28") as client:
+        # The same command, not cancelled, does leave its file.
+        control = await client.call_tool("bash", {"command": "sh -c 'sleep 0.1; touch control'"})
+        assert not control.is_error, text(control)
+        assert (git_workspace / "control").exists()
         with anyio.move_on_after(2):
-            await client.call_tool("bash", {"command": "sleep 4 && touch finished"})
-        await anyio.sleep(4)
+            await client.call_tool("bash", {"command": "sh -c 'sleep 4; touch finished'"})
+        await anyio.sleep(4)  # past the moment the command would have finished
     assert not marker.exists()
