@@ -12,8 +12,8 @@ from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._exchange import Exchange
 from lionfactory._function import function_tool
 from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
-from lionfactory._registration import Registration
-from lionfactory._tool import Tool, reports_failure
+from lionfactory._registration import Registration, register_factory
+from lionfactory._tool import Tool, ToolHints, reports_failure
 
 __version__ = "0.1.0"
 
@@ -29,8 +29,10 @@ __all__ = [
     "Registration",
     "Tool",
     "ToolCall",
+    "ToolHints",
     "current_call",
     "estimate_tokens",
     "function_tool",
+    "register_factory",
     "reports_failure",
 ]

@@ -19,7 +19,7 @@ import attrs
 from lionfactory._call import CallContext, call_context
 from lionfactory._echo import echo, shorten
 from lionfactory._messages import Message, ToolCall
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, reports_failure
 from lionfactory.errors import ToolError, ToolInputError, UnknownToolError
 
 __all__ = ["ActionResult", "error_payload", "execute_call"]
@@ -54,6 +54,8 @@ class ActionResult:
         message: the tool message appended to the log.
         exception: the exception behind `error`, for developers.
         payload: what the model read: `result`, or the `error_payload`.
+        failed: whether the call failed: an error, or a response that
+            reports a typed failure (`Tool.reports_failure`).
     """
 
     call_id: str
@@ -65,6 +67,7 @@ class ActionResult:
     message: Message
     exception: BaseException | None = attrs.field(default=None, repr=False)
     payload: dict[str, Any] = attrs.field(factory=dict, repr=False)
+    failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -122,7 +125,12 @@ async def execute_call(
         message=message,
         exception=exception,
         payload=payload,
+        failed=error is not None or _reports_failure(tools.get(call.name), result),
     )
+
+
+def _reports_failure(tool: Tool | None, result: dict[str, Any] | None) -> bool:
+    return reports_failure(result) if tool is None else tool.reports_failure(result)
 
 
 class _Explained(Exception):

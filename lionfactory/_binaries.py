@@ -9,8 +9,7 @@ of another version is then only a fallback.
 
 Lookups happen at call time, never in a factory (factories do no I/O).
 `run_helper` runs one and is the single place that turns a launch failure, a
-timeout or an unexpected exit status into an error; `helper_tool` is the
-factory body the tools that drive a helper share.
+timeout or an unexpected exit status into an error.
 """
 
 from __future__ import annotations
@@ -20,22 +19,17 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import attrs
-from pydantic import BaseModel
 
-from lionfactory._isolation import Isolation, workspace_isolation
+from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
-from lionfactory._tool import Tool
-from lionfactory._workspace import Workspace
 
 __all__ = [
     "BinaryFinder",
     "HelperFailure",
     "environment_dirs",
     "finder_or_default",
-    "helper_tool",
     "run_helper",
 ]
 
@@ -178,32 +172,3 @@ async def run_helper(
         detail = stderr(result.stderr) or "no message"
         return HelperFailure(f"{program} failed (exit {result.returncode}): {detail}")
     return result
-
-
-def helper_tool(
-    *,
-    name: str,
-    description: str,
-    request_model: type[BaseModel],
-    handler: Callable[[Workspace, BinaryFinder, Isolation], Any],
-    workspace_root: str | os.PathLike[str] | None,
-    protected_names: Iterable[str] | None,
-    isolation: str | Isolation,
-    binaries: object,
-) -> Tool:
-    """The factory body the helper-binary tools share: workspace, finder, confinement.
-
-    Raises:
-        ValueError: the workspace root is not a directory.
-        TypeError: an option of the wrong type.
-        ConfigurationError: the requested isolation cannot work here.
-    """
-    finder = finder_or_default(binaries)
-    workspace = Workspace.at(workspace_root, protected=protected_names)
-    confinement = workspace_isolation(isolation, workspace.root)
-    return Tool(
-        name=name,
-        description=confinement.annotate(description),
-        request_model=request_model,
-        handler=handler(workspace, finder, confinement),
-    )

@@ -160,6 +160,11 @@ class Branch:
     ) -> Branch:
         """Restore a branch saved with `to_dict`, calling its factories again.
 
+        Only registered factories are called (the built-ins, those given to
+        `lionfactory.register_factory`, the ``lionfactory.factories`` entry
+        points): saved data may come from another program, and nothing it
+        names is imported otherwise.
+
         Args:
             data: what `to_dict` returned.
             resources: the live objects stored by name: factory arguments
@@ -167,8 +172,9 @@ class Branch:
                 ``"tool:<name>"``, and optionally ``"chat_model"``.
 
         Raises:
-            ConfigurationError: a factory cannot be imported or a resource is
-                missing; the message lists everything needed.
+            ConfigurationError: a factory is not registered, a resource is
+                missing or the data is malformed; the message lists everything
+                needed.
         """
         from lionfactory._persist import branch_from_dict
 

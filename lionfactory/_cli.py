@@ -13,7 +13,7 @@
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
-(`lionfactory.reports_failure`, the rule the MCP server uses for ``isError``), and 2 on
+(`Tool.reports_failure`, the rule the MCP server uses for ``isError``), and 2 on
 invalid input, showing the validation errors. The ``mcp`` subcommand imports
 the ``mcp`` SDK only when it runs, so the rest works without the extra.
 
@@ -38,7 +38,7 @@ from typing import Any, Literal, TextIO
 from lionfactory import __version__
 from lionfactory._acting import error_payload
 from lionfactory._builtins import WORKSPACE_TOOLS, workspace_factory
-from lionfactory._tool import Tool, reports_failure
+from lionfactory._tool import Tool
 from lionfactory.errors import ToolError, ToolInputError
 
 __all__ = [
@@ -363,7 +363,7 @@ def _call(name: str, words: Sequence[str], workspace: Path | None, *, as_json: b
     except ToolError as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    failed = reports_failure(result)
+    failed = tool.reports_failure(result)
     if as_json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:

@@ -20,20 +20,30 @@ and drops the repeats by id. The in-memory exchange keeps the same contract
 as the Redis one (`lionfactory.backends.RedisExchange`), so code written
 against one runs on the other.
 
-Concurrency: an exchange belongs to one event loop. Every mutation is a
-synchronous method without an ``await`` inside, so under a cooperative loop
-it is atomic: concurrent senders in a task group cannot interleave inside a
-`send`, and nothing is lost or delivered twice. It is not thread-safe; call
-it from the loop's thread (``anyio.from_thread.run_sync`` from a worker).
+Concurrency: every mutation is a synchronous method without an ``await``
+inside, holding the exchange's lock, so it is atomic both under a
+cooperative loop (concurrent senders in a task group) and across threads:
+`unregister` takes an inbox away in one step, and a send from another
+thread lands either in what it returns or is refused with
+`UnknownOwnerError`, never lost. `wait` belongs to the event loop that
+created the exchange's waiters: from a worker thread, send to an owner some
+task waits on through ``anyio.from_thread.run_sync``, because waking the
+waiter sets an event of that loop.
+
+Cost: a capped `receive` (``limit=``) and a capped `peek` cost what they
+take, not what is queued, so draining a large inbox in small receives is
+linear; `count` is constant-time. Filtering by sender reads the whole inbox.
 """
 
 from __future__ import annotations
 
 import abc
+import itertools
 import math
+import threading
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -42,7 +52,7 @@ import attrs
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
 
-__all__ = ["BaseExchange", "Exchange", "check_timeout", "new_message", "owner_id"]
+__all__ = ["BaseExchange", "Exchange", "check_limit", "check_timeout", "new_message", "owner_id"]
 
 
 @attrs.define(eq=False)
@@ -151,8 +161,24 @@ class BaseExchange(abc.ABC):
         """
 
     @abc.abstractmethod
-    def peek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
-        """What `receive` would return, without taking anything."""
+    def peek(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
+    ) -> list[Message]:
+        """What `receive` would return (at most `limit` of it), without taking anything."""
+
+    def count(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
+        """How many messages wait for `owner` (from `sender`), pending ones included."""
+        return len(self.peek(owner, sender=sender))
+
+    def take_rejected(self, owner: uuid.UUID) -> int:
+        """How many malformed entries of `owner`'s inbox were set aside since the last call.
+
+        A backend that stores messages another program can write (a Redis
+        stream) moves an entry that is not a message to a dead-letter place
+        instead of failing every receive; this reports each one once. The
+        in-memory exchange holds only `Message` objects: always 0.
+        """
+        return 0
 
     @abc.abstractmethod
     def ack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
@@ -187,13 +213,29 @@ class BaseExchange(abc.ABC):
         """`receive` for async code."""
         return self.receive(owner, sender=sender, ack=ack, limit=limit)
 
-    async def apeek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+    async def apeek(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
+    ) -> list[Message]:
         """`peek` for async code."""
-        return self.peek(owner, sender=sender)
+        return self.peek(owner, sender=sender, limit=limit)
 
     async def aack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
         """`ack` for async code."""
         self.ack(owner, message_ids)
+
+    async def acount(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
+        """`count` for async code."""
+        return self.count(owner, sender=sender)
+
+    async def atake_rejected(self, owner: uuid.UUID) -> int:
+        """`take_rejected` for async code."""
+        return self.take_rejected(owner)
+
+
+def check_limit(limit: int | None) -> None:
+    """Refuse a `limit` below 1 (None means no limit)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be at least 1 or None, got {limit!r}")
 
 
 @attrs.define(eq=False, init=False, repr=False)
@@ -213,9 +255,10 @@ class Exchange(BaseExchange):
     # Handed out with ack=False and not acknowledged yet, in delivery order.
     _pending: dict[uuid.UUID, dict[str, Message]]
     _waiters: dict[uuid.UUID, _Waiters]
+    _lock: threading.Lock
 
     def __init__(self) -> None:
-        self.__attrs_init__(inboxes={}, pending={}, waiters={})
+        self.__attrs_init__(inboxes={}, pending={}, waiters={}, lock=threading.Lock())
 
     def __repr__(self) -> str:
         waiting = sum(len(inbox) for inbox in self._inboxes.values())
@@ -226,8 +269,10 @@ class Exchange(BaseExchange):
 
     def register(self, owner: uuid.UUID) -> None:
         """Give `owner` an inbox; registering twice is harmless."""
-        self._inboxes.setdefault(owner_id(owner, "owner"), deque())
-        self._pending.setdefault(owner, {})
+        owner_id(owner, "owner")
+        with self._lock:
+            self._inboxes.setdefault(owner, deque())
+            self._pending.setdefault(owner, {})
 
     def unregister(self, owner: uuid.UUID) -> list[Message]:
         """Remove `owner`'s inbox and return the messages still in it, pending ones first.
@@ -235,10 +280,11 @@ class Exchange(BaseExchange):
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
-        inbox = self._inbox(owner, "owner")
-        left = [*self._pending.pop(owner, {}).values(), *inbox]
-        del self._inboxes[owner]
-        waiting = self._waiters.pop(owner, None)
+        with self._lock:
+            inbox = self._inbox(owner, "owner")
+            left = [*self._pending.pop(owner, {}).values(), *inbox]
+            del self._inboxes[owner]
+            waiting = self._waiters.pop(owner, None)
         if waiting is not None:
             waiting.event.set()  # wake waiters; they find no inbox and return False
         return left
@@ -282,15 +328,19 @@ class Exchange(BaseExchange):
             UnknownOwnerError: the sender or the recipient is not registered.
             TypeError: an id is not a UUID or the content is not a string.
         """
-        message = new_message(self._inboxes, sender, recipient, content, channel, metadata)
-        targets = (
-            [recipient] if recipient is not None else [o for o in self._inboxes if o != sender]
-        )
-        for target in targets:
-            self._inboxes[target].append(message)
-            waiting = self._waiters.pop(target, None)
-            if waiting is not None:
-                waiting.event.set()
+        with self._lock:
+            message = new_message(self._inboxes, sender, recipient, content, channel, metadata)
+            targets = (
+                [recipient] if recipient is not None else [o for o in self._inboxes if o != sender]
+            )
+            woken = []
+            for target in targets:
+                self._inboxes[target].append(message)
+                waiting = self._waiters.pop(target, None)
+                if waiting is not None:
+                    woken.append(waiting)
+        for waiting in woken:
+            waiting.event.set()
         return message
 
     def receive(
@@ -315,45 +365,67 @@ class Exchange(BaseExchange):
             UnknownOwnerError: `owner` is not registered.
             ValueError: `limit` is below 1.
         """
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be at least 1 or None, got {limit!r}")
-        inbox = self._inbox(owner, "owner")
+        check_limit(limit)
         wanted = None if sender is None else str(owner_id(sender, "sender"))
-        pending = self._pending[owner]
-        candidates = [m for m in pending.values() if wanted is None or m.sender == wanted]
-        taken = candidates if limit is None else candidates[:limit]
-        room = None if limit is None else limit - len(taken)
-        fresh: list[Message] = []
-        kept: list[Message] = []
-        for message in inbox:
-            wanted_here = wanted is None or message.sender == wanted
-            if wanted_here and (room is None or len(fresh) < room):
-                fresh.append(message)
+        with self._lock:
+            inbox = self._inbox(owner, "owner")
+            pending = self._pending[owner]
+            matching = (m for m in pending.values() if wanted is None or m.sender == wanted)
+            taken = list(itertools.islice(matching, limit))
+            room = None if limit is None else limit - len(taken)
+            fresh: list[Message] = []
+            if wanted is None:
+                # The oldest first, popped one by one: O(taken), not O(queued).
+                count = len(inbox) if room is None else min(room, len(inbox))
+                fresh = [inbox.popleft() for _ in range(count)]
             else:
-                kept.append(message)
-        if fresh:
-            inbox.clear()
-            inbox.extend(kept)
-        taken.extend(fresh)
-        if ack:
-            for message in taken:
-                pending.pop(message.id, None)
-        else:
-            pending.update((m.id, m) for m in fresh)
+                kept: list[Message] = []
+                for message in inbox:
+                    if message.sender == wanted and (room is None or len(fresh) < room):
+                        fresh.append(message)
+                    else:
+                        kept.append(message)
+                if fresh:
+                    inbox.clear()
+                    inbox.extend(kept)
+            taken.extend(fresh)
+            if ack:
+                for message in taken:
+                    pending.pop(message.id, None)
+            else:
+                pending.update((m.id, m) for m in fresh)
         return taken
 
-    def peek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+    def peek(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
+    ) -> list[Message]:
         """The messages waiting for `owner` (pending first), oldest first, without taking them.
+
+        Args:
+            owner: whose inbox.
+            sender: only this sender's messages.
+            limit: at most this many (the oldest).
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+            ValueError: `limit` is below 1.
+        """
+        check_limit(limit)
+        wanted = None if sender is None else str(owner_id(sender, "sender"))
+        with self._lock:
+            return list(itertools.islice(self._waiting(owner, wanted), limit))
+
+    def count(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
+        """How many messages wait for `owner` (from `sender`), pending ones included.
 
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
-        inbox = self._inbox(owner, "owner")
-        waiting = [*self._pending[owner].values(), *inbox]
-        if sender is None:
-            return waiting
-        wanted = str(owner_id(sender, "sender"))
-        return [m for m in waiting if m.sender == wanted]
+        wanted = None if sender is None else str(owner_id(sender, "sender"))
+        with self._lock:
+            if wanted is None:
+                return len(self._inbox(owner, "owner")) + len(self._pending[owner])
+            return sum(1 for _ in self._waiting(owner, wanted))
 
     def ack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
         """Consume pending messages of `owner` by id; ids not pending are ignored.
@@ -361,10 +433,12 @@ class Exchange(BaseExchange):
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
-        self._inbox(owner, "owner")
-        pending = self._pending[owner]
-        for message_id in message_ids:
-            pending.pop(message_id, None)
+        ids = list(message_ids)
+        with self._lock:
+            self._inbox(owner, "owner")
+            pending = self._pending[owner]
+            for message_id in ids:
+                pending.pop(message_id, None)
 
     async def wait(
         self, owner: uuid.UUID, timeout: float | None = None, *, sender: uuid.UUID | None = None
@@ -398,10 +472,18 @@ class Exchange(BaseExchange):
     # -- internals -----------------------------------------------------------
 
     def _has_mail(self, owner: uuid.UUID, sender: str | None) -> bool:
-        if owner not in self._inboxes:
-            return False
-        waiting = [*self._pending[owner].values(), *self._inboxes[owner]]
-        return any(sender is None or m.sender == sender for m in waiting)
+        with self._lock:
+            if owner not in self._inboxes:
+                return False
+            return next(self._waiting(owner, sender), None) is not None
+
+    def _waiting(self, owner: uuid.UUID, sender: str | None) -> Iterator[Message]:
+        """Pending, then queued messages of `owner` (from `sender`), lazily; under the lock."""
+        inbox = self._inbox(owner, "owner")
+        waiting = itertools.chain(self._pending[owner].values(), inbox)
+        if sender is None:
+            return waiting
+        return (m for m in waiting if m.sender == sender)
 
     async def _sleep(self, owner: uuid.UUID) -> None:
         """Sleep until the next delivery to `owner` (or its unregistration)."""

@@ -1,30 +1,36 @@
-"""Which global excludes file git applies to a repository, asked of git and remembered.
+"""Which global excludes file applies to a repository: the user's own setting, remembered.
 
 git's ``core.excludesFile`` may be set in the system, global or repository
-configuration (or not at all, then ``$XDG_CONFIG_HOME/git/ignore``); only git
-reads all of those correctly, so git is asked (through the process seam) and
-the ignore matcher (`lionfactory._project`) and ripgrep (``--ignore-file``)
-both use its answer. `project_view` builds the matcher of one tool call with
-it: the one way every tool that walks the tree learns what is in the project.
+configuration (or not at all, then ``$XDG_CONFIG_HOME/git/ignore``). Only the
+user's **global** configuration counts here: a repository's config is a file
+a command in the workspace can write, and a ``core.excludesFile`` planted
+there would make this unconfined process read any file it names (its lines
+then hide matching names from listings: an oracle on the file's content).
+git is asked (through the process seam, ``git config --global``, outside any
+repository), and the ignore matcher (`lionfactory._project`) and ripgrep
+(``--ignore-file``) both use its answer. `project_view` builds the matcher of
+one tool call with it: the one way every tool that walks the tree learns what
+is in the project.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import anyio.to_thread
 
 from lionfactory._binaries import BinaryFinder
 from lionfactory._process import LaunchError, run_process
-from lionfactory._project import ProjectView, git_dir, project_top
+from lionfactory._project import ProjectView, project_top
 from lionfactory._workspace import Workspace
 
 __all__ = ["global_excludes", "project_view"]
 
 _GIT_TIMEOUT = 10.0
 
-# Where git's configuration can name core.excludesFile. Asking git costs a
+# Where the user's configuration can name core.excludesFile. Asking git costs a
 # process per call (tens of milliseconds on a loaded machine, a third of a
 # whole search), so the answer is kept while none of these files and none of
 # the variables that move them change. A file pulled in by an include.path
@@ -36,24 +42,17 @@ _GIT_CONFIG_ENV = (
     "GIT_CONFIG_GLOBAL",
     "GIT_CONFIG_SYSTEM",
     "GIT_CONFIG_NOSYSTEM",
-    "GIT_CONFIG_COUNT",
-    "GIT_CONFIG_PARAMETERS",
-    "GIT_DIR",
 )
 _EXCLUDES_CACHE: dict[tuple[object, ...], Path | None] = {}
 _EXCLUDES_CACHE_SIZE = 64
 
 
-def _config_files(top: Path) -> list[Path]:
+def _config_files() -> list[Path]:
     home = Path(os.environ.get("HOME", "/"))
     xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
-    files = [Path("/etc/gitconfig"), home / ".gitconfig", Path(xdg) / "git" / "config"]
-    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
-        if os.environ.get(name):
-            files.append(Path(os.environ[name]))
-    repository = git_dir(top)
-    if repository is not None:
-        files += [repository / "config", top / ".git"]
+    files = [home / ".gitconfig", Path(xdg) / "git" / "config"]
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        files.append(Path(os.environ["GIT_CONFIG_GLOBAL"]))
     return files
 
 
@@ -67,16 +66,17 @@ def _signature(path: Path) -> tuple[str, int, int] | None:
 
 def _excludes_key(top: Path) -> tuple[object, ...]:
     env = tuple(os.environ.get(name) for name in _GIT_CONFIG_ENV)
-    return (str(top), env, *(_signature(path) for path in _config_files(top)))
+    return (str(top), env, *(_signature(path) for path in _config_files()))
 
 
 async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
     """The global excludes file git names, for a workspace inside a repository, else None.
 
-    Asks git (``core.excludesFile`` from every configuration git reads, ``~``
-    expanded); unset, it is git's default ``$XDG_CONFIG_HOME/git/ignore`` or
-    ``~/.config/git/ignore``. None when the file does not exist, or when the
-    workspace is not in a repository (git applies it to repositories only).
+    Asks git for ``core.excludesFile`` of the user's global configuration
+    (``~`` expanded; never a repository's or the system's); unset, it is
+    git's default ``$XDG_CONFIG_HOME/git/ignore`` or ``~/.config/git/ignore``.
+    None when that is not a regular file, or when the workspace is not in a
+    repository (git applies it to repositories only).
     """
     top, is_repo = project_top(root)
     if not is_repo:
@@ -91,7 +91,14 @@ async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
         _EXCLUDES_CACHE[key] = configured
     if configured is None:
         return None
-    return configured if await anyio.to_thread.run_sync(configured.is_file) else None
+    return configured if await anyio.to_thread.run_sync(_is_regular, configured) else None
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 async def _ask_git(top: Path, binaries: BinaryFinder) -> Path | None:
@@ -99,10 +106,16 @@ async def _ask_git(top: Path, binaries: BinaryFinder) -> Path | None:
     git = await anyio.to_thread.run_sync(binaries.find, "git")
     if git is not None:
         try:
+            # --global, from the filesystem root: no repository's configuration
+            # is consulted, whatever the workspace holds.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+            if os.environ.get("GIT_CONFIG_GLOBAL"):
+                env["GIT_CONFIG_GLOBAL"] = os.environ["GIT_CONFIG_GLOBAL"]
             result = await run_process(
-                [git, "config", "--type=path", "--get", "core.excludesFile"],
-                cwd=top,
+                [git, "config", "--global", "--type=path", "--get", "core.excludesFile"],
+                cwd=Path("/"),
                 timeout=_GIT_TIMEOUT,
+                env=env,
             )
         except LaunchError:
             result = None

@@ -218,7 +218,16 @@ class MessageLog:
     are "record indices". Methods say which they take.
     """
 
-    __slots__ = ("_active", "_active_tokens", "_index", "_keys", "_record", "_summaries", "_tokens")
+    __slots__ = (
+        "_active",
+        "_active_tokens",
+        "_index",
+        "_keys",
+        "_record",
+        "_shared",
+        "_summaries",
+        "_tokens",
+    )
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._record: list[Message] = []
@@ -231,6 +240,10 @@ class MessageLog:
         self._index: dict[str, int] = {}
         # summary record index -> record indices it replaced
         self._summaries: dict[int, tuple[int, ...]] = {}
+        # True while the containers above are shared with a copy (`copy`):
+        # the first change copies them (`_writable`), so a clone of a branch
+        # with many messages costs no per-message memory until it diverges.
+        self._shared = False
         for message in messages:
             self.append(message)
 
@@ -305,6 +318,7 @@ class MessageLog:
             ValueError: for a second system message (use `set_system`) or a
                 message id already in the record.
         """
+        self._writable()
         if message.role == "system" and self._pinned_index() is not None:
             raise ValueError("the log already has a system message; use set_system() to replace it")
         index = len(self._record)
@@ -322,6 +336,7 @@ class MessageLog:
 
         The previous system message stays in the record but leaves the view.
         """
+        self._writable()
         message = Message(role="system", content=content)
         index = len(self._record)
         self._add_record(message, (-1, index))
@@ -342,6 +357,7 @@ class MessageLog:
         Returns:
             The evicted messages, in order.
         """
+        self._writable()
         lo, hi = self._clamp(start, end)
         removed = self._active[lo:hi]
         del self._active[lo:hi]
@@ -350,6 +366,7 @@ class MessageLog:
 
     def evict_ids(self, message_ids: Iterable[str]) -> list[Message]:
         """Remove the given messages from the active view; unknown or inactive ids are skipped."""
+        self._writable()
         drop = {self._index[m] for m in message_ids if m in self._index}
         drop.discard(self._pinned_index())
         kept: list[int] = []
@@ -373,6 +390,7 @@ class MessageLog:
         Returns:
             The messages that were restored, in record order.
         """
+        self._writable()
         lo, hi, _ = slice(start, end).indices(len(self._record))
         active = set(self._active)
         pinned = self._pinned_index()
@@ -404,6 +422,7 @@ class MessageLog:
             ValueError: nothing to replace, an id not in the view, the system
                 message among them, or a summary with the system role.
         """
+        self._writable()
         if summary.role == "system":
             raise ValueError("a summary cannot be a system message")
         if summary.id in self._index:
@@ -431,15 +450,17 @@ class MessageLog:
         return summary
 
     def copy(self) -> MessageLog:
-        """An independent log sharing the (immutable) messages: O(n) reference copies."""
+        """An independent log sharing the (immutable) messages, copied on first change."""
         clone = MessageLog.__new__(MessageLog)
-        clone._record = self._record.copy()
-        clone._keys = self._keys.copy()
-        clone._tokens = self._tokens.copy()
+        clone._record = self._record
+        clone._keys = self._keys
+        clone._tokens = self._tokens
         clone._active_tokens = self._active_tokens
-        clone._active = self._active.copy()
-        clone._index = self._index.copy()
-        clone._summaries = self._summaries.copy()
+        clone._active = self._active
+        clone._index = self._index
+        clone._summaries = self._summaries
+        # Both sides copy before their next change; until then they share.
+        clone._shared = self._shared = True
         return clone
 
     def state(
@@ -479,9 +500,21 @@ class MessageLog:
         log._summaries = {int(k): tuple(v) for k, v in summaries.items()}
         log._tokens = [_message_tokens(m) for m in log._record]
         log._active_tokens = sum(log._tokens[i] for i in log._active)
+        log._shared = False
         return log
 
     # -- internals -----------------------------------------------------------
+
+    def _writable(self) -> None:
+        """Own the containers before changing them (they may be shared with a copy)."""
+        if self._shared:
+            self._record = self._record.copy()
+            self._keys = self._keys.copy()
+            self._tokens = self._tokens.copy()
+            self._active = self._active.copy()
+            self._index = self._index.copy()
+            self._summaries = self._summaries.copy()
+            self._shared = False
 
     def _add_record(self, message: Message, key: tuple[int, ...]) -> int:
         if message.id in self._index:

@@ -7,14 +7,21 @@ What is stored, as JSON-ready data with a format tag:
   chronological sort key, the active view and the compaction summaries' spans,
   so a restored view is exactly the saved one (evidence on tool messages
   included: the restored coding toolkit derives its read evidence from it);
-* the registrations, in order: a factory's import path (``module:qualname``)
-  and its keyword arguments, and for static tools their names.
+* the registrations, in order: a factory's registered name (the public
+  import path of a built-in, ``lionfactory.tools:reader_tool``) and its
+  keyword arguments, and for static tools their names.
 
-Module-level functions and classes among the arguments (a policy hook such
-as `deny_destructive_commands`) are stored by import path and imported again.
+Trust: loading calls only *registered* callables (`lionfactory.register_factory`,
+the built-ins, the ``lionfactory.factories`` entry points), looked up by the
+name the data records; it never imports a module the data names, because
+importing runs code and a saved branch may come from a store other programs
+write. An unknown name is a `ConfigurationError` naming it.
+
+Registered callables among the arguments (a policy hook such as
+`deny_destructive_commands`) are stored by name and looked up the same way.
 Other values that are not data (an `Exchange`, a chat model, a static
-`Tool`) are stored *by name* and must be handed back through ``resources``
-when loading:
+`Tool`, an unregistered hook) are stored *by name* and must be handed back
+through ``resources`` when loading:
 
 * a factory keyword argument is the resource named like the argument
   (``"exchange"``); when two registrations pass different objects under one
@@ -23,15 +30,13 @@ when loading:
 * the branch's chat model is the optional resource ``"chat_model"``.
 
 Loading calls the factories again, exactly like `clone()`, so every
-per-branch state is rebuilt for the restored branch. A factory that cannot be
-imported, or a missing resource, raises `ConfigurationError` listing
-everything that is needed.
+per-branch state is rebuilt for the restored branch. A factory that is not
+registered, a missing resource or malformed data raises `ConfigurationError`
+listing everything that is needed.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import os
 import uuid
@@ -40,7 +45,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from lionfactory._messages import Message, MessageLog
-from lionfactory._registration import Registration, factory_path
+from lionfactory._registration import FACTORIES, Registration
 from lionfactory._tool import Tool
 from lionfactory.errors import ConfigurationError
 
@@ -85,59 +90,54 @@ class _Encoder:
             if any(k.startswith("$") for k in value):
                 return {"$resource": self.name_for(key, value)}
             return {k: self.encode(key, v) for k, v in value.items()}
-        path = _importable(value)
-        if path is not None:
-            return {"$callable": path}
+        name = FACTORIES.name_of(value)
+        if name is not None:
+            return {"$callable": name}
         return {"$resource": self.name_for(key, value)}
 
 
-def _importable(value: Any) -> str | None:
-    """The import path of a module-level function or class, if it round-trips."""
-    if not (inspect.isfunction(value) or inspect.isclass(value)):
-        return None
-    path = factory_path(value)
-    try:
-        return path if _import(path) is value else None
-    except (ImportError, AttributeError):
-        return None
+class _Decoder:
+    """Decodes stored factory kwargs; collects what is missing instead of stopping at it."""
 
+    def __init__(self, resources: Mapping[str, Any]) -> None:
+        self.resources = resources
+        self.missing: set[str] = set()
+        self.problems: list[str] = []
 
-def _decode(value: Any, resources: Mapping[str, Any], missing: set[str]) -> Any:
-    if isinstance(value, list):
-        return [_decode(v, resources, missing) for v in value]
-    if isinstance(value, dict):
-        if "$path" in value:
-            return Path(value["$path"])
-        if "$uuid" in value:
-            return uuid.UUID(value["$uuid"])
-        if "$tuple" in value:
-            return tuple(_decode(v, resources, missing) for v in value["$tuple"])
-        if "$callable" in value:
-            try:
-                return _import(value["$callable"])
-            except (ImportError, AttributeError):
-                missing.add(value["$callable"])
-                return None
-        if "$resource" in value:
-            name = value["$resource"]
-            if name not in resources:
-                missing.add(name)
-                return None
-            return resources[name]
-        return {k: _decode(v, resources, missing) for k, v in value.items()}
-    return value
-
-
-def _import(path: str) -> Callable[..., Any]:
-    module_name, _, qualname = path.partition(":")
-    if not qualname or "<locals>" in qualname or "<lambda>" in qualname:
-        raise ImportError(f"{path} is not importable (a local function or lambda)")
-    target: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ImportError(f"{path} is not callable")
-    return target  # type: ignore[no-any-return]
+    def decode(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.decode(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            [(tag, inner)] = value.items()
+            if tag == "$path" and isinstance(inner, str):
+                return Path(inner)
+            if tag == "$uuid" and isinstance(inner, str):
+                try:
+                    return uuid.UUID(inner)
+                except ValueError:
+                    self.problems.append(f"{inner[:80]!r} is not a UUID")
+                    return None
+            if tag == "$tuple" and isinstance(inner, list):
+                return tuple(self.decode(v) for v in inner)
+            if tag == "$callable":
+                try:
+                    return FACTORIES.resolve(inner, what="callable")
+                except ConfigurationError as exc:
+                    self.problems.append(str(exc))
+                    return None
+            if tag == "$resource" and isinstance(inner, str):
+                if inner not in self.resources:
+                    self.missing.add(inner)
+                    return None
+                return self.resources[inner]
+        if any(isinstance(k, str) and k.startswith("$") for k in value):
+            # The encoder writes tags alone and stores tagged-looking
+            # mappings as resources, so this was not written by it.
+            self.problems.append(f"malformed stored value {str(value)[:120]}")
+            return None
+        return {k: self.decode(v) for k, v in value.items()}
 
 
 def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, Any]:
@@ -186,33 +186,62 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
     }
 
 
+def _registrations(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The stored registrations, each checked for shape before anything is resolved.
+
+    Raises:
+        ConfigurationError: an entry that `branch_to_dict` cannot have written.
+    """
+    entries = data.get("registrations")
+    if not isinstance(entries, list):
+        raise ConfigurationError("a saved branch's 'registrations' must be a list")
+    checked = []
+    for i, entry in enumerate(entries):
+        ok = (
+            isinstance(entry, dict)
+            and entry.get("kind") in ("factory", "static")
+            and isinstance(entry.get("tools"), list)
+            and all(isinstance(n, str) for n in entry["tools"])
+            and (
+                entry["kind"] == "static"
+                or (isinstance(entry.get("factory"), str) and isinstance(entry.get("kwargs"), dict))
+            )
+        )
+        if not ok:
+            raise ConfigurationError(f"saved registration {i} is malformed: {str(entry)[:200]}")
+        checked.append(entry)
+    return checked
+
+
 def branch_from_dict(
     cls: type[Branch], data: Mapping[str, Any], resources: Mapping[str, Any] | None = None
 ) -> Branch:
     """Rebuild a branch saved by `branch_to_dict`, calling its factories again."""
-    if data.get("format") != FORMAT:
-        raise ConfigurationError(f"not a saved branch of format {FORMAT!r}: {data.get('format')!r}")
+    if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, Mapping) else type(data).__name__
+        raise ConfigurationError(f"not a saved branch of format {FORMAT!r}: {found!r:.200}")
     resources = dict(resources or {})
-    missing: set[str] = set()
-    problems: list[str] = []
+    decoder = _Decoder(resources)
     plan: list[tuple[Callable[..., Any] | None, dict[str, Any], list[str]]] = []
-    for entry in data["registrations"]:
-        names = list(entry["tools"])
+    for entry in _registrations(data):
+        names = entry["tools"]
         if entry["kind"] == "static":
             for name in names:
                 if f"tool:{name}" not in resources:
-                    missing.add(f"tool:{name}")
+                    decoder.missing.add(f"tool:{name}")
             plan.append((None, {}, names))
             continue
-        kwargs = {k: _decode(v, resources, missing) for k, v in entry["kwargs"].items()}
+        # The factory first: an unregistered one stops the load before any
+        # stored argument is looked at further.
         try:
-            factory: Callable[..., Any] | None = _import(entry["factory"])
-        except (ImportError, AttributeError) as exc:
-            problems.append(f"factory {entry['factory']} cannot be imported ({exc})")
+            factory: Callable[..., Any] = FACTORIES.resolve(entry["factory"])
+        except ConfigurationError as exc:
+            decoder.problems.append(str(exc))
             continue
+        kwargs = {k: decoder.decode(v) for k, v in entry["kwargs"].items()}
         plan.append((factory, kwargs, names))
-    if missing or problems:
-        needed = [f"resource {name!r}" for name in sorted(missing)] + problems
+    if decoder.missing or decoder.problems:
+        needed = [f"resource {name!r}" for name in sorted(decoder.missing)] + decoder.problems
         raise ConfigurationError(
             "cannot restore the branch; supply or fix:\n" + "\n".join(f"- {n}" for n in needed)
         )

@@ -34,6 +34,18 @@ this matcher agree (a property test compares them on generated trees):
 * ``.git`` and the protected names are never project content, whatever the
   rules say; symbolic links are never followed (nor listed).
 
+Ignore files are input a command in the workspace can write, read by this
+unconfined process: they are opened through the file tools' seam
+(`lionfactory._beneath`), beneath a descriptor of the project top, following
+no symbolic link, non-blocking, regular files only, at most 1 MB. A
+``.gitignore`` linked to a key outside is not read (its lines would otherwise
+hide matching names: an oracle on content the command itself cannot read), a
+FIFO does not hang the walk. A ``.git`` *file*'s ``gitdir:`` is followed
+inside the project top the same way, and outside it only into the layout git
+makes for a linked worktree (``<common>/worktrees/<name>`` whose ``gitdir``
+file points back at this ``.git`` file), which a command in the workspace
+cannot fake outside it.
+
 Pattern matching is pathspec's (`GitIgnoreSpecPattern`, a maintained
 implementation of gitignore's wildmatch), not hand-written globbing. pathspec
 matches a directory pattern against everything below the directory too (it
@@ -44,22 +56,25 @@ into its regular expressions is used to tell the two apart (`_Rules`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio.from_thread
 import attrs
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from lionfactory import _beneath
 from lionfactory._workspace import Workspace
 
 __all__ = [
     "IGNORE_FILES",
     "ProjectView",
-    "git_dir",
     "project_top",
+    "read_regular",
     "stray_ignore_files",
 ]
 
@@ -70,12 +85,54 @@ _DIR_MARK = "ps_d"
 _MAX_IGNORE_FILE = 1_000_000
 
 
-def _load_patterns(path: Path) -> tuple[GitIgnoreSpecPattern, ...]:
-    """The patterns of one ignore file; a missing or unreadable file has none."""
+_MAX_GIT_FILE = 64 * 1024
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+
+
+def _read_fd(fd: int, limit: int) -> bytes | None:
+    """Up to `limit` bytes of an open descriptor (closed here) if it is a regular file."""
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(_MAX_IGNORE_FILE)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(65536, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
     except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_beneath(base_fd: int, parts: tuple[str, ...], limit: int) -> bytes | None:
+    """A regular file below `base_fd`, reached through no symlink; None for anything else."""
+    try:
+        fd = _beneath.open_beneath(base_fd, parts, _READ_FLAGS)
+    except OSError:
+        return None
+    return _read_fd(fd, limit)
+
+
+def read_regular(path: Path, limit: int = _MAX_IGNORE_FILE) -> bytes | None:
+    """A regular file by path (links followed: the user's own files), without blocking.
+
+    For files outside every workspace, such as the user's global excludes
+    file: a FIFO or device there does not hang the caller either.
+    """
+    try:
+        fd = os.open(path, _READ_FLAGS | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    return _read_fd(fd, limit)
+
+
+def _parse_patterns(data: bytes | None) -> tuple[GitIgnoreSpecPattern, ...]:
+    """The patterns of one ignore file's bytes; a missing or unreadable file has none."""
+    if not data:
         return ()
     if len(data) == _MAX_IGNORE_FILE:
         data = data[: data.rfind(b"\n") + 1]  # a cut line is not a pattern
@@ -148,32 +205,95 @@ class _Level:
     is_repo: bool
 
 
-def git_dir(directory: Path) -> Path | None:
-    """The repository's common directory for a ``.git`` folder or worktree file."""
-    dot_git = directory / ".git"
-    try:
-        mode = os.lstat(dot_git).st_mode
-    except OSError:
+def _check_cancelled() -> None:
+    """Raise the caller's cancellation in a worker thread; nothing in any other thread."""
+    # Outside a worker thread (RuntimeError) the event loop's own checkpoints apply.
+    with contextlib.suppress(RuntimeError):
+        anyio.from_thread.check_cancelled()
+
+
+def _lexical(path: str) -> str:
+    return os.path.normpath(path)
+
+
+def _below(path: str, top: str) -> tuple[str, ...] | None:
+    """`path`'s components below `top` (both normalised, absolute), or None outside it."""
+    if path == top:
+        return ()
+    prefix = _prefix(top)
+    if not path.startswith(prefix):
         return None
+    return tuple(path[len(prefix) :].split("/"))
+
+
+def _linked_worktree_common(gitdir: str, dot_git: str) -> str | None:
+    """The common directory of a genuine linked worktree's admin folder `gitdir`, else None.
+
+    Outside the project top only git's own layout is accepted:
+    ``<common>/worktrees/<name>`` whose ``gitdir`` file names `dot_git`. A
+    command in the workspace cannot write such a folder outside it.
+    """
+    parent = os.path.dirname(gitdir)
+    if os.path.basename(parent) != "worktrees":
+        return None
+    back = read_regular(Path(gitdir) / "gitdir", _MAX_GIT_FILE)
+    if back is None:
+        return None
+    named = back.decode("utf-8", errors="replace").strip()
+    if _lexical(os.path.join(os.path.dirname(dot_git), named)) != dot_git:
+        return None
+    return os.path.dirname(parent)
+
+
+def _exclude_file(top_fd: int, top: str, parts: tuple[str, ...]) -> tuple[bool, bytes | None]:
+    """Whether the directory ``top/parts`` holds a repository, and its ``info/exclude``.
+
+    A ``.git`` directory: its ``info/exclude``, beneath the top. A ``.git``
+    file (a worktree or submodule): the ``gitdir:`` it names, inside the top
+    through the same seam, outside only into a genuine linked worktree's
+    layout (`_linked_worktree_common`).
+    """
+    try:
+        fd = _beneath.open_beneath(top_fd, (*parts, ".git"), _READ_FLAGS)
+    except OSError:
+        return False, None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        return False, None
     if stat.S_ISDIR(mode):
-        return dot_git
-    if not stat.S_ISREG(mode):
-        return None
-    # A worktree's .git is a file "gitdir: <path>"; info/exclude lives in the
-    # common directory its "commondir" file names (as git and ripgrep read it).
-    try:
-        text = dot_git.read_text(errors="replace")
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    gitdir = Path(text[len("gitdir:") :].strip())
-    gitdir = gitdir if gitdir.is_absolute() else directory / gitdir
-    try:
-        common = (gitdir / "commondir").read_text(errors="replace").strip()
-    except OSError:
-        return gitdir
-    return Path(common) if Path(common).is_absolute() else gitdir / common
+        os.close(fd)
+        return True, _read_beneath(top_fd, (*parts, ".git", "info", "exclude"), _MAX_IGNORE_FILE)
+    text = _read_fd(fd, _MAX_GIT_FILE)
+    if text is None or not text.startswith(b"gitdir:"):
+        return False, None
+    directory = "/".join((top, *parts)) if parts else top
+    named = text[len(b"gitdir:") :].decode("utf-8", errors="replace").strip()
+    gitdir = _lexical(os.path.join(directory, named))
+    inside = _below(gitdir, top)
+    if inside is None:
+        common = _linked_worktree_common(gitdir, _lexical(directory + "/.git"))
+        if common is None:
+            return True, None
+        try:
+            common_fd = os.open(common, _beneath.DIRECTORY_FLAGS)
+        except OSError:
+            return True, None
+        try:
+            return True, _read_beneath(common_fd, ("info", "exclude"), _MAX_IGNORE_FILE)
+        finally:
+            os.close(common_fd)
+    # A worktree's info/exclude lives in the common directory its "commondir"
+    # file names (as git and ripgrep read it); both stay inside the top.
+    base = gitdir
+    commondir = _read_beneath(top_fd, (*inside, "commondir"), _MAX_GIT_FILE)
+    if commondir is not None:
+        base = _lexical(os.path.join(gitdir, commondir.decode("utf-8", errors="replace").strip()))
+    common_parts = _below(base, top)
+    if common_parts is None:
+        return True, None
+    return True, _read_beneath(top_fd, (*common_parts, "info", "exclude"), _MAX_IGNORE_FILE)
 
 
 def project_top(root: Path) -> tuple[Path, bool]:
@@ -241,24 +361,43 @@ class ProjectView:
         else:
             # Matched relative to the workspace root, as ripgrep matches the
             # file it is given with --ignore-file.
-            patterns = _load_patterns(self.global_file)
+            patterns = _parse_patterns(read_regular(self.global_file))
             self._global = _Rules(_prefix(self._root), patterns)
 
     def _level(self, directory: str) -> _Level:
         level = self._levels.get(directory)
         if level is None:
-            base = Path(directory)
-            prefix = _prefix(directory)
-            custom, dot, git = (
-                _Rules(prefix, _load_patterns(base / name)) for name in IGNORE_FILES
-            )
-            repository = git_dir(base)
-            exclude = _NO_RULES
-            if repository is not None:
-                exclude = _Rules(prefix, _load_patterns(repository / "info" / "exclude"))
-            level = _Level(custom, dot, git, exclude, repository is not None)
+            level = self._read_level(directory)
             self._levels[directory] = level
         return level
+
+    def _read_level(self, directory: str) -> _Level:
+        """One directory's ignore files, each opened beneath the project top.
+
+        Also the walk's cancellation point: run in a worker thread
+        (``anyio.to_thread.run_sync``), a walk of a huge tree ends at the next
+        directory once the calling task is cancelled, instead of running on.
+        """
+        _check_cancelled()
+        prefix = _prefix(directory)
+        parts = _below(directory, self._top)
+        if parts is None:
+            return _Level(_NO_RULES, _NO_RULES, _NO_RULES, _NO_RULES, False)
+        try:
+            top_fd = os.open(self._top, _beneath.DIRECTORY_FLAGS)
+        except OSError:
+            return _Level(_NO_RULES, _NO_RULES, _NO_RULES, _NO_RULES, False)
+        try:
+            custom, dot, git = (
+                _Rules(
+                    prefix, _parse_patterns(_read_beneath(top_fd, (*parts, name), _MAX_IGNORE_FILE))
+                )
+                for name in IGNORE_FILES
+            )
+            is_repo, exclude = _exclude_file(top_fd, self._top, parts)
+        finally:
+            os.close(top_fd)
+        return _Level(custom, dot, git, _Rules(prefix, _parse_patterns(exclude)), is_repo)
 
     def _rules(self, directory: str) -> tuple[_Rules, ...]:
         """Every rule set that judges an entry of `directory`, in precedence order.

@@ -30,6 +30,7 @@ __all__ = [
     "PreHook",
     "SchemaStyle",
     "Tool",
+    "ToolHints",
     "input_error",
     "reports_failure",
     "to_result",
@@ -75,6 +76,16 @@ def _check_request_model(_instance: Any, _attribute: Any, value: Any) -> None:
 def _check_callable(_instance: Any, attribute: Any, value: Any) -> None:
     if not callable(value):
         raise TypeError(f"{attribute.name} must be callable, got {value!r}")
+
+
+def _check_response_model(_instance: Any, _attribute: Any, value: Any) -> None:
+    if value is not None and not (isinstance(value, type) and issubclass(value, BaseModel)):
+        raise TypeError(f"response_model must be a pydantic model class or None, got {value!r}")
+
+
+def _check_failed(_instance: Any, _attribute: Any, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"failed must be callable or None, got {value!r}")
 
 
 def _check_hooks(_instance: Any, attribute: Any, value: tuple[Any, ...]) -> None:
@@ -158,16 +169,16 @@ def to_result(value: Any) -> dict[str, Any]:
 
 
 def reports_failure(result: Any) -> bool:
-    """Whether a tool's JSON-ready response reports a typed failure.
+    """The default rule for whether a JSON-ready response reports a typed failure.
 
-    The one answer to "did this call fail?" that the command line (exit
-    status), the MCP server (``isError``) and the toolkit's nudges (failure
-    streaks) all ask. Responses state failure in one of three ways, by their
-    type: ``success`` False (reader, editor, search, context, ...); a
-    ``status`` of ``"error"`` or ``"unavailable"`` (code_check, ast_search);
-    or, for bash, a non-zero or missing ``return_code``, ``timed_out``, or an
-    ``error`` (a refused command never ran). Anything else, including a value
-    that is not a mapping (a custom tool's plain result), is a success.
+    `Tool.reports_failure` asks a tool's own predicate or response model
+    first; this rule answers for tools that state neither, and for a result
+    whose tool is not at hand. Responses state failure in one of three
+    common ways: ``success`` False; a ``status`` of ``"error"`` or
+    ``"unavailable"``; or, for a command, a non-zero or missing
+    ``return_code``, ``timed_out``, or an ``error`` (a refused command never
+    ran). Anything else, including a value that is not a mapping (a custom
+    tool's plain result), is a success.
     """
     if not isinstance(result, Mapping):
         return False
@@ -178,6 +189,36 @@ def reports_failure(result: Any) -> bool:
     if "return_code" in result:
         return result["return_code"] != 0 or bool(result.get("timed_out") or result.get("error"))
     return bool(result.get("timed_out"))
+
+
+@attrs.frozen
+class ToolHints:
+    """What a tool says about its own behaviour, for hosts that decide what to ask a person.
+
+    Set by the factory that builds the tool (a transport translates them, for
+    example into MCP's ``annotations``, and keeps no table of its own). Where
+    a tool offers actions of different kinds, its hints describe the strongest
+    one (the editor's ``write`` overwrites, so the editor is destructive).
+
+    Attributes:
+        title: a short human-readable name (clients show it in menus).
+        read_only: the tool never changes its environment.
+        destructive: a call may overwrite or delete (meaningful when not read-only).
+        idempotent: repeating a call with the same arguments has no further effect.
+        open_world: a call may reach things outside the workspace (a command,
+            a model, a remote host).
+    """
+
+    title: str = attrs.field(validator=attrs.validators.instance_of(str))
+    read_only: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    destructive: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    idempotent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    open_world: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+    @classmethod
+    def reading(cls, title: str, *, open_world: bool = False) -> ToolHints:
+        """The hints of a tool that only reads: read-only and idempotent."""
+        return cls(title, read_only=True, idempotent=True, open_world=open_world)
 
 
 async def _run_hook(hook: Callable[..., Any], *args: Any) -> Any:
@@ -203,6 +244,13 @@ class Tool:
         on_error: hooks offered an unexpected handler exception (`ErrorHook`).
         bound_to: the id of the branch a factory closed over, or None for a
             tool that is safe to share between branches.
+        response_model: the pydantic model of the handler's response, when
+            it has one (MCP serves its JSON schema as ``outputSchema``).
+        hints: what the tool says about its behaviour (`ToolHints`), or None.
+        failed: ``failed(result) -> bool``, whether a JSON-ready response
+            reports a failure; None asks the response model's own
+            ``reports_failure`` classmethod, else the default rule
+            (`reports_failure`). `Tool.reports_failure` is the one question.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -219,6 +267,33 @@ class Tool:
         default=(), converter=_as_tuple, validator=_check_hooks, repr=False
     )
     bound_to: UUID | None = None
+    response_model: type[BaseModel] | None = attrs.field(
+        default=None, validator=_check_response_model, repr=False
+    )
+    hints: ToolHints | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(ToolHints)),
+        repr=False,
+    )
+    failed: Callable[[Any], bool] | None = attrs.field(
+        default=None, validator=_check_failed, repr=False
+    )
+
+    def reports_failure(self, result: Any) -> bool:
+        """Whether `result`, a JSON-ready response of this tool, reports a typed failure.
+
+        The one answer the command line (exit status), the MCP server
+        (``isError``) and the toolkit's nudges (failure streaks) ask for: the
+        tool's own `failed` predicate, else its response model's
+        ``reports_failure`` classmethod, else the default rule
+        (`lionfactory.reports_failure`).
+        """
+        if self.failed is not None:
+            return bool(self.failed(result))
+        judge = getattr(self.response_model, "reports_failure", None)
+        if judge is not None and isinstance(result, Mapping):
+            return bool(judge(result))
+        return reports_failure(result)
 
     def schema(self, style: SchemaStyle = "openai") -> dict[str, Any]:
         """Return the tool's schema in a provider's format.

@@ -424,3 +424,20 @@ async def test_a_call_with_unparseable_arguments_is_answered_with_an_input_error
     payload = json.loads(model.calls[1].messages[-1].content)
     assert payload["error_type"] == "ToolInputError"
     assert "were not valid JSON: Expecting value" in payload["error"]
+
+
+def test_manifests_record_the_public_path_of_builtins(workspace):
+    from lionfactory.coding import coding_toolkit
+    from lionfactory.tools import editor_tool, reader_tool
+
+    branch = Branch()
+    branch.register(reader_tool, workspace_root=workspace)
+    branch.register(editor_tool, workspace_root=workspace)
+    other = Branch()
+    other.register(coding_toolkit, workspace_root=workspace, tools=["reader"])
+    factories = [entry["factory"] for entry in branch.manifest() + other.manifest()]
+    assert factories == [
+        "lionfactory.tools:reader_tool",
+        "lionfactory.tools:editor_tool",
+        "lionfactory.coding:coding_toolkit",
+    ]

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 
 import anyio
 import pytest
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lionfactory import Branch, Exchange
 from lionfactory.errors import LionfactoryError, UnknownOwnerError
@@ -255,3 +258,43 @@ def test_wait_works_under_asyncio_across_separate_event_loops():
     assert asyncio.run(exchange.wait(b, timeout=0.01)) is False  # timed out in loop 1
     assert asyncio.run(wait_then_deliver()) is True  # a fresh event in loop 2
     assert [m.content for m in exchange.receive(b)] == ["hi"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(threads=st.integers(1, 4), taken_first=st.integers(0, 40), pending=st.integers(0, 10))
+def test_unregister_loses_no_send_racing_it_from_threads(threads, taken_first, pending):
+    """Every successful send from another thread is received before or returned by unregister."""
+    exchange = Exchange()
+    recipient, *senders = owners(threads + 1)
+    for owner in [recipient, *senders]:
+        exchange.register(owner)
+    sent: list[list[str]] = [[] for _ in senders]
+    started = threading.Barrier(threads + 1)
+
+    def send_until_refused(me: uuid.UUID, out: list[str]) -> None:
+        started.wait()
+        while True:
+            try:
+                exchange.send(me, recipient, f"{me}:{len(out)}")
+            except UnknownOwnerError:
+                return
+            out.append(f"{me}:{len(out)}")
+
+    workers = [
+        threading.Thread(target=send_until_refused, args=(s, out))
+        for s, out in zip(senders, sent, strict=True)
+    ]
+    for worker in workers:
+        worker.start()
+    started.wait()
+    while exchange.count(recipient) < taken_first + pending + 1:
+        pass  # the senders are running; wait for enough mail to take some first
+    got = [m.content for m in exchange.receive(recipient, limit=taken_first)] if taken_first else []
+    if pending:
+        exchange.receive(recipient, ack=False, limit=pending)
+    left = exchange.unregister(recipient)
+    for worker in workers:
+        worker.join()
+    delivered = got + [m.content for m in left]
+    assert len(delivered) == len(set(delivered))
+    assert set(delivered) == {c for out in sent for c in out}

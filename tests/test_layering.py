@@ -65,8 +65,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory.mcp",
         "lionfactory.integrations",
         "lionfactory.models",
-        "lionfactory._model_http",
-        "lionfactory._anthropic",
         "lionfactory.testing",
     ),
     ("lionfactory._cli", "lionfactory.__main__"),

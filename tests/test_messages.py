@@ -125,3 +125,23 @@ def test_record_since_returns_the_tail_of_the_record_including_evicted_messages(
     log.evict(3, 4)
     assert [m.content for m in log.record_since(2)] == ["2", "3", "4"]
     assert log.record_since(5) == []
+
+
+def test_a_copy_and_its_source_share_until_either_changes() -> None:
+    """Copy-on-write: every change on either side leaves the other as it was."""
+    log = MessageLog([Message(role="system", content="s")])
+    for i in range(6):
+        log.append(Message(role="user", content=f"m{i}"))
+    copy = log.copy()
+    second = log.copy()
+    before = [m.id for m in log]
+    copy.append(Message(role="user", content="only in the copy"))
+    copy.evict(1, 3)
+    assert [m.id for m in log] == before and [m.id for m in second] == before
+    log.replace([log[1].id, log[2].id], Message(role="assistant", content="summary"))
+    log.set_system("new system")
+    assert [m.id for m in second] == before
+    assert copy.total == 8 and log.total == 9 and second.total == 7
+    second.restore()
+    assert [m.content for m in second][1:] == [f"m{i}" for i in range(6)]
+    assert len(second) == 7

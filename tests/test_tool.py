@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory import Tool, reports_failure
+from lionfactory import Tool, ToolHints, reports_failure
 from lionfactory.errors import ToolDenied, ToolInputError
 
 
@@ -231,3 +234,50 @@ def test_reports_failure_is_the_one_rule_for_every_response_type(
     result: object, failed: bool
 ) -> None:
     assert reports_failure(result) is failed
+
+
+class _Judged(BaseModel):
+    state: str
+
+    @classmethod
+    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
+        return data.get("state") == "broken"
+
+
+def test_a_tool_asks_its_failed_predicate_first() -> None:
+    tool = attrs.evolve(make_tool(), response_model=_Judged, failed=lambda r: r == {"x": 1})
+    assert tool.reports_failure({"x": 1}) is True
+    assert tool.reports_failure({"state": "broken"}) is False
+
+
+def test_a_tool_asks_its_response_model_next() -> None:
+    tool = attrs.evolve(make_tool(), response_model=_Judged)
+    assert tool.reports_failure({"state": "broken"}) is True
+    assert tool.reports_failure({"success": False}) is False  # the model's rule, not the default
+
+
+def test_a_tool_that_states_nothing_gets_the_default_rule() -> None:
+    tool = make_tool()
+    assert tool.reports_failure({"success": False}) is True
+    assert tool.reports_failure("plain") is False
+
+
+def test_hints_and_response_model_are_checked() -> None:
+    with pytest.raises(TypeError, match="response_model"):
+        attrs.evolve(make_tool(), response_model=dict)
+    with pytest.raises(TypeError):
+        attrs.evolve(make_tool(), hints={"title": "x"})
+    with pytest.raises(TypeError):
+        ToolHints("t", read_only="yes")  # type: ignore[arg-type]
+    assert ToolHints.reading("Read") == ToolHints("Read", read_only=True, idempotent=True)
+
+
+def test_builtins_judge_their_own_failures() -> None:
+    """bash, code_check and ast_search say in their response models what failure is."""
+    from lionfactory.tools import ast_search_tool, bash_tool, code_check_tool
+
+    bash = bash_tool()
+    assert bash.reports_failure({"return_code": 1}) and not bash.reports_failure({"return_code": 0})
+    for tool in (code_check_tool(), ast_search_tool()):
+        assert tool.reports_failure({"status": "unavailable"})
+        assert not tool.reports_failure({"status": "ok"})

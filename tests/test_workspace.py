@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -10,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lionfactory import _beneath
-from lionfactory._workspace import BACKUP_SUFFIXES, PathRefused, Workspace
+from lionfactory._workspace import (
+    BACKUP_SUFFIXES,
+    DEFAULT_PROTECTED_NAMES,
+    PathRefused,
+    Workspace,
+    protected_matcher,
+)
 
 
 @pytest.fixture
@@ -358,3 +365,61 @@ def test_entries_skip_prunes_whole_subtrees(ws: Workspace):
     found = list(ws.entries(ws.locate("."), recursive=True, skip=skip))
     assert found == [("src", True), ("src/a.py", False)]
     assert "build/deep" not in seen
+
+
+# -- the compiled protected-name rule -------------------------------------------------
+
+_NAME_PARTS = st.sampled_from(
+    [
+        *SECRET_NAMES,
+        "id_rsa",
+        "id_ed25519",
+        "id_rsa.pub",
+        ".pub",
+        "readme",
+        "x",
+        "",
+        ".env",
+        "env",
+        "key",
+        ".",
+        "-sk",
+        "client_secret",
+        "credentials",
+        ".json",
+    ]
+)
+_NAME_TAILS = st.sampled_from(["", *BACKUP_SUFFIXES, ".txt", ".py", "~~", ".bak.old", ".pub", "."])
+
+
+@given(
+    head=_NAME_PARTS,
+    middle=st.text(st.characters(blacklist_characters="/\x00"), max_size=4),
+    tail=_NAME_TAILS,
+)
+def test_the_compact_protected_rule_agrees_with_every_pattern(
+    head: str, middle: str, tail: str
+) -> None:
+    """The factored, compiled rule and the long list of fnmatch patterns match the same names."""
+    name = (head + middle + tail).casefold()
+    long_list = any(fnmatch.fnmatchcase(name, p.casefold()) for p in DEFAULT_PROTECTED_NAMES)
+    assert bool(protected_matcher(Workspace.at(Path(__file__).parent).protected).match(name)) == (
+        long_list
+    )
+
+
+def test_the_protected_rule_is_compiled_once_per_set(tmp_path: Path) -> None:
+    first, second = Workspace.at(tmp_path), Workspace.at(tmp_path / "..")
+    assert first._protected_re is second._protected_re
+    custom = Workspace.at(tmp_path, protected=["*.secret"])
+    assert custom._protected_re is not first._protected_re
+    assert custom.is_protected("a.SECRET") and not custom.is_protected(".env")
+
+
+def test_a_custom_set_with_backup_spellings_keeps_its_meaning(tmp_path: Path) -> None:
+    """A set that holds a base and all its backup spellings factors without change."""
+    names = ["db.conf", *(f"db.conf{suffix}" for suffix in BACKUP_SUFFIXES), "*.x[!y]"]
+    ws = Workspace.at(tmp_path, protected=names)
+    assert ws.is_protected("DB.conf.bak") and ws.is_protected("db.conf")
+    assert not ws.is_protected("db.conf.bak.old") and not ws.is_protected("db.conf.txt")
+    assert ws.is_protected("a.xz") and not ws.is_protected("a.xy")

@@ -8,6 +8,11 @@
   file, the standard library's sqlite3); `RedisBranchStore` is shared over
   the network. `open_store(url)` picks one from a URL.
 
+What a store or a stream holds was written by whoever can reach it, so it
+is read as untrusted input: a stored branch is restored only through the
+factory registry (`lionfactory.register_factory`), and a stream entry that
+is not a message goes to a dead-letter stream instead of blocking the inbox.
+
 Redis needs the ``redis`` extra (``pip install 'lionfactory[redis]'``); it
 is imported only when a Redis backend is built.
 """

@@ -14,10 +14,21 @@ with ids, kept by the server, so a process that dies between reading and
 acknowledging loses nothing: its successor (the same owner) reads them again.
 Acknowledged entries are deleted, so a stream holds only unconsumed mail.
 
+Untrusted entries: anyone who reaches the server can append to a stream.
+An entry that is not a message (no payload, invalid JSON, not a `Message`)
+is moved to ``<ns>:deadletter:<owner>`` (a stream keeping the newest
+10,000, each with the entry's id, payload and the reason), acknowledged and
+deleted, so it never blocks the good mail around it; `take_rejected` reports
+each one once, and the messenger tool puts the count in its response.
+
 Each operation is one round trip: sending checks both owners and appends in
 one Lua script (a broadcast appends to every inbox in that same script, so
-it reaches all or none), and receiving reads the pending and the new entries
-(and, when consuming, acknowledges and deletes them) in another.
+it reaches all or none), receiving reads the pending and the new entries
+(and, when consuming, acknowledges and deletes them) in another, and
+`unregister` reads and deletes the inbox and the owner in a third, so no
+send can land between the two. A capped receive or peek reads only what it
+returns (``COUNT``), and `count` is ``XLEN``, so draining a large inbox in
+capped receives costs what it takes.
 
 Concurrency: redis-py's asyncio client cannot run under trio, so the async
 methods run the synchronous client in anyio worker threads (a second client
@@ -33,23 +44,36 @@ shared by every task and thread of a process.
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import pydantic
 
-from lionfactory._exchange import BaseExchange, check_timeout, owner_id
+from lionfactory._exchange import BaseExchange, check_limit, check_timeout, owner_id
 from lionfactory._messages import Message
-from lionfactory.backends._redis_scripts import ACK, PEEK, RECEIVE, SEND
+from lionfactory.backends._redis_scripts import (
+    ACK,
+    COUNT,
+    DEAD_LETTER,
+    PEEK,
+    RECEIVE,
+    SEND,
+    UNREGISTER,
+)
 from lionfactory.errors import UnknownOwnerError
 
 if TYPE_CHECKING:
     import redis
 
 __all__ = ["RedisExchange"]
+
+logger = logging.getLogger("lionfactory")
 
 T = TypeVar("T")
 
@@ -108,6 +132,12 @@ class RedisExchange(BaseExchange):
         self._receive = self._client.register_script(RECEIVE)
         self._ack = self._client.register_script(ACK)
         self._peek = self._client.register_script(PEEK)
+        self._count = self._client.register_script(COUNT)
+        self._unregister = self._client.register_script(UNREGISTER)
+        self._dead_letter = self._client.register_script(DEAD_LETTER)
+        # Malformed entries set aside per owner and not reported yet (this process).
+        self._rejected: dict[uuid.UUID, int] = {}
+        self._rejected_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RedisExchange(namespace={self.namespace!r})"
@@ -138,12 +168,12 @@ class RedisExchange(BaseExchange):
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
-        left = self.peek(owner)
-        pipe = self._client.pipeline()
-        pipe.zrem(self._owners_key, str(owner))
-        pipe.delete(self._inbox(owner))
-        pipe.execute()
-        return left
+        key = self._inbox(owner_id(owner, "owner"))
+        flat = self._unregister(keys=[self._owners_key, key], args=[str(owner)])
+        if flat == -1:
+            raise UnknownOwnerError(owner, "owner")
+        pairs = list(zip(flat[0::2], flat[1::2], strict=True))
+        return self._messages(owner, pairs, gone=True)
 
     def __contains__(self, owner: object) -> bool:
         if not isinstance(owner, uuid.UUID):
@@ -221,12 +251,22 @@ class RedisExchange(BaseExchange):
             UnknownOwnerError: `owner` is not registered.
             ValueError: `limit` is below 1.
         """
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be at least 1 or None, got {limit!r}")
+        check_limit(limit)
         wanted = None if sender is None else str(owner_id(sender, "sender"))
-        consume = ack and wanted is None and limit is None
-        entries = self._call(owner, self._receive, _GROUP, _CONSUMER, "1" if consume else "0")
-        messages = [Message.model_validate_json(payload) for _, payload in entries]
+        # A filtered receive reads everything (the filter runs here); an
+        # unfiltered one reads at most `limit`, and consumes in the script.
+        consume = ack and wanted is None
+        messages: list[Message] = []
+        while True:
+            room = None if wanted is not None or limit is None else limit - len(messages)
+            entries = self._call(
+                owner, self._receive, _GROUP, _CONSUMER, "1" if consume else "0", str(room or 0)
+            )
+            parsed = self._messages(owner, entries)
+            messages.extend(parsed)
+            # Malformed entries took room a capped read had: read on for it.
+            if room is None or len(parsed) == len(entries) or len(messages) >= (limit or 0):
+                break
         if wanted is not None:
             messages = [m for m in messages if m.sender == wanted]
         if limit is not None:
@@ -235,13 +275,34 @@ class RedisExchange(BaseExchange):
             self.ack(owner, [m.id for m in messages])
         return messages
 
-    def peek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
-        """What `receive` would return, without delivering or taking anything.
+    def peek(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
+    ) -> list[Message]:
+        """What `receive` would return (at most `limit`), without delivering or taking anything.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+            ValueError: `limit` is below 1.
+        """
+        check_limit(limit)
+        return self._peek_from(owner, sender, limit)[1]
+
+    def count(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
+        """How many messages wait for `owner` (from `sender`), pending ones included.
+
+        Without `sender` one ``XLEN``; with it, the inbox is read.
 
         Raises:
             UnknownOwnerError: `owner` is not registered.
         """
-        return self._peek_from(owner, sender)[1]
+        if sender is not None:
+            return len(self.peek(owner, sender=sender))
+        return int(self._call(owner, self._count))
+
+    def take_rejected(self, owner: uuid.UUID) -> int:
+        """How many malformed entries of `owner` this process set aside since the last call."""
+        with self._rejected_lock:
+            return self._rejected.pop(owner, 0)
 
     def ack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
         """Consume pending messages of `owner` by id; ids not pending are ignored.
@@ -271,7 +332,9 @@ class RedisExchange(BaseExchange):
         first = True
         while True:
             try:
-                last, waiting = await self._thread(self._peek_from, owner, sender)
+                last, waiting = await self._thread(
+                    self._peek_from, owner, sender, None if sender is not None else 1
+                )
             except UnknownOwnerError:
                 if first:
                     raise
@@ -310,9 +373,15 @@ class RedisExchange(BaseExchange):
         """`receive` in a worker thread."""
         return await self._thread(self.receive, owner, sender=sender, ack=ack, limit=limit)
 
-    async def apeek(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> list[Message]:
+    async def apeek(
+        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
+    ) -> list[Message]:
         """`peek` in a worker thread."""
-        return await self._thread(self.peek, owner, sender=sender)
+        return await self._thread(self.peek, owner, sender=sender, limit=limit)
+
+    async def acount(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
+        """`count` in a worker thread."""
+        return await self._thread(self.count, owner, sender=sender)
 
     async def aack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
         """`ack` in a worker thread."""
@@ -323,13 +392,58 @@ class RedisExchange(BaseExchange):
     def _inbox(self, owner: uuid.UUID) -> str:
         return f"{self._prefix}{owner}"
 
-    def _peek_from(self, owner: uuid.UUID, sender: uuid.UUID | None) -> tuple[bytes, list[Message]]:
+    def _peek_from(
+        self, owner: uuid.UUID, sender: uuid.UUID | None, limit: int | None = None
+    ) -> tuple[bytes, list[Message]]:
         wanted = None if sender is None else str(owner_id(sender, "sender"))
-        last, *payloads = self._call(owner, self._peek, _GROUP, _CONSUMER)
-        messages = [Message.model_validate_json(p) for p in payloads]
+        cap = "0" if wanted is not None or limit is None else str(limit)
+        while True:
+            last, *flat = self._call(owner, self._peek, _GROUP, _CONSUMER, cap)
+            entries = list(zip(flat[0::2], flat[1::2], strict=True))
+            messages = self._messages(owner, entries)
+            # Malformed entries are gone now; a capped look is taken again to fill up.
+            if cap == "0" or len(messages) == len(entries):
+                break
         if wanted is not None:
             messages = [m for m in messages if m.sender == wanted]
+            if limit is not None:
+                messages = messages[:limit]
         return last, messages
+
+    def _messages(
+        self, owner: uuid.UUID, entries: list[Any], *, gone: bool = False
+    ) -> list[Message]:
+        """Parse (stream id, payload) entries; move the malformed ones to the dead letters.
+
+        Args:
+            owner: whose inbox they came from.
+            entries: what a script returned.
+            gone: the inbox was deleted already (unregister): only record them.
+        """
+        messages: list[Message] = []
+        bad: list[str | bytes] = []
+        for entry_id, payload in entries:
+            try:
+                messages.append(Message.model_validate_json(payload))
+            except pydantic.ValidationError as exc:
+                reason = "no message payload" if not payload else exc.errors()[0]["msg"][:200]
+                bad.extend([entry_id, payload, reason])
+        if bad:
+            keys = [self._inbox(owner), f"{self.namespace}:deadletter:{owner}"]
+            self._dead_letter(keys=keys, args=[_GROUP, *bad])
+            count = len(bad) // 3
+            with self._rejected_lock:
+                self._rejected[owner] = self._rejected.get(owner, 0) + count
+            logger.warning(
+                "RedisExchange %r: moved %d malformed entr%s of %s's inbox to %s%s",
+                self.namespace,
+                count,
+                "y" if count == 1 else "ies",
+                owner,
+                keys[1],
+                " (the inbox was being removed)" if gone else "",
+            )
+        return messages
 
     def _call(self, owner: uuid.UUID, script: Any, *args: str) -> Any:
         """Run a script on `owner`'s inbox; a missing inbox is an unknown owner."""

@@ -13,6 +13,7 @@ threads: its asyncio client cannot run under trio.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -22,22 +23,29 @@ import anyio
 
 from lionfactory.backends._redis_exchange import connect
 from lionfactory.backends._store import BranchStore, StoredBranch, timestamp
-from lionfactory.errors import ConflictError, UnknownBranchError
+from lionfactory.errors import ConfigurationError, ConflictError, UnknownBranchError
 
 if TYPE_CHECKING:
     import redis
 
 __all__ = ["RedisBranchStore"]
 
+logger = logging.getLogger("lionfactory")
+
 T = TypeVar("T")
 
 # KEYS: the branch hash, the index. ARGV: expected version, id, name ("" with
 # ARGV[6] = "0" for None), saved_at, data, has-name. Returns the new version,
-# or -(found version) - 1 on a conflict.
+# or -(live version) - 1 on a conflict. A deleted branch keeps its hash with
+# ``deleted`` set and no data, so a branch saved again under its id goes on
+# numbering from its last version (see `_DELETE`).
 _SAVE = """
-local found = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if found ~= tonumber(ARGV[1]) then return -found - 1 end
-local version = found + 1
+local last = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+local live = last
+if redis.call('HEXISTS', KEYS[1], 'deleted') == 1 then live = 0 end
+if live ~= tonumber(ARGV[1]) then return -live - 1 end
+local version = last + 1
+redis.call('HDEL', KEYS[1], 'deleted')
 redis.call('HSET', KEYS[1], 'version', version, 'saved_at', ARGV[4], 'data', ARGV[5])
 if ARGV[6] == '1' then
   redis.call('HSET', KEYS[1], 'name', ARGV[3])
@@ -46,6 +54,21 @@ else
 end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[2])
 return version
+"""
+
+# KEYS: the branch hash, the index. ARGV: id. Keeps the version (a tombstone),
+# so a writer holding a copy from before the delete meets a newer version
+# once the id is saved again, and gets a conflict instead of overwriting the
+# new branch. Returns 1 if a live branch was deleted.
+_DELETE = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'deleted') == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 0
+end
+redis.call('HDEL', KEYS[1], 'data', 'name', 'saved_at')
+redis.call('HSET', KEYS[1], 'deleted', '1')
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
 """
 
 
@@ -80,6 +103,7 @@ class RedisBranchStore(BranchStore):
         self.namespace = namespace
         self._index = f"{namespace}:branches"
         self._save = self._client.register_script(_SAVE)
+        self._delete_script = self._client.register_script(_DELETE)
 
     def __repr__(self) -> str:
         return f"RedisBranchStore(namespace={self.namespace!r})"
@@ -88,21 +112,42 @@ class RedisBranchStore(BranchStore):
         """Every stored branch, oldest save first."""
 
         def read() -> list[StoredBranch]:
-            ids: list[bytes] = self._client.zrange(self._index, 0, -1)  # type: ignore[assignment]
+            members: list[bytes] = self._client.zrange(self._index, 0, -1)  # type: ignore[assignment]
+            ids: list[uuid.UUID] = []
+            bad: list[bytes] = []
+            for raw in members:
+                try:
+                    ids.append(uuid.UUID(raw.decode()))
+                except (UnicodeDecodeError, ValueError):
+                    bad.append(raw)
             pipe = self._client.pipeline(transaction=False)
-            for raw in ids:
-                pipe.hmget(self._key(uuid.UUID(raw.decode())), "name", "version", "saved_at")
+            for branch_id in ids:
+                pipe.hmget(self._key(branch_id), "name", "version", "saved_at", "deleted")
             out = []
-            for raw, (name, version, saved_at) in zip(ids, pipe.execute(), strict=True):
-                if version is None:
+            for branch_id, (name, version, saved_at, deleted) in zip(
+                ids, pipe.execute(), strict=True
+            ):
+                if version is None or deleted is not None:
                     continue  # deleted between the two reads
-                out.append(
-                    StoredBranch(
-                        uuid.UUID(raw.decode()),
+                try:
+                    entry = StoredBranch(
+                        branch_id,
                         None if name is None else name.decode(),
                         int(version),
                         timestamp(float(saved_at)),
                     )
+                except (UnicodeDecodeError, ValueError, TypeError, OverflowError, OSError):
+                    bad.append(str(branch_id).encode())
+                    continue
+                out.append(entry)
+            if bad:
+                # Another program wrote them: one bad entry must not hide the others.
+                logger.warning(
+                    "RedisBranchStore %r: skipped %d malformed index entr%s: %s",
+                    self.namespace,
+                    len(bad),
+                    "y" if len(bad) == 1 else "ies",
+                    ", ".join(repr(b[:80]) for b in bad[:5]),
                 )
             return out
 
@@ -132,21 +177,22 @@ class RedisBranchStore(BranchStore):
         )
         if version is None or data is None:
             raise UnknownBranchError(branch_id)
-        return int(version), data if isinstance(data, bytes) else data.encode()
+        try:
+            return int(version), data if isinstance(data, bytes) else data.encode()
+        except ValueError:
+            raise ConfigurationError(
+                f"the stored branch {branch_id} is malformed (version {version!r:.40})"
+            ) from None
 
     async def _version(self, branch_id: uuid.UUID) -> int:
-        version = await self._thread(self._client.hget, self._key(branch_id), "version")
-        return 0 if version is None else int(version)
+        version, deleted = await self._thread(
+            self._client.hmget, self._key(branch_id), "version", "deleted"
+        )
+        return 0 if version is None or deleted is not None else int(version)
 
     async def _delete(self, branch_id: uuid.UUID) -> bool:
-        def delete() -> bool:
-            pipe = self._client.pipeline()
-            pipe.delete(self._key(branch_id))
-            pipe.zrem(self._index, str(branch_id))
-            removed, _ = pipe.execute()
-            return bool(removed)
-
-        return await self._thread(delete)
+        keys = [self._key(branch_id), self._index]
+        return bool(await self._thread(self._delete_script, keys=keys, args=[str(branch_id)]))
 
     def _key(self, branch_id: uuid.UUID) -> str:
         return f"{self.namespace}:branch:{branch_id}"

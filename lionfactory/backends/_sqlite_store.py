@@ -37,13 +37,19 @@ __all__ = ["SqliteBranchStore"]
 
 T = TypeVar("T")
 
+# `deleted`: a deleted branch keeps its row, without data, so that its id's
+# versions go on from where they were when a branch of that id is saved
+# again. A writer still holding a copy from before the delete then meets a
+# version it never saw and gets a conflict, instead of overwriting the new
+# branch because the numbering restarted at 1.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS branches (
     id TEXT PRIMARY KEY,
     name TEXT,
     version INTEGER NOT NULL,
     saved_at REAL NOT NULL,
-    data BLOB NOT NULL
+    data BLOB NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0
 )
 """
 
@@ -81,7 +87,8 @@ class SqliteBranchStore(BranchStore):
         """Every stored branch, oldest save first."""
         rows = await self._run(
             lambda db: db.execute(
-                "SELECT id, name, version, saved_at FROM branches ORDER BY saved_at, id"
+                "SELECT id, name, version, saved_at FROM branches WHERE deleted = 0"
+                " ORDER BY saved_at, id"
             ).fetchall()
         )
         return [StoredBranch(uuid.UUID(i), n, v, timestamp(t)) for i, n, v, t in rows]
@@ -103,30 +110,32 @@ class SqliteBranchStore(BranchStore):
             db.execute("BEGIN IMMEDIATE")
             try:
                 row = db.execute(
-                    "SELECT version FROM branches WHERE id = ?", (str(branch_id),)
+                    "SELECT version, deleted FROM branches WHERE id = ?", (str(branch_id),)
                 ).fetchone()
-                found = 0 if row is None else int(row[0])
-                if found != expected:
-                    raise ConflictError(branch_id, expected, found)
+                last = 0 if row is None else int(row[0])
+                live = 0 if row is None or row[1] else last
+                if live != expected:
+                    raise ConflictError(branch_id, expected, live)
                 db.execute(
-                    "INSERT INTO branches (id, name, version, saved_at, data)"
-                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET name = excluded.name,"
-                    " version = excluded.version, saved_at = excluded.saved_at,"
-                    " data = excluded.data",
-                    (str(branch_id), name, expected + 1, time.time(), data),
+                    "INSERT INTO branches (id, name, version, saved_at, data, deleted)"
+                    " VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT(id) DO UPDATE SET"
+                    " name = excluded.name, version = excluded.version,"
+                    " saved_at = excluded.saved_at, data = excluded.data, deleted = 0",
+                    (str(branch_id), name, last + 1, time.time(), data),
                 )
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-            return expected + 1
+            return last + 1
 
         return await self._run(write)
 
     async def _read(self, branch_id: uuid.UUID) -> tuple[int, bytes]:
         row = await self._run(
             lambda db: db.execute(
-                "SELECT version, data FROM branches WHERE id = ?", (str(branch_id),)
+                "SELECT version, data FROM branches WHERE id = ? AND deleted = 0",
+                (str(branch_id),),
             ).fetchone()
         )
         if row is None:
@@ -136,7 +145,7 @@ class SqliteBranchStore(BranchStore):
     async def _version(self, branch_id: uuid.UUID) -> int:
         row = await self._run(
             lambda db: db.execute(
-                "SELECT version FROM branches WHERE id = ?", (str(branch_id),)
+                "SELECT version FROM branches WHERE id = ? AND deleted = 0", (str(branch_id),)
             ).fetchone()
         )
         return 0 if row is None else int(row[0])
@@ -144,7 +153,11 @@ class SqliteBranchStore(BranchStore):
     async def _delete(self, branch_id: uuid.UUID) -> bool:
         def delete(db: sqlite3.Connection) -> bool:
             with db:
-                cursor = db.execute("DELETE FROM branches WHERE id = ?", (str(branch_id),))
+                cursor = db.execute(
+                    "UPDATE branches SET deleted = 1, data = X'', name = NULL"
+                    " WHERE id = ? AND deleted = 0",
+                    (str(branch_id),),
+                )
             return cursor.rowcount > 0
 
         return await self._run(delete)
@@ -195,3 +208,6 @@ def _prepare(db: sqlite3.Connection) -> None:
     if mode is None or str(mode[0]).lower() != "wal":
         raise sqlite3.OperationalError(f"cannot switch the store to WAL mode (got {mode!r})")
     db.execute(_SCHEMA)
+    columns = {row[1] for row in db.execute("PRAGMA table_info(branches)")}
+    if "deleted" not in columns:  # a file made before deletes kept their versions
+        db.execute("ALTER TABLE branches ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0")

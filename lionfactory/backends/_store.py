@@ -14,7 +14,14 @@ its id is not stored yet. The check and the write are one transaction (a
 SQLite write transaction, a Redis script), so two writers racing from the
 same version cannot both win. Versions are remembered by the store object
 (weakly: they go with the branch), so load and save a branch through the
-same store object.
+same store object. Versions never restart for an id: a delete keeps the
+last one (see `BranchStore.delete`).
+
+Trust: a store is shared with every program that can write it, so loading
+treats its rows as untrusted data. A row is restored only through the factory
+registry (`lionfactory.register_factory`): it can name registered factories
+and choose their arguments, never run other code. Rows that are not saved
+branches raise `ConfigurationError` for that branch alone.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pydantic import TypeAdapter
 from lionfactory._branch import Branch
 from lionfactory._messages import Message
 from lionfactory._persist import branch_to_dict
+from lionfactory.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from lionfactory.backends._redis_store import RedisBranchStore
@@ -86,7 +94,9 @@ def encode(branch: Branch) -> bytes:
     """
     data = branch_to_dict(branch, dump_messages=False)
     record = data["messages"].pop("record")
-    envelope = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    # ASCII escapes, so whatever `to_json` accepts is stored as it is: a lone
+    # surrogate in the metadata is valid JSON (``\ud800``) but not UTF-8.
+    envelope = json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return envelope + b"\n" + _record().dump_json(record)
 
 
@@ -94,6 +104,8 @@ def decode(blob: bytes) -> dict[str, Any]:
     """What `encode` stored, as `Branch.from_dict` takes it."""
     envelope, _, record = blob.partition(b"\n")
     data: dict[str, Any] = json.loads(envelope)
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), dict):
+        raise ValueError("no message record in the envelope")
     data["messages"]["record"] = _record().validate_json(record)
     return data
 
@@ -121,10 +133,18 @@ class BranchStore(abc.ABC):
                 object loaded (or last saved) it, or saved a branch of this
                 id that this store object never loaded.
             ConfigurationError: the branch cannot be saved (metadata that is
-                not JSON-ready).
+                not JSON-ready, a name with a lone surrogate).
         """
         if not isinstance(branch, Branch):
             raise TypeError(f"save takes a Branch, got {branch!r:.200}")
+        if branch.name is not None:
+            try:
+                branch.name.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ConfigurationError(
+                    f"branch.name must be text a store can hold (UTF-8); {exc.reason} at "
+                    f"position {exc.start} of {branch.name!r:.100}"
+                ) from None
         expected = self._versions.get(branch, 0)
         version = await self._write(branch.id, branch.name, expected, encode(branch))
         self._versions[branch] = version
@@ -142,12 +162,20 @@ class BranchStore(abc.ABC):
 
         Raises:
             UnknownBranchError: nothing is saved under that id.
-            ConfigurationError: a resource is missing or a factory cannot be
-                imported (the message lists what is needed).
+            ConfigurationError: a resource is missing, a factory is not
+                registered (the message lists what is needed), or the stored
+                data is not a saved branch.
         """
         key = branch_id_of(branch_id)
         version, data = await self._read(key)
-        branch = Branch.from_dict(decode(data), resources=resources)
+        try:
+            saved = decode(data)
+        except (ValueError, TypeError, KeyError) as exc:  # JSON and pydantic errors among them
+            raise ConfigurationError(
+                f"the stored branch {key} is not a saved branch ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); whoever wrote it was not lionfactory"
+            ) from None
+        branch = Branch.from_dict(saved, resources=resources)
         self._versions[branch] = version
         return branch
 
@@ -164,7 +192,14 @@ class BranchStore(abc.ABC):
         """Every stored branch, oldest save first."""
 
     async def delete(self, branch_id: uuid.UUID | str) -> bool:
-        """Delete a branch's saved state; return whether there was one."""
+        """Delete a branch's saved state; return whether there was one.
+
+        The id keeps its last version (a tombstone without data, which
+        `list`, `load` and `version` do not show): a branch saved under the
+        id again continues the numbering, so a copy loaded before the delete
+        meets a version it never saw and its save raises `ConflictError`
+        instead of overwriting the new branch.
+        """
         return await self._delete(branch_id_of(branch_id))
 
     @abc.abstractmethod

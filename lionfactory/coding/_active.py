@@ -16,7 +16,8 @@ import attrs
 
 from lionfactory._isolation import Isolation
 from lionfactory._workspace import Workspace
-from lionfactory.coding._gitdirs import worktree_writable
+from lionfactory.coding._git import Git
+from lionfactory.coding._gitdirs import git_dirs, worktree_writable
 
 __all__ = ["ActiveWorkspace"]
 
@@ -36,12 +37,16 @@ class ActiveWorkspace:
             metadata a commit there writes) instead of the workspace. A
             sub-agent inherits this one, so it can narrow it but never reach
             back to the home checkout.
+        git_env: in a sandbox, the committer identity (``GIT_AUTHOR_*``,
+            ``GIT_COMMITTER_*``) its ``bash`` gets, so ``git commit`` works
+            there on a machine with no identity configured; empty at home.
     """
 
     home: Workspace
     current: Workspace = attrs.field()
     home_isolation: Isolation | None = None
     isolation: Isolation | None = attrs.field()
+    git_env: dict[str, str] = attrs.field(factory=dict)
 
     @current.default
     def _start_home(self) -> Workspace:
@@ -57,12 +62,18 @@ class ActiveWorkspace:
         return self.current is not self.home
 
     def switch(self, root: Path | None) -> None:
-        """Move to a sandbox directory, or home with None (the sandbox's ``on_switch``)."""
+        """Move to a sandbox directory, or home with None."""
         if root is None:
-            self.current, self.isolation = self.home, self.home_isolation
+            self.current, self.isolation, self.git_env = self.home, self.home_isolation, {}
             return
         self.current = Workspace.at(root, protected=self.home.protected)
         self.isolation = _in_worktree(self.home_isolation, self.current.root)
+
+    async def enter(self, root: Path | None) -> None:
+        """The sandbox's ``on_switch``: `switch`, then learn the sandbox's committer identity."""
+        self.switch(root)
+        if root is not None:
+            self.git_env = await Git().identity_env(self.home.root)
 
 
 def _in_worktree(isolation: Isolation | None, root: Path) -> Isolation | None:
@@ -70,6 +81,16 @@ def _in_worktree(isolation: Isolation | None, root: Path) -> Isolation | None:
     if isolation is None or not isolation.confined:
         return isolation
     # The worktree instead of the workspace, plus the git metadata a commit
-    # there writes (the main checkout's own stays read-only).
-    policy = attrs.evolve(isolation.policy, writable=(root,), git_writable=worktree_writable(root))
+    # there writes (the main checkout's own stays read-only), and the rest of
+    # the repository's common directory readable: without its HEAD, refs and
+    # config (covered by a private /tmp or a hidden home when the checkout
+    # lives there) git in the worktree cannot even name the base branch.
+    found = git_dirs(root)
+    shown = () if found is None or found[0] == found[1] else (found[1],)
+    policy = attrs.evolve(
+        isolation.policy,
+        writable=(root,),
+        git_writable=worktree_writable(root),
+        exposed=(*isolation.policy.exposed, *shown),
+    )
     return attrs.evolve(isolation, policy=policy)

@@ -15,14 +15,23 @@ configuration that no repository can override:
   helpers, ask-pass programs, automatic gc/maintenance, submodule recursion and
   every transport protocol (the sandbox never fetches);
 * for each filter, merge driver or diff driver the repository defines, a
-  ``-c`` option that blanks its command (merge drivers become ``false``, so a
-  merge needing one conflicts instead of running it); ``diff`` also gets
-  ``--no-ext-diff --no-textconv``;
+  command-scope setting that blanks its command (merge drivers become
+  ``false``, so a merge needing one conflicts instead of running it); ``diff``
+  also gets ``--no-ext-diff --no-textconv``. These travel as
+  ``GIT_CONFIG_KEY_<n>``/``GIT_CONFIG_VALUE_<n>`` pairs, not ``-c key=value``:
+  git splits ``-c`` at the first ``=``, so ``-c filter.a=b.clean=`` would set
+  ``filter.a`` and leave the driver named ``a=b`` running. A listing of
+  drivers too large to read whole is refused, never cut short;
 * an environment without the user's ``GIT_*`` variables (they can inject
   configuration, pagers, editors or another ``GIT_EXEC_PATH``), with
   ``GIT_CONFIG_NOSYSTEM=1`` and ``GIT_CONFIG_GLOBAL=/dev/null`` so neither the
   system's nor the user's configuration runs anything either, and
   ``GIT_TERMINAL_PROMPT=0`` so a git that wants credentials fails at once.
+
+Which repository git works on is never discovered from the work tree: a
+``.git`` file or an admin folder's ``commondir`` is writable by whatever runs
+in the checkout, so the sandbox passes ``GIT_DIR``, ``GIT_COMMON_DIR`` and
+``GIT_WORK_TREE`` recorded when it was created (see `Git.at`).
 
 Only the author identity is still read from the user's configuration (reading
 configuration runs nothing) and passed explicitly. The cost: filters such as
@@ -48,8 +57,11 @@ __all__ = ["FALLBACK_IDENTITY", "Git", "GitError", "Runner"]
 Runner = Callable[..., Awaitable[ProcessResult]]
 """``runner(argv, *, cwd, timeout, env, max_bytes, announce_truncation)``: `run_process`'s shape."""
 
-FALLBACK_IDENTITY = ("lionfactory sandbox", "sandbox@lionfactory.invalid")
-"""Author of sandbox commits in a repository with no ``user.name``/``user.email``."""
+FALLBACK_IDENTITY = ("lionfactory agent", "agent@localhost")
+"""Author of sandbox commits when the user has no ``user.name``/``user.email`` configured."""
+
+MAX_DRIVER_LISTING = 1_000_000
+"""Bytes of configured driver names the hardening reads; a longer listing is refused."""
 
 # Variables that redirect git to another repository, work tree or index.
 _REDIRECTING = frozenset(
@@ -130,7 +142,9 @@ _BLANKED = {
 }
 # Subcommands that never read file content, so never run a filter or driver:
 # they skip the extra `git config` call that lists the repository's drivers.
-_CONTENT_FREE = frozenset({"rev-parse", "config", "symbolic-ref", "rev-list", "branch"})
+_CONTENT_FREE = frozenset(
+    {"rev-parse", "config", "symbolic-ref", "rev-list", "branch", "update-ref", "commit-tree"}
+)
 _DIFFING = frozenset({"diff", "show", "log"})
 
 DEFAULT_TIMEOUT = 60.0
@@ -188,7 +202,13 @@ class Git:
         return {**base, **_HARDENED_ENV, **self.env}
 
     async def _launch(
-        self, argv: list[str], *, cwd: Path, timeout: float, max_bytes: int
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        timeout: float,
+        max_bytes: int,
+        extra_env: Mapping[str, str] | None = None,
     ) -> ProcessResult:
         # Confined only when the toolkit chose a mechanism: a test's fake runner
         # need not know the keyword.
@@ -198,7 +218,7 @@ class Git:
                 argv,
                 cwd=cwd,
                 timeout=timeout,
-                env=self._environment(),
+                env={**self._environment(), **(extra_env or {})},
                 max_bytes=max_bytes,
                 announce_truncation=False,
                 **confined,
@@ -206,20 +226,63 @@ class Git:
         except LaunchError as exc:
             raise GitError(f"{exc.message} The sandbox needs git on PATH.") from None
 
-    async def _driver_overrides(self, cwd: Path) -> list[str]:
-        """``-c`` options blanking every filter, merge and diff driver the repository names."""
+    def at(self, git_dir: Path, work_tree: Path, common_dir: Path | None = None) -> Git:
+        """The same runner pinned to one repository: nothing is discovered from the work tree.
+
+        Args:
+            git_dir: the repository's git directory (``GIT_DIR``).
+            work_tree: its work tree (``GIT_WORK_TREE``).
+            common_dir: the shared git directory (``GIT_COMMON_DIR``); `git_dir`
+                when None, so no ``commondir`` file is ever read.
+        """
+        return self.with_env(
+            GIT_DIR=str(git_dir),
+            GIT_WORK_TREE=str(work_tree),
+            GIT_COMMON_DIR=str(common_dir or git_dir),
+        )
+
+    async def _driver_overrides(self, cwd: Path) -> dict[str, str]:
+        """Command-scope settings blanking every filter, merge and diff driver the repository names.
+
+        Raises:
+            GitError: the configuration cannot be read, or names more drivers
+                than `MAX_DRIVER_LISTING` bytes hold: git would run the ones
+                past the cut, so nothing runs at all.
+        """
         result = await self._launch(
             ["git", *HARDENING, "config", "--name-only", "-z", "--get-regexp", _DRIVER_KEYS],
             cwd=cwd,
             timeout=DEFAULT_TIMEOUT,
-            max_bytes=1_000_000,
+            max_bytes=MAX_DRIVER_LISTING,
         )
-        options: list[str] = []
-        for key in dict.fromkeys(result.stdout.split("\0")):
-            name = key.strip()
-            if name:
-                options += ["-c", f"{name}={_BLANKED[name.rsplit('.', 1)[1].lower()]}"]
-        return options
+        if result.stdout_truncated or result.timed_out:
+            raise GitError(
+                f"The repository's configuration names more filter, merge and diff driver "
+                f"settings than the sandbox can check (over {MAX_DRIVER_LISTING:,} bytes of "
+                f"names), so it runs no git command on it. Ask the user to remove them "
+                f"(git config --get-regexp '^(filter|merge|diff)\\.')."
+            )
+        # 1: no driver configured. Anything else: git could not read the configuration.
+        if result.returncode not in (0, 1):
+            raise GitError(
+                f"Could not read the repository's configuration to disable its drivers "
+                f"({_describe(result)}). Ask the user to check the repository's config file."
+            )
+        env: dict[str, str] = {}
+        names = [name for name in dict.fromkeys(result.stdout.split("\0")) if name]
+        for count, name in enumerate(names):
+            blank = _BLANKED.get(name.rsplit(".", 1)[-1].lower())
+            if blank is None:
+                raise GitError(
+                    f"The repository's configuration lists a driver setting the sandbox does "
+                    f"not recognise ({name[:200]!r}), so it runs no git command on it. Ask the "
+                    f"user to check the repository's config file."
+                )
+            env[f"GIT_CONFIG_KEY_{count}"] = name
+            env[f"GIT_CONFIG_VALUE_{count}"] = blank
+        if env:
+            env["GIT_CONFIG_COUNT"] = str(len(names))
+        return env
 
     async def run(
         self,
@@ -237,13 +300,17 @@ class Git:
         args = list(args)
         position = _subcommand_index(args)
         subcommand = args[position] if position < len(args) else ""
-        extra: list[str] = []
+        blanked: dict[str, str] = {}
         if subcommand not in _CONTENT_FREE:
-            extra = await self._driver_overrides(cwd)
+            blanked = await self._driver_overrides(cwd)
         if subcommand in _DIFFING:
             args[position + 1 : position + 1] = ["--no-ext-diff", "--no-textconv"]
         return await self._launch(
-            ["git", *HARDENING, *extra, *args], cwd=cwd, timeout=timeout, max_bytes=max_bytes
+            ["git", *HARDENING, *args],
+            cwd=cwd,
+            timeout=timeout,
+            max_bytes=max_bytes,
+            extra_env=blanked,
         )
 
     async def check(self, args: Sequence[str], *, cwd: Path, what: str, **kwargs: Any) -> str:
@@ -267,12 +334,31 @@ class Git:
             return None
         return result.stdout.strip() or None
 
+    async def identity_env(self, cwd: Path) -> dict[str, str]:
+        """``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` for commands in a sandbox worktree.
+
+        The same identity as `identity_options` (the user's, else
+        `FALLBACK_IDENTITY`), as variables: a confined ``git commit`` cannot
+        see the user's global configuration (the home directory is hidden),
+        and a machine without one (CI, a container) has none to see.
+        """
+        options = await self.identity_options(cwd)
+        name = options[1].partition("=")[2]
+        email = options[3].partition("=")[2]
+        return {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email,
+        }
+
     async def identity_options(self, cwd: Path) -> list[str]:
         """``-c user.name=... -c user.email=...``: the user's configured author, or the fallback.
 
         The identity is read with the user's global and system configuration
-        (every other call runs without them); reading configuration runs no
-        program, and a sandbox commit should carry the user's name.
+        (every other call runs without them) and the configuration of the
+        repository this runner is pinned to (`at`); reading configuration runs
+        no program, and a sandbox commit should carry the user's name.
         """
         options = []
         env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING}

@@ -5,7 +5,10 @@ the main repository's ``.git`` writable (the worktree's own admin folder, the
 object store, the sandbox branch's refs), and nothing else of it. This module
 finds them by reading the ``.git`` file of a linked worktree (``gitdir: ...``)
 and its ``commondir`` file, so the answer is available synchronously when the
-toolkit switches into a sandbox.
+toolkit switches into a sandbox: right after the sandbox created the
+worktree, before any command ran in it. The layout is verified (the admin
+folder sits in ``<common>/worktrees/`` and its ``gitdir`` file points back),
+so a file laid out any other way yields nothing to make writable.
 """
 
 from __future__ import annotations
@@ -41,7 +44,19 @@ def git_dirs(start: Path) -> tuple[Path, Path] | None:
     common = gitdir
     with contextlib.suppress(OSError, UnicodeDecodeError):
         common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    if common != gitdir and not _is_admin_of(gitdir, common, dot_git):
+        # Not how git lays out a linked worktree: a planted file, not an answer.
+        return None
     return gitdir, common
+
+
+def _is_admin_of(gitdir: Path, common: Path, dot_git: Path) -> bool:
+    """Whether `gitdir` is `common`'s admin folder for the worktree whose ``.git`` is `dot_git`."""
+    try:
+        back = (gitdir / "gitdir").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return gitdir.parent == common / "worktrees" and Path(back).resolve() == dot_git.resolve()
 
 
 def worktree_writable(worktree: Path, branch_namespace: str = "lionfactory") -> tuple[Path, ...]:

@@ -69,7 +69,7 @@ class NudgeSnapshot:
         tool: the tool just called.
         arguments: its arguments.
         result: its result (do not modify).
-        succeeded: whether the result reports success (`lionfactory.reports_failure`).
+        succeeded: whether the result reports success (`Tool.reports_failure`).
         estimated_tokens: the estimated tokens of the branch's active view.
         max_tokens: the toolkit's ``notify_max_tokens``.
         threshold: the toolkit's ``notify_threshold`` (a fraction).
@@ -197,7 +197,8 @@ class NudgeHook:
     def __call__(
         self, tool: str, arguments: dict[str, Any], result: dict[str, Any]
     ) -> dict[str, Any] | None:
-        ok = not reports_failure(result)
+        own = self.branch.tools.get(tool)
+        ok = not (own.reports_failure(result) if own is not None else reports_failure(result))
         action = arguments.get("action") if isinstance(arguments, dict) else None
         self.history.append(CallRecord(tool, action if isinstance(action, str) else None, ok))
         if not isinstance(result, dict) or not self.rules:

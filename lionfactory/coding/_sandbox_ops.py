@@ -3,11 +3,25 @@
 Functions return a typed outcome, or a string that is the model-facing error
 of an expected refusal; a git call that fails unexpectedly raises `GitError`,
 which the handler reports the same way.
+
+Everything a command running in the worktree can write is untrusted here: the
+worktree's ``.git`` file, its admin folder (``HEAD``, ``index``,
+``commondir``, ``gitdir``, ``config.worktree``) and the sandbox branch's ref.
+So no git call discovers its repository: calls on the workspace run pinned to
+the git directories `plan` recorded, and calls on the worktree run with the
+main repository's common directory as ``GIT_DIR``, the worktree as work tree
+and a scratch index, so git reads none of the admin folder. The admin folder's
+index is read only as a seed (opened without following links, regular files
+only) and replaced atomically after a commit; the branch is named in full
+(``refs/heads/...``), never reached through ``HEAD``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 import anyio.to_thread
@@ -28,6 +42,7 @@ __all__ = [
     "diff",
     "merge",
     "plan",
+    "record_worktree",
 ]
 
 MAX_DIFF_CHARS = 50_000
@@ -45,27 +60,54 @@ class Session:
     Attributes:
         repo: the workspace repository's top level.
         prefix: the workspace directory relative to `repo` (``""`` or ``"sub/"``).
+        git_dir: the workspace repository's git directory, recorded by `plan`.
+        common_dir: its common directory (the same, unless the workspace is a
+            linked worktree itself), recorded by `plan`.
         scratch: the temporary directory holding the worktree and scratch files.
         root: the worktree (the sandbox's counterpart of `repo`).
         branch: the sandbox branch.
         base_branch: the branch the sandbox came from and merges into.
         base_commit: the commit it started from.
+        admin_dir: the worktree's admin folder (``<common_dir>/worktrees/<name>``),
+            recorded by `record_worktree` right after git created it.
         merged: merged already; only cleanup is left.
     """
 
     repo: Path
     prefix: str
+    git_dir: Path
+    common_dir: Path
     scratch: Path
     root: Path
     branch: str
     base_branch: str
     base_commit: str
+    admin_dir: Path | None = None
     merged: bool = False
 
     @property
     def workspace(self) -> Path:
         """The sandbox's counterpart of the workspace directory."""
         return self.root / self.prefix if self.prefix else self.root
+
+    @property
+    def ref(self) -> str:
+        """The sandbox branch's full ref name."""
+        return f"refs/heads/{self.branch}"
+
+    def home(self, git: Git) -> Git:
+        """`git` pinned to the workspace repository."""
+        return git.at(self.git_dir, self.repo, self.common_dir)
+
+    def tree(self, git: Git, index: Path) -> Git:
+        """`git` on the worktree's files, reading none of its admin folder.
+
+        ``GIT_DIR`` is the common directory (objects, refs, the main
+        repository's own config), the index a scratch file: git never reads the
+        ``HEAD``, ``index``, ``commondir`` or ``config.worktree`` a command in
+        the worktree could have rewritten.
+        """
+        return git.at(self.common_dir, self.root).with_env(GIT_INDEX_FILE=str(index))
 
 
 @attrs.frozen
@@ -74,6 +116,8 @@ class Plan:
 
     repo: Path
     prefix: str
+    git_dir: Path
+    common_dir: Path
     base_branch: str
     base_commit: str
     notice: str | None
@@ -114,8 +158,12 @@ def _paths(output: str) -> list[str]:
     return [path for path in output.split("\0") if path]
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
 async def plan(git: Git, root: Path) -> Plan | str:
-    """Check that a sandbox can start from the repository around `root`."""
+    """Check that a sandbox can start from the repository around `root`; record its git dirs."""
     top = await git.run(["rev-parse", "--show-toplevel"], cwd=root)
     if top.returncode != 0 or not top.stdout.strip():
         return (
@@ -123,54 +171,139 @@ async def plan(git: Git, root: Path) -> Plan | str:
             f"worktree. Work without a sandbox, or ask the user to create a repository "
             f"(git init, then a first commit)."
         )
-    repo = Path(top.stdout.strip())
-    prefix = (await git.check(["rev-parse", "--show-prefix"], cwd=root, what="locate")).strip()
-    base_branch = await git.current_branch(root)
+    repo = Path(await anyio.to_thread.run_sync(os.path.realpath, top.stdout.strip()))
+    located = await git.check(
+        ["rev-parse", "--path-format=absolute", "--absolute-git-dir", "--git-common-dir"],
+        cwd=root,
+        what="locate the repository's git directory",
+    )
+    lines = located.splitlines()
+    if len(lines) != 2:
+        raise GitError(f"Could not locate the repository's git directory (git said {located!r}).")
+    git_dir, common_dir = [
+        Path(await anyio.to_thread.run_sync(os.path.realpath, line)) for line in lines
+    ]
+    for folder in (git_dir, common_dir):
+        # A git directory inside the work tree (other than its own .git) is
+        # one a command in the checkout could have made, through a .git file.
+        if _inside(folder, repo) and folder != repo / ".git":
+            return (
+                f"The repository's git directory {folder} lies inside the checkout {repo}, "
+                f"where a command could have put it (through a .git file), so the sandbox "
+                f"will not use it. Ask the user to check {repo / '.git'}."
+            )
+    home = git.at(git_dir, repo, common_dir)
+    prefix = (await home.check(["rev-parse", "--show-prefix"], cwd=root, what="locate")).strip()
+    base_branch = await home.current_branch(root)
     if base_branch is None:
         return (
             "The workspace has a detached HEAD (no branch checked out), so a sandbox would "
             "have nothing to merge into. Ask the user to check out a branch first."
         )
-    head = await git.run(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=root)
+    head = await home.run(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=root)
     if head.returncode != 0:
         return (
             f"The branch {base_branch!r} has no commits yet; the sandbox starts from the last "
             f"commit. Commit once (or ask the user to), then create the sandbox."
         )
-    dirty = await git.status(repo)
+    dirty = await home.status(repo)
     notice = None
     if dirty:
         notice = (
             f"The workspace has {len(dirty)} uncommitted change(s); the sandbox starts from "
             f"the last commit and does not contain them."
         )
-    return Plan(repo, prefix, base_branch, head.stdout.strip(), notice)
+    return Plan(repo, prefix, git_dir, common_dir, base_branch, head.stdout.strip(), notice)
+
+
+async def record_worktree(git: Git, session: Session) -> None:
+    """Record and verify the admin folder git just made for the worktree.
+
+    Read once, right after ``git worktree add`` and before any command runs
+    in the worktree; never again afterwards.
+
+    Raises:
+        GitError: the admin folder is not where a linked worktree's belongs.
+    """
+    found = await git.check(
+        ["rev-parse", "--absolute-git-dir"], cwd=session.root, what="locate the sandbox's git data"
+    )
+    admin = Path(found.strip())
+    expected = (session.common_dir / "worktrees").resolve()
+
+    def verify() -> bool:
+        try:
+            back = (admin / "gitdir").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return False
+        return (
+            admin.parent.resolve() == expected
+            and not admin.is_symlink()
+            and os.path.realpath(back) == str(session.root / ".git")
+        )
+
+    if not await anyio.to_thread.run_sync(verify):
+        raise GitError(
+            f"The sandbox worktree's git data is not where git keeps a worktree's ({admin}); "
+            f"the sandbox was removed. Ask the user to check the repository."
+        )
+    session.admin_dir = admin
+
+
+def _seed_index(source: Path | None, target: Path) -> bool:
+    """Copy the worktree's index into `target` (for its stat cache); False if there is none.
+
+    The source sits in a folder commands in the worktree can write: it is
+    opened without following links and copied only when it is a regular file.
+    """
+    target.unlink(missing_ok=True)
+    if source is None:
+        return False
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            return False
+        with target.open("xb") as out:
+            shutil.copyfileobj(src, out)
+    return True
+
+
+def _install_index(index: Path, admin: Path) -> None:
+    """Put `index` in place of the worktree's index: a new file renamed over it."""
+    fd, temporary = tempfile.mkstemp(prefix="index.lionfactory-", dir=admin)
+    try:
+        with os.fdopen(fd, "wb") as out, index.open("rb") as src:
+            shutil.copyfileobj(src, out)
+        os.replace(temporary, admin / "index")
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+async def _staged(git: Git, session: Session, name: str) -> Git:
+    """A git on the worktree whose scratch index `name` holds every change (``add -A``)."""
+    index = session.scratch / name
+    source = session.admin_dir / "index" if session.admin_dir is not None else None
+    scratch = session.tree(git, index)
+    if not await anyio.to_thread.run_sync(_seed_index, source, index):
+        await scratch.check(["read-tree", session.ref], cwd=session.root, what="prepare the index")
+    await scratch.check(["add", "-A"], cwd=session.root, what="collect the changes")
+    return scratch
+
+
+async def _drop(path: Path) -> None:
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
 
 
 async def diff(git: Git, session: Session) -> Diff:
     """Everything the sandbox changed since its base commit, via a scratch index."""
     index = session.scratch / "diff-index"
-    real = (
-        await git.check(
-            ["rev-parse", "--path-format=absolute", "--git-path", "index"],
-            cwd=session.root,
-            what="find the sandbox's index",
-        )
-    ).strip()
-
-    def seed() -> bool:
-        index.unlink(missing_ok=True)
-        if Path(real).is_file():
-            # A copy keeps the stat cache, so `add -A` hashes only what changed.
-            shutil.copyfile(real, index)
-            return True
-        return False
-
-    scratch = git.with_env(GIT_INDEX_FILE=str(index))
     try:
-        if not await anyio.to_thread.run_sync(seed):
-            await scratch.check(["read-tree", "HEAD"], cwd=session.root, what="prepare the diff")
-        await scratch.check(["add", "-A"], cwd=session.root, what="collect the changes")
+        scratch = await _staged(git, session, index.name)
         names = await scratch.check(
             [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z", session.base_commit],
             cwd=session.root,
@@ -182,7 +315,7 @@ async def diff(git: Git, session: Session) -> Diff:
             max_bytes=MAX_DIFF_CHARS * 4,
         )
     finally:
-        await anyio.to_thread.run_sync(lambda: index.unlink(missing_ok=True))
+        await _drop(index)
     if patch.returncode != 0 or patch.timed_out:
         raise GitError(f"Could not compute the diff: {patch.stderr.strip() or 'git failed'}.")
     files = _paths(names)
@@ -199,26 +332,79 @@ async def diff(git: Git, session: Session) -> Diff:
     return Diff(text, files, truncated, notice)
 
 
+async def _tip(git: Git, session: Session) -> str:
+    """The sandbox branch's commit (a command in the worktree may have moved it: it is data)."""
+    out = await session.home(git).check(
+        ["rev-parse", "--verify", "--quiet", f"{session.ref}^{{commit}}"],
+        cwd=session.repo,
+        what="read the sandbox branch",
+    )
+    return out.strip()
+
+
+async def _pending(git: Git, session: Session) -> list[str]:
+    """Paths whose worktree content differs from the sandbox branch's last commit."""
+    index = session.scratch / "status-index"
+    try:
+        scratch = await _staged(git, session, index.name)
+        out = await scratch.check(
+            [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z", session.ref],
+            cwd=session.root,
+            what="list the uncommitted changes",
+        )
+    finally:
+        await _drop(index)
+    return _paths(out)
+
+
 async def commit(git: Git, session: Session, message: str) -> tuple[str, list[str]] | str:
-    """Commit every change in the worktree; return (sha, paths) or a refusal."""
-    await git.check(["add", "-A"], cwd=session.root, what="stage the changes")
-    staged = await git.check(
-        [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z"],
-        cwd=session.root,
-        what="list the staged changes",
-    )
-    files = _paths(staged)
-    if not files:
-        return "Nothing to commit: the sandbox has no changes since its last commit."
-    identity = await git.identity_options(session.root)
-    await git.check(
-        [*identity, "commit", "--quiet", "-m", message],
-        cwd=session.root,
-        what="commit",
-        timeout=HOOK_TIMEOUT,
-    )
-    sha = await git.check(["rev-parse", "HEAD"], cwd=session.root, what="read the new commit")
-    return sha.strip(), files
+    """Commit every change in the worktree onto the sandbox branch: (sha, paths) or a refusal.
+
+    Built from plumbing (``write-tree``, ``commit-tree``, ``update-ref`` with
+    the old value), so the commit lands on the sandbox branch whatever the
+    worktree's ``HEAD`` says, and a branch moved meanwhile fails the update.
+    """
+    index = session.scratch / "commit-index"
+    try:
+        scratch = await _staged(git, session, index.name)
+        tip = await _tip(git, session)
+        staged = await scratch.check(
+            [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z", tip],
+            cwd=session.root,
+            what="list the staged changes",
+        )
+        files = _paths(staged)
+        if not files:
+            return "Nothing to commit: the sandbox has no changes since its last commit."
+        tree = await scratch.check(["write-tree"], cwd=session.root, what="record the tree")
+        home = session.home(git)
+        identity = await home.identity_options(session.repo)
+        sha = (
+            await home.check(
+                [*identity, "commit-tree", tree.strip(), "-p", tip, "-m", message],
+                cwd=session.repo,
+                what="commit",
+            )
+        ).strip()
+        await home.check(
+            [
+                "update-ref",
+                "-m",
+                f"sandbox commit: {message.splitlines()[0][:200]}",
+                session.ref,
+                sha,
+                tip,
+            ],
+            cwd=session.repo,
+            what="move the sandbox branch to the new commit",
+        )
+        if session.admin_dir is not None:
+            # The worktree's own index now matches the commit, so `git status`
+            # through bash shows nothing left to commit.
+            await anyio.to_thread.run_sync(_install_index, index, session.admin_dir)
+    finally:
+        await _drop(index)
+    return sha, files
 
 
 async def merge(git: Git, session: Session, message: str | None) -> MergeDone | MergeRefused:
@@ -227,20 +413,21 @@ async def merge(git: Git, session: Session, message: str | None) -> MergeDone | 
     if refused is not None:
         return refused
     repo = session.repo
-    before = (await git.check(["rev-parse", "HEAD"], cwd=repo, what="read HEAD")).strip()
+    home = session.home(git)
+    before = (await home.check(["rev-parse", "HEAD"], cwd=repo, what="read HEAD")).strip()
     text = message.strip() if message and message.strip() else None
-    identity = await git.identity_options(repo)
-    result = await git.run(
-        [*identity, "merge", "--no-edit", "-m", text or f"Merge {session.branch}", session.branch],
+    identity = await home.identity_options(repo)
+    tip = await _tip(git, session)
+    result = await home.run(
+        [*identity, "merge", "--no-edit", "-m", text or f"Merge {session.branch}", tip],
         cwd=repo,
         timeout=HOOK_TIMEOUT,
     )
     if result.returncode != 0 or result.timed_out:
         return await _undo_merge(git, session, result.stderr.strip() or result.stdout.strip())
-    head = (await git.check(["rev-parse", "HEAD"], cwd=repo, what="read the new HEAD")).strip()
-    tip = (await git.check(["rev-parse", session.branch], cwd=repo, what="read")).strip()
+    head = (await home.check(["rev-parse", "HEAD"], cwd=repo, what="read the new HEAD")).strip()
     files = _paths(
-        await git.check(
+        await home.check(
             [*_QUIET_PATHS, "diff", "--name-only", "-z", before, head],
             cwd=repo,
             what="list the merged files",
@@ -252,7 +439,8 @@ async def merge(git: Git, session: Session, message: str | None) -> MergeDone | 
 async def _merge_refusal(git: Git, session: Session) -> MergeRefused | None:
     """Why a merge cannot start now (what to do about it), or None when it can."""
     repo = session.repo
-    current = await git.current_branch(repo)
+    home = session.home(git)
+    current = await home.current_branch(repo)
     if current is None:
         return MergeRefused(
             f"The workspace has a detached HEAD, so there is no branch to merge into. Ask the "
@@ -264,15 +452,15 @@ async def _merge_refusal(git: Git, session: Session) -> MergeRefused | None:
             f"created from {session.base_branch!r}. Ask the user to check out "
             f"{session.base_branch!r}, then merge again; or discard the sandbox."
         )
-    pending = await git.status(session.root)
+    pending = await _pending(git, session)
     if pending:
         return MergeRefused(
             f"The sandbox has {len(pending)} uncommitted change(s). Commit them "
             f"(action='commit', message=...) or discard the sandbox, then merge.",
-            [entry[3:] for entry in pending],
+            pending,
         )
-    ahead = await git.check(
-        ["rev-list", "--count", f"{session.base_branch}..{session.branch}"],
+    ahead = await home.check(
+        ["rev-list", "--count", f"refs/heads/{session.base_branch}..{session.ref}"],
         cwd=repo,
         what="count the sandbox's commits",
     )
@@ -281,7 +469,7 @@ async def _merge_refusal(git: Git, session: Session) -> MergeRefused | None:
             f"Nothing to merge: the sandbox has no commits that {session.base_branch!r} lacks. "
             f"Commit your changes first, or discard the sandbox."
         )
-    local = [entry for entry in await git.status(repo) if not entry.startswith("??")]
+    local = [entry for entry in await home.status(repo) if not entry.startswith("??")]
     if local:
         return MergeRefused(
             f"The workspace has uncommitted changes to {len(local)} tracked file(s); merging "
@@ -294,11 +482,12 @@ async def _merge_refusal(git: Git, session: Session) -> MergeRefused | None:
 
 async def _undo_merge(git: Git, session: Session, output: str) -> MergeRefused:
     repo = session.repo
+    home = session.home(git)
     conflicts = _paths(
-        (await git.run(["diff", "--name-only", "--diff-filter=U", "-z"], cwd=repo)).stdout
+        (await home.run(["diff", "--name-only", "--diff-filter=U", "-z"], cwd=repo)).stdout
     )
-    if await git.succeeds(["rev-parse", "--verify", "--quiet", "MERGE_HEAD"], cwd=repo):
-        aborted = await git.run(["merge", "--abort"], cwd=repo)
+    if await home.succeeds(["rev-parse", "--verify", "--quiet", "MERGE_HEAD"], cwd=repo):
+        aborted = await home.run(["merge", "--abort"], cwd=repo)
         if aborted.returncode != 0:
             return MergeRefused(
                 f"The merge failed ({output[-1500:]}) and `git merge --abort` failed too "
@@ -314,25 +503,47 @@ async def _undo_merge(git: Git, session: Session, output: str) -> MergeRefused:
     )
 
 
+def _remove_tree(path: Path | None) -> None:
+    # rmtree never follows a link, and refuses a link in place of `path`.
+    if path is not None and (path.exists() or path.is_symlink()):
+        shutil.rmtree(path)
+
+
+def _admin_of(session: Session) -> Path | None:
+    """The admin folder to remove: the recorded one, or (creation cut short) the one git made.
+
+    Before `record_worktree` ran, nothing has run in the worktree yet; the
+    folder named after it is removed only when its ``gitdir`` points back.
+    """
+    if session.admin_dir is not None:
+        return session.admin_dir
+    candidate = session.common_dir / "worktrees" / session.root.name
+    try:
+        back = (candidate / "gitdir").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return candidate if os.path.realpath(back) == str(session.root / ".git") else None
+
+
 async def cleanup(git: Git, session: Session, *, raising: bool = True) -> None:
-    """Remove the worktree, the branch and the scratch directory, skipping what is gone.
+    """Remove the worktree, its admin folder, the branch and the scratch directory.
+
+    The worktree and its admin folder are removed by path (both recorded at
+    creation), not by ``git worktree remove``, which would find the worktree
+    through the admin folder's files. Steps already done are skipped.
 
     Raises:
         GitError: a step failed (when `raising`); the steps done stay done.
     """
+    home = session.home(git)
     try:
-        listing = await git.check(
-            ["worktree", "list", "--porcelain"], cwd=session.repo, what="list the worktrees"
-        )
-        if f"worktree {session.root}" in listing.splitlines():
-            await git.check(
-                ["worktree", "remove", "--force", "--force", str(session.root)],
-                cwd=session.repo,
-                what="remove the sandbox worktree",
-            )
-        ref = f"refs/heads/{session.branch}"
-        if await git.succeeds(["rev-parse", "--verify", "--quiet", ref], cwd=session.repo):
-            await git.check(
+        try:
+            await anyio.to_thread.run_sync(_remove_tree, session.root)
+            await anyio.to_thread.run_sync(_remove_tree, _admin_of(session))
+        except OSError as exc:
+            raise GitError(f"Could not remove the sandbox worktree ({exc}).") from None
+        if await home.succeeds(["rev-parse", "--verify", "--quiet", session.ref], cwd=session.repo):
+            await home.check(
                 ["branch", "-D", session.branch],
                 cwd=session.repo,
                 what="delete the sandbox branch",

@@ -64,9 +64,17 @@ DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
 """The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
 
 
-def _workspace_tool(name: str, root: Path, isolation: Isolation) -> Tool:
-    """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree."""
+def _workspace_tool(
+    name: str, root: Path, isolation: Isolation, git_env: Mapping[str, str] | None = None
+) -> Tool:
+    """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree.
+
+    `git_env`: in a sandbox, the committer identity bash adds to the
+    environment (variables the user set themselves win).
+    """
     options: dict[str, Any] = {"isolation": isolation} if name in RUNS_PROGRAMS else {}
+    if name == "bash" and git_env:
+        options["env"] = {**git_env, **os.environ}
     if name == "reader":
         # The toolkit's reader fetches nothing remote: an agent editing code has
         # no business reaching the network through its file reader.
@@ -157,7 +165,10 @@ class _Toolkit:
             isolation = self.where.isolation or self.isolation
             self.away = (
                 current,
-                {name: _workspace_tool(name, current.root, isolation) for name in self.home},
+                {
+                    name: _workspace_tool(name, current.root, isolation, self.where.git_env)
+                    for name in self.home
+                },
             )
         return self.away[1]
 
@@ -425,7 +436,7 @@ def coding_toolkit(
         built["sandbox"] = sandbox_tool(
             branch,
             workspace_root=workspace.root,
-            on_switch=where.switch,
+            on_switch=where.enter,
             allow_merge_into_protected=allow_merge_into_protected,
             isolation=confinement,
         )
@@ -446,6 +457,7 @@ def coding_toolkit(
                 "isolation": confinement,
             },
             workspace=where,
+            parent_tools=names,
         )
 
     nudge = (

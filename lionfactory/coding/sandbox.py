@@ -29,15 +29,22 @@ Decisions:
   changes in the sandbox (commit or discard them), uncommitted changes to
   tracked files in the workspace (a conflicted merge could not be undone
   cleanly around them). A conflicting merge is aborted and the sandbox stays.
-* **Cleanup is idempotent.** Each step (remove the worktree, delete the
-  branch, delete the temporary directory) is skipped when already done, and
-  the slot is cleared only when all succeeded, so a failed ``discard`` can be
-  called again.
-* **Identity.** Commits use the repository's ``user.name``/``user.email``;
-  when it has none, ``lionfactory sandbox <sandbox@lionfactory.invalid>`` is
-  passed with ``-c`` for that call only.
-* **Confined git.** Under the toolkit's isolation, git (which runs no hooks at all)
-  runs) may write only the repository (its ``.git`` included), the
+* **Cleanup is idempotent.** Each step (remove the worktree and its admin
+  folder, delete the branch, delete the temporary directory) is skipped when
+  already done, and the slot is cleared only when all succeeded, so a failed
+  ``discard`` can be called again.
+* **Identity.** Commits use the user's ``user.name``/``user.email`` (the
+  repository's or the global configuration); when there is none,
+  ``lionfactory agent <agent@localhost>`` is passed with ``-c`` for that call
+  only. The toolkit gives the worktree's ``bash`` the same identity as
+  ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variables.
+* **Nothing a command in the worktree writes steers git.** The worktree's
+  ``.git`` file, its admin folder (``HEAD``, ``index``, ``commondir``) and the
+  sandbox branch are writable from inside the sandbox, so every git call is
+  pinned to directories recorded at ``create`` (see `_sandbox_ops`), and no
+  program named by configuration or attributes runs (see `_git`).
+* **Confined git.** Under the toolkit's isolation, git (which runs no hooks at
+  all) may write only the repository (its ``.git`` included), the
   repository's git folders and the sandbox's scratch directory, with the
   toolkit's network and hidden paths.
 * The sandbox starts from the last commit: uncommitted changes in the
@@ -62,11 +69,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
 from lionfactory._isolation import Isolation
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
-from lionfactory.coding._gitdirs import git_dirs
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
 
 __all__ = ["PROTECTED_BRANCHES", "SandboxRequest", "SandboxResponse", "sandbox_tool"]
@@ -94,7 +100,12 @@ Actions:
   has a detached HEAD. Optional `message` for the merge commit. On a conflict
   the merge is undone and the sandbox stays active.
 - discard: remove the sandbox and its branch without merging. If it fails,
-  call it again."""
+  call it again.
+
+Inside the sandbox, git (through bash) works on the sandbox branch, and commits
+get the user's identity (or "lionfactory agent <agent@localhost>"). The base
+branch stays checked out in the workspace, so checking it out in the sandbox
+fails: commit on the sandbox branch and use merge."""
 
 
 class SandboxRequest(BaseModel):
@@ -201,8 +212,7 @@ class _Sandbox:
             return self.git_plain
         writable: tuple[Path, ...] = (self.workspace.root,)
         if session is not None:
-            found = git_dirs(session.repo)
-            writable = (session.repo, session.scratch, *(found or ()))
+            writable = (session.repo, session.scratch, session.git_dir, session.common_dir)
         policy = attrs.evolve(
             isolation.policy, writable=writable, git_writable=(), protect_git=False
         )
@@ -272,6 +282,8 @@ class _Sandbox:
         session = Session(
             repo=plan.repo,
             prefix=plan.prefix,
+            git_dir=plan.git_dir,
+            common_dir=plan.common_dir,
             scratch=scratch,
             root=scratch / label,
             branch=f"lionfactory/sandbox-{uuid.uuid4().hex[:8]}",
@@ -281,12 +293,13 @@ class _Sandbox:
         git = self._git_for(session)
         try:
             add = ["worktree", "add", "--quiet", "-b", session.branch, str(session.root)]
-            await git.check(
+            await session.home(git).check(
                 [*add, session.base_commit],
                 cwd=session.repo,
                 what="create the sandbox worktree",
-                timeout=HOOK_TIMEOUT,  # checks out every file and runs post-checkout hooks
+                timeout=HOOK_TIMEOUT,  # checks out every file
             )
+            await ops.record_worktree(git, session)
             await anyio.to_thread.run_sync(
                 lambda: session.workspace.mkdir(parents=True, exist_ok=True)
             )
@@ -300,7 +313,10 @@ class _Sandbox:
             "create",
             f"Created sandbox branch {session.branch!r} from {session.base_branch!r} at "
             f"{session.base_commit[:12]}. Your file, shell and search tools now work in "
-            f"{session.workspace}. When done: commit, then merge (or discard).",
+            f"{session.workspace}. When done: commit, then merge (or discard). git there "
+            f"works on {session.branch!r}; {session.base_branch!r} stays checked out in the "
+            f"workspace, so `git checkout {session.base_branch}` in the sandbox fails (already "
+            f"checked out): commit on the sandbox branch and merge with action='merge'.",
             notice=" ".join(
                 n for n in (plan.notice, self._protected_notice(session.base_branch)) if n
             )
@@ -470,4 +486,6 @@ def sandbox_tool(
             workspace, on_switch, git, isolation, allow_protected=allow_merge_into_protected
         ),
         bound_to=branch.id,
+        response_model=SandboxResponse,
+        hints=ToolHints("Work in a git sandbox", destructive=True),
     )

@@ -15,6 +15,15 @@ Permission sets (the child never gets ``subagent``, so it cannot recurse):
 * ``allow_all``: every coding tool except subagent (sandbox included);
 * ``deny_all``: no tools; the child can only answer from the instruction.
 
+A child never gets more than its parent: its tools are the permission set's
+tools *that the parent has itself* (`subagent_tool`'s ``parent_tools``; the
+toolkit passes its own list), so a parent built with ``tools=["reader",
+"subagent"]`` starts an ``allow_all`` child with ``reader`` alone. Isolation
+(mechanism, network, hidden paths), hooks, the protected-branch setting and
+the workspace come from the parent too: the child's confinement is the
+parent's current one, which it can only narrow, and its workspace is a
+directory inside the parent's.
+
 Decisions:
 
 * ``max_turns`` outside 1-50 is **clamped**, not rejected (a schema bound would
@@ -44,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lionfactory._branch import Branch
 from lionfactory._messages import Message
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding.policies import deny_destructive_commands
@@ -229,10 +238,26 @@ class _Subagent:
     factory: Callable[..., Any] = attrs.field(repr=False)
     factory_kwargs: Mapping[str, Any] = attrs.field(repr=False)
     where: ActiveWorkspace
+    parent_tools: frozenset[str] | None = None
+
+    def _tools(self, permissions: str) -> tuple[list[str], str | None]:
+        """The permission set's tools that the parent has, and a notice naming the others."""
+        wanted = PERMITTED_TOOLS[permissions]
+        if self.parent_tools is None:
+            return list(wanted), None
+        tools = [name for name in wanted if name in self.parent_tools]
+        withheld = [name for name in wanted if name not in self.parent_tools]
+        if not withheld:
+            return tools, None
+        return tools, (
+            f"The sub-agent got only tools you have yourself; {permissions} would also "
+            f"include {', '.join(withheld)}, which you were not given."
+        )
 
     async def __call__(self, request: SubagentRequest) -> SubagentResponse:
-        max_turns, notice = _clamp(request.max_turns)
-        tools = list(PERMITTED_TOOLS[request.permissions])
+        max_turns, clamped = _clamp(request.max_turns)
+        tools, narrowed = self._tools(request.permissions)
+        notice = " ".join(n for n in (clamped, narrowed) if n) or None
         report: dict[str, Any] = {
             "permissions": request.permissions,
             "tools": tools,
@@ -318,6 +343,7 @@ def subagent_tool(
     factory_kwargs: Mapping[str, Any] | None = None,
     workspace_root: str | os.PathLike[str] | None = None,
     workspace: ActiveWorkspace | None = None,
+    parent_tools: Sequence[str] | None = None,
 ) -> Tool:
     """Build the ``subagent`` tool for `branch`.
 
@@ -334,12 +360,17 @@ def subagent_tool(
         workspace: instead of `workspace_root`, a toolkit's active workspace,
             read at each call: the child starts where the parent's tools
             work then (a sandbox worktree while one is active).
+        parent_tools: the names of the tools the parent itself has; the
+            child gets only those of its permission set that are among them.
+            None (a standalone use with no parent toolkit) leaves the
+            permission sets as they are.
 
     Returns:
         The ``subagent`` Tool, bound to `branch`.
 
     Raises:
-        TypeError: `factory` is not callable or `factory_kwargs` is not a mapping.
+        TypeError: `factory` is not callable, `factory_kwargs` is not a
+            mapping, or `parent_tools` is not a sequence of names.
         ValueError: the workspace root is not a directory, or both
             `workspace_root` and `workspace` were given.
     """
@@ -353,11 +384,24 @@ def subagent_tool(
         )
     if workspace is not None and not isinstance(workspace, ActiveWorkspace):
         raise TypeError(f"workspace must be an ActiveWorkspace or None, got {workspace!r}")
+    parents: frozenset[str] | None = None
+    description = _DESCRIPTION
+    if parent_tools is not None:
+        if isinstance(parent_tools, str) or not all(isinstance(t, str) for t in parent_tools):
+            raise TypeError(f"parent_tools must be a sequence of tool names, got {parent_tools!r}")
+        parents = frozenset(parent_tools)
+        mine = [name for name in PERMITTED_TOOLS["allow_all"] if name in parents]
+        description += (
+            f"\nThe sub-agent only ever gets tools you have yourself: {', '.join(mine) or 'none'}."
+        )
     where = workspace or ActiveWorkspace(Workspace.at(workspace_root))
     return Tool(
         name="subagent",
-        description=_DESCRIPTION,
+        description=description,
         request_model=SubagentRequest,
-        handler=_Subagent(branch, factory, dict(factory_kwargs or {}), where),
+        handler=_Subagent(branch, factory, dict(factory_kwargs or {}), where, parents),
         bound_to=branch.id,
+        response_model=SubagentResponse,
+        # A sub-agent calls a model and whatever tools it is given.
+        hints=ToolHints("Delegate to a subagent", destructive=True, open_world=True),
     )

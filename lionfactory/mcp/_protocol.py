@@ -26,8 +26,8 @@ from typing import Any
 import attrs
 
 from lionfactory._acting import ActionResult
-from lionfactory._tool import Tool, reports_failure
-from lionfactory.mcp._hints import hints_for, output_schema
+from lionfactory._tool import Tool
+from lionfactory.mcp._hints import mcp_annotations, output_schema
 
 __all__ = [
     "ERROR_META_KEY",
@@ -66,10 +66,9 @@ def has_structured_content(version: str | None) -> bool:
 def _describe(tool: Tool) -> dict[str, Any]:
     """A tool's listing entry in the newest form."""
     entry: dict[str, Any] = tool.schema("mcp")
-    hints = hints_for(tool)
-    if hints is not None:
-        entry["title"] = hints.title
-        entry["annotations"] = hints.annotations()
+    if tool.hints is not None:
+        entry["title"] = tool.hints.title
+        entry["annotations"] = mcp_annotations(tool.hints)
     schema = output_schema(tool)
     if schema is not None:
         entry["outputSchema"] = schema
@@ -144,7 +143,7 @@ def _parts(action: ActionResult) -> tuple[str, str | None, bool]:
     """
     encoded = action.message.content or "{}"
     if action.result is not None:
-        return encoded, encoded, reports_failure(action.result)
+        return encoded, encoded, action.failed
     # The text is what Branch.act shows a model: the error, and for invalid
     # input the validation errors in words.
     return action.error or "the call failed", None, True

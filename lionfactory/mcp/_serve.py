@@ -39,7 +39,7 @@ Results: a tool's response is sent as its JSON text plus, for protocol
 versions that have it (2025-06-18 on), ``structuredContent``; tools carry a
 ``title``, ``annotations`` and an ``outputSchema`` (`lionfactory.mcp._hints`,
 `lionfactory.mcp._protocol`); ``isError`` is set when the response reports a typed
-failure (`lionfactory.reports_failure`). Invalid arguments (`ToolInputError`),
+failure (`Tool.reports_failure`). Invalid arguments (`ToolInputError`),
 a denial and an unexpected exception also come back as ``isError`` results
 whose text is what `Branch.act` shows a model, without ``structuredContent``
 (``{error, error_type, errors}`` would not match the tool's ``outputSchema``,

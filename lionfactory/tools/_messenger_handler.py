@@ -99,28 +99,33 @@ class _MessengerHandler:
         me = self.branch.id
         if request.timeout:
             await self.exchange.wait(me, request.timeout, sender=sender)
+        # At-least-once: a receive takes without consuming, the call's record
+        # holds what it took, and a later receive acknowledges it. So the
+        # head of the inbox may be messages this branch already recorded: skip
+        # them (acknowledging them now), or a capped receive would hand out
+        # only repeats and answer "nothing" while mail waits behind them.
+        head = await self._unrecorded_head(me, sender)
         # Decide how many fit before taking any, so what does not fit stays
         # queued (in order) for the next receive.
-        waiting = await self.exchange.apeek(me, sender=sender)
         count, chars = 0, 0
-        for message in waiting[:MAX_RECEIVE_MESSAGES]:
+        for message in head:
             if count and chars + len(message.content) > MAX_RECEIVE_CHARS:
                 break
             count += 1
             chars += len(message.content)
-        # At-least-once: take without consuming, record on the branch, and
-        # acknowledge on a later receive, once the record holds them. What
-        # comes back after a crash between the two is shown only if this
-        # branch never recorded it, so the model never sees a message twice.
         handed = (
             await self.exchange.areceive(me, sender=sender, ack=False, limit=count) if count else []
         )
+        # What comes back after a crash between taking and recording is shown
+        # only if this branch never recorded it: the model never sees a
+        # message twice.
         seen = self._recorded_ids()
         repeats = [m.id for m in handed if m.id in seen]
         if repeats:
             await self.exchange.aack(me, repeats)
         taken = [m for m in handed if m.id not in seen]
-        remaining = len(waiting) - len(handed)
+        remaining = max(0, await self.exchange.acount(me, sender=sender) - len(taken))
+        rejected = await self.exchange.atake_rejected(me)
         self._record(received=taken)
         shown = [
             ReceivedMessage(
@@ -140,13 +145,37 @@ class _MessengerHandler:
             lines.append(
                 f"{remaining} more message(s) are waiting; call receive again to read them."
             )
+        if rejected:
+            lines.append(
+                f"{rejected} malformed inbox entr{'y' if rejected == 1 else 'ies'} (not messages) "
+                f"were set aside for the operator; nothing was lost and nothing is needed of you."
+            )
         return MessengerResponse(
             success=True,
             action="receive",
             content="\n".join(lines) if lines else "No messages are waiting.",
             messages=shown,
             remaining=remaining,
+            rejected=rejected,
         )
+
+    async def _unrecorded_head(self, me: uuid.UUID, sender: uuid.UUID | None) -> list[Message]:
+        """The oldest waiting messages the branch has not recorded, after acknowledging the rest.
+
+        At most `MAX_RECEIVE_MESSAGES` are read per look, so a receive costs
+        what it takes, not what is queued.
+        """
+        seen = self._recorded_ids()
+        acked: set[str] = set()
+        while True:
+            head = await self.exchange.apeek(me, sender=sender, limit=MAX_RECEIVE_MESSAGES)
+            repeats = [m.id for m in head if m.id in seen and m.id not in acked]
+            if not repeats:
+                # Recorded ones an acknowledgement could not remove (never
+                # handed out) are filtered after the receive instead.
+                return [m for m in head if m.id not in seen]
+            await self.exchange.aack(me, repeats)
+            acked.update(repeats)
 
     async def _wakeup(self, request: MessengerRequest) -> MessengerResponse:
         names = self._targets(request.to, "wakeup")

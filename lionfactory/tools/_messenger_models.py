@@ -149,3 +149,10 @@ class MessengerResponse(BaseModel):
         default=0,
         description="receive: how many more messages are waiting; call receive again for them.",
     )
+    rejected: int = Field(
+        default=0,
+        description=(
+            "receive: how many malformed inbox entries (written by something that is not a "
+            "teammate) were set aside since the last receive; informational only."
+        ),
+    )

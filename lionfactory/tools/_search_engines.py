@@ -35,6 +35,7 @@ import base64
 import bisect
 import contextlib
 import fnmatch
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -158,8 +159,19 @@ def _strip_dot(path: str) -> str:
 
 def _glob_escape(pattern: str) -> str:
     # A protected name is an fnmatch pattern; ripgrep's globs also read
-    # braces (alternation) and backslashes, which fnmatch takes literally.
-    return re.sub(r"([{}\\])", r"[\1]", pattern)
+    # braces and commas (alternation) and backslashes, which fnmatch takes
+    # literally.
+    return re.sub(r"([{},\\])", r"[\1]", pattern)
+
+
+@functools.lru_cache(maxsize=32)
+def _protected_glob(protected: frozenset[str]) -> tuple[str, ...]:
+    # One override glob, a brace alternation of every protected name: ripgrep
+    # matches it as one compiled set, where 440 separate --iglob arguments
+    # made the same walk five to ten times slower.
+    if not protected:
+        return ()
+    return (f"--iglob=!{{{','.join(_glob_escape(p) for p in sorted(protected))}}}",)
 
 
 def _sort_lines(lines: Iterable[Line]) -> list[Line]:
@@ -200,7 +212,7 @@ def _records(result: ProcessResult, separator: str) -> list[str]:
 
 def _rg_walk_args(workspace: Workspace, view: ProjectView) -> list[str]:
     args = ["--no-config", "--hidden", "--no-require-git", "--no-messages", "--glob=!.git"]
-    args += [f"--iglob=!{_glob_escape(pattern)}" for pattern in sorted(workspace.protected)]
+    args += _protected_glob(workspace.protected)
     if view.include_ignored:
         args.append("--no-ignore")
     else:

@@ -189,7 +189,9 @@ class SearchHandler:
         else:
             found = await grep_builtin(self.binaries, self.workspace, view, query, self.isolation)
         hidden = view.hidden
-        found.lines = [line for line in found.lines if not hidden(line.path)]
+        # One check per file, not per line: a file reports many lines.
+        shown = {path for path in {line.path for line in found.lines} if not hidden(path)}
+        found.lines = [line for line in found.lines if line.path in shown]
         counts = {path: n for path, n in sorted(found.counts.items()) if not hidden(path)}
         limit = request.max_results or request.head_limit or DEFAULT_GREP_RESULTS
         notes = [why] if why else []

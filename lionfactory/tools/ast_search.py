@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,20 +39,20 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder, HelperFailure, helper_tool, run_helper
+from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
 from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
 from lionfactory._project import ProjectView
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.tools._helper import count, helper_tool, left_out_ignored, not_installed
 
 __all__ = ["AstSearchMatch", "AstSearchRequest", "AstSearchResponse", "ast_search_tool"]
 
 TIMEOUT_SECONDS = 30.0
 DEFAULT_RESULTS = 50
 MAX_RESULTS = 500
-INSTALL_HINT = "pip install 'lionfactory[code]'"
 
 _VERSION_TIMEOUT = 10.0
 _ALL_IGNORES = ("hidden", "dot", "exclude", "global", "parent", "vcs")
@@ -135,9 +135,10 @@ class AstSearchResponse(BaseModel):
         default=False, description="True when some matches were left out (see total)."
     )
 
-
-def _count(number: int, one: str, many: str) -> str:
-    return f"{number} {one if number == 1 else many}"
+    @classmethod
+    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
+        """A check failed when it could not run (``unavailable``) or broke (``error``)."""
+        return data.get("status") in ("error", "unavailable")
 
 
 def _error(summary: str) -> AstSearchResponse:
@@ -222,12 +223,7 @@ class _AstSearchHandler:
             key=lambda m: (m.file, m.line, m.col),
         )
         ignored = sum(m == "ignored" for m in found)
-        skipped = (
-            f" Left out {_count(ignored, 'match', 'matches')} in files ignored by "
-            f".gitignore/.ignore; set include_ignored=true to see them."
-            if ignored
-            else ""
-        )
+        skipped = left_out_ignored(ignored, "match", "matches")
         if not matches:
             summary = "No matches." + skipped
             if stderr:
@@ -235,7 +231,7 @@ class _AstSearchHandler:
             return AstSearchResponse(status="ok", summary=summary)
         shown = matches[:limit]
         files = len({m.file for m in matches})
-        summary = f"{_count(len(matches), 'match', 'matches')} in {_count(files, 'file', 'files')}."
+        summary = f"{count(len(matches), 'match', 'matches')} in {count(files, 'file', 'files')}."
         if len(shown) < len(matches):
             summary += f" Showing the first {len(shown)}; raise max_results to see more."
         if result.stdout_truncated:
@@ -258,8 +254,7 @@ class _AstSearchHandler:
         if binary is None:
             return AstSearchResponse(
                 status="unavailable",
-                summary=f"ast-grep is not installed; install it with {INSTALL_HINT} "
-                f"(or pip install ast-grep-cli).",
+                summary=not_installed("ast-grep", "ast-grep-cli"),
             )
         view = await project_view(
             self.workspace, self.binaries, include_ignored=request.include_ignored
@@ -330,4 +325,6 @@ def ast_search_tool(
         protected_names=protected_names,
         isolation=isolation,
         binaries=_binaries,
+        response_model=AstSearchResponse,
+        hints=ToolHints.reading("Search code by syntax"),
     )

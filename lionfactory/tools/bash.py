@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import anyio.to_thread
 import attrs
@@ -43,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.tools._bash_shellsplit import split, unquoted_operator
 
@@ -155,6 +156,11 @@ class BashResponse(BaseModel):
         default="none",
         description="What confined the command: bwrap, landlock, or none (full user rights).",
     )
+
+    @classmethod
+    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
+        """A command failed when it exited non-zero, never ran, timed out or was refused."""
+        return data.get("return_code") != 0 or bool(data.get("timed_out") or data.get("error"))
 
 
 def _operator_message(operator: str) -> str:
@@ -325,4 +331,6 @@ def bash_tool(
         description=confinement.annotate(_DESCRIPTION),
         request_model=BashRequest,
         handler=_BashHandler(workspace, _check_env(env), confinement),
+        response_model=BashResponse,
+        hints=ToolHints("Run a shell command", destructive=True, open_world=True),
     )

@@ -39,7 +39,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,20 +47,20 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder, HelperFailure, helper_tool, run_helper
+from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
 from lionfactory._echo import echo, shorten
 from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._project import ProjectView
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
+from lionfactory.tools._helper import count, helper_tool, left_out_ignored, not_installed
 
 __all__ = ["CodeCheckRequest", "CodeCheckResponse", "CodeDiagnostic", "code_check_tool"]
 
 TIMEOUT_SECONDS = 30.0
 DEFAULT_DIAGNOSTICS = 50
 MAX_DIAGNOSTICS = 500
-INSTALL_HINT = "pip install 'lionfactory[code]'"
 
 # The JSON is parsed, not shown, so it may exceed the usual 100,000 bytes; a
 # cut array cannot be parsed and is reported as an error.
@@ -155,13 +155,14 @@ class CodeCheckResponse(BaseModel):
         default=False, description="True when some diagnostics were left out (see total)."
     )
 
+    @classmethod
+    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
+        """A check failed when it could not run (``unavailable``) or broke (``error``)."""
+        return data.get("status") in ("error", "unavailable")
+
 
 def _error(summary: str) -> CodeCheckResponse:
     return CodeCheckResponse(status="error", summary=summary)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _location(entry: dict[str, Any], key: str) -> tuple[int | None, int | None]:
@@ -312,8 +313,7 @@ class _CodeCheckHandler:
         if ruff is None:
             return CodeCheckResponse(
                 status="unavailable",
-                summary=f"ruff is not installed; install it with {INSTALL_HINT} "
-                f"(or pip install ruff).",
+                summary=not_installed("ruff", "ruff"),
             )
         argv = [ruff, "check", "--output-format=json", "--no-cache", "--no-fix"]
         if request.include_ignored:
@@ -349,18 +349,13 @@ class _CodeCheckHandler:
         diagnostics, ignored = await anyio.to_thread.run_sync(
             self._visible, view, targets, diagnostics
         )
-        skipped = (
-            f" Left out {_count(ignored, 'diagnostic')} in files ignored by .gitignore/.ignore; "
-            f"set include_ignored=true to see them."
-            if ignored
-            else ""
-        )
+        skipped = left_out_ignored(ignored, "diagnostic")
         if not diagnostics:
             return CodeCheckResponse(status="ok", summary="ruff found no problems." + skipped)
         shown = diagnostics[: request.max_diagnostics]
         files = len({d.file for d in diagnostics})
         fixable = sum(d.fixable for d in diagnostics)
-        summary = f"ruff found {_count(len(diagnostics), 'diagnostic')} in {_count(files, 'file')}"
+        summary = f"ruff found {count(len(diagnostics), 'diagnostic')} in {count(files, 'file')}"
         summary += f" ({fixable} fixable with `ruff check --fix`)." if fixable else "."
         if len(shown) < len(diagnostics):
             summary += f" Showing the first {len(shown)}; raise max_diagnostics to see more."
@@ -411,4 +406,6 @@ def code_check_tool(
         protected_names=protected_names,
         isolation=isolation,
         binaries=_binaries,
+        response_model=CodeCheckResponse,
+        hints=ToolHints.reading("Check code with ruff"),
     )

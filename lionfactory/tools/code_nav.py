@@ -38,7 +38,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.errors import ToolFailure
 
@@ -380,4 +380,6 @@ def code_nav_tool(
         description=_DESCRIPTION,
         request_model=NavRequest,
         handler=_NavHandler(workspace),
+        response_model=NavResponse,
+        hints=ToolHints.reading("Navigate Python code"),
     )

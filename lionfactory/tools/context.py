@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from lionfactory._branch import Branch
 from lionfactory._chat import ChatModel
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._context_handler import _ContextHandler
 from lionfactory.tools._context_models import ContextMessage, ContextRequest, ContextResponse
 from lionfactory.tools._context_ops import DEFAULT_KEEP_LAST, PREVIEW_CHARS
@@ -114,4 +114,6 @@ def context_tool(branch: Branch, *, chat_model: ChatModel | None = None) -> Tool
         request_model=ContextRequest,
         handler=_ContextHandler(branch, chat_model),
         bound_to=branch.id,
+        response_model=ContextResponse,
+        hints=ToolHints("Manage the conversation context"),
     )

@@ -42,7 +42,7 @@ from lionfactory._evidence import (
     evidence_wanted,
     record_evidence,
 )
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import Location, PathRefused, Workspace, refuse_private_key
 from lionfactory.tools._editor_files import (
     DEFAULT_STEPS,
@@ -495,4 +495,7 @@ def editor_tool(
         handler=_EditorHandler(
             workspace, _write_steps or DEFAULT_STEPS, protect_git=not allow_git_internals
         ),
+        response_model=EditorResponse,
+        # `write` overwrites a whole file: the strongest action sets the hints.
+        hints=ToolHints("Edit files", destructive=True),
     )

@@ -46,7 +46,7 @@ from typing import Any
 
 from lionfactory._branch import Branch
 from lionfactory._exchange import BaseExchange
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._messenger_handler import _MessengerHandler
 from lionfactory.tools._messenger_models import (
     MAX_RECEIVE_CHARS,
@@ -217,4 +217,6 @@ def messenger_tool(
         request_model=MessengerRequest,
         handler=handler,
         bound_to=branch.id,
+        response_model=MessengerResponse,
+        hints=ToolHints("Message teammates"),
     )

@@ -34,7 +34,7 @@ from lionfactory._evidence import (
 )
 from lionfactory._global_excludes import project_view
 from lionfactory._project import ProjectView
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.tools import _reader_documents
 from lionfactory.tools._reader_window import (
@@ -476,4 +476,7 @@ def reader_tool(
         description=_description(opener.fetcher.allowed_hosts),
         request_model=ReaderRequest,
         handler=_ReaderHandler(workspace, opener),
+        response_model=ReaderResponse,
+        # A reader allowed to fetch from some hosts reaches outside the workspace.
+        hints=ToolHints.reading("Read files", open_world=bool(opener.fetcher.allowed_hosts)),
     )

@@ -34,9 +34,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from lionfactory._binaries import BinaryFinder, helper_tool
+from lionfactory._binaries import BinaryFinder
 from lionfactory._isolation import Isolation
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, ToolHints
+from lionfactory.tools._helper import helper_tool
 from lionfactory.tools._search_handler import SearchHandler
 from lionfactory.tools._search_models import (
     DEFAULT_FIND_RESULTS,
@@ -111,4 +112,6 @@ def search_tool(
         protected_names=protected_names,
         isolation=isolation,
         binaries=_binaries,
+        response_model=SearchResponse,
+        hints=ToolHints.reading("Search the workspace"),
     )

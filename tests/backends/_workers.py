@@ -3,6 +3,7 @@
     python _workers.py team URL NAMESPACE WORKER WORKERS BRANCHES MESSAGES
     python _workers.py writer DB_PATH ROUNDS BRANCH_ID...
     python _workers.py saver DB_PATH BRANCH_ID
+    python _workers.py sender URL NAMESPACE SENDER_ID RECIPIENT_ID
 
 ``team``: one worker of a team of branches talking through a `RedisExchange`,
 each branch through its `messenger` tool, its branch saved in a
@@ -10,6 +11,9 @@ each branch through its `messenger` tool, its branch saved in a
 and goes on receiving. ``writer``: load, append, save in a loop on a shared
 `SqliteBranchStore`, retrying on `ConflictError`. ``saver``: save a large
 branch again and again, announcing each save, until it is killed.
+``sender``: send to the recipient as fast as it can until the recipient is
+unregistered (`UnknownOwnerError`), printing ``ready`` after the first send
+and then the content of every send that succeeded, one per line.
 """
 
 from __future__ import annotations
@@ -145,6 +149,27 @@ async def saver(path: str, branch_id: str) -> None:
         print_line(f"saved {time.perf_counter() - started:.4f}")
 
 
+def sender(url: str, namespace: str, sender_id: str, recipient_id: str) -> None:
+    from lionfactory.errors import UnknownOwnerError
+
+    exchange = RedisExchange(url, namespace=namespace)
+    me, to = uuid.UUID(sender_id), uuid.UUID(recipient_id)
+    sent: list[str] = []
+    try:
+        while True:
+            content = f"{sender_id[:8]}:{len(sent)}"
+            try:
+                exchange.send(me, to, content)
+            except UnknownOwnerError:
+                break
+            sent.append(content)
+            if len(sent) == 1:
+                print_line("ready")
+    finally:
+        exchange.close()
+    print_line(json.dumps(sent))
+
+
 def main(argv: list[str]) -> None:
     kind, *rest = argv
     if kind == "team":
@@ -156,6 +181,8 @@ def main(argv: list[str]) -> None:
         anyio.run(writer, path, int(rounds), branch_ids, backend="trio")
     elif kind == "saver":
         anyio.run(saver, *rest, backend="trio")
+    elif kind == "sender":
+        sender(*rest)
     else:
         raise SystemExit(f"unknown worker kind {kind!r}")
 

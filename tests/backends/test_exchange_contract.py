@@ -182,3 +182,120 @@ async def test_a_restarted_messenger_gets_what_its_branch_never_recorded_once(
     assert [m["content"] for m in again.result["messages"]] == shown
     assert (await successor.act("messenger", {"action": "receive"})).result["messages"] == []
     assert exchange.peek(bob.id) == []
+
+
+async def test_capped_receives_drain_a_large_inbox_without_an_empty_answer(
+    exchange: BaseExchange,
+) -> None:
+    """300 waiting, 50 per receive: every receive brings the next 50 until none is left."""
+    alice, bob = Branch(name="alice"), Branch(name="bob")
+    roster = {"alice": alice.id, "bob": bob.id}
+    alice.register(messenger_tool, exchange=exchange, roster=roster, sender_name="alice")
+    bob.register(messenger_tool, exchange=exchange, roster=roster, sender_name="bob")
+    for i in range(300):
+        exchange.send(alice.id, bob.id, f"m{i}")
+    seen: list[str] = []
+    remaining = []
+    for _ in range(6):
+        got = (await bob.act("messenger", {"action": "receive"})).result
+        assert got["messages"], f"an empty receive after {len(seen)} while {got['remaining']} wait"
+        seen += [m["content"] for m in got["messages"]]
+        remaining.append(got["remaining"])
+    assert seen == [f"m{i}" for i in range(300)]
+    assert remaining == [250, 200, 150, 100, 50, 0]
+    last = (await bob.act("messenger", {"action": "receive"})).result
+    assert (last["messages"], last["remaining"]) == ([], 0)
+    assert exchange.count(bob.id) == 0
+
+
+def test_peek_and_count_honour_limit_and_pending(exchange: BaseExchange) -> None:
+    a, b = registered(exchange, 2)
+    for i in range(10):
+        exchange.send(a, b, f"m{i}")
+    exchange.receive(b, ack=False, limit=3)
+    assert contents(exchange.peek(b, limit=5)) == ["m0", "m1", "m2", "m3", "m4"]
+    assert exchange.count(b) == 10
+    assert exchange.count(b, sender=b) == 0
+    assert contents(exchange.receive(b, limit=4)) == ["m0", "m1", "m2", "m3"]
+    assert exchange.count(b) == 6
+    with pytest.raises(ValueError, match="limit"):
+        exchange.peek(b, limit=0)
+    with pytest.raises(UnknownOwnerError):
+        exchange.count(uuid.uuid4())
+
+
+@pytest.fixture
+def redis_exchange(redis_url: str, redis_namespace: str) -> Iterator[RedisExchange]:
+    made = RedisExchange(redis_url, namespace=redis_namespace)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def plant_entries(exchange: RedisExchange, owner: uuid.UUID) -> None:
+    """What another client of the server could XADD to an inbox."""
+    inbox = f"{exchange.namespace}:inbox:{owner}"
+    exchange._client.xadd(inbox, {"id": "x1", "m": "{not json"})
+    exchange._client.xadd(inbox, {"other": "field"})
+    exchange._client.xadd(inbox, {"id": "x3", "m": '{"role": "nobody"}'})
+
+
+def test_malformed_stream_entries_go_to_the_dead_letters_and_mail_flows(
+    redis_exchange: RedisExchange,
+) -> None:
+    a, b = registered(redis_exchange, 2)
+    for i in range(3):
+        redis_exchange.send(a, b, f"good{i}")
+    plant_entries(redis_exchange, b)
+    for i in range(3, 6):
+        redis_exchange.send(a, b, f"good{i}")
+    assert contents(redis_exchange.receive(b)) == [f"good{i}" for i in range(6)]
+    assert redis_exchange.take_rejected(b) == 3
+    assert redis_exchange.take_rejected(b) == 0  # reported once
+    dead = redis_exchange._client.xrange(f"{redis_exchange.namespace}:deadletter:{b}")
+    assert [fields[b"m"] for _, fields in dead] == [b"{not json", b"", b'{"role": "nobody"}']
+    assert all(fields[b"reason"] for _, fields in dead)
+    redis_exchange.send(a, b, "later")
+    assert contents(redis_exchange.receive(b)) == ["later"]  # the inbox keeps flowing
+
+
+@pytest.mark.parametrize("how", ["peek", "capped", "unacked", "unregister"])
+def test_every_read_path_survives_a_malformed_entry(
+    redis_exchange: RedisExchange, how: str
+) -> None:
+    a, b = registered(redis_exchange, 2)
+    redis_exchange.send(a, b, "before")
+    plant_entries(redis_exchange, b)
+    redis_exchange.send(a, b, "after")
+    if how == "peek":
+        got = redis_exchange.peek(b)
+    elif how == "capped":
+        got = redis_exchange.receive(b, limit=2) + redis_exchange.receive(b, limit=2)
+    elif how == "unacked":
+        got = redis_exchange.receive(b, ack=False)
+        redis_exchange.ack(b, [m.id for m in got])
+    else:
+        got = redis_exchange.unregister(b)
+    assert contents(got) == ["before", "after"]
+    assert redis_exchange.take_rejected(b) == 3
+    if how != "unregister":
+        assert redis_exchange.count(b) == (2 if how == "peek" else 0)
+
+
+async def test_the_messenger_reports_set_aside_entries_once(redis_exchange: RedisExchange) -> None:
+    alice, bob = Branch(name="alice"), Branch(name="bob")
+    roster = {"alice": alice.id, "bob": bob.id}
+    alice.register(messenger_tool, exchange=redis_exchange, roster=roster, sender_name="alice")
+    bob.register(messenger_tool, exchange=redis_exchange, roster=roster, sender_name="bob")
+    for i in range(6):
+        await alice.act("messenger", {"action": "send", "to": "bob", "content": f"m{i}"})
+        if i == 2:
+            plant_entries(redis_exchange, bob.id)
+    got = (await bob.act("messenger", {"action": "receive"})).result
+    assert [m["content"] for m in got["messages"]] == [f"m{i}" for i in range(6)]
+    assert got["rejected"] == 3 and "set aside" in got["content"]
+    await alice.act("messenger", {"action": "send", "to": "bob", "content": "m6"})
+    again = (await bob.act("messenger", {"action": "receive"})).result
+    assert [m["content"] for m in again["messages"]] == ["m6"]
+    assert again["rejected"] == 0

@@ -212,3 +212,67 @@ def test_the_team_plan_addresses_every_branch_evenly() -> None:
     assert sum(counts.values()) == 10_000
     assert set(counts) == set(ids)
     assert uuid.UUID(str(ids["w0b0"])) == ids["w0b0"]
+
+
+async def test_unregister_loses_no_send_racing_it_from_processes_and_threads(
+    redis_url: str, redis_namespace: str
+) -> None:
+    """Every send that succeeded is either received before or returned by unregister."""
+    import threading
+
+    from lionfactory.errors import UnknownOwnerError
+
+    exchange = RedisExchange(redis_url, namespace=redis_namespace)
+    try:
+        for _ in range(5):
+            recipient = uuid.uuid4()
+            senders = [uuid.uuid4() for _ in range(4)]
+            for owner in [recipient, *senders]:
+                exchange.register(owner)
+            processes = [
+                await start("sender", redis_url, redis_namespace, str(s), str(recipient))
+                for s in senders[:2]
+            ]
+            for process in processes:
+                assert await Lines(process).next() == "ready"
+            by_threads: list[list[str]] = [[], []]
+            sending = [threading.Event(), threading.Event()]
+
+            def send_until_refused(
+                me: uuid.UUID, out: list[str], first: threading.Event, to: uuid.UUID
+            ) -> None:
+                while True:
+                    content = f"{str(me)[:8]}:{len(out)}"
+                    try:
+                        exchange.send(me, to, content)
+                    except UnknownOwnerError:
+                        return
+                    out.append(content)
+                    first.set()
+
+            threads = [
+                threading.Thread(target=send_until_refused, args=args)
+                for args in zip(senders[2:], by_threads, sending, [recipient] * 2, strict=True)
+            ]
+            for thread in threads:
+                thread.start()
+            for first in sending:
+                await anyio.to_thread.run_sync(first.wait)
+            got = [m.content for m in exchange.receive(recipient, limit=30)]
+            handed = exchange.receive(recipient, ack=False, limit=20)  # pending when taken away
+            left = await anyio.to_thread.run_sync(exchange.unregister, recipient)
+            for thread in threads:
+                await anyio.to_thread.run_sync(thread.join)
+            outputs: list[list[str]] = []
+            for process in processes:
+                lines: list[str] = []
+                await finish(process, lines)
+                outputs.append(json.loads(lines[-1]))
+            sent = [c for out in [*outputs, *by_threads] for c in out]
+            delivered = got + [m.content for m in left]
+            assert len(delivered) == len(set(delivered))
+            assert set(delivered) == set(sent), (len(sent), len(delivered))
+            assert {m.id for m in handed} <= {m.id for m in left}
+            assert all(len(out) > 0 for out in [*outputs, *by_threads])
+    finally:
+        exchange.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -173,3 +175,193 @@ async def test_bad_ids_are_refused_with_the_value(store: BranchStore) -> None:
         await store.load("nope")
     with pytest.raises(TypeError, match="save takes a Branch"):
         await store.save("nope")  # type: ignore[arg-type]
+
+
+async def plant(store: BranchStore, branch_id: uuid.UUID, data: dict) -> None:
+    """Write a saved branch the way another program sharing the store could."""
+    from lionfactory.backends._store import encode
+
+    envelope, _, record = encode(Branch("sys")).partition(b"\n")
+    stored = json.loads(envelope)
+    stored["registrations"] = data["planted"]
+    await store._write(branch_id, None, 0, json.dumps(stored).encode() + b"\n" + record)
+
+
+async def test_a_planted_factory_in_the_store_is_never_called(
+    store: BranchStore, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    data = Branch("sys").to_dict()
+    data["planted"] = [
+        {
+            "kind": "factory",
+            "factory": "os:system",
+            "kwargs": {"command": f"touch {marker}"},
+            "tools": ["x"],
+        }
+    ]
+    victim = uuid.uuid4()
+    await plant(store, victim, data)
+    with pytest.raises(ConfigurationError, match="'os:system' is not a registered factory"):
+        await store.load(victim)
+    assert not marker.exists()
+
+
+async def test_metadata_with_a_lone_surrogate_is_saved_as_to_json_keeps_it(
+    store: BranchStore,
+) -> None:
+    branch = Branch(metadata={"note": "half a pair: \ud800"})
+    assert await store.save(branch) == 1
+    assert (await store.load(branch.id)).metadata == {"note": "half a pair: \ud800"}
+
+
+async def test_a_name_no_store_can_hold_is_a_configuration_error(store: BranchStore) -> None:
+    branch = Branch(name="half \udc80")
+    with pytest.raises(ConfigurationError, match=r"branch\.name"):
+        await store.save(branch)
+    assert await store.version(branch.id) == 0
+
+
+async def test_a_stale_save_after_delete_and_recreate_is_a_conflict(
+    store: BranchStore, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Store A saves X, B loads it, A deletes X and saves a new X: B's save must lose."""
+    if isinstance(store, SqliteBranchStore):
+        other: BranchStore = SqliteBranchStore(store.path)
+    else:
+        other = RedisBranchStore(request.getfixturevalue("redis_url"), namespace=store.namespace)
+    async with other:
+        first = Branch("sys", name="first")
+        assert await store.save(first) == 1
+        stale = await other.load(first.id)
+        assert await store.delete(first.id)
+        reborn = Branch("sys", name="reborn")
+        reborn.id = first.id
+        reborn.messages.append(Message(role="user", content="the new branch's work"))
+        assert await store.save(reborn) == 2  # versions go on; they never restart
+        stale.messages.append(Message(role="user", content="stale work"))
+        with pytest.raises(ConflictError):
+            await other.save(stale)
+        loaded = await store.load(first.id)
+        assert loaded.name == "reborn"
+        assert [m.content for m in loaded.messages.record][-1] == "the new branch's work"
+
+
+async def test_a_stale_save_after_delete_is_a_conflict(store: BranchStore, workspace: Path) -> None:
+    branch = a_branch(workspace)
+    await store.save(branch)
+    assert await store.delete(branch.id)
+    with pytest.raises(ConflictError):
+        await store.save(branch)
+    assert await store.version(branch.id) == 0
+    assert await store.list() == []
+    assert not await store.delete(branch.id)
+    with pytest.raises(UnknownBranchError):
+        await store.load(branch.id)
+
+
+async def test_garbage_data_under_an_id_is_a_configuration_error(store: BranchStore) -> None:
+    victim = uuid.uuid4()
+    await store._write(victim, None, 0, b"not json\n[]")
+    with pytest.raises(ConfigurationError, match="not a saved branch"):
+        await store.load(victim)
+
+
+async def test_a_store_file_from_before_tombstones_is_upgraded(tmp_path: Path) -> None:
+    from lionfactory.backends._store import encode
+
+    path = tmp_path / "old.db"
+    branch = Branch("sys", name="old")
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE branches (id TEXT PRIMARY KEY, name TEXT, version INTEGER NOT NULL,"
+        " saved_at REAL NOT NULL, data BLOB NOT NULL)"
+    )
+    db.execute(
+        "INSERT INTO branches VALUES (?, ?, 3, 0.0, ?)", (str(branch.id), "old", encode(branch))
+    )
+    db.commit()
+    db.close()
+    async with SqliteBranchStore(path) as store:
+        loaded = await store.load(branch.id)
+        assert await store.save(loaded) == 4
+        assert await store.delete(branch.id)
+        assert await store.save(Branch.from_dict(branch.to_dict())) == 5
+
+
+async def test_a_bad_index_member_does_not_break_listing(
+    redis_url: str, redis_namespace: str
+) -> None:
+    import redis
+
+    async with RedisBranchStore(redis_url, namespace=redis_namespace) as store:
+        good = Branch(name="good")
+        await store.save(good)
+        raw = redis.Redis.from_url(redis_url)
+        raw.zadd(f"{redis_namespace}:branches", {"not-a-uuid": 1.0, b"\xff\xfe": 2.0})
+        broken = uuid.uuid4()
+        raw.hset(
+            f"{redis_namespace}:branch:{broken}",
+            mapping={"version": "x", "saved_at": "y", "data": "z"},
+        )
+        raw.zadd(f"{redis_namespace}:branches", {str(broken): 3.0})
+        raw.close()
+        assert [s.id for s in await store.list()] == [good.id]
+        with pytest.raises(ConfigurationError, match="malformed"):
+            await store.load(broken)
+
+
+@pytest.mark.slow
+async def test_a_row_planted_for_a_stdio_session_runs_nothing_in_mcp_serve(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The attack end to end: the real server, the official client, a shared SQLite store."""
+    import os
+    import sys
+
+    from mcp import Client, StdioServerParameters
+
+    (workspace / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    db = tmp_path / "sessions.db"
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "lionfactory",
+            "mcp",
+            "serve",
+            "--workspace",
+            str(workspace),
+            "--toolkit",
+            "standalone",
+            "--store",
+            f"sqlite:///{db}",
+            "--session",
+            "victim",
+        ],
+        env=dict(os.environ),  # the client passes only a few variables by default
+    )
+    async with Client(server) as client:
+        first = await client.call_tool("reader", {"action": "read", "path": "notes.txt"})
+        assert not first.is_error
+    # Another program that can write the store replaces the session's factories.
+    marker = tmp_path / "pwned"
+    planted = {
+        "kind": "factory",
+        "factory": "os:system",
+        "kwargs": {"command": f"touch {marker}"},
+        "tools": ["reader"],
+    }
+    with sqlite3.connect(db) as raw:
+        [(row_id, data)] = raw.execute("SELECT id, data FROM branches").fetchall()
+        envelope, _, record = bytes(data).partition(b"\n")
+        stored = json.loads(envelope)
+        stored["registrations"] = [planted]
+        raw.execute(
+            "UPDATE branches SET data = ? WHERE id = ?",
+            (json.dumps(stored).encode() + b"\n" + record, row_id),
+        )
+    async with Client(server) as client:
+        with contextlib.suppress(Exception):  # refused, however the server reports it
+            await client.call_tool("reader", {"action": "read", "path": "notes.txt"})
+    assert not marker.exists()

@@ -10,24 +10,37 @@ linearly: its marginal cost per message from the middle size to the largest
 constant factory cost) is at most 3x the marginal cost of
 ``list(branch.messages)``. A clone that was quadratic anywhere would show a
 marginal cost growing with the size, far above the list's.
+
+Loading a saved branch (`Branch.from_dict`) looks its factories up in the
+factory registry instead of importing them by the path the data names. The
+row "load N messages through the registry" times loading the largest
+branch's saved data against the same load with the factories imported by
+path, as loading did before the registry; target: at most 1.1x.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import importlib.util
+import resource
+import sys
 import tempfile
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
-from _common import Row, Size, best_of, check_row, info_row, ratio_row, sizes
+from _common import Row, Size, best_of, budget_row, check_row, info_row, ratio_row, sizes
 
 from lionfactory import Branch, Message
+from lionfactory._registration import FACTORIES
 from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
 
 BENCH = "clone"
 
 SIZES: dict[Size, dict[str, Any]] = {
-    "tiny": {"messages": (100, 1_000, 3_000), "repeat": 2},
-    "full": {"messages": (1_000, 10_000, 100_000), "repeat": 15},
+    "tiny": {"messages": (100, 1_000, 3_000), "load": 10_000, "repeat": 3},
+    "full": {"messages": (1_000, 10_000, 100_000), "load": 10_000, "repeat": 15},
 }
 
 
@@ -45,6 +58,46 @@ def make_branch(messages: int, root: str, names: tuple[str, ...]) -> Branch:
         role = "user" if i % 2 == 0 else "assistant"
         branch.messages.append(Message(role=role, content=f"message {i}"))
     return branch
+
+
+def import_by_path(name: str, *, what: str = "factory") -> Any:
+    """How loading found a factory before the registry: import the module the data names."""
+    module, _, qualname = name.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def load_rows(branch: Branch, repeat: int) -> list[Row]:
+    data = branch.to_dict()
+    count = len(branch.messages.record)
+    registry = best_of(lambda: Branch.from_dict(data), repeat)
+    resolve = FACTORIES.resolve
+    FACTORIES.resolve = import_by_path  # type: ignore[method-assign]
+    try:
+        by_path = best_of(lambda: Branch.from_dict(data), repeat)
+    finally:
+        del FACTORIES.resolve  # back to the class's method
+    assert FACTORIES.resolve == resolve
+    loaded = Branch.from_dict(data)
+    return [
+        ratio_row(
+            BENCH,
+            f"load {count:,} messages through the registry",
+            registry * 1e3,
+            by_path * 1e3,
+            "ms",
+            1.1,
+        ),
+        check_row(
+            BENCH,
+            "a loaded branch holds every message, own tools",
+            len(loaded.messages.record) == count
+            and all(tool.bound_to in (None, loaded.id) for tool in loaded.tools.values()),
+            "correct",
+        ),
+    ]
 
 
 def run(size: Size) -> list[Row]:
@@ -101,4 +154,59 @@ def run(size: Size) -> list[Row]:
         )
     )
     rows.append(check_row(BENCH, "clones hold every message, own tools", isolated, "correct"))
+    with tempfile.TemporaryDirectory(prefix="lf-bench-load-") as root:
+        rows.extend(load_rows(make_branch(params["load"], root, names), repeat))
+    rows += memory_rows(params["messages"][1], names)
     return rows
+
+
+def memory_rows(messages: int, names: tuple[str, ...]) -> list[Row]:
+    """What each kept clone of a toolkit branch allocates, and 1,000 clones' RSS growth.
+
+    A clone shares what is immutable (the messages themselves, compiled
+    matchers, schemas) with its source; what it owns is its tools, its
+    registrations and the list of message references.
+    """
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="lf-bench-clone-") as root:
+        branch = make_branch(messages, root, names)
+        branch.clone()  # warm every cache a first clone fills
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [branch.clone() for _ in range(50)]
+        per_clone = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+        tracemalloc.stop()
+        refs = list(branch.messages)
+        rows.append(
+            budget_row(
+                BENCH,
+                f"memory per kept clone ({messages:,} messages, full toolkit)",
+                per_clone / 1024,
+                50,
+                "KiB",
+            )
+        )
+        rows.append(
+            info_row(
+                BENCH,
+                "memory of the message references alone",
+                sys.getsizeof(refs) / 1024,
+                "KiB",
+            )
+        )
+        del kept
+        gc.collect()
+        start = _rss_kib()
+        many = [branch.clone() for _ in range(1_000)]
+        grown = (_rss_kib() - start) / 1024
+        rows.append(budget_row(BENCH, "RSS growth for 1,000 kept clones", grown, 50, "MiB"))
+        del many
+    return rows
+
+
+def _rss_kib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1])
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

@@ -259,7 +259,7 @@ async def test_commit_without_a_configured_identity_uses_the_fallback(tmp_path: 
     result = await call(tool, "commit", message="anonymous")
     assert result.success, result.error
     author = git(worktree_of(response), "log", "-1", "--format=%an <%ae>")
-    assert author == "lionfactory sandbox <sandbox@lionfactory.invalid>"
+    assert author == "lionfactory agent <agent@localhost>"
 
 
 # -- merge --------------------------------------------------------------------
@@ -482,7 +482,7 @@ def failing_once(step: Sequence[str]) -> Any:
     return runner
 
 
-@pytest.mark.parametrize("step", [("worktree", "remove"), ("branch", "-D")])
+@pytest.mark.parametrize("step", [("branch", "-D")])
 async def test_a_failed_discard_can_be_called_again(repo: Path, step: tuple[str, ...]) -> None:
     recorder = Recorder()
     tool = sandbox_tool(
@@ -508,7 +508,7 @@ async def test_a_failed_discard_can_be_called_again(repo: Path, step: tuple[str,
 
 async def test_a_merge_whose_cleanup_fails_is_finished_by_discard(repo: Path) -> None:
     recorder = Recorder()
-    runner = failing_once(("worktree", "remove"))
+    runner = failing_once(("branch", "-D"))
     tool = sandbox_tool(
         Branch(),
         workspace_root=repo,

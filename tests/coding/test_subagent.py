@@ -350,7 +350,12 @@ async def test_the_tool_is_bound_and_rebuilt_for_a_clone(
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"factory": 3}, "factory must be callable"), ({"factory_kwargs": [1]}, "factory_kwargs")],
+    [
+        ({"factory": 3}, "factory must be callable"),
+        ({"factory_kwargs": [1]}, "factory_kwargs"),
+        ({"parent_tools": "reader"}, "parent_tools"),
+        ({"parent_tools": ["reader", 3]}, "parent_tools"),
+    ],
 )
 def test_factory_misuse_fails_at_once(
     toolkit: FakeToolkit, workspace: Path, kwargs: dict[str, Any], match: str
@@ -358,3 +363,133 @@ def test_factory_misuse_fails_at_once(
     options: dict[str, Any] = {"factory": toolkit, **kwargs}
     with pytest.raises(TypeError, match=match):
         subagent_tool(Branch(), workspace_root=workspace, **options)
+
+
+# -- a child never gets more than its parent (the real coding toolkit) ---------
+
+
+async def test_parent_tools_narrow_every_permission_set(
+    toolkit: FakeToolkit, workspace: Path
+) -> None:
+    model = ScriptedModel(["done", "done"])
+    parent = Branch("You are the lead.", name="lead", chat_model=model)
+    parent.register(
+        subagent_tool(
+            parent,
+            factory=toolkit,
+            workspace_root=workspace,
+            parent_tools=["reader", "editor", "subagent"],
+        )
+    )
+
+    safe = await delegate(parent, instruction="x", permissions="safe")
+    read_only = await delegate(parent, instruction="x", permissions="read_only")
+
+    assert safe.tools == ["reader", "editor"]
+    assert read_only.tools == ["reader"]
+    assert [call["tools"] for call in toolkit.calls] == [["reader", "editor"], ["reader"]]
+    assert safe.notice is not None and "bash" in safe.notice
+
+
+def _kit_parent(model: Any, workspace: Path, **kwargs: Any) -> Branch:
+    from lionfactory.coding import coding_toolkit
+
+    parent = Branch("You are the lead.", name="lead", chat_model=model)
+    parent.register(coding_toolkit, workspace_root=workspace, notify=False, **kwargs)
+    return parent
+
+
+async def test_a_child_gets_only_tools_its_parent_has(workspace: Path, tmp_path: Path) -> None:
+    canary = tmp_path / "ran"
+    model = ScriptedModel([tool_call("bash", command=f"touch {canary}"), "done"])
+    parent = _kit_parent(model, workspace, tools=["reader", "subagent"], isolation="none")
+
+    response = await delegate(parent, instruction="run something", permissions="allow_all")
+
+    assert response.tools == ["reader"]
+    assert [call.tool_names for call in model.calls] == [["reader"], ["reader"]]
+    assert response.tool_errors and response.tool_errors[0].startswith("bash:")
+    assert response.notice is not None and "bash" in response.notice
+    assert "sandbox" in response.notice and "editor" in response.notice
+    assert not canary.exists()
+
+
+async def test_the_subagent_description_names_the_parents_tools(workspace: Path) -> None:
+    parent = _kit_parent(ScriptedModel([]), workspace, tools=["reader", "subagent"])
+    assert "only ever gets tools you have yourself: reader." in parent.tools["subagent"].description
+
+
+def _mechanisms() -> list[object]:
+    from lionfactory._isolation import mechanism_problem
+
+    params = []
+    for name in ("bwrap", "landlock"):
+        problem = mechanism_problem(name)
+        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
+        params.append(pytest.param(name, marks=skip))
+    return params
+
+
+@pytest.fixture
+def listener() -> Any:
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.mark.parametrize("mechanism", _mechanisms())
+async def test_tools_isolation_network_hooks_and_workspace_all_narrow_together(
+    workspace: Path, tmp_path: Path, mechanism: str, listener: int
+) -> None:
+    import shlex
+    import sys
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("original\n")
+    seen: list[str] = []
+
+    def record(tool_name: str, arguments: dict[str, Any]) -> None:
+        seen.append(arguments["command"])
+
+    targets = (str(outside), str(workspace / "notes.txt"))
+    probe = (
+        "import socket, pathlib\n"
+        f"for target in {targets!r}:\n"
+        "    try:\n"
+        "        pathlib.Path(target).write_text('child was here')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {listener}), timeout=5)\n"
+        "    print('connected')\n"
+        "except OSError:\n"
+        "    print('no network')\n"
+    )
+    command = f"{sys.executable} -c {shlex.quote(probe)}"
+    model = ScriptedModel([tool_call("bash", command=command), "done"])
+    parent = _kit_parent(
+        model,
+        workspace,
+        tools=["reader", "bash", "subagent"],
+        isolation=mechanism,
+        network="none",
+        hooks={"bash": {"pre": record}},
+    )
+
+    response = await delegate(parent, instruction="probe", permissions="allow_all", cwd="docs")
+
+    assert response.success, response.error
+    assert response.tools == ["reader", "bash"]
+    assert seen == [command]  # the parent's hook ran on the child's call
+    result = json.loads(model.calls[1].messages[-1].content)
+    assert result["isolation"] == mechanism, result
+    # Outside the parent's workspace, and in the parent's workspace above the
+    # child's cwd: neither changes on the host (bwrap may let the write land
+    # in its private /tmp, Landlock refuses it). No network either.
+    assert "no network" in result["stdout"], result
+    assert outside.read_text() == "original\n"
+    assert (workspace / "notes.txt").read_text() == "the answer is 42\n"

@@ -519,7 +519,12 @@ async def test_a_subagent_started_in_a_sandbox_edits_the_sandbox_and_discard_dro
         ]
     )
     parent = Branch("You delegate.", chat_model=model)
-    parent.register(coding_toolkit, workspace_root=workspace, tools=["sandbox", "subagent"])
+    # A child gets only tools its parent has: the parent holds what the child uses.
+    parent.register(
+        coding_toolkit,
+        workspace_root=workspace,
+        tools=["reader", "editor", "bash", "sandbox", "subagent"],
+    )
     assert await parent.run("Try setting x to 2, then throw it away.") == (
         "Tried it and threw it away."
     )
@@ -576,17 +581,13 @@ async def test_subagent_reads_with_the_real_toolkit_and_only_its_answer_reaches_
         ]
     )
     parent = Branch("You delegate.", chat_model=model)
-    parent.register(coding_toolkit, workspace_root=workspace, tools=["reader", "subagent"])
+    parent.register(
+        coding_toolkit, workspace_root=workspace, tools=["reader", "search", "subagent"]
+    )
     assert await parent.run("Find the answer.") == "42"
     child_turn = model.calls[1]
-    assert child_turn.tool_names == [
-        "reader",
-        "search",
-        "code_check",
-        "code_nav",
-        "ast_search",
-        "context",
-    ]
+    # read_only, narrowed to the parent's own tools.
+    assert child_turn.tool_names == ["reader", "search"]
     result = json.loads(next(m for m in parent.messages if m.tool == "subagent").content)
     assert result["success"] is True
     assert result["response"] == "The notes say 42."

@@ -10,7 +10,7 @@ from mcp import Client
 from lionfactory import Branch, function_tool
 from lionfactory.coding import ALL_CODING_TOOLS, coding_toolkit
 from lionfactory.mcp import create_mcp_server
-from lionfactory.mcp._hints import BUILTIN_HINTS, hints_for, output_schema
+from lionfactory.mcp._hints import hints_for, output_schema
 from lionfactory.mcp._protocol import ServedTools
 from lionfactory.tools import reader_tool
 
@@ -22,12 +22,12 @@ def test_every_coding_tool_has_hints_and_an_output_schema() -> None:
         assert output_schema(tool) is not None, tool.name
 
 
-def test_every_hint_names_a_response_model_that_exists() -> None:
-    import importlib
-
-    for key, hints in BUILTIN_HINTS.items():
-        module = importlib.import_module(key.rsplit(".", 1)[0])
-        assert hasattr(module, hints.response), key
+def test_every_coding_tool_describes_itself() -> None:
+    """Hints and the response model are set by each factory, not kept in a table."""
+    for tool in coding_toolkit(Branch(), tools=list(ALL_CODING_TOOLS)):
+        assert tool.hints is not None and tool.hints.title, tool.name
+        assert tool.response_model is not None, tool.name
+        assert tool.response_model.__name__.endswith("Response"), tool.name
 
 
 def test_a_users_tool_named_like_a_builtin_gets_no_hints() -> None:

@@ -150,3 +150,32 @@ async def test_the_commit_author_still_comes_from_the_users_configuration(
     assert committed.success, committed.error
     author = git(worktree, "log", "-1", "--format=%an <%ae>")
     assert author == "Test User <test@example.com>"
+
+
+async def test_a_driver_whose_name_holds_an_equals_sign_is_blanked_too(tmp_path: Path) -> None:
+    # git splits `-c key=value` at the first '=', so `-c filter.a=b.clean=`
+    # would set `filter.a`; the blanking must reach the driver named `a=b`.
+    from lionfactory.coding._git import Git
+
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "-b", "main")
+    for kind in ("clean", "smudge", "process"):
+        git(repo, "config", f"filter.a=b.{kind}", f"touch {canary}/{kind}")
+    git(repo, "config", "filter.a=b.required", "true")
+    git(repo, "config", "diff.c=d.textconv", f"touch {canary}/textconv")
+    (repo / ".gitattributes").write_text("*.txt filter=a=b diff=c=d\n")
+    (repo / "x.txt").write_text("content\n")
+
+    added = await Git().run(["add", "-A"], cwd=repo)
+    shown = await Git().run(["diff", "--cached"], cwd=repo)
+    # Even with textconv asked for after the hardening's --no-textconv, the
+    # blanked command runs nothing (git reports it cannot run "").
+    await Git().run(["diff", "--cached", "--textconv"], cwd=repo)
+
+    assert added.returncode == 0, added.stderr
+    assert shown.returncode == 0, shown.stderr
+    assert "+content" in shown.stdout
+    assert list(canary.iterdir()) == []

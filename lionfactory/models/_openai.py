@@ -1,22 +1,8 @@
-"""Chat model adapters for real model servers.
+"""`OpenAICompatible`: a chat model over the OpenAI Chat Completions API (re-exported by `models`).
 
-`OpenAICompatible` speaks the OpenAI Chat Completions API with tools, which
 OpenAI and the common local servers (llama.cpp's ``llama-server`` and
-llama-cpp-python's server, vLLM, Ollama, LM Studio) all serve at
-``<base_url>/chat/completions``. `AnthropicMessages` speaks Anthropic's
-Messages API. Each is a `ChatModel`: give it to ``Branch(chat_model=...)``.
-
-Importing this module imports httpx (the ``models`` extra); importing
-`lionfactory` does not.
-
-Errors::
-
-    LionfactoryError
-    └── ModelError                       the request failed: HTTP error, no connection, bad reply
-        └── ModelTimeoutError (TimeoutError)  no answer within the timeout, on every attempt
-
-`Branch.run` does not catch them: a model that cannot be reached is the
-caller's problem, not something the model could act on.
+llama-cpp-python's server, vLLM, Ollama, LM Studio) all serve it at
+``<base_url>/chat/completions``.
 """
 
 from __future__ import annotations
@@ -27,20 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lionfactory._anthropic import AnthropicMessages
 from lionfactory._chat import ModelReply
 from lionfactory._echo import echo
 from lionfactory._messages import Message, ToolCall
-from lionfactory._model_http import (
+from lionfactory.models._http import (
     BODY_EXCERPT,
-    ClientOwner,
+    HttpChatModel,
     ModelError,
-    ModelTimeoutError,
-    check_positive,
-    check_retries,
-    close_client,
+    common_fields,
     new_client,
-    post_json,
 )
 
 if TYPE_CHECKING:
@@ -48,7 +29,7 @@ if TYPE_CHECKING:
 
     from lionfactory._tool import Tool
 
-__all__ = ["AnthropicMessages", "ModelError", "ModelTimeoutError", "OpenAICompatible"]
+__all__ = ["OpenAICompatible"]
 """The one argument a tool call carries when the model's arguments were not a JSON object.
 
 Its value says what was wrong and quotes what the model sent. Every request
@@ -59,7 +40,7 @@ _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream"})
 
 
 @attrs.define(eq=False, init=False, repr=False)
-class OpenAICompatible(ClientOwner):
+class OpenAICompatible(HttpChatModel):
     """A `ChatModel` over an OpenAI-compatible Chat Completions endpoint.
 
     Each call posts the active messages and the tools' ``openai``-style
@@ -129,27 +110,21 @@ class OpenAICompatible(ClientOwner):
         headers: Mapping[str, str] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError(f"model must be a non-empty model name, got {model!r}")
         if api_key is not None and not isinstance(api_key, str):
             raise TypeError(f"api_key must be a string or None, got {type(api_key).__name__}")
-        check_retries(max_retries, backoff, transport)
-        reserved = sorted(_RESERVED_PARAMS.intersection(params or {}))
-        if reserved:
-            raise ValueError(f"params cannot set {reserved}; the adapter sends those itself")
         self.__attrs_init__(
-            base_url=base_url.rstrip("/"),
-            model=model,
-            timeout=check_positive("timeout", timeout),
-            max_retries=max_retries,
-            backoff=float(backoff),
-            headers=dict(headers or {}),
-            params=dict(params or {}),
             api_key=api_key,
-            transport=transport,
-            client=None,
+            **common_fields(
+                base_url=base_url,
+                model=model,
+                timeout=timeout,
+                max_retries=max_retries,
+                backoff=backoff,
+                headers=headers,
+                params=params,
+                transport=transport,
+                reserved=_RESERVED_PARAMS,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -161,15 +136,8 @@ class OpenAICompatible(ClientOwner):
         """The endpoint every request goes to."""
         return f"{self.base_url}/chat/completions"
 
-    async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
-        """Ask the model: post the conversation and the tools, return its reply.
-
-        Raises:
-            ModelError: an HTTP error status (after retries for 408, 429 and
-                5xx), no connection after retries, or a reply that is not a
-                chat completion.
-            ModelTimeoutError: every attempt outlasted `timeout`.
-        """
+    def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
+        """The JSON body a call with `messages` and `tools` posts (no request is made)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [_to_openai(m) for m in messages],
@@ -178,15 +146,7 @@ class OpenAICompatible(ClientOwner):
         if tools:
             # Some servers reject an empty list; no key means "no tools".
             body["tools"] = [tool.schema("openai") for tool in tools]
-        if self._client is not None:
-            data = await self._post(self._client, body)
-        else:
-            client = self._new_client()
-            try:
-                data = await self._post(client, body)
-            finally:
-                await self._close(client)
-        return self._parse(data)
+        return body
 
     # -- internals -----------------------------------------------------------
 
@@ -196,32 +156,6 @@ class OpenAICompatible(ClientOwner):
             headers["Authorization"] = f"Bearer {self._api_key}"
         headers.update(self.headers)
         return new_client(headers, self._transport)
-
-    async def _close(self, client: httpx.AsyncClient) -> None:
-        await close_client(client, self._transport)
-
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        return await post_json(
-            client,
-            self.url,
-            body,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
-            backoff=self.backoff,
-            decode=self._decode,
-        )
-
-    def _decode(self, response: httpx.Response, attempts: int) -> Any:
-        try:
-            return response.json()
-        except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
-            raise ModelError(
-                f"the chat model at {self.url} answered HTTP {response.status_code} "
-                f"with a body that is not JSON: {response.text[:300]!r}",
-                status=response.status_code,
-                body=response.text[:BODY_EXCERPT],
-                attempts=attempts,
-            ) from None
 
     def _parse(self, data: Any) -> ModelReply:
         choices = data.get("choices") if isinstance(data, dict) else None
@@ -240,6 +174,10 @@ class OpenAICompatible(ClientOwner):
             text=_text(message.get("content")),
             tool_calls=tuple(_parse_call(c) for c in calls if isinstance(c, dict)),
         )
+
+
+# Documented, imported and pickled as lionfactory.models.OpenAICompatible.
+OpenAICompatible.__module__ = "lionfactory.models"
 
 
 def _to_openai(message: Message) -> dict[str, Any]:

@@ -9,9 +9,9 @@ Importing this module imports httpx (the ``models`` extra).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
@@ -24,13 +24,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from lionfactory.errors import LionfactoryError
 
+if TYPE_CHECKING:
+    from lionfactory._chat import ModelReply
+    from lionfactory._messages import Message
+    from lionfactory._tool import Tool
+
 __all__ = [
     "BODY_EXCERPT",
     "ClientOwner",
+    "HttpChatModel",
     "ModelError",
     "ModelTimeoutError",
     "check_positive",
     "check_retries",
+    "common_fields",
     "close_client",
     "new_client",
     "post_json",
@@ -225,3 +232,116 @@ class ClientOwner:
         client, self._client = self._client, None  # type: ignore[misc]  # a subclass slot
         if client is not None:
             await close_client(client, self._transport)
+
+
+def common_fields(
+    *,
+    base_url: Any,
+    model: Any,
+    timeout: Any,
+    max_retries: Any,
+    backoff: Any,
+    headers: Mapping[str, str] | None,
+    params: Mapping[str, Any] | None,
+    transport: Any,
+    reserved: frozenset[str],
+) -> dict[str, Any]:
+    """Check the options every adapter takes; the attrs fields they become.
+
+    Raises:
+        ValueError: a malformed `base_url` or `model`, a non-positive `timeout`,
+            a negative `max_retries` or `backoff`, or `params` naming a
+            `reserved` request field.
+        TypeError: a `transport` that is not an ``httpx.AsyncBaseTransport``.
+    """
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"model must be a non-empty model name, got {model!r}")
+    check_retries(max_retries, backoff, transport)
+    named = sorted(reserved.intersection(params or {}))
+    if named:
+        raise ValueError(f"params cannot set {named}; the adapter sends those itself")
+    return {
+        "base_url": base_url.rstrip("/"),
+        "model": model,
+        "timeout": check_positive("timeout", timeout),
+        "max_retries": max_retries,
+        "backoff": float(backoff),
+        "headers": dict(headers or {}),
+        "params": dict(params or {}),
+        "transport": transport,
+        "client": None,
+    }
+
+
+class HttpChatModel(ClientOwner):
+    """The per-call half every HTTP chat model adapter shares.
+
+    A subclass (a slotted attrs class holding `timeout`, `max_retries`,
+    `backoff`, `_client` and `_transport`) says what differs: its `url`, the
+    body it posts (`request_body`), its client's headers (`_new_client`) and
+    how it reads a reply (`_parse`). Sending the body (the open client of an
+    ``async with`` block, or one client for this call alone), retrying and
+    decoding JSON are the same for every API, so they live here once.
+    """
+
+    __slots__ = ()
+
+    timeout: float
+    max_retries: int
+    backoff: float
+
+    @property
+    def url(self) -> str:
+        """The endpoint every request goes to."""
+        raise NotImplementedError  # pragma: no cover - every adapter defines it
+
+    def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
+        """The JSON body a call with `messages` and `tools` posts (no request is made)."""
+        raise NotImplementedError  # pragma: no cover - every adapter defines it
+
+    def _parse(self, data: Any) -> ModelReply:
+        raise NotImplementedError  # pragma: no cover - every adapter defines it
+
+    async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+        """Ask the model: post the conversation and the tools, return its reply.
+
+        Raises:
+            ModelError: an HTTP error status (after retries for 408, 429 and
+                5xx), no connection after retries, or a reply of the wrong shape.
+            ModelTimeoutError: every attempt outlasted `timeout`.
+        """
+        body = self.request_body(messages, tools)
+        if self._client is not None:
+            data = await self._post(self._client, body)
+        else:
+            client = self._new_client()
+            try:
+                data = await self._post(client, body)
+            finally:
+                await close_client(client, self._transport)
+        return self._parse(data)
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
+        return await post_json(
+            client,
+            self.url,
+            body,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            decode=self._decode,
+        )
+
+    def _decode(self, response: httpx.Response, attempts: int) -> Any:
+        try:
+            return response.json()
+        except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
+            raise ModelError(
+                f"the chat model at {self.url} answered HTTP {response.status_code} "
+                f"with a body that is not JSON: {response.text[:300]!r}",
+                status=response.status_code,
+                body=response.text[:BODY_EXCERPT],
+                attempts=attempts,
+            ) from None

@@ -1,4 +1,4 @@
-"""`AnthropicMessages`: a chat model over Anthropic's Messages API (re-exported by `models`).
+"""`AnthropicMessages`: a chat model over Anthropic's Messages API (in `lionfactory.models`).
 
 The conversation maps onto the Messages API's shapes: the system message
 becomes the top-level ``system`` field, tool calls become ``tool_use``
@@ -19,17 +19,14 @@ import attrs
 
 from lionfactory._chat import ModelReply
 from lionfactory._messages import Message, ToolCall
-from lionfactory._model_http import (
-    BODY_EXCERPT,
-    ClientOwner,
-    ModelError,
-    check_positive,
-    check_retries,
-    close_client,
-    new_client,
-    post_json,
-)
 from lionfactory.errors import ConfigurationError
+from lionfactory.models._http import (
+    BODY_EXCERPT,
+    HttpChatModel,
+    ModelError,
+    common_fields,
+    new_client,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -51,7 +48,7 @@ _CUT_OFF = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
 @attrs.define(eq=False, init=False, repr=False)
-class AnthropicMessages(ClientOwner):
+class AnthropicMessages(HttpChatModel):
     """A `ChatModel` over Anthropic's Messages API (``<base_url>/v1/messages``).
 
     Each call posts the active messages (the system message as ``system``)
@@ -125,12 +122,19 @@ class AnthropicMessages(ClientOwner):
         params: Mapping[str, Any] | None = None,
         api_version: str = API_VERSION,
     ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError(f"model must be a non-empty model name, got {model!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        fields = common_fields(
+            base_url=base_url,
+            model=model,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            headers=headers,
+            params=params,
+            transport=transport,
+            reserved=_RESERVED_PARAMS,
+        )
         if api_key is None:
             api_key = os.environ.get("ANTHROPIC_API_KEY")
         if not isinstance(api_key, str) or not api_key:
@@ -138,23 +142,8 @@ class AnthropicMessages(ClientOwner):
                 "AnthropicMessages needs an API key: pass api_key=... "
                 "or set the ANTHROPIC_API_KEY environment variable"
             )
-        check_retries(max_retries, backoff, transport)
-        reserved = sorted(_RESERVED_PARAMS.intersection(params or {}))
-        if reserved:
-            raise ValueError(f"params cannot set {reserved}; the adapter sends those itself")
         self.__attrs_init__(
-            model=model,
-            base_url=base_url.rstrip("/"),
-            max_tokens=max_tokens,
-            timeout=check_positive("timeout", timeout),
-            max_retries=max_retries,
-            backoff=float(backoff),
-            headers=dict(headers or {}),
-            params=dict(params or {}),
-            api_version=api_version,
-            api_key=api_key,
-            transport=transport,
-            client=None,
+            max_tokens=max_tokens, api_version=api_version, api_key=api_key, **fields
         )
 
     def __repr__(self) -> str:
@@ -165,26 +154,6 @@ class AnthropicMessages(ClientOwner):
     def url(self) -> str:
         """The endpoint every request goes to."""
         return f"{self.base_url}/v1/messages"
-
-    async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
-        """Ask the model: post the conversation and the tools, return its reply.
-
-        Raises:
-            ModelError: an HTTP error status (after retries for 408, 429 and
-                5xx), no connection after retries, or a reply that is not a
-                message.
-            ModelTimeoutError: every attempt outlasted `timeout`.
-        """
-        body = self.request_body(messages, tools)
-        if self._client is not None:
-            data = await self._post(self._client, body)
-        else:
-            client = self._new_client()
-            try:
-                data = await self._post(client, body)
-            finally:
-                await close_client(client, self._transport)
-        return self._parse(data)
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
         """The JSON body a call with `messages` and `tools` posts (no request is made)."""
@@ -212,29 +181,6 @@ class AnthropicMessages(ClientOwner):
         }
         headers.update(self.headers)
         return new_client(headers, self._transport)
-
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        return await post_json(
-            client,
-            self.url,
-            body,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
-            backoff=self.backoff,
-            decode=self._decode,
-        )
-
-    def _decode(self, response: httpx.Response, attempts: int) -> Any:
-        try:
-            return response.json()
-        except ValueError:
-            raise ModelError(
-                f"the chat model at {self.url} answered HTTP {response.status_code} "
-                f"with a body that is not JSON: {response.text[:300]!r}",
-                status=response.status_code,
-                body=response.text[:BODY_EXCERPT],
-                attempts=attempts,
-            ) from None
 
     def _parse(self, data: Any) -> ModelReply:
         content = data.get("content") if isinstance(data, dict) else None

@@ -1,0 +1,77 @@
+"""What the tools that drive a helper program (search, code_check, ast_search) share.
+
+The factory body (workspace, binary finder, confinement) and the few phrases
+their responses have in common, so the three tools word a count, a missing
+program and the matches the ignore rules left out the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._isolation import Isolation, workspace_isolation
+from lionfactory._tool import Tool, ToolHints
+from lionfactory._workspace import Workspace
+
+__all__ = ["count", "helper_tool", "left_out_ignored", "not_installed"]
+
+
+def helper_tool(
+    *,
+    name: str,
+    description: str,
+    request_model: type[BaseModel],
+    handler: Callable[[Workspace, BinaryFinder, Isolation], Any],
+    workspace_root: str | os.PathLike[str] | None,
+    protected_names: Iterable[str] | None,
+    isolation: str | Isolation,
+    binaries: object,
+    response_model: type[BaseModel],
+    hints: ToolHints,
+) -> Tool:
+    """The factory body the helper-binary tools share: workspace, finder, confinement.
+
+    Raises:
+        ValueError: the workspace root is not a directory.
+        TypeError: an option of the wrong type.
+        ConfigurationError: the requested isolation cannot work here.
+    """
+    finder = finder_or_default(binaries)
+    workspace = Workspace.at(workspace_root, protected=protected_names)
+    confinement = workspace_isolation(isolation, workspace.root)
+    return Tool(
+        name=name,
+        description=confinement.annotate(description),
+        request_model=request_model,
+        handler=handler(workspace, finder, confinement),
+        response_model=response_model,
+        hints=hints,
+    )
+
+
+def count(number: int, one: str, many: str | None = None) -> str:
+    """``"1 match"``, ``"3 matches"``: `many` defaults to `one` plus ``s``."""
+    return f"{number} {one if number == 1 else (many or one + 's')}"
+
+
+def left_out_ignored(number: int, one: str, many: str | None = None) -> str:
+    """The sentence that says how many results the project's ignore rules left out ("" for 0)."""
+    if not number:
+        return ""
+    return (
+        f" Left out {count(number, one, many)} in files ignored by .gitignore/.ignore; "
+        f"set include_ignored=true to see them."
+    )
+
+
+def not_installed(program: str, package: str) -> str:
+    """What to say when `program` cannot be found: the extra that installs it, or `package`."""
+    return (
+        f"{program} is not installed; install it with pip install 'lionfactory[code]' "
+        f"(or pip install {package})."
+    )
