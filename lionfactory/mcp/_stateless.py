@@ -221,9 +221,8 @@ class StatelessCalls:
         """Run one call on a fresh branch, then drop the branch with whatever it recorded.
 
         Why not one shared branch, or a pool: a branch holds more than
-        evidence (the toolkit's nudge history, its sandbox slot, background
-        jobs), and whatever one client's call left there would reach the
-        next client's. Building the tools for each call costs what one
+        evidence (the toolkit's nudge history, its sandbox slot), and
+        whatever one client's call left there would reach the next client's. Building the tools for each call costs what one
         `Branch.register` of the served factories costs (the benchmark
         measures it against a session's call).
         """
