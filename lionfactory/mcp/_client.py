@@ -36,10 +36,10 @@ import json
 import math
 import re
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -48,7 +48,8 @@ from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, REQUEST_TIMEOUT
-from pydantic import BaseModel, ConfigDict, Field
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lionfactory._tool import Tool
 from lionfactory.errors import McpConnectionError, ToolInputError
@@ -63,6 +64,25 @@ _MAX_IMAGE_BASE64 = 4 * ((5 * 1024 * 1024 + 2) // 3)
 """The base64 length of the largest image passed on (5 MiB, the reader's own limit)."""
 
 
+class McpResourceRef(BaseModel):
+    """A resource a tool's result pointed to (``resource_link``) or carried (``resource``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["resource_link", "resource"] = Field(
+        description="resource_link: a reference to read later; resource: its contents came along."
+    )
+    uri: str = Field(description="The resource's URI.")
+    name: str | None = Field(default=None, description="The resource's name, for a link.")
+    mime_type: str | None = Field(default=None, description="Its MIME type, when the server said.")
+    text: str | None = Field(
+        default=None, description="The embedded text contents (an embedded text resource only)."
+    )
+    size: int | None = Field(
+        default=None, description="Bytes: a link's announced size, or an embedded blob's length."
+    )
+
+
 class McpToolResponse(BaseModel):
     """What a tool of an MCP server returned."""
 
@@ -71,13 +91,18 @@ class McpToolResponse(BaseModel):
     success: bool = Field(description="False when the server reported the call as failed.")
     content: str = Field(
         description=(
-            "The text the tool returned; an image is a data URL (data:image/png;base64,...) "
-            "on its own line, other non-text parts are described in brackets; empty when the "
-            "text only repeats structured_content."
+            "The text the tool returned, as the server sent it; an image is a data URL "
+            "(data:image/png;base64,...) on its own line, a resource link or embedded "
+            "resource is named in brackets (an embedded text resource's text follows), "
+            "other non-text parts are described in brackets."
         )
     )
     structured_content: Any = Field(
         default=None, description="The tool's structured result, when it sent one."
+    )
+    resources: list[McpResourceRef] = Field(
+        default_factory=list,
+        description="The resource links and embedded resources of the result, in order.",
     )
     error: str | None = Field(
         default=None, description="Why the call failed, when it did; read it before retrying."
@@ -146,6 +171,7 @@ class McpServer:
         errlog: TextIO | None = None,
         timeout: float | None = None,
         connect_timeout: float | None = None,
+        mode: str = "auto",
     ) -> McpServer:
         """A server started as a subprocess, spoken to over its stdin and stdout.
 
@@ -159,12 +185,16 @@ class McpServer:
                 call that times out returns a typed failure.
             connect_timeout: seconds to start, initialize and list the tools
                 (default: `timeout`); past it, `McpConnectionError`.
+            mode: the SDK's protocol negotiation: ``"auto"`` (ask with
+                ``server/discover``, fall back to the handshake), ``"legacy"``
+                (the 2025 handshake) or a pinned version such as ``"2026-07-28"``.
 
         Raises:
-            ValueError: `command` is empty or a string.
+            ValueError: `command` is empty or a string, or `mode` is unknown.
         """
         if isinstance(command, str) or not command:
             raise ValueError(f"command must be a non-empty list of words, got {command!r}")
+        _check_mode(mode)
         parameters = StdioServerParameters(
             command=command[0],
             args=list(command[1:]),
@@ -174,6 +204,7 @@ class McpServer:
         return cls(
             target=parameters,
             name=name,
+            mode=mode,
             errlog=errlog,
             timeout=timeout,
             connect_timeout=connect_timeout,
@@ -201,10 +232,11 @@ class McpServer:
                 (default: `timeout`); past it, `McpConnectionError`.
 
         Raises:
-            ValueError: `url` is not an http(s) URL.
+            ValueError: `url` is not an http(s) URL, or `mode` is unknown.
         """
         if urlsplit(url).scheme not in ("http", "https"):
             raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
+        _check_mode(mode)
         return cls(
             target=url, name=name, mode=mode, timeout=timeout, connect_timeout=connect_timeout
         )
@@ -322,11 +354,46 @@ class McpServer:
             McpConnectionError: the connection broke (phase ``"call"``).
             MCPError: the server answered with a protocol error.
         """
+        client = self._open()
+        return await self._guarded(client.call_tool(name, dict(arguments)))
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The protocol version the connection speaks (None while it is closed)."""
+        client = self._client
+        return None if client is None else client.protocol_version
+
+    @property
+    def has_resources(self) -> bool:
+        """Whether the server said it serves resources (``resources/list``, ``resources/read``)."""
+        client = self._client
+        return client is not None and client.server_capabilities.resources is not None
+
+    async def list_resources(self, cursor: str | None = None) -> types.ListResourcesResult:
+        """One page of the server's resources.
+
+        Raises:
+            RuntimeError: the connection is not open.
+            McpConnectionError: the connection broke (phase ``"call"``).
+            MCPError: the server answered with a protocol error.
+        """
+        client = self._open()
+        return await self._guarded(client.list_resources(cursor=cursor))
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """The contents of the server's resource `uri` (see `list_resources` for the errors)."""
+        client = self._open()
+        return await self._guarded(client.read_resource(uri))
+
+    def _open(self) -> Client:
         client = self._client
         if client is None:
             raise RuntimeError(f"the connection to MCP server {self.name!r} is closed")
+        return client
+
+    async def _guarded(self, request: Awaitable[T]) -> T:
         try:
-            return await client.call_tool(name, dict(arguments))
+            return await request
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise
@@ -335,6 +402,18 @@ class McpServer:
             raise McpConnectionError(
                 self._shown(), "call", f"the connection broke ({type(exc).__name__})"
             ) from exc
+
+
+T = TypeVar("T")
+_MODES = ("auto", "legacy", *MODERN_PROTOCOL_VERSIONS)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in _MODES:
+        raise ValueError(
+            f"mode must be one of {', '.join(repr(m) for m in _MODES)}, got {mode!r} "
+            f"(a handshake-era version is negotiated with mode='legacy')"
+        )
 
 
 @attrs.define
@@ -386,9 +465,49 @@ def _text(result: types.CallToolResult) -> str:
             parts.append(f"data:{block.mime_type};base64,{block.data}")
         elif isinstance(block, (types.ImageContent, types.AudioContent)):
             parts.append(f"[{block.type}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
+        elif isinstance(block, types.ResourceLink):
+            mime = f", {block.mime_type}" if block.mime_type else ""
+            parts.append(f"[resource_link: {block.uri} ({block.name}{mime})]")
+        elif isinstance(block, types.EmbeddedResource):
+            inner = block.resource
+            mime = f", {inner.mime_type}" if inner.mime_type else ""
+            if isinstance(inner, types.TextResourceContents):
+                parts.append(f"[resource: {inner.uri}{mime}]\n{inner.text}")
+            else:
+                parts.append(f"[resource: {inner.uri}{mime}, {len(inner.blob) * 3 // 4} bytes]")
         else:
             parts.append(f"[{block.type}]")
     return "\n".join(parts)
+
+
+def _resources(result: types.CallToolResult) -> list[McpResourceRef]:
+    """The result's resource links and embedded resources, kept as data beside the text."""
+    found = []
+    for block in result.content:
+        if isinstance(block, types.ResourceLink):
+            found.append(
+                McpResourceRef(
+                    kind="resource_link",
+                    uri=str(block.uri),
+                    name=block.name,
+                    mime_type=block.mime_type,
+                    size=block.size,
+                )
+            )
+        elif isinstance(block, types.EmbeddedResource):
+            inner = block.resource
+            text = inner.text if isinstance(inner, types.TextResourceContents) else None
+            size = None if text is not None else len(getattr(inner, "blob", "")) * 3 // 4
+            found.append(
+                McpResourceRef(
+                    kind="resource",
+                    uri=str(inner.uri),
+                    mime_type=inner.mime_type,
+                    text=text,
+                    size=size,
+                )
+            )
+    return found
 
 
 def _repeats(text: str, structured: Any) -> bool:
@@ -402,19 +521,25 @@ def _repeats(text: str, structured: Any) -> bool:
 
 
 def _response(result: types.CallToolResult) -> McpToolResponse:
+    # The text is kept even when it repeats structuredContent: it is what the
+    # server meant a model to read (and what a text-only consumer prints).
     text = _text(result)
     structured = result.structured_content
-    if _repeats(text, structured):
-        text = ""
+    resources = _resources(result)
     if not result.is_error:
-        return McpToolResponse(success=True, content=text, structured_content=structured)
-    error = text
+        return McpToolResponse(
+            success=True, content=text, structured_content=structured, resources=resources
+        )
+    # The error is the words: the structured result's own error text when the
+    # text only repeats the structured result, else the text.
+    error = "" if _repeats(text, structured) else text
     if not error and isinstance(structured, Mapping) and isinstance(structured.get("error"), str):
         error = structured["error"]
     return McpToolResponse(
         success=False,
-        content="",
+        content=text,
         structured_content=structured,
+        resources=resources,
         error=error or "The tool reported a failure; see structured_content.",
     )
 
@@ -461,11 +586,138 @@ class _RemoteCall:
         return _response(result)
 
 
+_MAX_RESOURCE_TEXT = 200_000
+"""Characters of one resource's text passed on to a model; the rest is cut (and said so)."""
+
+
+class McpResourcesRequest(BaseModel):
+    """List or read the resources of an MCP server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["list", "read"] = Field(
+        description="list: one page of the server's resources; read: one resource's contents."
+    )
+    uri: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=8192,
+        description="The resource to read (a uri from list); required for read.",
+    )
+    cursor: str | None = Field(
+        default=None,
+        max_length=8192,
+        description="For list: the next_cursor of the previous page, to continue.",
+    )
+
+    @model_validator(mode="after")
+    def _read_needs_a_uri(self) -> McpResourcesRequest:
+        if self.action == "read" and self.uri is None:
+            raise ValueError("action 'read' needs the uri of a resource (list them first)")
+        return self
+
+
+class McpResourceEntry(BaseModel):
+    """One resource the server lists, or one part of a resource read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str = Field(description="The resource's URI (pass it to read).")
+    name: str | None = Field(default=None, description="Its name, when listed.")
+    mime_type: str | None = Field(default=None, description="Its MIME type, when known.")
+    description: str | None = Field(default=None, description="What it is, when the server said.")
+    size: int | None = Field(default=None, description="Bytes, when known.")
+    text: str | None = Field(default=None, description="Its text (read, text resources only).")
+    truncated: bool = Field(default=False, description="True when the text was cut.")
+
+
+class McpResourcesResponse(BaseModel):
+    """What the server's resources tool returned."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool = Field(description="False when the server refused or could not be reached.")
+    resources: list[McpResourceEntry] = Field(
+        default_factory=list, description="list: the resources; read: the contents' parts."
+    )
+    next_cursor: str | None = Field(
+        default=None, description="list: pass it as cursor for the next page; None at the end."
+    )
+    error: str | None = Field(default=None, description="Why it failed, when it did.")
+
+
+@attrs.frozen
+class _ResourcesCall:
+    """The handler of a server's resources tool: list or read, nothing else."""
+
+    server: McpServer
+
+    async def __call__(self, request: McpResourcesRequest) -> McpResourcesResponse:
+        if not self.server.connected:
+            return McpResourcesResponse(
+                success=False,
+                error=f"The MCP server {self.server.name!r} cannot be reached (its connection "
+                f"is closed). Continue without its resources.",
+            )
+        try:
+            if request.action == "list":
+                return await self._list(request.cursor)
+            assert request.uri is not None  # the request model requires it for read
+            return await self._read(request.uri)
+        except McpConnectionError as exc:
+            return McpResourcesResponse(success=False, error=exc.reason)
+        except MCPError as exc:
+            return McpResourcesResponse(
+                success=False,
+                error=f"The MCP server {self.server.name!r} refused it (error {exc.code}): "
+                f"{exc.message}. List the resources to find a valid uri.",
+            )
+
+    async def _list(self, cursor: str | None) -> McpResourcesResponse:
+        page = await self.server.list_resources(cursor)
+        entries = [
+            McpResourceEntry(
+                uri=str(r.uri),
+                name=r.name,
+                mime_type=r.mime_type,
+                description=r.description,
+                size=r.size,
+            )
+            for r in page.resources
+        ]
+        return McpResourcesResponse(success=True, resources=entries, next_cursor=page.next_cursor)
+
+    async def _read(self, uri: str) -> McpResourcesResponse:
+        result = await self.server.read_resource(uri)
+        entries = []
+        for part in result.contents:
+            if isinstance(part, types.TextResourceContents):
+                cut = len(part.text) > _MAX_RESOURCE_TEXT
+                entries.append(
+                    McpResourceEntry(
+                        uri=str(part.uri),
+                        mime_type=part.mime_type,
+                        size=len(part.text.encode("utf-8", "surrogatepass")),
+                        text=part.text[:_MAX_RESOURCE_TEXT],
+                        truncated=cut,
+                    )
+                )
+            else:
+                # A blob is not passed to a model as base64: its size says what it is.
+                entries.append(
+                    McpResourceEntry(
+                        uri=str(part.uri), mime_type=part.mime_type, size=len(part.blob) * 3 // 4
+                    )
+                )
+        return McpResourcesResponse(success=True, resources=entries)
+
+
 def mcp_tools(
     server: McpServer,
     *,
     include: Iterable[str] | None = None,
     prefix: str | None = None,
+    resources: bool = False,
 ) -> list[Tool]:
     """Tools that call an MCP server's tools, built from its cached tool list.
 
@@ -476,6 +728,11 @@ def mcp_tools(
         server: an open `McpServer`.
         include: the server's tool names to keep (default: all of them).
         prefix: replaces ``mcp__<server>__`` in front of each tool's name.
+        resources: also give the branch one read-only tool, named like a
+            remote tool called ``resources``, that lists the server's
+            resources and reads one (text passed on, a blob described by
+            its size). Off by default: what a server exposes as resources
+            is more than the tools it chose to offer.
 
     Returns:
         One Tool per remote tool, named by `qualified_name`, whose request
@@ -485,7 +742,9 @@ def mcp_tools(
     Raises:
         TypeError: `server` is not an `McpServer`.
         RuntimeError: the server has not been opened.
-        ValueError: `include` names a tool the server does not have.
+        ValueError: `include` names a tool the server does not have, or
+            `resources` for a server that serves none (or whose tool list
+            already has the resources tool's name).
     """
     if not isinstance(server, McpServer):
         raise TypeError(f"server must be an McpServer, got {server!r:.200}")
@@ -512,4 +771,31 @@ def mcp_tools(
                 handler=_RemoteCall(server=server, remote_name=remote, local_name=local),
             )
         )
+    if resources:
+        tools.append(_resources_tool(server, server_name, prefix, {t.name for t in tools}))
     return tools
+
+
+def _resources_tool(
+    server: McpServer, server_name: str, prefix: str | None, taken: set[str]
+) -> Tool:
+    if not server.has_resources:
+        raise ValueError(
+            f"MCP server {server_name!r} serves no resources (its capabilities have none); "
+            f"register mcp_tools without resources=True"
+        )
+    local = qualified_name(server_name, "resources", prefix=prefix)
+    if local in taken:
+        raise ValueError(
+            f"the resources tool's name {local!r} is taken by one of the server's tools; "
+            f"leave that tool out with include=[...]"
+        )
+    return Tool(
+        name=local,
+        description=(
+            f"List the resources of MCP server {server_name!r} (action 'list', paged with "
+            f"cursor) or read one by its uri (action 'read'). Read-only."
+        ),
+        request_model=McpResourcesRequest,
+        handler=_ResourcesCall(server=server),
+    )

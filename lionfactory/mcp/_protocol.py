@@ -20,7 +20,7 @@ encoding per result, not three.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -30,12 +30,14 @@ from lionfactory._tool import Tool
 from lionfactory.mcp._hints import mcp_annotations, output_schema
 
 __all__ = [
+    "ERROR_META_KEY",
     "HANDSHAKE_VERSIONS",
     "LATEST_HANDSHAKE_VERSION",
     "ServedTools",
     "at_least",
     "call_result",
     "call_result_json",
+    "error_meta",
     "has_structured_content",
 ]
 
@@ -95,6 +97,7 @@ class ServedTools:
     names: frozenset[str] = attrs.field(init=False)
     _entries: tuple[dict[str, Any], ...] | None = attrs.field(default=None, init=False)
     _listings: dict[tuple[bool, bool], list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
+    _schemas: dict[str, dict[str, Any]] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.names = frozenset(tool.name for tool in self.tools)
@@ -103,6 +106,12 @@ class ServedTools:
     def of(cls, tools: Iterable[Tool]) -> ServedTools:
         """Describe `tools` (a probe branch's, in registration order)."""
         return cls(tuple(tools))
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of tool `name` as listed (shared: do not change it), or None."""
+        if self._schemas is None:
+            self._schemas = {entry["name"]: entry["inputSchema"] for entry in self.listing(None)}
+        return self._schemas.get(name)
 
     def listing(self, version: str | None) -> list[dict[str, Any]]:
         """The ``tools`` of a ``tools/list`` result for `version` (shared: do not change it)."""
@@ -115,30 +124,68 @@ class ServedTools:
         return found
 
 
-def _parts(action: ActionResult) -> tuple[str, str, bool]:
-    """The result's text block, its structured content as JSON text, and isError."""
+ERROR_META_KEY = "lionfactory/error"
+"""The ``_meta`` key of an error result's machine-readable details (type, validation errors)."""
+
+
+def _parts(action: ActionResult) -> tuple[str, str | None, bool]:
+    """The result's text block, its structured content as JSON text (or None), and isError.
+
+    A call that returned a response sends it as structured content: it is an
+    instance of the tool's response model, so it matches the advertised
+    ``outputSchema`` even when it reports a typed failure. A call that never
+    got that far (invalid arguments, a denial, an unexpected exception) has
+    only the error payload ``{error, error_type, errors}``, which matches no
+    output schema: clients that validate structured content even on
+    ``isError`` results (the TypeScript SDK) would throw instead of showing
+    the text, so that result carries the text alone, and the details go in
+    ``_meta`` (`error_meta`).
+    """
     encoded = action.message.content or "{}"
     if action.result is not None:
         return encoded, encoded, action.failed
-    # The tool message holds what Branch.act shows a model: error, error_type,
-    # and for invalid input the validation errors.
-    return action.error or "the call failed", encoded, True
+    # The text is what Branch.act shows a model: the error, and for invalid
+    # input the validation errors in words.
+    return action.error or "the call failed", None, True
+
+
+def error_meta(action: ActionResult) -> dict[str, Any] | None:
+    """The ``_meta`` entry of a result without a response: the error's type and details."""
+    if action.result is not None:
+        return None
+    details = {k: v for k, v in action.payload.items() if k != "error"}
+    details.setdefault("error_type", action.error_type)
+    return {ERROR_META_KEY: details}
 
 
 def call_result(action: ActionResult, version: str | None) -> dict[str, Any]:
     """A ``tools/call`` result as a JSON-ready dict."""
-    text, _, is_error = _parts(action)
+    text, structured, is_error = _parts(action)
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
-    if has_structured_content(version):
+    if structured is not None and has_structured_content(version):
         result["structuredContent"] = action.payload
+    meta = error_meta(action)
+    if meta is not None:
+        result["_meta"] = meta
     return result
 
 
-def call_result_json(action: ActionResult, version: str | None) -> str:
-    """A ``tools/call`` result as JSON text, with the tool message's JSON spliced in as it is."""
+def call_result_json(
+    action: ActionResult, version: str | None, meta: Mapping[str, Any] | None = None
+) -> str:
+    """A ``tools/call`` result as JSON text, with the tool message's JSON spliced in as it is.
+
+    Args:
+        action: the call's outcome.
+        version: the protocol version of the request.
+        meta: more ``_meta`` entries (a 2026-07-28 result's server identity).
+    """
     text, structured, is_error = _parts(action)
     head = '{"content":[{"type":"text","text":' + json.dumps(text, ensure_ascii=False) + "}]"
-    tail = ',"isError":' + ("true" if is_error else "false") + "}"
-    if has_structured_content(version):
-        return head + ',"structuredContent":' + structured + tail
-    return head + tail
+    tail = ',"isError":' + ("true" if is_error else "false")
+    if structured is not None and has_structured_content(version):
+        tail += ',"structuredContent":' + structured
+    entries = {**(error_meta(action) or {}), **(meta or {})}
+    if entries:
+        tail += ',"_meta":' + json.dumps(entries, ensure_ascii=False)
+    return head + tail + "}"

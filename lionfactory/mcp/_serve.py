@@ -9,22 +9,31 @@ messages, where the toolkit's guard looks for it.
 What a "session" is depends on the transport:
 
 * **stdio** (and an in-process client): the stream is one client, so one
-  branch serves the whole connection. `serve_mcp` serves stdio with
-  lionfactory's own JSON-RPC loop (`lionfactory.mcp._stdio`), which speaks
-  the handshake era and never imports the SDK: a client that spawns the
-  server waits for Python, pydantic and the served tools, not for the
-  SDK's import. The SDK's server (`create_mcp_server`) serves both eras on
-  any stream pair; its registry lives in the low-level server's lifespan,
-  which ``Server.run`` enters once per connection.
+  branch serves the whole connection, in every protocol version (a
+  2026-07-28 client over stdio keeps its evidence as a session does).
+  `serve_mcp` serves stdio with lionfactory's own JSON-RPC loop
+  (`lionfactory.mcp._stdio`), which speaks both eras and never imports the
+  SDK: a client that spawns the server waits for Python, pydantic and the
+  served tools, not for the SDK's import. The SDK's server
+  (`create_mcp_server`) serves both eras on any stream pair; its registry
+  lives in the low-level server's lifespan, which ``Server.run`` enters once
+  per connection.
 * **Streamable HTTP**: several clients share one process. A session is the
   ``Mcp-Session-Id`` of the 2025 handshake era; its branch is made on the
   session's first tool call and dropped after `session_idle_timeout` without
   calls (the SDK's session manager forgets the id after the same idle time).
-  The 2026-07-28 protocol has no sessions at all, so over HTTP the server
-  answers ``server/discover`` with the handshake versions only (clients in
-  ``auto`` mode then fall back to the handshake, as they do for go-sdk's
-  stateful servers) and refuses a sessionless tool call with an error that
-  says how to connect.
+  The 2026-07-28 protocol has no sessions at all: ``server/discover``
+  advertises it, and each of its tool calls runs on a branch made for that
+  call alone (`lionfactory.mcp._stateless`), so no client ever sees another's
+  evidence and any replica behind a load balancer can answer any call. The
+  read-before-edit guard then sees no earlier read, and an edit of an
+  existing file needs an ``expected_hash`` matching the file's current
+  content (the ``content_hash`` the reader returned).
+
+A request that carries a progress token (``_meta.progressToken``) gets a
+``notifications/progress`` every half second while its call runs (the
+elapsed seconds), so clients that reset their timeout on progress never
+time out a long command.
 
 Results: a tool's response is sent as its JSON text plus, for protocol
 versions that have it (2025-06-18 on), ``structuredContent``; tools carry a
@@ -32,8 +41,10 @@ versions that have it (2025-06-18 on), ``structuredContent``; tools carry a
 `lionfactory.mcp._protocol`); ``isError`` is set when the response reports a typed
 failure (`Tool.reports_failure`). Invalid arguments (`ToolInputError`),
 a denial and an unexpected exception also come back as ``isError`` results
-whose text is what `Branch.act` shows a model, with ``error_type`` (and the
-validation ``errors``) in ``structuredContent``: the MCP specification asks
+whose text is what `Branch.act` shows a model, without ``structuredContent``
+(``{error, error_type, errors}`` would not match the tool's ``outputSchema``,
+and clients that validate it, the TypeScript SDK's, would throw) and with
+``error_type`` and the validation ``errors`` in ``_meta``: the MCP specification asks
 servers to report input validation errors as tool execution errors so that
 the model can correct its call, and the SDK's own ``MCPServer`` does the
 same. An unknown tool name is a protocol error (``INVALID_PARAMS``).
@@ -43,8 +54,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -53,6 +65,12 @@ import attrs
 from lionfactory import ActionResult, Branch
 from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
 from lionfactory.mcp._protocol import ServedTools, call_result
+from lionfactory.mcp._stateless import (
+    LISTING_TTL_MS,
+    StatelessCalls,
+    progress_token,
+    run_with_progress,
+)
 
 if TYPE_CHECKING:
     from mcp import types
@@ -226,40 +244,46 @@ class SessionBranches:
                 del self._sessions[key]
 
 
-def _call_session(ctx: Any, tool: str, names: frozenset[str]) -> str:
-    """The session a tool call belongs to; refuses an unknown tool or a sessionless call.
+def _call_session(ctx: Any, tool: str, names: frozenset[str]) -> str | None:
+    """The session a tool call belongs to, or None for a stateless call; refuses an unknown tool.
 
     Raises:
         MCPError: ``INVALID_PARAMS`` for an unknown tool (a protocol error:
-            the client asked for something the listing never offered),
-            ``INVALID_REQUEST`` for a call without a session.
+            the client asked for something the listing never offered).
     """
     from mcp.shared.exceptions import MCPError
-    from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+    from mcp_types import INVALID_PARAMS
 
     if tool not in names:
         raise MCPError(
             INVALID_PARAMS, f"Unknown tool {tool!r}. Call one of: {', '.join(sorted(names))}."
         )
-    key = _session_key(ctx)
-    if key is None:
-        raise MCPError(
-            INVALID_REQUEST,
-            "This server keeps per-session state (read-before-edit evidence) and this "
-            "request has no session. Connect with the initialize handshake (the 2025-11-25 "
-            "protocol; the SDK's Client does so in mode='auto' or 'legacy'), or over stdio.",
-        )
-    return key
+    return _session_key(ctx)
 
 
 def _session_key(ctx: Any) -> str | None:
-    """The session key: the HTTP session id, "" on a stream transport, None if sessionless."""
+    """The session key: the HTTP session id, "" on a stream transport, None if sessionless.
+
+    A 2026-07-28 request over HTTP has no session (`lionfactory.mcp._stateless`);
+    on a stream (stdio, in process) the stream is one client in every era.
+    """
     request = ctx.request
     if request is None:
         return ""
     headers = getattr(request, "headers", None)
     value = headers.get(SESSION_HEADER) if headers is not None else None
     return value or None
+
+
+def _progress_report(ctx: Any) -> Callable[[float, str], Awaitable[None]] | None:
+    """How to report a call's progress, when its request asked for it (a progress token)."""
+    if progress_token(ctx.params or {}) is None:
+        return None
+
+    async def report(progress: float, message: str) -> None:
+        await ctx.session.report_progress(progress, None, message)
+
+    return report
 
 
 def _to_call_result(action: ActionResult, version: str | None) -> types.CallToolResult:
@@ -344,8 +368,8 @@ def create_mcp_server(
     """
     try:
         from mcp import types
+        from mcp.server.caching import CacheHint
         from mcp.server.lowlevel import Server
-        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
 
@@ -369,33 +393,36 @@ def create_mcp_server(
             )
         return found
 
+    stateless = StatelessCalls(new_branch)
+
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         key = _call_session(ctx, params.name, names)
         sessions: SessionBranches = ctx.lifespan_context
-        action = await _act(sessions, stored, key, params.name, params.arguments or {})
+        arguments = params.arguments or {}
+        if key is None:
+            work = partial(stateless.act, params.name, arguments)
+        else:
+            work = partial(_act, sessions, stored, key, params.name, arguments)
+        action = await run_with_progress(_progress_report(ctx), work)
         return _to_call_result(action, ctx.protocol_version)
 
+    # Cacheable in 2026-07-28 (handshake-era results drop the fields): the
+    # listing is fixed for the process's life and holds no user data.
+    listing_hint = CacheHint(ttl_ms=LISTING_TTL_MS, scope="public")
     server: Server[SessionBranches] = Server(
         name,
         version=_version(),
         instructions=instructions,
+        cache_hints={"tools/list": listing_hint, "server/discover": listing_hint},
+        # A 2026-07-28 call's Mcp-Param headers are checked against the tool's
+        # input schema; without this lookup the SDK runs the whole tools/list
+        # handler (and its result's validation) on every call to find it.
+        get_tool_input_schema=served.input_schema,
         lifespan=lifespan,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
 
-    async def discover(ctx: Any, params: Any) -> types.DiscoverResult:
-        # Over HTTP only the handshake era has sessions; advertise just that
-        # era so auto-mode clients fall back to it (see the module docstring).
-        stream = ctx.request is None
-        versions = MODERN_PROTOCOL_VERSIONS if stream else HANDSHAKE_PROTOCOL_VERSIONS
-        return types.DiscoverResult(
-            supported_versions=list(versions),
-            capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
-            instructions=server.instructions,
-        )
-
-    server.add_request_handler("server/discover", types.RequestParams, discover)
     if stored is not None:
         from lionfactory.mcp._stored_sessions import attach
 
@@ -575,6 +602,12 @@ async def _serve_http(
     # on_ready wait in the backlog until uvicorn accepts them, so a caller
     # may connect as soon as it reads the URL (and port 0 works).
     sock = socket.create_server((host, port), family=family)
+    # Accepted connections inherit these. Without TCP_NODELAY a response
+    # written in two parts (head, then body: the 2026-07-28 path does so)
+    # waited for the client's delayed ACK, about 40 ms per request; uvicorn
+    # sets it on sockets it binds itself, not on sockets handed to it.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")

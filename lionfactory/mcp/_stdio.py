@@ -9,14 +9,18 @@ while after stdin closes; and every message is validated by pydantic both
 ways. A desktop client or an agent SDK that spawns the server and gives it a
 few seconds to answer ``initialize`` felt all of it.
 
-What is spoken is the handshake era of the protocol (2024-11-05 to
-2025-11-25), which every MCP client speaks: ``initialize``, ``ping``,
-``tools/list`` and ``tools/call``, and the ``notifications/cancelled``
-notification. Any other request (``server/discover`` included) is answered
-with "method not found", so a client that probes for the sessionless
-2026-07-28 protocol falls back to the handshake, as it does with the
-reference servers. The SDK's server (`create_mcp_server`) still serves both
-eras over HTTP and in process.
+Both protocol eras are spoken, and the client's first request decides which
+one a connection speaks (as the SDK's servers do). The handshake era
+(2024-11-05 to 2025-11-25): ``initialize``, ``ping``, ``tools/list``,
+``tools/call`` and ``notifications/cancelled``. The 2026-07-28 era
+(`lionfactory.mcp._stateless`): every request carries its version and the
+client's capabilities in ``_meta``, ``server/discover`` names the version,
+results carry ``resultType`` and the server's identity, and ``tools/list``
+is cacheable. A request of the other era is refused with the error the
+specification names (``initialize`` on a 2026 connection: -32022 with the
+supported versions). The connection keeps one branch in both eras: the pipe
+is one client for as long as it is open. A call whose request carries a
+progress token gets ``notifications/progress`` while it runs.
 
 I/O runs on the event loop: stdin is read when the loop says it is readable
 (``os.read`` on a readable pipe returns what is there without blocking, so
@@ -48,6 +52,18 @@ from lionfactory.mcp._protocol import (
     LATEST_HANDSHAKE_VERSION,
     ServedTools,
     call_result_json,
+)
+from lionfactory.mcp._stateless import (
+    MODERN_VERSIONS,
+    PROTOCOL_VERSION_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    discover_result,
+    envelope_problem,
+    is_modern,
+    listing_result,
+    progress_token,
+    result_meta,
+    run_with_progress,
 )
 
 __all__ = ["serve_stdio"]
@@ -139,8 +155,11 @@ def _encode(text: str) -> bytes:
         return json.dumps(json.loads(text)).encode("ascii")
 
 
-def _error(request_id: Any, code: int, message: str) -> bytes:
-    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = {"jsonrpc": "2.0", "id": request_id, "error": error}
     return _encode(json.dumps(body, ensure_ascii=False) + "\n")
 
 
@@ -159,6 +178,10 @@ class _Connection:
     server_info: dict[str, Any]
     version: str = LATEST_HANDSHAKE_VERSION
     in_flight: dict[str, anyio.CancelScope] = attrs.field(factory=dict)
+    # The protocol era, decided once by the client's first request (as the
+    # SDK's servers do): True for 2026-07-28 (every request carries its own
+    # envelope), False for the initialize handshake, None before any request.
+    modern: bool | None = None
 
     async def receive(self, line: bytes, group: anyio.abc.TaskGroup) -> None:
         try:
@@ -191,7 +214,45 @@ class _Connection:
             if scope is not None:
                 scope.cancel()
 
+    def _refused(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes | None:
+        """The error reply for a request of the other era or with a bad envelope, else None."""
+        modern = method != "initialize" and is_modern(params)
+        if self.modern is None:
+            self.modern = modern
+        if not self.modern:
+            if modern:
+                return _error(
+                    request_id,
+                    INVALID_REQUEST,
+                    "This connection began with the initialize handshake; requests carrying the "
+                    "2026-07-28 envelope are not accepted on it. Open a new connection for them.",
+                )
+            return None
+        if method == "initialize":
+            return _error(
+                request_id,
+                UNSUPPORTED_PROTOCOL_VERSION,
+                "This connection serves the 2026-07-28 protocol (its first request said so); "
+                "the initialize handshake is not accepted on it. Open a new connection for it.",
+                {"supported": list(MODERN_VERSIONS), "requested": params.get("protocolVersion")},
+            )
+        problem = envelope_problem(params)
+        if problem is None:
+            return None
+        return _error(request_id, *problem)
+
+    def _request_version(self, params: Mapping[str, Any]) -> str:
+        if self.modern:
+            version: str = params["_meta"][PROTOCOL_VERSION_KEY]
+            return version
+        return self.version
+
     def _answer(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
+        refused = self._refused(request_id, method, params)
+        if refused is not None:
+            return refused
+        if self.modern:
+            return self._answer_modern(request_id, method, params)
         if method == "initialize":
             asked = params.get("protocolVersion")
             self.version = asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
@@ -202,7 +263,24 @@ class _Connection:
             return _result(request_id, {"tools": self.served.listing(self.version)})
         return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method:.100}")
 
+    def _answer_modern(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
+        identity = self.server_info["serverInfo"]
+        if method == "server/discover":
+            capabilities = self.server_info["capabilities"]
+            instructions = self.server_info.get("instructions")
+            return _result(request_id, discover_result(capabilities, identity, instructions))
+        if method == "tools/list":
+            listing = self.served.listing(self._request_version(params))
+            return _result(request_id, listing_result(listing, identity))
+        # ping, logging and the other handshake-era methods are gone in 2026-07-28.
+        return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method:.100}")
+
     async def _call(self, request_id: Any, params: Mapping[str, Any]) -> None:
+        refused = self._refused(request_id, "tools/call", params)
+        if refused is not None:
+            await self.out.send(refused)
+            return
+        version = self._request_version(params)
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or name not in self.served.names:
             valid = ", ".join(sorted(self.served.names))
@@ -222,18 +300,41 @@ class _Connection:
         with anyio.CancelScope() as scope:
             self.in_flight[key] = scope
             try:
-                action = await self.act(name, arguments or {})
+                action = await run_with_progress(
+                    self._progress(params), lambda: self.act(name, arguments or {})
+                )
             except Exception as exc:
                 logger.exception("serving a call of %r failed", name)
                 reply = _error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
             else:
-                body = call_result_json(action, self.version)
+                meta = result_meta(self.server_info["serverInfo"]) if self.modern else None
+                body = call_result_json(action, version, meta)
+                if self.modern:
+                    body = body[:-1] + ',"resultType":"complete"}'
                 reply = _encode(f'{{"jsonrpc":"2.0","id":{key},"result":{body}}}\n')
             finally:
                 if self.in_flight.get(key) is scope:  # a client may reuse an id; keep the latest
                     del self.in_flight[key]
         if reply is not None:
             await self.out.send(reply)
+
+    def _progress(
+        self, params: Mapping[str, Any]
+    ) -> Callable[[float, str], Awaitable[None]] | None:
+        """How to report a call's progress, when its request carries a progress token."""
+        token = progress_token(params)
+        if token is None:
+            return None
+
+        async def report(progress: float, message: str) -> None:
+            body = {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": progress, "message": message},
+            }
+            await self.out.send(_encode(json.dumps(body, ensure_ascii=False) + "\n"))
+
+        return report
 
 
 async def serve_stdio(

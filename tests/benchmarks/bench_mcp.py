@@ -25,6 +25,13 @@ Streamable HTTP: 20 concurrent sessions (4 at tiny size), each making
 sequential reads, against ``lionfactory mcp serve --transport http`` and the
 bare SDK server over HTTP (the reference server has no HTTP transport).
 
+Stateless HTTP (protocol 2026-07-28): on one lionfactory HTTP server,
+sequential reads through a pinned ``mode="2026-07-28"`` client against the
+same run's handshake-era session (``mode="legacy"``), in alternating rounds;
+target: p50 latency within 1.1x and calls/s at least 1/1.1 of the session's.
+A stateless call runs on a branch made for it alone, so the difference is
+the cost of building the served tools once per call.
+
 Targets (ratios in one run): start-up <= 1.0x, read calls/s >= 1.0x,
 p95 <= 1.0x, exit after stdin closes < 0.1 s, peak RSS <= 1.2x.
 
@@ -91,8 +98,22 @@ REFERENCE_PACKAGE = "@modelcontextprotocol/server-filesystem"
 FILE_BYTES = 20 * 1024
 
 SIZES: dict[Size, dict[str, Any]] = {
-    "tiny": {"spawns": 1, "reads": 20, "sessions": 4, "session_reads": 5, "reference": False},
-    "full": {"spawns": 5, "reads": 300, "sessions": 20, "session_reads": 30, "reference": True},
+    "tiny": {
+        "spawns": 1,
+        "reads": 20,
+        "sessions": 4,
+        "session_reads": 5,
+        "reference": False,
+        "era_reads": 30,
+    },
+    "full": {
+        "spawns": 5,
+        "reads": 300,
+        "sessions": 20,
+        "session_reads": 30,
+        "reference": True,
+        "era_reads": 300,
+    },
 }
 
 BARE_SERVER = """
@@ -283,6 +304,60 @@ async def http_figures(
     }
 
 
+async def era_figures(
+    argv: list[str], port: int, tool: str, arguments: dict[str, Any], reads: int
+) -> dict[str, dict[str, float]]:
+    """Sequential reads on one HTTP server: in a handshake session, then stateless (2026-07-28).
+
+    One server process answers both, alternating rounds of ten calls so that
+    a load spike on the shared machine falls on both eras alike. A stateless
+    call makes a fresh branch for itself (no session state), which is the
+    cost being measured.
+    """
+    from mcp import Client
+
+    process = await anyio.open_process(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None
+    )
+    latencies: dict[str, list[float]] = {"legacy": [], "2026-07-28": []}
+    spent = dict.fromkeys(latencies, 0.0)
+    try:
+        await _wait_for_port(process, port)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with (
+            Client(url, mode="legacy") as session,
+            Client(url, mode="2026-07-28") as stateless,
+        ):
+            clients = {"legacy": session, "2026-07-28": stateless}
+            for mode, client in clients.items():  # warm up both paths
+                first = await client.call_tool(tool, arguments)
+                if first.is_error:
+                    raise RuntimeError(f"the {mode} HTTP read failed: {first.content}")
+            for _ in range(max(1, reads // 10)):
+                for mode, client in clients.items():
+                    began = time.perf_counter()
+                    for _ in range(10):
+                        one = time.perf_counter()
+                        await client.call_tool(tool, arguments)
+                        latencies[mode].append(time.perf_counter() - one)
+                    spent[mode] += time.perf_counter() - began
+    finally:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return {
+        mode: {
+            "calls_per_s": len(values) / spent[mode],
+            "p50": _percentile(values, 0.50) * 1e3,
+            "p95": _percentile(values, 0.95) * 1e3,
+        }
+        for mode, values in latencies.items()
+    }
+
+
 def at_least_row(name: str, value: float, baseline: float, unit: str) -> Row:
     """A row whose target is ``value >= baseline`` (a throughput)."""
     return Row(BENCH, name, value, baseline, unit, ">= 1x", value >= baseline)
@@ -332,9 +407,15 @@ def run(size: Size) -> list[Row]:
             our_http = await http_figures(
                 http_argv, port, "reader", {"action": "read", "path": "big.txt"}, n, k
             )
-            return theirs, mine, bare_http, our_http
+            port = _free_port()
+            http_argv = [*serve, "--transport", "http", "--port", str(port)]
+            eras = await era_figures(
+                http_argv, port, "reader", {"action": "read", "path": "big.txt"}, era_reads
+            )
+            return theirs, mine, bare_http, our_http, eras["legacy"], eras["2026-07-28"]
 
-        theirs, mine, bare_http, our_http = _run(measure)
+        era_reads = params["era_reads"]
+        theirs, mine, bare_http, our_http, session, stateless = _run(measure)
     label = f"vs {base.label}"
     n = params["sessions"]
     return [
@@ -366,6 +447,23 @@ def run(size: Size) -> list[Row]:
         ),
         info_row(BENCH, "HTTP read p50", our_http["p50"], "ms", baseline=bare_http["p50"]),
         ratio_row(BENCH, "HTTP read p95", our_http["p95"], bare_http["p95"], "ms", 1.0),
+        ratio_row(
+            BENCH,
+            "HTTP stateless (2026-07-28) read p50 (vs a handshake session, same server)",
+            stateless["p50"],
+            session["p50"],
+            "ms",
+            1.1,
+        ),
+        Row(
+            BENCH,
+            "HTTP stateless (2026-07-28) sequential reads (vs a handshake session)",
+            stateless["calls_per_s"],
+            session["calls_per_s"],
+            "calls/s",
+            ">= 1/1.1x",
+            stateless["calls_per_s"] * 1.1 >= session["calls_per_s"],
+        ),
     ]
 
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp import StdioServerParameters
+
+import lionfactory
+
+# The SDK starts a stdio server with a small safe environment (no PYTHONPATH):
+# point the server's Python at the checkout under test, so a worktree's tests
+# exercise that worktree's server and not whichever copy is installed.
+SOURCE_ROOT = str(Path(lionfactory.__file__).resolve().parents[1])
+SERVER_ENV = {"PYTHONPATH": SOURCE_ROOT}
 
 NOTES = "alpha\nbeta\n"
 
@@ -46,15 +55,15 @@ def stdio_server(git_workspace: Path) -> Callable[..., StdioServerParameters]:
 
     def parameters(*extra: str) -> StdioServerParameters:
         command = serve_command(git_workspace, *extra)
-        return StdioServerParameters(command=command[0], args=command[1:])
+        return StdioServerParameters(command=command[0], args=command[1:], env=SERVER_ENV)
 
     return parameters
 
 
-@pytest.fixture
-async def http_url(git_workspace: Path) -> AsyncIterator[str]:
-    """Run ``lionfactory mcp serve --transport http --port 0`` and yield its URL."""
-    command = serve_command(git_workspace, "--transport", "http", "--port", "0")
+@asynccontextmanager
+async def http_server(workspace: Path, *extra: str) -> AsyncIterator[str]:
+    """Run ``lionfactory mcp serve --transport http --port 0`` on `workspace`; yield its URL."""
+    command = serve_command(workspace, "--transport", "http", "--port", "0", *extra)
     async with await anyio.open_process(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     ) as process:
@@ -71,3 +80,20 @@ async def http_url(git_workspace: Path) -> AsyncIterator[str]:
             process.terminate()
             with anyio.fail_after(10):
                 await process.wait()
+
+
+@pytest.fixture
+async def http_url(git_workspace: Path) -> AsyncIterator[str]:
+    """Run ``lionfactory mcp serve --transport http --port 0`` and yield its URL."""
+    async with http_server(git_workspace) as url:
+        yield url
+
+
+@pytest.fixture
+def start_http(git_workspace: Path) -> Callable[..., AbstractAsyncContextManager[str]]:
+    """Start one more HTTP server process on the workspace (an async context manager)."""
+
+    def start(*extra: str) -> AbstractAsyncContextManager[str]:
+        return http_server(git_workspace, *extra)
+
+    return start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import time
@@ -26,9 +27,9 @@ HTTPX2_GENERATORS = pytest.mark.filterwarnings(
 StdioServer = Callable[..., StdioServerParameters]
 
 
-def connect(stdio_server: StdioServer, *extra: str) -> McpServer:
+def connect(stdio_server: StdioServer, *extra: str, mode: str = "auto") -> McpServer:
     params = stdio_server(*extra)
-    return McpServer.stdio([params.command, *params.args])
+    return McpServer.stdio([params.command, *params.args], env=params.env, mode=mode)
 
 
 async def test_mcp_tools_returns_qualified_working_tools(stdio_server: StdioServer) -> None:
@@ -41,7 +42,8 @@ async def test_mcp_tools_returns_qualified_working_tools(stdio_server: StdioServ
     assert all(t.bound_to is None for t in tools)
     assert result["success"] is True
     assert result["structured_content"]["content"] == "1\talpha\n2\tbeta"
-    assert result["content"] == ""  # the text only repeated structured_content
+    # The text the server sent, even though it repeats structured_content.
+    assert json.loads(result["content"]) == result["structured_content"]
 
 
 async def test_the_request_model_is_built_from_the_input_schema(
@@ -120,8 +122,8 @@ async def test_include_and_prefix(stdio_server: StdioServer) -> None:
 
 
 @HTTPX2_GENERATORS
-async def test_mcp_tools_over_http(http_url: str) -> None:
-    async with McpServer.http(http_url, name="remote files") as server:
+async def test_mcp_tools_over_http_in_a_session(http_url: str) -> None:
+    async with McpServer.http(http_url, name="remote files", mode="legacy") as server:
         tools = {t.name: t for t in mcp_tools(server, include=["reader", "editor"])}
         await tools["mcp__remote_files__reader"](**READ)
         edit = await tools["mcp__remote_files__editor"](**EDIT)
@@ -199,6 +201,7 @@ def test_audio_and_oversized_images_are_described() -> None:
 FAKE_SERVER = """
 import os
 import anyio
+from mcp import types
 from mcp.server.mcpserver import MCPServer
 
 app = MCPServer("fake")
@@ -219,6 +222,27 @@ def greet(name: str, times: int = 1, loud: bool = False) -> str:
     '''Greet someone.'''
     text = ("hello " + name + " ") * times
     return text.upper() if loud else text
+
+@app.tool()
+def linked() -> list:
+    '''Answer with a link to a resource and an embedded one.'''
+    return [
+        types.TextContent(type="text", text="see these"),
+        types.ResourceLink(
+            type="resource_link", uri="file:///big.log", name="big.log",
+            mime_type="text/plain", size=12345,
+        ),
+        types.EmbeddedResource(
+            type="resource",
+            resource=types.TextResourceContents(
+                uri="file:///small.txt", mime_type="text/plain", text="tiny contents"
+            ),
+        ),
+    ]
+
+@app.resource("file:///notes.md", name="notes", mime_type="text/markdown")
+def notes() -> str:
+    return "# notes"
 
 app.run()
 """
@@ -329,3 +353,92 @@ async def test_a_call_on_a_dead_connection_raises_in_call(fake_server: list[str]
         with pytest.raises(McpConnectionError) as caught:
             await server.call_tool("exit_now", {})
     assert (caught.value.server, caught.value.phase) == ("fake", "call")
+
+
+async def test_resource_links_and_embedded_resources_are_kept(fake_server: list[str]) -> None:
+    async with McpServer.stdio(fake_server) as server:
+        linked = mcp_tools(server, include=["linked"])[0]
+        result = await linked()
+    assert result["success"] is True
+    assert result["content"] == (
+        "see these\n[resource_link: file:///big.log (big.log, text/plain)]\n"
+        "[resource: file:///small.txt, text/plain]\ntiny contents"
+    )
+    assert result["resources"] == [
+        {
+            "kind": "resource_link",
+            "uri": "file:///big.log",
+            "name": "big.log",
+            "mime_type": "text/plain",
+            "text": None,
+            "size": 12345,
+        },
+        {
+            "kind": "resource",
+            "uri": "file:///small.txt",
+            "name": None,
+            "mime_type": "text/plain",
+            "text": "tiny contents",
+            "size": None,
+        },
+    ]
+
+
+async def test_the_resources_tool_lists_and_reads_when_asked_for(fake_server: list[str]) -> None:
+    async with McpServer.stdio(fake_server) as server:
+        assert "mcp__fake__resources" not in [t.name for t in mcp_tools(server)]
+        tool = mcp_tools(server, include=[], resources=True)[0]
+        listed = await tool(action="list")
+        read = await tool(action="read", uri="file:///notes.md")
+        missing = await tool(action="read", uri="file:///nope")
+        with pytest.raises(ToolInputError, match="needs the uri"):
+            await tool(action="read")
+    assert tool.name == "mcp__fake__resources"
+    assert listed["success"] is True
+    assert [(r["uri"], r["name"], r["mime_type"]) for r in listed["resources"]] == [
+        ("file:///notes.md", "notes", "text/markdown")
+    ]
+    assert read["resources"][0]["text"] == "# notes"
+    assert read["resources"][0]["mime_type"] == "text/markdown"
+    assert missing["success"] is False
+    assert "List the resources to find a valid uri" in missing["error"]
+
+
+async def test_the_resources_tool_is_refused_for_a_server_without_resources(
+    stdio_server: StdioServer,
+) -> None:
+    async with connect(stdio_server, "--tools", "reader") as server:
+        if server.has_resources:
+            pytest.skip("this lionfactory server serves resources")
+        with pytest.raises(ValueError, match="serves no resources"):
+            mcp_tools(server, resources=True)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto", "2026-07-28"])
+async def test_mcp_tools_read_over_stdio_in_each_mode(stdio_server: StdioServer, mode: str) -> None:
+    async with connect(stdio_server, mode=mode) as server:
+        reader = mcp_tools(server, include=["reader"])[0]
+        result = await reader(**READ)
+        version = server.protocol_version
+    assert version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+    assert result["success"] is True
+    assert result["structured_content"]["content"] == "1\talpha\n2\tbeta"
+
+
+@HTTPX2_GENERATORS
+@pytest.mark.parametrize("mode", ["legacy", "auto", "2026-07-28"])
+async def test_mcp_tools_read_over_http_in_each_mode(http_url: str, mode: str) -> None:
+    async with McpServer.http(http_url, mode=mode) as server:
+        reader = mcp_tools(server, include=["reader"])[0]
+        result = await reader(**READ)
+        version = server.protocol_version
+    assert version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+    assert result["success"] is True
+    assert json.loads(result["content"]) == result["structured_content"]
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="mode must be one of"):
+        McpServer.stdio(["x"], mode="2025-11-25")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        McpServer.http("http://127.0.0.1:1/mcp", mode="modern")

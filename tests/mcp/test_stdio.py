@@ -311,3 +311,94 @@ async def test_two_calls_in_flight_with_one_id_both_get_replies(raw: Raw) -> Non
     assert [r["id"] for r in replies] == [5, 5]
     assert all(r["result"]["isError"] is False for r in replies)
     assert (await raw.request("ping"))["result"] == {}
+
+
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+}
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+
+async def test_discover_with_the_2026_envelope_names_the_version_and_is_cacheable(
+    raw: Raw,
+) -> None:
+    reply = await raw.request("server/discover", {"_meta": ENVELOPE})
+    result = reply["result"]
+    assert result["supportedVersions"] == ["2026-07-28"]
+    assert result["capabilities"]["tools"] == {"listChanged": False}
+    assert result["resultType"] == "complete"
+    assert (result["ttlMs"], result["cacheScope"]) == (300_000, "public")
+    assert result["_meta"][SERVER_INFO_KEY]["name"] == "lionfactory"
+
+
+async def test_a_2026_listing_and_call_carry_result_type_and_server_info(raw: Raw) -> None:
+    listed = (await raw.request("tools/list", {"_meta": ENVELOPE}))["result"]
+    called = await raw.request(
+        "tools/call", {"name": "reader", "arguments": READ, "_meta": ENVELOPE}
+    )
+    assert (listed["ttlMs"], listed["cacheScope"], listed["resultType"]) == (
+        300_000,
+        "public",
+        "complete",
+    )
+    assert listed["tools"][0]["outputSchema"]["type"] == "object"
+    result = called["result"]
+    assert result["resultType"] == "complete"
+    assert result["_meta"][SERVER_INFO_KEY]["name"] == "lionfactory"
+    assert result["structuredContent"]["content"] == "1\talpha\n2\tbeta"
+
+
+async def test_a_2026_connection_refuses_the_handshake_with_the_served_versions(raw: Raw) -> None:
+    await raw.request("server/discover", {"_meta": ENVELOPE})
+    reply = await raw.initialize("2025-11-25")
+    assert reply["error"]["code"] == -32022
+    assert reply["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2025-11-25"}
+
+
+async def test_a_handshake_connection_refuses_an_enveloped_request(raw: Raw) -> None:
+    await raw.initialize("2025-11-25")
+    reply = await raw.request("tools/list", {"_meta": ENVELOPE})
+    assert reply["error"]["code"] == -32600
+    assert "began with the initialize handshake" in reply["error"]["message"]
+
+
+async def test_an_unsupported_2026_era_version_is_named_with_the_supported_ones(raw: Raw) -> None:
+    envelope = {**ENVELOPE, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
+    reply = await raw.request("tools/list", {"_meta": envelope})
+    assert reply["error"]["code"] == -32022
+    assert reply["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
+
+
+async def test_a_2026_request_without_client_capabilities_is_invalid_params(raw: Raw) -> None:
+    await raw.request("server/discover", {"_meta": ENVELOPE})
+    envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    reply = await raw.request(
+        "tools/call", {"name": "reader", "arguments": READ, "_meta": envelope}
+    )
+    assert reply["error"]["code"] == -32602
+    assert "clientCapabilities" in reply["error"]["message"]
+
+
+async def test_ping_is_gone_in_the_2026_era(raw: Raw) -> None:
+    reply = await raw.request("ping", {"_meta": ENVELOPE})
+    assert reply["error"]["code"] == -32601
+
+
+async def test_a_progress_token_gets_notifications_before_the_reply(raw: Raw) -> None:
+    meta = {**ENVELOPE, "progressToken": "tok"}
+    await raw.send(
+        {
+            "id": 99,
+            "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": "sleep 1.6"}, "_meta": meta},
+        }
+    )
+    notes = []
+    while "id" not in (message := await raw.receive()):
+        notes.append(message)
+    assert message["id"] == 99
+    assert len(notes) >= 2
+    assert {n["method"] for n in notes} == {"notifications/progress"}
+    assert {n["params"]["progressToken"] for n in notes} == {"tok"}

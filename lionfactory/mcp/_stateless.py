@@ -1,0 +1,230 @@
+"""The 2026-07-28 protocol: no handshake, no session, every request says who it is.
+
+A 2026-07-28 request carries its protocol version and the client's
+capabilities (and, optionally, its name) in ``params._meta``; there is no
+``initialize`` and no ``Mcp-Session-Id``. ``server/discover`` tells a client
+which versions and capabilities the server has. Both transports use this
+module: the SDK's server over Streamable HTTP and lionfactory's own stdio
+loop, which must not import the SDK, so everything here is plain JSON-ready
+dicts.
+
+What a session meant for the tools, and what replaces it:
+
+* **Over HTTP** nothing ties one request to the next (they may reach two
+  replicas behind a load balancer), so each 2026-07-28 tool call runs on a
+  **fresh branch** made for that request alone (`StatelessCalls`) and
+  dropped after it: no request ever sees another client's read-before-edit
+  evidence, nudges or sandbox. The read-before-edit guard then has no reads
+  to look at, so an edit of an existing file is accepted only with an
+  ``expected_hash`` equal to the file's current content hash (the
+  ``content_hash`` a read returned), which any replica can check against the
+  file itself.
+* **Over stdio** the process serves exactly one client for as long as the
+  pipe is open, so the connection keeps its one branch in every protocol
+  version: evidence works as in a session, and ``expected_hash`` is an
+  extra check.
+
+Results of the 2026-07-28 era carry ``resultType`` (required) and the
+server's identity in ``_meta``; ``tools/list`` and ``server/discover`` are
+cacheable and say for how long (``ttlMs``): the listing is fixed for the
+life of the process, and holds no user data (``cacheScope: public``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import anyio
+import attrs
+
+from lionfactory._acting import ActionResult
+from lionfactory._branch import Branch
+
+__all__ = [
+    "LISTING_TTL_MS",
+    "MODERN_VERSIONS",
+    "PROGRESS_INTERVAL",
+    "Report",
+    "StatelessCalls",
+    "complete",
+    "discover_result",
+    "envelope_problem",
+    "is_modern",
+    "listing_result",
+    "result_meta",
+    "progress_token",
+    "run_with_progress",
+]
+
+MODERN_VERSIONS = ("2026-07-28",)
+"""The revisions spoken without a handshake (the SDK's list; a test keeps them equal)."""
+
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+INVALID_PARAMS = -32602
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+LISTING_TTL_MS = 5 * 60 * 1000
+"""How long a client may reuse ``tools/list`` and ``server/discover`` results.
+
+The served tools never change while the process runs; five minutes bounds
+how long a client keeps the listing of a server restarted with other tools.
+"""
+
+PROGRESS_INTERVAL = 0.5
+"""Seconds between progress notifications of a running call (at least one a second)."""
+
+
+def is_modern(params: Mapping[str, Any] | None) -> bool:
+    """Whether a request's params carry the 2026-07-28 envelope (its protocol-version key).
+
+    The key's prefix is reserved by the specification, so handshake-era
+    requests never carry it (their ``_meta`` may hold a progress token).
+    """
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    return isinstance(meta, Mapping) and PROTOCOL_VERSION_KEY in meta
+
+
+def envelope_problem(params: Mapping[str, Any]) -> tuple[int, str, dict[str, Any] | None] | None:
+    """Why a 2026-07-28 request's envelope is refused, as (code, message, data), or None.
+
+    The specification's wording: a missing envelope key is invalid params; a
+    version the server does not speak is ``UnsupportedProtocolVersionError``
+    (-32022) whose data names the supported versions and the requested one.
+    """
+    meta = params.get("_meta")
+    if not isinstance(meta, Mapping):
+        return INVALID_PARAMS, "params._meta must be an object carrying the envelope keys", None
+    missing = [k for k in (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY) if k not in meta]
+    if missing:
+        return (
+            INVALID_PARAMS,
+            f"params._meta is missing the required envelope key(s): {', '.join(missing)}",
+            None,
+        )
+    version = meta[PROTOCOL_VERSION_KEY]
+    if not isinstance(version, str):
+        return INVALID_PARAMS, f"{PROTOCOL_VERSION_KEY} must be a string", None
+    if version not in MODERN_VERSIONS:
+        data = {"supported": list(MODERN_VERSIONS), "requested": version}
+        return (
+            UNSUPPORTED_PROTOCOL_VERSION,
+            f"Unsupported protocol version {version[:40]!r}: this server speaks "
+            f"{', '.join(MODERN_VERSIONS)} per request, and the earlier versions through the "
+            f"initialize handshake",
+            data,
+        )
+    return None
+
+
+def complete(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """`result` as a 2026-07-28 result: ``resultType`` and the server's identity in ``_meta``."""
+    result["resultType"] = "complete"
+    result["_meta"] = result_meta(server_info)
+    return result
+
+
+def discover_result(
+    capabilities: Mapping[str, Any], server_info: Mapping[str, Any], instructions: str | None
+) -> dict[str, Any]:
+    """The ``server/discover`` result."""
+    result: dict[str, Any] = {
+        "supportedVersions": list(MODERN_VERSIONS),
+        "capabilities": dict(capabilities),
+        "ttlMs": LISTING_TTL_MS,
+        "cacheScope": "public",
+    }
+    if instructions is not None:
+        result["instructions"] = instructions
+    return complete(result, server_info)
+
+
+def listing_result(tools: list[dict[str, Any]], server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tools/list`` result (one page: the served tools are few)."""
+    result = {"tools": tools, "ttlMs": LISTING_TTL_MS, "cacheScope": "public"}
+    return complete(result, server_info)
+
+
+def result_meta(server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``_meta`` entries every 2026-07-28 result carries: the server's identity."""
+    return {SERVER_INFO_KEY: dict(server_info)}
+
+
+def progress_token(params: Mapping[str, Any]) -> str | int | None:
+    """The progress token a request asked for, or None (a bool is not a token)."""
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+    if isinstance(token, bool) or not isinstance(token, (str, int)):
+        return None
+    return token
+
+
+T = TypeVar("T")
+
+Report = Callable[[float, str], Awaitable[None]]
+"""Sends one progress notification: (progress so far, message)."""
+
+
+async def run_with_progress(report: Report | None, work: Callable[[], Awaitable[T]]) -> T:
+    """Await `work()`, reporting the elapsed time every `PROGRESS_INTERVAL` seconds meanwhile.
+
+    A client that resets its timeout on progress then never times out a long
+    test run. The progress value is the elapsed time in seconds, so it grows
+    with every notification, as the specification asks. A failed send (the
+    client went away) stops the reports, never the call; what `work` raises
+    is raised as it is (not wrapped in an exception group).
+    """
+    if report is None:
+        return await work()
+    start = anyio.current_time()
+
+    async def tick() -> None:
+        while True:
+            await anyio.sleep(PROGRESS_INTERVAL)
+            elapsed = anyio.current_time() - start
+            try:
+                await report(round(elapsed, 3), f"running for {math.floor(elapsed)} s")
+            except Exception:
+                return
+
+    failure: Exception | None = None
+    result: T | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(tick)
+        try:
+            result = await work()
+        except Exception as exc:
+            failure = exc
+        finally:
+            group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result  # type: ignore[return-value]
+
+
+@attrs.define(eq=False)
+class StatelessCalls:
+    """Runs each sessionless tool call on a branch made for that call alone.
+
+    Args:
+        new_branch: makes a fresh branch (the factories called again), the
+            same maker a session's branch comes from.
+    """
+
+    new_branch: Callable[[], Branch]
+
+    async def act(self, tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        """Run one call on a fresh branch, then drop the branch with whatever it recorded.
+
+        Why not one shared branch, or a pool: a branch holds more than
+        evidence (the toolkit's nudge history, its sandbox slot), and
+        whatever one client's call left there would reach the next client's. Building the tools for each call costs what one
+        `Branch.register` of the served factories costs (the benchmark
+        measures it against a session's call).
+        """
+        branch = self.new_branch()
+        return await branch.act(tool, arguments)
