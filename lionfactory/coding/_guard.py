@@ -193,7 +193,8 @@ def check_evidence(
         return (
             f"Refused: {display!r} has not been read in this conversation (or that read is no "
             f"longer in the context). Read the file first ({verb} with the reader tool), then "
-            f"retry."
+            f"retry; where the conversation keeps no state (a stateless MCP connection), pass "
+            f"the read's content_hash as expected_hash."
         )
     usable = [e for e in candidates if e.whole_file or not whole_file]
     if any(_matches(e, st, sha256) for e in usable):

@@ -222,9 +222,10 @@ class StatelessCalls:
 
         Why not one shared branch, or a pool: a branch holds more than
         evidence (the toolkit's nudge history, its sandbox slot), and
-        whatever one client's call left there would reach the next client's. Building the tools for each call costs what one
-        `Branch.register` of the served factories costs (the benchmark
-        measures it against a session's call).
+        whatever one client's call left there would reach the next client's.
+        Building the tools for each call costs what one `Branch.register` of
+        the served factories costs (the benchmark measures it against a
+        session's call).
         """
         branch = self.new_branch()
         return await branch.act(tool, arguments)

@@ -9,7 +9,6 @@ in every era.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -22,8 +21,6 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
-from lionfactory import Branch
-from lionfactory.coding import coding_toolkit
 from lionfactory.mcp._stateless import MODERN_VERSIONS
 
 HTTPX2_GENERATORS = pytest.mark.filterwarnings(
@@ -34,21 +31,6 @@ EDIT = {"action": "edit", "file_path": "notes.txt", "old_string": "beta", "new_s
 MODES = ["legacy", "auto", "2026-07-28"]
 NOTES = "alpha\nbeta\n"
 StartHttp = Callable[..., AbstractAsyncContextManager[str]]
-
-
-def _editor_takes_expected_hash() -> bool:
-    editor = {t.name: t for t in coding_toolkit(Branch(), tools=["editor"])}["editor"]
-    return "expected_hash" in json.dumps(editor.request_model.model_json_schema())
-
-
-# The edit-with-hash half of read-before-edit without a session belongs to
-# the editor and reader (`expected_hash` on edits, `content_hash` on reads);
-# these tests run once both are in the toolkit.
-NEEDS_HASHES = pytest.mark.skipif(
-    not _editor_takes_expected_hash(),
-    reason="needs the editor's expected_hash and the reader's content_hash (the toolkit's "
-    "hash evidence, developed beside this server change)",
-)
 
 
 def text(result: Any) -> str:
@@ -184,7 +166,6 @@ async def test_two_replicas_serve_one_conversation_alternately(
     assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == NOTES
 
 
-@NEEDS_HASHES
 @HTTPX2_GENERATORS
 async def test_a_read_on_one_replica_proves_an_edit_on_the_other(
     git_workspace: Path, start_http: StartHttp
@@ -200,7 +181,6 @@ async def test_a_read_on_one_replica_proves_an_edit_on_the_other(
     assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == "alpha\nBETA\n"
 
 
-@NEEDS_HASHES
 @HTTPX2_GENERATORS
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 @pytest.mark.parametrize("mode", MODES)
@@ -220,7 +200,6 @@ async def test_an_edit_with_the_reads_hash_applies_in_every_mode(
     assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == "alpha\nBETA\n"
 
 
-@NEEDS_HASHES
 @HTTPX2_GENERATORS
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 @pytest.mark.parametrize("mode", MODES)
