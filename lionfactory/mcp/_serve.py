@@ -63,6 +63,7 @@ import anyio
 import attrs
 
 from lionfactory import ActionResult, Branch
+from lionfactory.mcp._approvals import Elicit, ask_person, client_elicitation
 from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
 from lionfactory.mcp._protocol import ServedTools, call_result
 from lionfactory.mcp._stateless import (
@@ -402,7 +403,8 @@ def create_mcp_server(
         if key is None:
             work = partial(stateless.act, params.name, arguments)
         else:
-            work = partial(_act, sessions, stored, key, params.name, arguments)
+            elicit = client_elicitation(ctx)
+            work = partial(_act, sessions, stored, key, params.name, arguments, elicit)
         action = await run_with_progress(_progress_report(ctx), work)
         return _to_call_result(action, ctx.protocol_version)
 
@@ -450,16 +452,21 @@ async def _act(
     key: str,
     tool: str,
     arguments: Mapping[str, Any],
+    elicit: Elicit | None = None,
 ) -> ActionResult:
     """Run one call on session `key`'s branch; with a store, resume it first and save it after.
 
     The save comes after the session's memory bound has been applied (when
     `SessionBranches.use` ends), so the store keeps what the session keeps.
+    A call a hook held for approval is put to the person through `elicit`
+    (the client's ``elicitation/create``) when the client can be asked;
+    otherwise the session keeps it pending and the result says so.
     """
     if stored is not None:
         await stored.resume(sessions, key)
     with sessions.use(key) as branch:
         action = await branch.act(tool, arguments)
+        action = await ask_person(branch, action, elicit)
     if stored is not None:
         await stored.save(key, branch)
     return action

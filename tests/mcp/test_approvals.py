@@ -142,3 +142,34 @@ async def test_a_client_that_cannot_be_asked_gets_an_error_and_the_call_stays_pe
         result = await client.call_tool("deploy", {"target": "prod"})
     assert result.is_error and "A person must approve" in result.content[0].text
     assert RAN == [] and [p.id for p in branch.pending_calls] == ["m1"]
+
+
+def deploy_tools() -> Any:
+    return function_tool(deploy).with_hooks(pre=[ask])
+
+
+@pytest.mark.parametrize("answer", ["approve", "none"])
+async def test_lionfactorys_own_server_asks_a_client_that_can_be_asked(answer: str) -> None:
+    """`create_mcp_server`: elicitation when the client declared it, else the must-approve text."""
+    from mcp import Client, types
+
+    from lionfactory.mcp import create_mcp_server
+
+    RAN.clear()
+    questions: list[str] = []
+
+    async def approve(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        questions.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    callback = approve if answer == "approve" else None
+    server = create_mcp_server(deploy_tools)
+    async with Client(server, mode="legacy", elicitation_callback=callback) as client:
+        result = await client.call_tool("deploy", {"target": "prod"})
+        if answer == "approve":
+            assert not result.is_error, result
+            assert RAN == ["prod"] and len(questions) == 1
+        else:
+            assert result.is_error and RAN == []
+            said = " ".join(getattr(block, "text", "") for block in result.content)
+            assert "approv" in said.lower(), said
