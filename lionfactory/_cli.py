@@ -20,7 +20,10 @@ the ``mcp`` SDK only when it runs, so the rest works without the extra.
 Ctrl-C ends any command quietly with status 130 (128 + SIGINT, what shells
 report for an interrupted program): an interrupt is the user's decision, not
 an error, and inside trio it surfaces as a nested exception group whose
-traceback tells the user nothing.
+traceback tells the user nothing. Likewise a reader that goes away
+(``lionfactory call reader ... | head -1``) ends the command quietly with
+status 141 (128 + SIGPIPE, what a shell reports for ``cat`` there), not a
+traceback and not the status of a failed tool.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ BUILTIN_TOOLS: tuple[str, ...] = WORKSPACE_TOOLS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for ``cat big | head -1``'s ``cat``."""
 
 
 def builtin_tool(name: str, workspace: Path | None) -> Tool:
@@ -272,16 +277,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BaseException as exc:
-        if _interrupted(exc):
+        if _holds(exc, KeyboardInterrupt):
             return EXIT_INTERRUPTED
+        if _holds(exc, BrokenPipeError):
+            _discard_output()
+            return EXIT_BROKEN_PIPE
         raise
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether `exc` is Ctrl-C, alone or inside (nested) exception groups."""
-    if isinstance(exc, KeyboardInterrupt):
+def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `exc` is a `kind`, alone or inside (nested) exception groups."""
+    if isinstance(exc, kind):
         return True
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(kind) is not None
+
+
+def _discard_output() -> None:
+    """After the reader of stdout went away (``| head -1``): end quietly, as Unix tools do.
+
+    The rest of the output has nobody to go to. Pointing the descriptors at
+    /dev/null makes the interpreter's last flush of the buffered text
+    succeed, instead of printing a second ``BrokenPipeError`` at exit.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):  # replaced or closed by the caller: leave it
+                continue
+    finally:
+        os.close(devnull)
 
 
 def _main(argv: Sequence[str] | None) -> int:
