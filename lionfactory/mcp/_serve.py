@@ -51,7 +51,7 @@ import anyio
 import attrs
 
 from lionfactory import ActionResult, Branch
-from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
+from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionMemory, SessionStatus
 from lionfactory.mcp._protocol import ServedTools, call_result
 
 if TYPE_CHECKING:
@@ -123,12 +123,7 @@ class _Session:
     branch: Branch
     last_used: float
     active: int = 0
-    # What the branch holds (see _budget): characters, and how many record
-    # entries have been counted, so each call counts only its own messages.
-    held: int = 0
-    counted: int = 0
-    compacted: int = 0
-    compactions: int = 0
+    memory: SessionMemory = attrs.field(factory=SessionMemory)
 
 
 @attrs.define(eq=False)
@@ -174,7 +169,7 @@ class SessionBranches:
             self._sessions[key] = _Session(branch=branch, last_used=self.clock())
         else:
             session.branch = branch
-            session.held = session.counted = 0
+            session.memory.reset()
 
     @contextmanager
     def use(self, key: str) -> Iterator[Branch]:
@@ -190,33 +185,16 @@ class SessionBranches:
         finally:
             session.active -= 1
             session.last_used = self.clock()
-            if session.active == 0:
-                self._bound(session)
+            # Bounded after every call, also while other calls of the session
+            # run: a client that always keeps one call in flight is bounded too.
+            session.memory.after_call(session.branch, self.memory_budget)
 
     def status(self, key: str) -> SessionStatus | None:
         """What session `key` holds, or None for an unknown session."""
         session = self._sessions.get(key)
         if session is None:
             return None
-        return SessionStatus(
-            messages=session.branch.messages.total,
-            held_chars=session.held,
-            budget=self.memory_budget,
-            compacted_messages=session.compacted,
-            compactions=session.compactions,
-        )
-
-    def _bound(self, session: _Session) -> None:
-        """Count what the session's last calls added; compact past the budget."""
-        messages = session.branch.messages
-        if messages.total < session.counted:  # the log was replaced: count it again
-            session.held = session.counted = 0
-        session.held += held_chars(messages.record_since(session.counted))
-        session.counted = messages.total
-        if self.memory_budget is not None and session.held > self.memory_budget:
-            stubbed, session.held = compact(session.branch, self.memory_budget)
-            session.compacted += stubbed
-            session.compactions += 1
+        return session.memory.status(session.branch, self.memory_budget)
 
     def _evict_idle(self, now: float) -> None:
         if self.idle_timeout is None:
