@@ -10,6 +10,7 @@
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
                           [--allow-merge-into-protected]
                           [--store sqlite:///PATH|redis://HOST:PORT/DB] [--session NAME]
+                          [--no-resources]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -256,10 +257,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--session",
-        default="stdio",
+        default=None,
         metavar="NAME",
         help="stdio with --store: the name the connection's session is stored under; a server "
-        "started again with the same store and name resumes it (default: stdio)",
+        "started again with the same store and name resumes it (default: a random name per "
+        "start, printed on stderr)",
+    )
+    serve.add_argument(
+        "--no-resources",
+        action="store_true",
+        help="do not serve the workspace's files as MCP resources (by default they are listed "
+        "through the project's ignore rules, without .git or protected names, and readable)",
     )
     serve.add_argument(
         "--session-memory",
@@ -457,6 +465,28 @@ def _open_store(url: str) -> Any:
     return store
 
 
+def _stream_session(args: argparse.Namespace, store: Any) -> str | None:
+    """The stdio session's name: the user's, or a random one the user is told about.
+
+    Raises:
+        ValueError: a name that cannot name a session.
+    """
+    if store is None or args.transport != "stdio":
+        return None
+    from lionfactory.mcp._stored_sessions import check_session_name, new_session_name
+
+    if args.session is not None:
+        return check_session_name(args.session)
+    name = new_session_name()
+    print(
+        f"lionfactory: this stdio session is stored as {name}; "
+        f"start the server with --session {name} to resume it",
+        file=sys.stderr,
+        flush=True,
+    )
+    return name
+
+
 def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         from lionfactory.mcp import serve_mcp
@@ -484,6 +514,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
         if args.session_memory is not None and args.session_memory < 1:
             raise ValueError(f"--session-memory must be at least 1, got {args.session_memory}")
         store = None if args.store is None else _open_store(args.store)
+        session = _stream_session(args, store)
     except (ValueError, TypeError) as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -513,7 +544,8 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
             name=args.name,
             store=store,
             store_resources=resources,
-            stream_session=args.session,
+            stream_session=session,
+            resources=None if args.no_resources else (workspace or Path.cwd()).resolve(),
             **memory,
             on_ready=lambda url: print(
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True

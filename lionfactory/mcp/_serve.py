@@ -45,7 +45,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import anyio
 import attrs
@@ -55,11 +55,17 @@ from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionMemory, Sessio
 from lionfactory.mcp._protocol import ServedTools, call_result
 
 if TYPE_CHECKING:
+    import os
+
     from mcp import types
     from mcp.server.lowlevel import Server
 
     from lionfactory.backends import BranchStore
+    from lionfactory.mcp._resources import WorkspaceResources
     from lionfactory.mcp._stored_sessions import StoredSessions
+
+    # The workspace whose files are served as MCP resources (see create_mcp_server).
+    Resources: TypeAlias = str | os.PathLike[str] | WorkspaceResources | None
 
 __all__ = [
     "SessionBranches",
@@ -281,7 +287,8 @@ def create_mcp_server(
     session_memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
     store: BranchStore | None = None,
     store_resources: Mapping[str, Any] | None = None,
-    stream_session: str = "stdio",
+    stream_session: str | None = None,
+    resources: Resources = None,
 ) -> Server[SessionBranches]:
     """Build a low-level MCP server that gives each client session its own Branch.
 
@@ -310,7 +317,14 @@ def create_mcp_server(
             keyword name, to rebuild a loaded branch (see `Branch.from_dict`).
         stream_session: the name a stdio connection's session is stored
             under (a stream has no session id): a restarted stdio server
-            with the same store and name resumes it.
+            with the same store and name resumes it. None (the default)
+            picks a random name per server start, so servers sharing a
+            store never share a stream session by accident. Stream and
+            HTTP sessions are stored apart: no name on one reaches a session
+            of the other.
+        resources: serve the files of this workspace (a path, or a
+            `WorkspaceResources`) as MCP resources: listed through the
+            project's ignore rules, read beneath the root; None serves none.
 
     Raises:
         TypeError: `source` is none of the above.
@@ -378,14 +392,33 @@ def create_mcp_server(
         from lionfactory.mcp._stored_sessions import attach
 
         attach(server, stored)
+    _attach_resources(server, resources)
     return server
+
+
+def _workspace_resources(resources: Resources) -> WorkspaceResources | None:
+    if resources is None:
+        return None
+    from lionfactory.mcp._resources import WorkspaceResources
+
+    return (
+        resources if isinstance(resources, WorkspaceResources) else WorkspaceResources.at(resources)
+    )
+
+
+def _attach_resources(server: Server[SessionBranches], resources: Resources) -> None:
+    served = _workspace_resources(resources)
+    if served is not None:
+        from lionfactory.mcp._resources import attach_resources
+
+        attach_resources(server, served)
 
 
 def _stored_sessions(
     store: BranchStore | None,
     new_branch: Callable[[], Branch],
     resources: Mapping[str, Any] | None,
-    stream_session: str,
+    stream_session: str | None,
 ) -> StoredSessions | None:
     if store is None:
         return None
@@ -452,7 +485,8 @@ def serve_mcp(
     on_ready: Callable[[str], object] | None = None,
     store: BranchStore | None = None,
     store_resources: Mapping[str, Any] | None = None,
-    stream_session: str = "stdio",
+    stream_session: str | None = None,
+    resources: Resources = None,
 ) -> None:
     """Serve tools over MCP until the client disconnects (stdio) or the process is stopped.
 
@@ -478,6 +512,7 @@ def serve_mcp(
             this process is resumed instead of refused.
         store_resources: see `create_mcp_server`.
         stream_session: see `create_mcp_server`.
+        resources: see `create_mcp_server`.
 
     Raises:
         ValueError: an unknown transport, a non-loopback host, a bad port, a
@@ -489,7 +524,15 @@ def serve_mcp(
         sessions = SessionBranches(new_branch, memory_budget=session_memory_budget)
         stored = _stored_sessions(store, new_branch, store_resources, stream_session)
         anyio.run(
-            _serve_stdio, sessions, stored, served, name, instructions, on_ready, backend="trio"
+            _serve_stdio,
+            sessions,
+            stored,
+            served,
+            name,
+            instructions,
+            on_ready,
+            _workspace_resources(resources),
+            backend="trio",
         )
         return
     server = create_mcp_server(
@@ -501,6 +544,7 @@ def serve_mcp(
         store=store,
         store_resources=store_resources,
         stream_session=stream_session,
+        resources=resources,
     )
     anyio.run(
         _serve_http,
@@ -521,6 +565,7 @@ async def _serve_stdio(
     name: str,
     instructions: str | None,
     on_ready: Callable[[str], object] | None,
+    resources: WorkspaceResources | None = None,
 ) -> None:
     # lionfactory's own stdio server: it never imports the SDK (see _stdio).
     from lionfactory.mcp._stdio import serve_stdio
@@ -529,7 +574,13 @@ async def _serve_stdio(
         return await _act(sessions, stored, "", tool, arguments)
 
     await serve_stdio(
-        served, act, name=name, version=_version(), instructions=instructions, on_ready=on_ready
+        served,
+        act,
+        name=name,
+        version=_version(),
+        instructions=instructions,
+        on_ready=on_ready,
+        resources=resources,
     )
 
 

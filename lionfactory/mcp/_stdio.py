@@ -35,7 +35,7 @@ import logging
 import os
 import select
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -50,6 +50,9 @@ from lionfactory.mcp._protocol import (
     ServedTools,
     call_result_json,
 )
+
+if TYPE_CHECKING:
+    from lionfactory.mcp._resources import WorkspaceResources
 
 __all__ = ["serve_stdio"]
 
@@ -69,6 +72,7 @@ MAX_QUEUED_BYTES = 4 << 20
 """Reply bytes waiting for the client to read them before the server stops reading requests."""
 
 _CHUNK = 1 << 16
+_RESOURCE_METHODS = frozenset({"resources/list", "resources/read", "resources/templates/list"})
 Act = Callable[[str, Mapping[str, Any]], Awaitable[ActionResult]]
 
 
@@ -208,6 +212,7 @@ class _Connection:
     in_flight: dict[str, anyio.CancelScope] = attrs.field(factory=dict)
     max_in_flight: int = MAX_IN_FLIGHT
     running: int = 0
+    resources: WorkspaceResources | None = None
 
     async def receive(self, line: bytes, group: anyio.abc.TaskGroup) -> None:
         """Answer one frame; whatever goes wrong costs that frame's reply, never the connection."""
@@ -266,7 +271,23 @@ class _Connection:
         self._notified(method, params)
 
     async def _reply(self, request_id: Any, method: str, params: Mapping[str, Any]) -> None:
+        if self.resources is not None and method in _RESOURCE_METHODS:
+            await self.out.send(await self._resource(request_id, method, params))
+            return
         await self.out.send(self._answer(request_id, method, params))
+
+    async def _resource(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
+        from lionfactory.mcp._resources import ResourceError
+
+        assert self.resources is not None
+        try:
+            if method == "resources/list":
+                return _result(request_id, await self.resources.list(params))
+            if method == "resources/read":
+                return _result(request_id, await self.resources.read(params))
+            return _result(request_id, self.resources.templates())
+        except ResourceError as exc:
+            return _error(request_id, exc.code, exc.message)
 
     def _notified(self, method: str, params: Mapping[str, Any]) -> None:
         if method == "notifications/cancelled":
@@ -331,6 +352,7 @@ async def serve_stdio(
     on_ready: Callable[[str], object] | None = None,
     max_in_flight: int = MAX_IN_FLIGHT,
     max_queued_bytes: int = MAX_QUEUED_BYTES,
+    resources: WorkspaceResources | None = None,
 ) -> None:
     """Serve `served` on a stdio pair until end of file on `stdin`.
 
@@ -353,6 +375,7 @@ async def serve_stdio(
         max_in_flight: tool calls that may run at once.
         max_queued_bytes: reply bytes that may wait for the client before
             the server stops reading.
+        resources: workspace files to serve as resources, or None.
     """
     info: dict[str, Any] = {
         "capabilities": {"tools": {"listChanged": False}},
@@ -360,9 +383,13 @@ async def serve_stdio(
     }
     if instructions is not None:
         info["instructions"] = instructions
+    if resources is not None:
+        info["capabilities"]["resources"] = resources.capabilities()
     source = _Pipe(stdin, _pollable(stdin))
     out = _Pipe(stdout, _pollable(stdout), max_queued=max_queued_bytes)
-    connection = _Connection(served, act, out, info, max_in_flight=max_in_flight)
+    connection = _Connection(
+        served, act, out, info, max_in_flight=max_in_flight, resources=resources
+    )
     if on_ready is not None:
         on_ready("stdio")
     try:
