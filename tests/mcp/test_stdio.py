@@ -83,7 +83,10 @@ async def test_initialize_answers_the_clients_version_or_the_latest(raw: Raw) ->
     reply = await raw.initialize("2024-11-05")
     assert reply["result"]["protocolVersion"] == "2024-11-05"
     assert reply["result"]["serverInfo"]["name"] == "lionfactory"
-    assert reply["result"]["capabilities"] == {"tools": {"listChanged": False}}
+    assert reply["result"]["capabilities"] == {
+        "tools": {"listChanged": False},
+        "resources": {"subscribe": False, "listChanged": False},
+    }
     assert (await raw.request("ping"))["result"] == {}
 
 
