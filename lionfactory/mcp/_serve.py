@@ -594,7 +594,17 @@ async def _serve_http(
 ) -> None:
     import uvicorn
 
-    app: Any = server.streamable_http_app(host=host, session_idle_timeout=session_idle_timeout)
+    from lionfactory.mcp._events import RETRY_MILLISECONDS, BoundedEventStore, prime_every_stream
+
+    prime_every_stream()
+    # Resumable streams: a priming event and a retry field open every SSE
+    # stream, and a dropped client gets what it missed (see _events).
+    app: Any = server.streamable_http_app(
+        host=host,
+        session_idle_timeout=session_idle_timeout,
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_MILLISECONDS,
+    )
     if stored_sessions:
         from lionfactory.mcp._stored_sessions import adopt_stored_sessions
 
