@@ -29,9 +29,11 @@ This module speaks plain JSON-ready dicts, so lionfactory's own stdio server
 from __future__ import annotations
 
 import base64
+import hashlib
 import mimetypes
 import os
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_READ_BYTES",
+    "ResourceWatch",
     "PAGE_SIZE",
     "RESOURCE_NOT_FOUND",
     "ResourceError",
@@ -105,9 +108,9 @@ class WorkspaceResources:
         """Serve the workspace at `root` (with the default protected names)."""
         return cls(Workspace.at(root), **options)
 
-    def capabilities(self) -> dict[str, Any]:
-        """The ``resources`` server capability."""
-        return {"subscribe": False, "listChanged": False}
+    def capabilities(self, *, watched: bool = False) -> dict[str, Any]:
+        """The ``resources`` server capability (`watched`: a `ResourceWatch` serves it)."""
+        return {"subscribe": watched, "listChanged": watched}
 
     def uri(self, relative: str) -> str:
         """The ``file://`` URI of a root-relative path."""
@@ -236,6 +239,103 @@ class WorkspaceResources:
             blob = base64.b64encode(data).decode("ascii")
             content |= {"mimeType": _mime_type(name, text=False), "blob": blob}
         return {"contents": [content]}
+
+    # -- what a watch polls ------------------------------------------------------
+
+    def signature(self, uri: str) -> tuple[int, int, int] | None:
+        """The (inode, mtime_ns, size) stamp of the file at `uri`, or None when unreadable.
+
+        Raises:
+            ResourceError: `uri` is not a resource of this workspace.
+        """
+        relative = self._relative(uri)
+        try:
+            location = self.workspace.locate(relative)
+            fd = location.open(os.O_RDONLY | os.O_NONBLOCK)
+        except (PathRefused, OSError):
+            return None
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+    def listing_digest(self) -> str:
+        """A digest of the whole listing: it changes when a listed file appears or goes."""
+        digest = hashlib.sha256()
+        view = ProjectView(self.workspace, global_file=self.global_file)
+        top = self.workspace.locate(".")
+        for relative, is_dir in self.workspace.entries(top, recursive=True, skip=view.skips):
+            if not is_dir:
+                digest.update(relative.encode("utf-8", "surrogateescape") + b"\0")
+        return digest.hexdigest()
+
+
+@attrs.define(eq=False)
+class ResourceWatch:
+    """One connection's subscriptions, and the poll that notices changes.
+
+    There is no portable, unprivileged way to be told about every change in a
+    tree (inotify needs a watch per directory and has a per-user limit), so
+    the watch polls: the subscribed files' stamps (taken when subscribed)
+    each `interval`, and, once the client has listed the resources, the
+    whole listing at most every `interval` and at least 50 times as long as
+    the last walk took, so a large tree costs at most 2% of a core.
+
+    Args:
+        resources: the served workspace.
+        interval: seconds between polls.
+    """
+
+    resources: WorkspaceResources
+    interval: float = 1.0
+    _subscribed: dict[str, tuple[int, int, int] | None] = attrs.field(factory=dict)
+    _listing: str | None = None
+    _next_listing: float = 0.0
+
+    def subscribe(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``resources/subscribe`` result; the file's changes are reported from now on."""
+        uri = params.get("uri")
+        if not isinstance(uri, str) or not uri:
+            raise ResourceError(INVALID_PARAMS, "resources/subscribe needs the resource's uri")
+        self._subscribed[uri] = self.resources.signature(uri)
+        return {}
+
+    def unsubscribe(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``resources/unsubscribe`` result."""
+        uri = params.get("uri")
+        if isinstance(uri, str):
+            self._subscribed.pop(uri, None)
+        return {}
+
+    async def changes(self) -> tuple[list[str], bool]:
+        """Wait one interval; the subscribed URIs that changed, and whether the listing did."""
+        await anyio.sleep(self.interval)
+        # Abandoned on cancellation: a walk of a large tree must not delay shutdown.
+        return await anyio.to_thread.run_sync(self._poll, abandon_on_cancel=True)
+
+    def _poll(self) -> tuple[list[str], bool]:
+        updated = []
+        for uri, before in list(self._subscribed.items()):
+            now = self.resources.signature(uri)
+            if now != before:
+                self._subscribed[uri] = now
+                updated.append(uri)
+        listed = False
+        clock = time.monotonic()
+        # The listing is watched once the client has seen it: until then it
+        # has no list that could change, and no tree is walked for nothing.
+        if self._listing is not None and clock >= self._next_listing:
+            seen = self._listing
+            self.take_listing()
+            listed = self._listing != seen
+        return updated, listed
+
+    def take_listing(self) -> None:
+        """Remember the listing as the client saw it (blocking: run it in a worker thread)."""
+        clock = time.monotonic()
+        self._listing = self.resources.listing_digest()
+        self._next_listing = clock + max(self.interval, 50 * (time.monotonic() - clock))
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

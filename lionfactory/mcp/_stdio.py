@@ -52,7 +52,7 @@ from lionfactory.mcp._protocol import (
 )
 
 if TYPE_CHECKING:
-    from lionfactory.mcp._resources import WorkspaceResources
+    from lionfactory.mcp._resources import ResourceWatch, WorkspaceResources
 
 __all__ = ["serve_stdio"]
 
@@ -72,7 +72,15 @@ MAX_QUEUED_BYTES = 4 << 20
 """Reply bytes waiting for the client to read them before the server stops reading requests."""
 
 _CHUNK = 1 << 16
-_RESOURCE_METHODS = frozenset({"resources/list", "resources/read", "resources/templates/list"})
+_RESOURCE_METHODS = frozenset(
+    {
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "resources/subscribe",
+        "resources/unsubscribe",
+    }
+)
 Act = Callable[[str, Mapping[str, Any]], Awaitable[ActionResult]]
 
 
@@ -213,6 +221,19 @@ class _Connection:
     max_in_flight: int = MAX_IN_FLIGHT
     running: int = 0
     resources: WorkspaceResources | None = None
+    watch: ResourceWatch | None = None
+
+    async def watch_resources(self) -> None:
+        """Tell the client about subscribed files that changed and a listing that did."""
+        assert self.watch is not None
+        while True:
+            updated, listed = await self.watch.changes()
+            for uri in updated:
+                note = {"method": "notifications/resources/updated", "params": {"uri": uri}}
+                await self.out.send(_encode(json.dumps({"jsonrpc": "2.0", **note}) + "\n"))
+            if listed:
+                note = {"method": "notifications/resources/list_changed", "params": {}}
+                await self.out.send(_encode(json.dumps({"jsonrpc": "2.0", **note}) + "\n"))
 
     async def receive(self, line: bytes, group: anyio.abc.TaskGroup) -> None:
         """Answer one frame; whatever goes wrong costs that frame's reply, never the connection."""
@@ -282,9 +303,16 @@ class _Connection:
         assert self.resources is not None
         try:
             if method == "resources/list":
-                return _result(request_id, await self.resources.list(params))
+                page = await self.resources.list(params)
+                if self.watch is not None and not params.get("cursor"):
+                    await anyio.to_thread.run_sync(self.watch.take_listing)
+                return _result(request_id, page)
             if method == "resources/read":
                 return _result(request_id, await self.resources.read(params))
+            if method == "resources/subscribe" and self.watch is not None:
+                return _result(request_id, self.watch.subscribe(params))
+            if method == "resources/unsubscribe" and self.watch is not None:
+                return _result(request_id, self.watch.unsubscribe(params))
             return _result(request_id, self.resources.templates())
         except ResourceError as exc:
             return _error(request_id, exc.code, exc.message)
@@ -383,17 +411,23 @@ async def serve_stdio(
     }
     if instructions is not None:
         info["instructions"] = instructions
+    watch = None
     if resources is not None:
-        info["capabilities"]["resources"] = resources.capabilities()
+        from lionfactory.mcp._resources import ResourceWatch
+
+        watch = ResourceWatch(resources)
+        info["capabilities"]["resources"] = resources.capabilities(watched=True)
     source = _Pipe(stdin, _pollable(stdin))
     out = _Pipe(stdout, _pollable(stdout), max_queued=max_queued_bytes)
     connection = _Connection(
-        served, act, out, info, max_in_flight=max_in_flight, resources=resources
+        served, act, out, info, max_in_flight=max_in_flight, resources=resources, watch=watch
     )
     if on_ready is not None:
         on_ready("stdio")
     try:
         async with anyio.create_task_group() as group:
+            if watch is not None:
+                group.start_soon(connection.watch_resources)
             while (lines := await source.read_lines()) is not None:
                 for line in lines:
                     if line.strip():

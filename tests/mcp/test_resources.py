@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -192,3 +194,56 @@ async def test_a_file_over_the_cap_is_refused_with_advice(project: Path) -> None
     (project / "big.txt").write_text("x" * 101, encoding="utf-8")
     with pytest.raises(ResourceError, match="reader tool"):
         await served.read({"uri": (project / "big.txt").as_uri()})
+
+
+async def test_over_stdio_a_subscribed_file_and_the_listing_report_their_changes(
+    project: Path,
+) -> None:
+    """Raw JSON-RPC on a real server: ``resources/updated`` and ``resources/list_changed``."""
+    command = serve_command(project)
+    async with await anyio.open_process(command, stderr=subprocess.DEVNULL) as process:
+        assert process.stdin is not None and process.stdout is not None
+        buffer = b""
+
+        async def send(message: dict[str, object]) -> None:
+            assert process.stdin is not None
+            await process.stdin.send(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+        async def receive() -> dict[str, Any]:
+            nonlocal buffer
+            assert process.stdout is not None
+            while b"\n" not in buffer:
+                buffer += await process.stdout.receive()
+            line, buffer = buffer.split(b"\n", 1)
+            reply: dict[str, Any] = json.loads(line)
+            return reply
+
+        with anyio.fail_after(60):
+            await send(
+                {"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}
+            )
+            capabilities = (await receive())["result"]["capabilities"]["resources"]
+            assert capabilities == {"subscribe": True, "listChanged": True}
+            uri = (project / "notes.txt").as_uri()
+            await send({"id": 2, "method": "resources/subscribe", "params": {"uri": uri}})
+            assert (await receive()) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+            await send({"id": 5, "method": "resources/list", "params": {}})
+            assert len((await receive())["result"]["resources"]) == len(EXPECTED)
+            (project / "notes.txt").write_text("changed\n", encoding="utf-8")
+            assert await receive() == {
+                "jsonrpc": "2.0",
+                "method": "notifications/resources/updated",
+                "params": {"uri": uri},
+            }
+            (project / "src" / "new.py").write_text("\n", encoding="utf-8")
+            note = await receive()
+            assert note["method"] == "notifications/resources/list_changed"
+            (project / ".venv" / "lib" / "ignored.py").write_text("\n", encoding="utf-8")
+            await send({"id": 3, "method": "resources/unsubscribe", "params": {"uri": uri}})
+            (project / "notes.txt").write_text("again\n", encoding="utf-8")
+            await send({"id": 4, "method": "ping"})
+            # Unsubscribed, and an ignored file is not a listing change: the
+            # next message is the answer to the unsubscribe, then the ping's.
+            assert (await receive())["id"] == 3
+            assert (await receive())["id"] == 4
+        process.kill()

@@ -85,7 +85,7 @@ async def test_initialize_answers_the_clients_version_or_the_latest(raw: Raw) ->
     assert reply["result"]["serverInfo"]["name"] == "lionfactory"
     assert reply["result"]["capabilities"] == {
         "tools": {"listChanged": False},
-        "resources": {"subscribe": False, "listChanged": False},
+        "resources": {"subscribe": True, "listChanged": True},
     }
     assert (await raw.request("ping"))["result"] == {}
 
