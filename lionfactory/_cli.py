@@ -11,6 +11,7 @@
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
                           [--allow-merge-into-protected]
                           [--store sqlite:///PATH|redis://HOST:PORT/DB] [--session NAME]
+                          [--no-resources]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -26,7 +27,10 @@ refused with status 1, because nobody can approve it.
 Ctrl-C ends any command quietly with status 130 (128 + SIGINT, what shells
 report for an interrupted program): an interrupt is the user's decision, not
 an error, and inside trio it surfaces as a nested exception group whose
-traceback tells the user nothing.
+traceback tells the user nothing. Likewise a reader that goes away
+(``lionfactory call reader ... | head -1``) ends the command quietly with
+status 141 (128 + SIGPIPE, what a shell reports for ``cat`` there), not a
+traceback and not the status of a failed tool.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ BUILTIN_TOOLS: tuple[str, ...] = WORKSPACE_TOOLS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for ``cat big | head -1``'s ``cat``."""
 
 
 def builtin_tool(name: str, workspace: Path | None) -> Tool:
@@ -272,10 +278,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--session",
-        default="stdio",
+        default=None,
         metavar="NAME",
         help="stdio with --store: the name the connection's session is stored under; a server "
-        "started again with the same store and name resumes it (default: stdio)",
+        "started again with the same store and name resumes it (default: a random name per "
+        "start, printed on stderr)",
+    )
+    serve.add_argument(
+        "--no-resources",
+        action="store_true",
+        help="do not serve the workspace's files as MCP resources (by default they are listed "
+        "through the project's ignore rules, without .git or protected names, and readable)",
     )
     serve.add_argument(
         "--session-memory",
@@ -293,16 +306,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BaseException as exc:
-        if _interrupted(exc):
+        if _holds(exc, KeyboardInterrupt):
             return EXIT_INTERRUPTED
+        if _holds(exc, BrokenPipeError):
+            _discard_output()
+            return EXIT_BROKEN_PIPE
         raise
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether `exc` is Ctrl-C, alone or inside (nested) exception groups."""
-    if isinstance(exc, KeyboardInterrupt):
+def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `exc` is a `kind`, alone or inside (nested) exception groups."""
+    if isinstance(exc, kind):
         return True
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(kind) is not None
+
+
+def _discard_output() -> None:
+    """After the reader of stdout went away (``| head -1``): end quietly, as Unix tools do.
+
+    The rest of the output has nobody to go to. Pointing the descriptors at
+    /dev/null makes the interpreter's last flush of the buffered text
+    succeed, instead of printing a second ``BrokenPipeError`` at exit.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):  # replaced or closed by the caller: leave it
+                continue
+    finally:
+        os.close(devnull)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -509,6 +543,28 @@ def _open_store(url: str) -> Any:
     return store
 
 
+def _stream_session(args: argparse.Namespace, store: Any) -> str | None:
+    """The stdio session's name: the user's, or a random one the user is told about.
+
+    Raises:
+        ValueError: a name that cannot name a session.
+    """
+    if store is None or args.transport != "stdio":
+        return None
+    from lionfactory.mcp._stored_sessions import check_session_name, new_session_name
+
+    if args.session is not None:
+        return check_session_name(args.session)
+    name = new_session_name()
+    print(
+        f"lionfactory: this stdio session is stored as {name}; "
+        f"start the server with --session {name} to resume it",
+        file=sys.stderr,
+        flush=True,
+    )
+    return name
+
+
 def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     try:
         from lionfactory.mcp import serve_mcp
@@ -536,6 +592,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
         if args.session_memory is not None and args.session_memory < 1:
             raise ValueError(f"--session-memory must be at least 1, got {args.session_memory}")
         store = None if args.store is None else _open_store(args.store)
+        session = _stream_session(args, store)
     except (ValueError, TypeError) as exc:
         print(f"lionfactory: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -565,7 +622,8 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
             name=args.name,
             store=store,
             store_resources=resources,
-            stream_session=args.session,
+            stream_session=session,
+            resources=None if args.no_resources else (workspace or Path.cwd()).resolve(),
             **memory,
             on_ready=lambda url: print(
                 f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True

@@ -326,3 +326,27 @@ def test_serve_passes_the_protected_merge_permission_to_the_toolkit(workspace: P
     assert allowed["allow_merge_into_protected"] is True
     with pytest.raises(ValueError, match="coding toolkit's sandbox"):
         cli_factories("standalone", None, workspace, allow_merge_into_protected=True)
+
+
+def test_a_reader_that_goes_away_ends_the_call_quietly_with_status_141(workspace: Path) -> None:
+    """``lionfactory call reader path=big.txt | head -1``: no traceback, not a tool failure.
+
+    The reply (about 300 KB) is several times the pipe's buffer, so the
+    command is still writing when the reading end closes.
+    """
+    lines = "".join(f"{i:06d} {'x' * 150}\n" for i in range(5000))
+    (workspace / "big.txt").write_text(lines, encoding="utf-8")
+    read_end, write_end = os.pipe()
+    with subprocess.Popen(
+        [sys.executable, "-m", "lionfactory", "call", "reader", "action=read", "path=big.txt"],
+        cwd=workspace,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as head:
+            first = head.readline()  # what `head -1` reads before it exits
+        _, errors = proc.communicate(timeout=60)
+    assert first.startswith(b"1\t000000 x")
+    assert b"Traceback" not in errors and b"BrokenPipe" not in errors, errors
+    assert proc.returncode == 141

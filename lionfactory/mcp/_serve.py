@@ -57,14 +57,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import anyio
 import attrs
 
 from lionfactory import ActionResult, Branch
 from lionfactory.mcp._approvals import Elicit, ask_person, client_elicitation
-from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionStatus, compact, held_chars
+from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionMemory, SessionStatus
 from lionfactory.mcp._protocol import ServedTools, call_result
 from lionfactory.mcp._stateless import (
     LISTING_TTL_MS,
@@ -74,11 +74,17 @@ from lionfactory.mcp._stateless import (
 )
 
 if TYPE_CHECKING:
+    import os
+
     from mcp import types
     from mcp.server.lowlevel import Server
 
     from lionfactory.backends import BranchStore
+    from lionfactory.mcp._resources import WorkspaceResources
     from lionfactory.mcp._stored_sessions import StoredSessions
+
+    # The workspace whose files are served as MCP resources (see create_mcp_server).
+    Resources: TypeAlias = str | os.PathLike[str] | WorkspaceResources | None
 
 __all__ = [
     "SessionBranches",
@@ -142,12 +148,7 @@ class _Session:
     branch: Branch
     last_used: float
     active: int = 0
-    # What the branch holds (see _budget): characters, and how many record
-    # entries have been counted, so each call counts only its own messages.
-    held: int = 0
-    counted: int = 0
-    compacted: int = 0
-    compactions: int = 0
+    memory: SessionMemory = attrs.field(factory=SessionMemory)
 
 
 @attrs.define(eq=False)
@@ -193,7 +194,7 @@ class SessionBranches:
             self._sessions[key] = _Session(branch=branch, last_used=self.clock())
         else:
             session.branch = branch
-            session.held = session.counted = 0
+            session.memory.reset()
 
     @contextmanager
     def use(self, key: str) -> Iterator[Branch]:
@@ -209,33 +210,16 @@ class SessionBranches:
         finally:
             session.active -= 1
             session.last_used = self.clock()
-            if session.active == 0:
-                self._bound(session)
+            # Bounded after every call, also while other calls of the session
+            # run: a client that always keeps one call in flight is bounded too.
+            session.memory.after_call(session.branch, self.memory_budget)
 
     def status(self, key: str) -> SessionStatus | None:
         """What session `key` holds, or None for an unknown session."""
         session = self._sessions.get(key)
         if session is None:
             return None
-        return SessionStatus(
-            messages=session.branch.messages.total,
-            held_chars=session.held,
-            budget=self.memory_budget,
-            compacted_messages=session.compacted,
-            compactions=session.compactions,
-        )
-
-    def _bound(self, session: _Session) -> None:
-        """Count what the session's last calls added; compact past the budget."""
-        messages = session.branch.messages
-        if messages.total < session.counted:  # the log was replaced: count it again
-            session.held = session.counted = 0
-        session.held += held_chars(messages.record_since(session.counted))
-        session.counted = messages.total
-        if self.memory_budget is not None and session.held > self.memory_budget:
-            stubbed, session.held = compact(session.branch, self.memory_budget)
-            session.compacted += stubbed
-            session.compactions += 1
+        return session.memory.status(session.branch, self.memory_budget)
 
     def _evict_idle(self, now: float) -> None:
         if self.idle_timeout is None:
@@ -328,7 +312,8 @@ def create_mcp_server(
     session_memory_budget: int | None = DEFAULT_MEMORY_BUDGET,
     store: BranchStore | None = None,
     store_resources: Mapping[str, Any] | None = None,
-    stream_session: str = "stdio",
+    stream_session: str | None = None,
+    resources: Resources = None,
 ) -> Server[SessionBranches]:
     """Build a low-level MCP server that gives each client session its own Branch.
 
@@ -357,7 +342,14 @@ def create_mcp_server(
             keyword name, to rebuild a loaded branch (see `Branch.from_dict`).
         stream_session: the name a stdio connection's session is stored
             under (a stream has no session id): a restarted stdio server
-            with the same store and name resumes it.
+            with the same store and name resumes it. None (the default)
+            picks a random name per server start, so servers sharing a
+            store never share a stream session by accident. Stream and
+            HTTP sessions are stored apart: no name on one reaches a session
+            of the other.
+        resources: serve the files of this workspace (a path, or a
+            `WorkspaceResources`) as MCP resources: listed through the
+            project's ignore rules, read beneath the root; None serves none.
 
     Raises:
         TypeError: `source` is none of the above.
@@ -429,14 +421,33 @@ def create_mcp_server(
         from lionfactory.mcp._stored_sessions import attach
 
         attach(server, stored)
+    _attach_resources(server, resources)
     return server
+
+
+def _workspace_resources(resources: Resources) -> WorkspaceResources | None:
+    if resources is None:
+        return None
+    from lionfactory.mcp._resources import WorkspaceResources
+
+    return (
+        resources if isinstance(resources, WorkspaceResources) else WorkspaceResources.at(resources)
+    )
+
+
+def _attach_resources(server: Server[SessionBranches], resources: Resources) -> None:
+    served = _workspace_resources(resources)
+    if served is not None:
+        from lionfactory.mcp._resources import attach_resources
+
+        attach_resources(server, served)
 
 
 def _stored_sessions(
     store: BranchStore | None,
     new_branch: Callable[[], Branch],
     resources: Mapping[str, Any] | None,
-    stream_session: str,
+    stream_session: str | None,
 ) -> StoredSessions | None:
     if store is None:
         return None
@@ -508,7 +519,8 @@ def serve_mcp(
     on_ready: Callable[[str], object] | None = None,
     store: BranchStore | None = None,
     store_resources: Mapping[str, Any] | None = None,
-    stream_session: str = "stdio",
+    stream_session: str | None = None,
+    resources: Resources = None,
 ) -> None:
     """Serve tools over MCP until the client disconnects (stdio) or the process is stopped.
 
@@ -534,6 +546,7 @@ def serve_mcp(
             this process is resumed instead of refused.
         store_resources: see `create_mcp_server`.
         stream_session: see `create_mcp_server`.
+        resources: see `create_mcp_server`.
 
     Raises:
         ValueError: an unknown transport, a non-loopback host, a bad port, a
@@ -545,7 +558,15 @@ def serve_mcp(
         sessions = SessionBranches(new_branch, memory_budget=session_memory_budget)
         stored = _stored_sessions(store, new_branch, store_resources, stream_session)
         anyio.run(
-            _serve_stdio, sessions, stored, served, name, instructions, on_ready, backend="trio"
+            _serve_stdio,
+            sessions,
+            stored,
+            served,
+            name,
+            instructions,
+            on_ready,
+            _workspace_resources(resources),
+            backend="trio",
         )
         return
     server = create_mcp_server(
@@ -557,6 +578,7 @@ def serve_mcp(
         store=store,
         store_resources=store_resources,
         stream_session=stream_session,
+        resources=resources,
     )
     anyio.run(
         _serve_http,
@@ -577,6 +599,7 @@ async def _serve_stdio(
     name: str,
     instructions: str | None,
     on_ready: Callable[[str], object] | None,
+    resources: WorkspaceResources | None = None,
 ) -> None:
     # lionfactory's own stdio server: it never imports the SDK (see _stdio).
     from lionfactory.mcp._stdio import serve_stdio
@@ -585,7 +608,13 @@ async def _serve_stdio(
         return await _act(sessions, stored, "", tool, arguments)
 
     await serve_stdio(
-        served, act, name=name, version=_version(), instructions=instructions, on_ready=on_ready
+        served,
+        act,
+        name=name,
+        version=_version(),
+        instructions=instructions,
+        on_ready=on_ready,
+        resources=resources,
     )
 
 
@@ -599,7 +628,17 @@ async def _serve_http(
 ) -> None:
     import uvicorn
 
-    app: Any = server.streamable_http_app(host=host, session_idle_timeout=session_idle_timeout)
+    from lionfactory.mcp._events import RETRY_MILLISECONDS, BoundedEventStore, prime_every_stream
+
+    prime_every_stream()
+    # Resumable streams: a priming event and a retry field open every SSE
+    # stream, and a dropped client gets what it missed (see _events).
+    app: Any = server.streamable_http_app(
+        host=host,
+        session_idle_timeout=session_idle_timeout,
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_MILLISECONDS,
+    )
     if stored_sessions:
         from lionfactory.mcp._stored_sessions import adopt_stored_sessions
 

@@ -39,7 +39,7 @@ import logging
 import os
 import select
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -47,6 +47,7 @@ import anyio.lowlevel
 import attrs
 
 from lionfactory._acting import ActionResult
+from lionfactory.mcp._frames import decode_frame
 from lionfactory.mcp._protocol import (
     HANDSHAKE_VERSIONS,
     LATEST_HANDSHAKE_VERSION,
@@ -66,6 +67,9 @@ from lionfactory.mcp._stateless import (
     run_with_progress,
 )
 
+if TYPE_CHECKING:
+    from lionfactory.mcp._resources import ResourceWatch, WorkspaceResources
+
 __all__ = ["serve_stdio"]
 
 logger = logging.getLogger("lionfactory.mcp")
@@ -75,8 +79,24 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+SERVER_BUSY = -32000
+"""The implementation-defined JSON-RPC error of a call refused because too many are running."""
+
+MAX_IN_FLIGHT = 64
+"""Tool calls one connection may have running at once; more are refused (`SERVER_BUSY`)."""
+MAX_QUEUED_BYTES = 4 << 20
+"""Reply bytes waiting for the client to read them before the server stops reading requests."""
 
 _CHUNK = 1 << 16
+_RESOURCE_METHODS = frozenset(
+    {
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "resources/subscribe",
+        "resources/unsubscribe",
+    }
+)
 Act = Callable[[str, Mapping[str, Any]], Awaitable[ActionResult]]
 
 
@@ -108,6 +128,10 @@ class _Pipe:
     # multi-megabyte request read in 64 KiB chunks is appended, not copied
     # again for every chunk.
     pending: bytearray = attrs.field(factory=bytearray)
+    # Replies waiting for the client to read them (see `room`).
+    max_queued: int = MAX_QUEUED_BYTES
+    queued: int = 0
+    _room: anyio.Event | None = None
 
     async def read_lines(self) -> list[bytes] | None:
         """The complete lines that arrived (maybe none), or None at end of file."""
@@ -133,6 +157,24 @@ class _Pipe:
         return lines
 
     async def send(self, data: bytes) -> None:
+        """Write `data` whole (one reply at a time); counted as queued until it is written."""
+        self.queued += len(data)
+        try:
+            await self._write(data)
+        finally:
+            self.queued -= len(data)
+            if self.queued <= self.max_queued and self._room is not None:
+                self._room.set()
+                self._room = None
+
+    async def room(self) -> None:
+        """Wait until the replies queued on this pipe are within `max_queued` bytes."""
+        while self.queued > self.max_queued:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+
+    async def _write(self, data: bytes) -> None:
         async with self.lock:
             view = memoryview(data)
             while view:
@@ -163,6 +205,23 @@ def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
     return _encode(json.dumps(body, ensure_ascii=False) + "\n")
 
 
+def _valid_id(request_id: Any) -> bool:
+    # JSON-RPC ids are strings, numbers or null; anything else (a list nested
+    # thousands deep, say) could not even be echoed back safely.
+    return request_id is None or (
+        isinstance(request_id, (str, int, float)) and not isinstance(request_id, bool)
+    )
+
+
+def _busy(request_id: Any, limit: int) -> bytes:
+    return _error(
+        request_id,
+        SERVER_BUSY,
+        f"Server busy: {limit} tool calls are already running on this connection. "
+        "Wait for their replies (or cancel some) before sending more calls.",
+    )
+
+
 def _result(request_id: Any, result: Mapping[str, Any]) -> bytes:
     body = {"jsonrpc": "2.0", "id": request_id, "result": result}
     return _encode(json.dumps(body, ensure_ascii=False) + "\n")
@@ -182,12 +241,29 @@ class _Connection:
     # SDK's servers do): True for 2026-07-28 (every request carries its own
     # envelope), False for the initialize handshake, None before any request.
     modern: bool | None = None
+    max_in_flight: int = MAX_IN_FLIGHT
+    running: int = 0
+    resources: WorkspaceResources | None = None
+    watch: ResourceWatch | None = None
+
+    async def watch_resources(self) -> None:
+        """Tell the client about subscribed files that changed and a listing that did."""
+        assert self.watch is not None
+        while True:
+            updated, listed = await self.watch.changes()
+            for uri in updated:
+                note = {"method": "notifications/resources/updated", "params": {"uri": uri}}
+                await self.out.send(_encode(json.dumps({"jsonrpc": "2.0", **note}) + "\n"))
+            if listed:
+                note = {"method": "notifications/resources/list_changed", "params": {}}
+                await self.out.send(_encode(json.dumps({"jsonrpc": "2.0", **note}) + "\n"))
 
     async def receive(self, line: bytes, group: anyio.abc.TaskGroup) -> None:
+        """Answer one frame; whatever goes wrong costs that frame's reply, never the connection."""
         try:
-            message = json.loads(line)
+            message = decode_frame(line)
         except ValueError as exc:
-            await self.out.send(_error(None, PARSE_ERROR, f"Parse error: {exc}"))
+            await self.out.send(_error(None, PARSE_ERROR, f"Parse error: {exc!s:.300}"))
             return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             await self.out.send(
@@ -200,13 +276,69 @@ class _Connection:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         if "id" not in message:
-            self._notified(method, params)
+            await self._guarded(None, self._notify(method, params))
             return
         request_id = message["id"]
+        if not _valid_id(request_id):
+            await self.out.send(
+                _error(None, INVALID_REQUEST, "Invalid request: an id is a string or a number")
+            )
+            return
         if method == "tools/call":
-            group.start_soon(self._call, request_id, params)
+            if self.running >= self.max_in_flight:
+                await self.out.send(_busy(request_id, self.max_in_flight))
+                return
+            self.running += 1
+            group.start_soon(self._run_call, request_id, params)
         else:
-            await self.out.send(self._answer(request_id, method, params))
+            await self._guarded(request_id, self._reply(request_id, method, params))
+
+    async def _guarded(self, request_id: Any, work: Awaitable[None]) -> None:
+        """Await one request's `work`; an exception in it answers that request (if it has an id)."""
+        try:
+            await work
+        except _ClientGone:
+            raise
+        except Exception as exc:
+            logger.exception("serving one stdio request failed")
+            if request_id is not None:
+                text = f"Internal error: {type(exc).__name__}: {exc!s:.300}"
+                await self.out.send(_error(request_id, INTERNAL_ERROR, text))
+
+    async def _run_call(self, request_id: Any, params: Mapping[str, Any]) -> None:
+        try:
+            await self._guarded(request_id, self._call(request_id, params))
+        finally:
+            self.running -= 1
+
+    async def _notify(self, method: str, params: Mapping[str, Any]) -> None:
+        self._notified(method, params)
+
+    async def _reply(self, request_id: Any, method: str, params: Mapping[str, Any]) -> None:
+        if self.resources is not None and method in _RESOURCE_METHODS:
+            await self.out.send(await self._resource(request_id, method, params))
+            return
+        await self.out.send(self._answer(request_id, method, params))
+
+    async def _resource(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
+        from lionfactory.mcp._resources import ResourceError
+
+        assert self.resources is not None
+        try:
+            if method == "resources/list":
+                page = await self.resources.list(params)
+                if self.watch is not None and not params.get("cursor"):
+                    await anyio.to_thread.run_sync(self.watch.take_listing)
+                return _result(request_id, page)
+            if method == "resources/read":
+                return _result(request_id, await self.resources.read(params))
+            if method == "resources/subscribe" and self.watch is not None:
+                return _result(request_id, self.watch.subscribe(params))
+            if method == "resources/unsubscribe" and self.watch is not None:
+                return _result(request_id, self.watch.unsubscribe(params))
+            return _result(request_id, self.resources.templates())
+        except ResourceError as exc:
+            return _error(request_id, exc.code, exc.message)
 
     def _notified(self, method: str, params: Mapping[str, Any]) -> None:
         if method == "notifications/cancelled":
@@ -347,8 +479,18 @@ async def serve_stdio(
     stdin: int = 0,
     stdout: int = 1,
     on_ready: Callable[[str], object] | None = None,
+    max_in_flight: int = MAX_IN_FLIGHT,
+    max_queued_bytes: int = MAX_QUEUED_BYTES,
+    resources: WorkspaceResources | None = None,
 ) -> None:
     """Serve `served` on a stdio pair until end of file on `stdin`.
+
+    What one connection can make the server hold is bounded: at most
+    `max_in_flight` tool calls run at once (a further call is refused at once
+    with a ``-32000`` "server busy" error, and requests keep being read, so
+    pings and cancellations still work), and once more than
+    `max_queued_bytes` of replies wait for a client that does not read them,
+    the server stops reading requests until the client catches up.
 
     Args:
         served: the tools and their listing.
@@ -359,6 +501,10 @@ async def serve_stdio(
         stdin: the descriptor requests arrive on.
         stdout: the descriptor replies go to (nothing else may write to it).
         on_ready: called with ``"stdio"`` before the first read.
+        max_in_flight: tool calls that may run at once.
+        max_queued_bytes: reply bytes that may wait for the client before
+            the server stops reading.
+        resources: workspace files to serve as resources, or None.
     """
     info: dict[str, Any] = {
         "capabilities": {"tools": {"listChanged": False}},
@@ -366,16 +512,30 @@ async def serve_stdio(
     }
     if instructions is not None:
         info["instructions"] = instructions
+    watch = None
+    if resources is not None:
+        from lionfactory.mcp._resources import ResourceWatch
+
+        watch = ResourceWatch(resources)
+        info["capabilities"]["resources"] = resources.capabilities(watched=True)
     source = _Pipe(stdin, _pollable(stdin))
-    connection = _Connection(served, act, _Pipe(stdout, _pollable(stdout)), info)
+    out = _Pipe(stdout, _pollable(stdout), max_queued=max_queued_bytes)
+    connection = _Connection(
+        served, act, out, info, max_in_flight=max_in_flight, resources=resources, watch=watch
+    )
     if on_ready is not None:
         on_ready("stdio")
     try:
         async with anyio.create_task_group() as group:
+            if watch is not None:
+                group.start_soon(connection.watch_resources)
             while (lines := await source.read_lines()) is not None:
                 for line in lines:
                     if line.strip():
                         await connection.receive(line, group)
+                # Back-pressure: a client that stops reading replies stops
+                # being read, so what it makes the server hold stays bounded.
+                await connection.out.room()
             group.cancel_scope.cancel()
     except* _ClientGone:
         pass  # the client stopped reading: it has gone, and so does the server

@@ -10,9 +10,31 @@ Around every tool call the server asks two things of `StoredSessions`:
 * `save` after it: save the branch, so the next call finds it wherever it
   lands.
 
-A session's branch id is derived from the session key (a UUID5 of the MCP
-session id, or of the stream's name on stdio), so every server sharing the
-store finds the same branch without a lookup table. A save that meets a
+A session's branch id is derived from the transport and the session key (a
+UUID5 of ``"http:"`` and the MCP session id, or of ``"stdio:"`` and the
+stream's session name), so every server sharing the store finds the same
+branch without a lookup table, and a name on one transport never reaches a
+session of the other.
+
+What a session id grants: the session's branch, that is, its conversation
+and its read-before-edit evidence, which lets its holder edit files the
+session read. So a stored session is resumed only by a holder of an id that
+was issued for it:
+
+* Over HTTP the ids are the SDK's random 128-bit session ids, issued by a
+  server at the handshake. A server resumes an id unknown to it only when
+  the store holds a session branch that an HTTP server stored for that id
+  (namespaced as above, and marked with the transport in its metadata); any
+  other id, ``stdio`` or a stdio session's name included, is answered
+  "Session not found" as the SDK answers unknown ids.
+* On stdio the stream has no id: the session's name is random per server
+  start (so two stdio servers on one store never share a session), unless
+  the user names one to resume it after a restart. Whoever can start the
+  server with the store can read the store anyway, so a name is enough
+  there.
+
+Anyone who can write the store can forge any of this: a store is trusted as
+much as the code of the servers that share it. A save that meets a
 newer version (two servers answered calls of one session at the same time)
 is a `ConflictError`: the call's result still goes to the client, but its
 record is not stored over the other one; the server logs a warning and
@@ -34,17 +56,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
 
 from lionfactory import Branch
 from lionfactory.backends import BranchStore
-from lionfactory.errors import ConflictError
+from lionfactory.errors import ConfigurationError, ConflictError
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
@@ -52,16 +75,51 @@ if TYPE_CHECKING:
 
     from lionfactory.mcp._serve import SessionBranches
 
-__all__ = ["StoredSessions", "adopt_stored_sessions", "attach", "session_branch_id"]
+__all__ = [
+    "NotThisSession",
+    "StoredSessions",
+    "adopt_stored_sessions",
+    "attach",
+    "check_session_name",
+    "new_session_name",
+    "session_branch_id",
+]
 
 logger = logging.getLogger("lionfactory")
 
 _SESSIONS = uuid.UUID("6a1f0a51-3c1e-5b8e-9c39-1f0e5d2b7a19")
 
+Transport = Literal["http", "stdio"]
+TRANSPORT_KEY = "mcp_session_transport"
+"""Branch metadata: the transport a stored session belongs to (checked before resuming it)."""
+MAX_SESSION_NAME = 200
 
-def session_branch_id(session: str) -> uuid.UUID:
-    """The id of the branch stored for an MCP session (the same on every server)."""
-    return uuid.uuid5(_SESSIONS, session)
+
+def session_branch_id(session: str, transport: Transport) -> uuid.UUID:
+    """The id of the branch stored for an MCP session of `transport` (the same on every server)."""
+    return uuid.uuid5(_SESSIONS, f"{transport}:{session}")
+
+
+def check_session_name(name: str) -> str:
+    """`name` if it can name a stdio session, else `ValueError` saying why."""
+    if not isinstance(name, str) or not name or len(name) > MAX_SESSION_NAME:
+        raise ValueError(f"a session name is 1 to {MAX_SESSION_NAME} characters, got {name!r:.250}")
+    if not name.isprintable():
+        raise ValueError(f"a session name is printable text, got {name!r:.250}")
+    return name
+
+
+def new_session_name() -> str:
+    """A random stdio session name (128 bits, as the SDK's HTTP session ids)."""
+    return secrets.token_hex(16)
+
+
+def _session_name(name: str | None) -> str:
+    return new_session_name() if name is None else check_session_name(name)
+
+
+class NotThisSession(ConfigurationError):
+    """The store holds a branch at a session's id that was not stored as that session."""
 
 
 @attrs.define(eq=False)
@@ -72,18 +130,44 @@ class StoredSessions:
         store: the branch store.
         new_branch: makes the branch of a new session.
         resources: live objects to rebuild loaded branches with.
-        stream_session: the session name of a stream transport (stdio).
+        stream_session: the session name of a stream transport (stdio);
+            None for a random one (a new session per server start).
     """
 
     store: BranchStore
     new_branch: Callable[[], Branch]
     resources: Mapping[str, Any]
-    stream_session: str = "stdio"
+    stream_session: str = attrs.field(default=None, converter=_session_name)
     _locks: dict[str, anyio.Lock] = attrs.field(factory=dict, init=False)
+
+    @staticmethod
+    def transport(key: str) -> Transport:
+        """The transport of session `key`: "" is the stream's session, anything else HTTP's."""
+        return "http" if key else "stdio"
 
     def branch_id(self, key: str) -> uuid.UUID:
         """The stored branch id of session `key` ("" is the stream's session)."""
-        return session_branch_id(key or self.stream_session)
+        return session_branch_id(key or self.stream_session, self.transport(key))
+
+    async def load(self, key: str) -> Branch | None:
+        """The stored branch of session `key`, or None when the store has none.
+
+        Raises:
+            NotThisSession: the store holds a branch at that id that was not
+                stored as a session of this transport.
+        """
+        branch_id = self.branch_id(key)
+        if not await self.store.version(branch_id):
+            return None
+        branch = await self.store.load(branch_id, resources=self.resources)
+        transport = self.transport(key)
+        if branch.metadata.get(TRANSPORT_KEY) != transport:
+            raise NotThisSession(
+                f"the store holds a branch at the id of this {transport} MCP session that "
+                f"was not stored as one; it is not resumed. Remove branch {branch_id} from "
+                f"the store, or use another session."
+            )
+        return branch
 
     async def resume(self, sessions: SessionBranches, key: str) -> None:
         """Before a call: serve session `key` with the newest stored branch, or a new one.
@@ -95,16 +179,12 @@ class StoredSessions:
             await self._resume(sessions, key)
 
     async def _resume(self, sessions: SessionBranches, key: str) -> None:
-        branch_id = self.branch_id(key)
         current = sessions.get(key)
-        stored = await self.store.version(branch_id)
+        stored = await self.store.version(self.branch_id(key))
         if current is not None and stored <= self.store.known_version(current):
             return
-        if stored:
-            branch = await self.store.load(branch_id, resources=self.resources)
-        else:
-            branch = self._fresh(branch_id)
-        sessions.adopt(key, branch)
+        branch = await self.load(key) if stored else None
+        sessions.adopt(key, branch if branch is not None else self._fresh(key))
 
     async def create(self, session: str) -> None:
         """Store a new HTTP session's branch as soon as the session exists.
@@ -114,17 +194,26 @@ class StoredSessions:
         """
         # A conflict means it is stored already: nothing to do.
         with contextlib.suppress(ConflictError):
-            await self.store.save(self._fresh(self.branch_id(session)))
+            await self.store.save(self._fresh(session))
 
-    def _fresh(self, branch_id: uuid.UUID) -> Branch:
-        """A new session's branch with the session's id.
+    async def resumable(self, session: str) -> bool:
+        """Whether HTTP session id `session` may be resumed: an HTTP server stored it."""
+        try:
+            return await self.load(session) is not None
+        except NotThisSession as exc:
+            logger.warning("refused to resume MCP session: %s", exc)
+            return False
+
+    def _fresh(self, key: str) -> Branch:
+        """A new session's branch with the session's id, marked with its transport.
 
         Replaying the factories through from_dict builds it with that id from
         the start (a factory may register the id somewhere, as the messenger
         does).
         """
         data = self.new_branch().to_dict()
-        data["id"] = str(branch_id)
+        data["id"] = str(self.branch_id(key))
+        data["metadata"] = {**data.get("metadata", {}), TRANSPORT_KEY: self.transport(key)}
         return Branch.from_dict(data, resources=self.resources)
 
     def _lock(self, key: str) -> anyio.Lock:
@@ -169,7 +258,7 @@ def adopt_stored_sessions(app: ASGIApp, server: Server[Any]) -> ASGIApp:
             return
         session = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
         if session is not None:
-            await _adopt(server, stored.store, session, scope)
+            await _adopt(server, stored, session, scope)
             await app(scope, receive, send)
             return
 
@@ -185,8 +274,11 @@ def adopt_stored_sessions(app: ASGIApp, server: Server[Any]) -> ASGIApp:
     return adopting
 
 
-async def _adopt(server: Server[Any], store: BranchStore, session: str, scope: Scope) -> None:
-    """Give the session manager a live, initialized session `session` if the store has it."""
+async def _adopt(server: Server[Any], stored: StoredSessions, session: str, scope: Scope) -> None:
+    """Give the session manager a live, initialized session `session` if an HTTP server stored it.
+
+    Any other id is left to the SDK, which answers "Session not found".
+    """
     from mcp.server.connection import Connection
     from mcp.server.runner import serve_connection
     from mcp.server.streamable_http import StreamableHTTPServerTransport
@@ -196,7 +288,7 @@ async def _adopt(server: Server[Any], store: BranchStore, session: str, scope: S
     manager: Any = server.session_manager
     if session in manager._server_instances or len(session) > 200:
         return
-    if not await store.version(session_branch_id(session)):
+    if not await stored.resumable(session):
         return
     version_header = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
     hint = next((v.decode("latin-1") for k, v in scope["headers"] if k == version_header), None)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from lionfactory import Branch
+from lionfactory import Branch, function_tool
 from lionfactory.coding import coding_toolkit
 from lionfactory.mcp import SessionBranches, serve_mcp
-from lionfactory.mcp._budget import COMPACTED_KEY
+from lionfactory.mcp._budget import COMPACTED_KEY, MESSAGE_OVERHEAD, held_chars
 
 LINE = "y" * 99 + "\n"
 
@@ -129,3 +131,128 @@ def test_create_mcp_server_refuses_a_budget_below_one() -> None:
 
     with pytest.raises(ValueError, match="session_memory_budget must be a positive number"):
         create_mcp_server([toolkit_maker(Path())], session_memory_budget=0)
+
+
+async def test_800_small_reads_stay_within_one_and_a_half_budgets_after_every_call(
+    tmp_path: Path,
+) -> None:
+    """Small results (never stubbed before) and the stubs themselves count, and are bounded."""
+    (tmp_path / "small.txt").write_text("s" * 149 + "\n", encoding="utf-8")
+    sessions = SessionBranches(toolkit_maker(tmp_path), memory_budget=5000)
+    highest = first_call = 0
+    for _ in range(800):
+        with sessions.use("s") as branch:
+            assert (await branch.act("reader", {"action": "read", "path": "small.txt"})).ok
+        status = sessions.status("s")
+        assert status is not None
+        first_call = first_call or status.held_chars
+        highest = max(highest, status.held_chars)
+        with sessions.use("s") as branch:
+            assert held_chars(branch.messages.record) == status.held_chars  # the count is true
+    assert highest <= 5000 * 1.5
+    assert status.peak_chars == highest
+    assert status.dropped_messages > 1000
+    assert status.messages < 5000 // MESSAGE_OVERHEAD
+    # Amortised: each compaction frees about half a budget (2,500), so there
+    # is one per 2,500 characters of new calls, not one per call (763 before).
+    assert status.compactions <= 800 * first_call // 2000
+    with sessions.use("s") as branch:
+        edit = await branch.act(
+            "editor",
+            {"action": "edit", "file_path": "small.txt", "old_string": "s\n", "new_string": "t\n"},
+        )
+    assert edit.result is not None and edit.result["success"], edit.result
+
+
+async def test_one_huge_result_is_compacted_at_once(big_files: Path) -> None:
+    sessions = SessionBranches(toolkit_maker(big_files), memory_budget=5000)
+    with sessions.use("s") as branch:
+        assert (await branch.act("reader", {"action": "read", "path": "big.txt"})).ok
+    status = sessions.status("s")
+    assert status is not None and status.held_chars <= 2500 and status.compactions == 1
+
+
+async def test_the_evidence_of_files_read_long_ago_survives_dropping(tmp_path: Path) -> None:
+    for i in range(20):
+        (tmp_path / f"f{i}.txt").write_text(f"file {i}\n", encoding="utf-8")
+    (tmp_path / "other.txt").write_text("o" * 500 + "\n", encoding="utf-8")
+    sessions = SessionBranches(toolkit_maker(tmp_path), memory_budget=60_000)
+    for i in range(20):
+        with sessions.use("s") as branch:
+            assert (await branch.act("reader", {"action": "read", "path": f"f{i}.txt"})).ok
+    for _ in range(400):
+        with sessions.use("s") as branch:
+            assert (await branch.act("reader", {"action": "read", "path": "other.txt"})).ok
+    status = sessions.status("s")
+    assert status is not None and status.dropped_messages > 0 and status.held_chars <= 60_000
+    for i in range(20):
+        with sessions.use("s") as branch:
+            edit = await branch.act(
+                "editor",
+                {
+                    "action": "edit",
+                    "file_path": f"f{i}.txt",
+                    "old_string": "file",
+                    "new_string": "F",
+                },
+            )
+        assert edit.result is not None and edit.result["success"], (i, edit.result)
+
+
+async def test_evidence_beyond_the_budget_goes_oldest_first_and_the_edit_asks_for_a_read(
+    tmp_path: Path,
+) -> None:
+    for i in range(40):
+        (tmp_path / f"f{i}.txt").write_text(f"file {i}\n", encoding="utf-8")
+    sessions = SessionBranches(toolkit_maker(tmp_path), memory_budget=8000)
+    for i in range(40):
+        with sessions.use("s") as branch:
+            assert (await branch.act("reader", {"action": "read", "path": f"f{i}.txt"})).ok
+    status = sessions.status("s")
+    assert status is not None and status.held_chars <= 8000
+    edit = {"action": "edit", "file_path": "f0.txt", "old_string": "file", "new_string": "F"}
+    with sessions.use("s") as branch:
+        refused = await branch.act("editor", edit)
+        recent = await branch.act("editor", {**edit, "file_path": "f39.txt"})
+    assert refused.result is not None and not refused.result["success"]
+    assert "Read the file first" in refused.result["error"]
+    assert recent.result is not None and recent.result["success"], recent.result
+
+
+async def test_a_call_in_flight_keeps_its_call_while_others_compact(tmp_path: Path) -> None:
+    """Compaction runs after every call, also while another call of the session is running."""
+    release = anyio.Event()
+
+    async def wait_for_release() -> dict[str, str]:
+        """Wait until the test says so."""
+        await release.wait()
+        return {"done": "yes"}
+
+    def make() -> Branch:
+        branch = Branch(name="mcp-session")
+        branch.register(lambda: function_tool(wait_for_release))
+        branch.register(lambda: function_tool(lambda text: {"echo": text}, name="echo"))
+        return branch
+
+    sessions = SessionBranches(make, memory_budget=3000)
+    outcome: list[Any] = []
+
+    async def slow() -> None:
+        with sessions.use("s") as branch:
+            outcome.append(await branch.act("wait_for_release", {}))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(slow)
+        await anyio.wait_all_tasks_blocked()
+        for _ in range(100):
+            with sessions.use("s") as branch:
+                assert (await branch.act("echo", {"text": "e" * 300})).ok
+        status = sessions.status("s")
+        assert status is not None and status.compactions > 3 and status.held_chars <= 3000
+        release.set()
+    assert outcome[0].ok
+    with sessions.use("s") as branch:
+        messages = branch.messages.record
+    call = next(m for m in messages if m.tool_calls and m.tool_calls[0].name == "wait_for_release")
+    answer = next(m for m in messages if m.call_id == call.tool_calls[0].id)
+    assert messages.index(call) < messages.index(answer)

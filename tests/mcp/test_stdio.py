@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, KNOWN_PROTOCOL_VERSIONS
 
-from lionfactory.mcp._protocol import HANDSHAKE_VERSIONS, KNOWN_VERSIONS
+from lionfactory._acting import ActionResult
+from lionfactory.mcp._protocol import HANDSHAKE_VERSIONS, KNOWN_VERSIONS, ServedTools
+from lionfactory.mcp._stdio import serve_stdio
 
 READ = {"action": "read", "path": "notes.txt"}
 
@@ -79,7 +83,10 @@ async def test_initialize_answers_the_clients_version_or_the_latest(raw: Raw) ->
     reply = await raw.initialize("2024-11-05")
     assert reply["result"]["protocolVersion"] == "2024-11-05"
     assert reply["result"]["serverInfo"]["name"] == "lionfactory"
-    assert reply["result"]["capabilities"] == {"tools": {"listChanged": False}}
+    assert reply["result"]["capabilities"] == {
+        "tools": {"listChanged": False},
+        "resources": {"subscribe": True, "listChanged": True},
+    }
     assert (await raw.request("ping"))["result"] == {}
 
 
@@ -402,3 +409,212 @@ async def test_a_progress_token_gets_notifications_before_the_reply(raw: Raw) ->
     assert len(notes) >= 2
     assert {n["method"] for n in notes} == {"notifications/progress"}
     assert {n["params"]["progressToken"] for n in notes} == {"tok"}
+
+
+def _nested(depth: int) -> str:
+    """JSON text of objects nested `depth` levels: ``{"a":{"a":...{}...}}``."""
+    return '{"a":' * depth + "{}" + "}" * depth
+
+
+async def test_a_line_of_100000_brackets_is_a_parse_error_and_the_server_goes_on(
+    raw: Raw,
+) -> None:
+    assert raw.process.stdin is not None
+    await raw.process.stdin.send(b"[" * 100_000 + b"\n")
+    reply = await raw.receive()
+    assert reply["id"] is None and reply["error"]["code"] == -32700
+    assert (await raw.request("ping"))["result"] == {}
+
+
+async def test_arguments_nesting_5000_levels_are_the_tools_input_error(raw: Raw) -> None:
+    await raw.initialize("2025-11-25")
+    deep = _nested(5000)
+    line = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"reader",'
+        f'"arguments":{{"action":"read","path":"notes.txt","deep":{deep}}}}}}}\n'
+    )
+    assert raw.process.stdin is not None
+    await raw.process.stdin.send(line.encode())
+    reply = await raw.receive()
+    assert reply["id"] == 1
+    result = reply["result"]
+    assert result["isError"] is True
+    assert result["_meta"]["lionfactory/error"]["error_type"] == "ToolInputError"
+    assert "nest deeper than" in result["content"][0]["text"]
+    assert (await raw.request("ping"))["result"] == {}
+
+
+async def test_a_deep_id_or_cancellation_is_refused_and_the_server_goes_on(raw: Raw) -> None:
+    assert raw.process.stdin is not None
+    deep_id = f'{{"jsonrpc":"2.0","id":{_nested(5000)},"method":"ping"}}\n'
+    await raw.process.stdin.send(deep_id.encode())
+    reply = await raw.receive()
+    assert reply["id"] is None and reply["error"]["code"] == -32600
+    cancel = (
+        '{"jsonrpc":"2.0","method":"notifications/cancelled",'
+        f'"params":{{"requestId":{_nested(5000)}}}}}\n'
+    )
+    await raw.process.stdin.send(cancel.encode())
+    assert (await raw.request("ping"))["result"] == {}
+
+
+async def test_a_client_that_never_reads_is_no_longer_read_and_then_gets_every_reply(
+    raw: Raw, git_workspace: Path
+) -> None:
+    """Back-pressure: replies nobody reads stop the reading, so the server holds a bounded amount.
+
+    Each reply is about 30 KB; 3,000 unread ones would be 90 MB. Once its
+    queue is full the server stops reading, so the client's write of the
+    requests (about 400 KB, far beyond the pipe's buffer) cannot finish until
+    the client reads. Then every request gets its reply.
+    """
+    (git_workspace / "wide.txt").write_text("x" * 100 + "\n" * 1 + ("y" * 60 + "\n") * 400)
+    await raw.initialize("2025-11-25")
+    count = 3000
+    call = {"name": "reader", "arguments": {"action": "read", "path": "wide.txt"}}
+    requests = b"".join(
+        json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": call}).encode()
+        + b"\n"
+        for i in range(1, count + 1)
+    )
+    assert raw.process.stdin is not None
+    written = anyio.Event()
+
+    async def write_all() -> None:
+        assert raw.process.stdin is not None
+        await raw.process.stdin.send(requests)
+        written.set()
+
+    seen: set[int] = set()
+    async with anyio.create_task_group() as group:
+        group.start_soon(write_all)
+        with anyio.move_on_after(5):
+            await written.wait()
+        assert not written.is_set(), "the server kept reading requests nobody read replies to"
+        with anyio.fail_after(300):
+            while len(seen) < count:
+                reply = await raw.receive()
+                if "error" in reply:
+                    assert reply["error"]["code"] == -32000, reply  # busy: refused whole
+                else:
+                    assert reply["result"]["isError"] is False
+                seen.add(reply["id"])
+    assert seen == set(range(1, count + 1))
+    assert (await raw.request("ping"))["result"] == {}
+
+
+class InProcess:
+    """`serve_stdio` on two OS pipes inside the test, with an `act` the test controls."""
+
+    def __init__(self) -> None:
+        self.requests_read, self.requests = os.pipe()
+        self.replies, self.replies_write = os.pipe()
+        self.buffer = b""
+
+    async def send(self, *messages: dict[str, Any]) -> None:
+        data = b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n" for m in messages)
+        while data:
+            await anyio.wait_writable(self.requests)
+            data = data[os.write(self.requests, data) :]
+
+    async def receive(self) -> dict[str, Any]:
+        with anyio.fail_after(30):
+            while b"\n" not in self.buffer:
+                await anyio.wait_readable(self.replies)
+                self.buffer += os.read(self.replies, 1 << 16)
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        for fd in (self.requests_read, self.requests, self.replies, self.replies_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _served(tmp_path: Path) -> ServedTools:
+    from lionfactory import Branch
+    from lionfactory.tools import reader_tool
+
+    branch = Branch()
+    branch.register(reader_tool, workspace_root=tmp_path)
+    return ServedTools.of(branch.tools.values())
+
+
+async def test_calls_beyond_the_in_flight_limit_are_refused_and_pings_still_answered(
+    tmp_path: Path,
+) -> None:
+    release = anyio.Event()
+    started = 0
+
+    async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        nonlocal started
+        started += 1
+        await release.wait()
+        raise RuntimeError("released")
+
+    pipes = InProcess()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                functools.partial(
+                    serve_stdio,
+                    _served(tmp_path),
+                    act,
+                    name="t",
+                    version="0",
+                    stdin=pipes.requests_read,
+                    stdout=pipes.replies_write,
+                    max_in_flight=3,
+                )
+            )
+            call = {"method": "tools/call", "params": {"name": "reader", "arguments": {}}}
+            await pipes.send(*({"id": i, **call} for i in range(1, 6)))
+            refused = [await pipes.receive(), await pipes.receive()]
+            assert [r["id"] for r in refused] == [4, 5]
+            assert all(r["error"]["code"] == -32000 for r in refused)
+            assert "Wait for their replies" in refused[0]["error"]["message"]
+            assert started == 3
+            await pipes.send({"id": 6, "method": "ping"})
+            assert (await pipes.receive())["id"] == 6
+            release.set()
+            failed = [await pipes.receive() for _ in range(3)]
+            assert sorted(r["id"] for r in failed) == [1, 2, 3]
+            assert all(r["error"]["code"] == -32603 for r in failed)
+            await pipes.send({"id": 7, **call})  # room again once they finished
+            assert (await pipes.receive())["id"] == 7
+            os.close(pipes.requests)
+    finally:
+        pipes.close()
+
+
+async def test_an_exception_while_answering_answers_that_request_and_the_server_goes_on(
+    tmp_path: Path,
+) -> None:
+    async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        return "not an ActionResult"  # type: ignore[return-value]  # encoding it fails
+
+    pipes = InProcess()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                functools.partial(
+                    serve_stdio,
+                    _served(tmp_path),
+                    act,
+                    name="t",
+                    version="0",
+                    stdin=pipes.requests_read,
+                    stdout=pipes.replies_write,
+                )
+            )
+            call = {"method": "tools/call", "params": {"name": "reader", "arguments": {}}}
+            await pipes.send({"id": 1, **call})
+            reply = await pipes.receive()
+            assert reply["id"] == 1 and reply["error"]["code"] == -32603
+            assert "AttributeError" in reply["error"]["message"]
+            await pipes.send({"id": 2, "method": "ping"})
+            assert (await pipes.receive()) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+            os.close(pipes.requests)
+    finally:
+        pipes.close()

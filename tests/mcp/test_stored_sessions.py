@@ -25,7 +25,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from lionfactory.backends import RedisBranchStore, SqliteBranchStore
-from lionfactory.mcp._stored_sessions import session_branch_id
+from lionfactory.mcp._stored_sessions import NotThisSession, session_branch_id
 
 NOTES = "alpha\nbeta\n"  # what the git_workspace fixture commits
 
@@ -148,7 +148,7 @@ async def test_a_session_survives_a_killed_server_with_its_conversation_and_evid
     assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == "alpha\nBETA\n"
     assert router.session is not None
     async with SqliteBranchStore(tmp_path / "sessions.db") as store:
-        branch = await store.load(session_branch_id(router.session))
+        branch = await store.load(session_branch_id(router.session, "http"))
     calls = [m.tool_calls[0].name for m in branch.messages.record if m.tool_calls]
     assert calls == ["reader", "editor"]
 
@@ -218,7 +218,7 @@ async def test_two_servers_sharing_a_redis_store_serve_alternate_calls_of_one_se
     assert final["content"] == "1\tA\n2\tBETA"
     assert router.session is not None
     async with RedisBranchStore(redis_url) as store:
-        branch = await store.load(session_branch_id(router.session))
+        branch = await store.load(session_branch_id(router.session, "http"))
         assert await store.version(branch.id) == 5  # made at the handshake, then 4 calls
     calls = [m.tool_calls[0].name for m in branch.messages.record if m.tool_calls]
     assert calls == ["reader", "editor", "editor", "reader"]
@@ -302,7 +302,7 @@ async def test_a_new_session_gets_one_branch_with_the_session_id_even_on_concurr
         tg.start_soon(first_call)
         tg.start_soon(first_call)
     assert adopted[0] is adopted[1] is not None
-    assert adopted[0].id == session_branch_id("abc")
+    assert adopted[0].id == session_branch_id("abc", "http")
     assert list(adopted[0].tools) == ["reader"]
     await store.aclose()
 
@@ -335,6 +335,113 @@ async def test_a_server_picks_up_the_newer_save_of_another_and_a_racing_save_is_
     with caplog.at_level("WARNING", logger="lionfactory"):
         await a.save("s", stale)
     assert "was not saved" in caplog.text
-    assert await a_store.version(session_branch_id("s")) == 3
+    assert await a_store.version(session_branch_id("s", "http")) == 3
     await a_store.aclose()
     await b_store.aclose()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """One store shared by the servers of a test: a SQLite file, or a real redis-server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    url: str = request.getfixturevalue("redis_url")
+    return url
+
+
+async def hijack(url: str, session: str) -> httpx2.Response:
+    """What a hostile client does: a tools/call (the edit) under a session id it did not get."""
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    call["params"] = {"name": "editor", "arguments": EDIT}
+    headers = {
+        "mcp-session-id": session,
+        "mcp-protocol-version": "2025-11-25",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+    }
+    async with httpx2.AsyncClient(timeout=60) as http:
+        return await http.post(url, json=call, headers=headers)
+
+
+async def test_an_http_client_cannot_take_over_a_stdio_session_by_its_name(
+    git_workspace: Path, store_url: str, stdio_server: Callable[..., StdioServerParameters]
+) -> None:
+    """A stdio session read notes.txt; ``mcp-session-id: stdio`` (or its name) gets nothing."""
+    async with (
+        Client(stdio_server("--store", store_url)) as unnamed,
+        Client(stdio_server("--store", store_url, "--session", "alice")) as named,
+    ):
+        result_of(await unnamed.call_tool("reader", READ))
+        result_of(await named.call_tool("reader", READ))
+        async with http_server(git_workspace, store_url) as (url, _):
+            for session in ("stdio", "alice", "stdio:alice"):
+                response = await hijack(url, session)
+                assert response.status_code == 404, (session, response.text)
+                assert "Session not found" in response.text
+    assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == NOTES
+
+
+async def test_two_stdio_servers_on_one_store_do_not_share_a_session_unless_named(
+    git_workspace: Path, store_url: str, stdio_server: Callable[..., StdioServerParameters]
+) -> None:
+    async with Client(stdio_server("--store", store_url)) as first:
+        result_of(await first.call_tool("reader", READ))
+        async with Client(stdio_server("--store", store_url)) as second:
+            refused = await second.call_tool("editor", EDIT)
+    assert refused.is_error, refused.content
+    assert "has not been read" in refused.content[0].text  # type: ignore[union-attr]
+    assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == NOTES
+
+
+async def test_a_stdio_session_named_like_an_http_session_gets_none_of_its_evidence(
+    git_workspace: Path, store_url: str, stdio_server: Callable[..., StdioServerParameters]
+) -> None:
+    router = Router()
+    async with http_server(git_workspace, store_url) as (url, _):
+        router.urls = [url]
+        async with routed_client(router, url) as client:
+            result_of(await client.call_tool("reader", READ))
+    assert router.session is not None
+    async with Client(stdio_server("--store", store_url, "--session", router.session)) as stdio:
+        refused = await stdio.call_tool("editor", EDIT)
+    assert refused.is_error, refused.content
+    assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == NOTES
+
+
+async def test_an_http_session_id_is_resumed_only_when_an_http_server_stored_it(
+    tmp_path: Path,
+) -> None:
+    """A branch at the session's id that no HTTP server stored (no transport mark) is refused."""
+    from lionfactory import Branch
+
+    (sessions, stored), _, store, _ = two_servers(tmp_path)
+    await stored.create("issued")
+    assert await stored.resumable("issued")
+    assert not await stored.resumable("never-issued")
+    planted = Branch(name="mcp-session").to_dict()
+    planted["id"] = str(session_branch_id("planted", "http"))
+    await store.save(Branch.from_dict(planted))
+    assert not await stored.resumable("planted")
+    with pytest.raises(NotThisSession, match="was not stored as one"):
+        await stored.resume(sessions, "planted")
+    await store.aclose()
+
+
+def test_a_session_name_must_be_printable_and_short() -> None:
+    from lionfactory.mcp._stored_sessions import check_session_name
+
+    assert check_session_name("alice") == "alice"
+    for bad in ("", "x" * 201, "a\nb", "\x1b[2J"):
+        with pytest.raises(ValueError, match="session name"):
+            check_session_name(bad)
+
+
+def test_the_cli_refuses_a_session_name_with_control_characters(
+    git_workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lionfactory._cli import main
+
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    argv = ["mcp", "serve", "--workspace", str(git_workspace), "--store", store]
+    assert main([*argv, "--session", "a\nb"]) == 2
+    assert "printable" in capsys.readouterr().err

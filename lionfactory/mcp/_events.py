@@ -1,0 +1,126 @@
+"""The SSE event store of the Streamable HTTP server: what makes its streams resumable.
+
+With an event store, the SDK's transport opens every SSE stream with a
+*priming* event (an event id and empty data) and a ``retry`` field, and
+stores each event it sends, so a client whose connection dropped reconnects
+after that many milliseconds with ``Last-Event-ID`` and gets what it missed
+instead of losing a tool result. The specification says servers SHOULD do
+this (the official conformance suite warns when they do not).
+
+The store is in memory and bounded, in events and in bytes: the oldest events
+go first, so a client that reconnects after very long gets what is left (the
+SDK then answers as for an unknown id). Event ids are random 128-bit tokens,
+not counters: a replay hands over another stream's messages to whoever
+presents an id of it, so an id must be as unguessable as the session id it
+belongs with. Behind a load balancer a reconnection that lands on another
+server finds nothing to replay; the call's result is not lost by that (the
+stored session, if any, still records it), only the stream's missed events.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict, deque
+from typing import Any
+
+from mcp.server.streamable_http import (
+    EventCallback,
+    EventMessage,
+    EventStore,
+    StreamableHTTPServerTransport,
+)
+
+__all__ = ["RETRY_MILLISECONDS", "BoundedEventStore", "prime_every_stream"]
+
+RETRY_MILLISECONDS = 1000
+"""The ``retry`` the server suggests to clients: reconnect after one second."""
+
+
+class BoundedEventStore(EventStore):
+    """An in-memory `EventStore` holding at most `max_events` events and `max_bytes` of them.
+
+    Args:
+        max_events: events kept, all streams together.
+        max_bytes: bytes of the events' JSON kept, all streams together.
+    """
+
+    def __init__(self, *, max_events: int = 10_000, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.held_bytes = 0
+        # event id -> (stream id, message or None for a priming event, size)
+        self._events: OrderedDict[str, tuple[str, Any, int]] = OrderedDict()
+        self._streams: dict[str, deque[str]] = {}
+
+    @property
+    def held_events(self) -> int:
+        """How many events are kept (no ``__len__``: the SDK tests the store for truth)."""
+        return len(self._events)
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        """Keep one event of `stream_id` (None is a priming event) and return its new id."""
+        event_id = secrets.token_hex(16)
+        size = 0 if message is None else len(message.model_dump_json(by_alias=True))
+        self._events[event_id] = (stream_id, message, size)
+        self._streams.setdefault(stream_id, deque()).append(event_id)
+        self.held_bytes += size
+        while self._events and (
+            len(self._events) > self.max_events or self.held_bytes > self.max_bytes
+        ):
+            self._forget_oldest()
+        return event_id
+
+    def _forget_oldest(self) -> None:
+        _, (stream_id, _, size) = self._events.popitem(last=False)
+        self.held_bytes -= size
+        stream = self._streams[stream_id]
+        stream.popleft()  # the oldest event overall is its stream's oldest
+        if not stream:
+            del self._streams[stream_id]
+
+    async def replay_events_after(
+        self, last_event_id: str, send_callback: EventCallback
+    ) -> str | None:
+        """Send the events of `last_event_id`'s stream that followed it; None for an unknown id."""
+        entry = self._events.get(last_event_id)
+        if entry is None:
+            return None
+        stream_id = entry[0]
+        following = list(self._streams.get(stream_id, ()))
+        start = following.index(last_event_id) + 1
+        for event_id in following[start:]:
+            found = self._events.get(event_id)
+            if found is not None and found[1] is not None:
+                await send_callback(EventMessage(found[1], event_id))
+        return stream_id
+
+
+_PRIMED_SINCE = "2025-11-25"
+_STREAMABLE_SINCE = "2025-03-26"
+
+
+def prime_every_stream() -> None:
+    """Send the priming event on every Streamable HTTP stream, whatever version a request names.
+
+    The SDK primes a stream only when the request's ``MCP-Protocol-Version``
+    header is 2025-11-25 or later, to spare clients too old to skip an event
+    with empty data. But a client may name an older version on one request
+    of a session it opened at 2025-11-25 (the conformance suite does), and
+    every client of the Streamable HTTP era (2025-03-26 on) that lionfactory
+    was tested with (the Python SDK, the TypeScript SDK 1.32, the MCP
+    Inspector) skips it. So the priming decision treats those versions as
+    2025-11-25. Applied by `serve_mcp` to the HTTP server process it runs
+    (the SDK's transport class is patched once, for that process); an
+    application serving `create_mcp_server` itself decides for itself.
+    """
+    original = StreamableHTTPServerTransport._mint_priming_event
+    if getattr(original, "_lionfactory_primes", False):
+        return
+
+    async def mint(self: Any, stream_id: str, protocol_version: str) -> Any:
+        if _STREAMABLE_SINCE <= protocol_version < _PRIMED_SINCE:
+            protocol_version = _PRIMED_SINCE
+        return await original(self, stream_id, protocol_version)
+
+    mint._lionfactory_primes = True  # type: ignore[attr-defined]
+    StreamableHTTPServerTransport._mint_priming_event = mint  # type: ignore[method-assign]

@@ -1,0 +1,59 @@
+"""The HTTP server's SSE event store: bounded, replaying one stream, ids that cannot be guessed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp import types
+from mcp.server.streamable_http import EventMessage
+
+from lionfactory.mcp._events import BoundedEventStore
+
+
+def note(i: int, size: int = 10) -> Any:
+    return types.JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/message", params={"n": i, "pad": "x" * size}
+    )
+
+
+async def replayed(store: BoundedEventStore, after: str) -> list[EventMessage]:
+    sent: list[EventMessage] = []
+
+    async def send(event: EventMessage) -> None:
+        sent.append(event)
+
+    await store.replay_events_after(after, send)
+    return sent
+
+
+async def test_a_replay_sends_what_followed_on_that_stream_only() -> None:
+    store = BoundedEventStore()
+    priming = await store.store_event("a", None)
+    first = await store.store_event("a", note(1))
+    await store.store_event("b", note(2))
+    third = await store.store_event("a", note(3))
+    assert [e.event_id for e in await replayed(store, priming)] == [first, third]
+    assert [e.event_id for e in await replayed(store, first)] == [third]
+    assert await store.replay_events_after("unknown", lambda e: None) is None  # type: ignore[arg-type,return-value]
+
+
+async def test_event_ids_are_random_128_bit_tokens() -> None:
+    store = BoundedEventStore()
+    ids = {await store.store_event("a", note(i)) for i in range(100)}
+    assert len(ids) == 100 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+async def test_the_oldest_events_go_past_the_count_or_byte_bound() -> None:
+    store = BoundedEventStore(max_events=5, max_bytes=10**9)
+    ids = [await store.store_event("a", note(i)) for i in range(8)]
+    assert store.held_events == 5
+    assert await store.replay_events_after(ids[0], lambda e: None) is None  # type: ignore[arg-type,return-value]
+    by_bytes = BoundedEventStore(max_bytes=5_000)
+    for i in range(20):
+        await by_bytes.store_event(f"s{i % 3}", note(i, size=1_000))
+    assert by_bytes.held_bytes <= 5_000 and by_bytes.held_events < 20
+
+
+def test_an_empty_store_is_still_a_store() -> None:
+    """The SDK asks ``if not event_store``: an empty store must not look absent."""
+    assert BoundedEventStore()
