@@ -10,6 +10,7 @@ import pytest
 from lionfactory._isolation import (
     Isolation,
     Policy,
+    containment,
     mechanism_problem,
     resolve_isolation,
     workspace_isolation,
@@ -87,10 +88,23 @@ def test_network_full_and_loopback_keep_the_hosts_network(tmp_path: Path) -> Non
         assert "--unshare-net" not in argv.argv
 
 
-def test_none_launches_the_argv_unchanged(tmp_path: Path) -> None:
-    launch = Isolation("none", Policy(writable=[tmp_path])).launch(["ls"], cwd=tmp_path, env=None)
+def test_none_without_a_pid_namespace_launches_the_argv_unchanged(tmp_path: Path) -> None:
+    policy = Policy(writable=[tmp_path], pid_namespace=False)
+    launch = Isolation("none", policy).launch(["ls"], cwd=tmp_path, env=None)
     assert launch.argv == ("ls",)
     assert launch.env is None
+
+
+def test_none_wraps_the_argv_only_in_a_pid_namespace(tmp_path: Path) -> None:
+    launch = Isolation("none", Policy(writable=[tmp_path])).launch(["ls"], cwd=tmp_path, env=None)
+    assert launch.argv[-2:] == ("--", "ls")
+    assert launch.env is None
+    if containment() == "bwrap":
+        # The host's filesystem and rights as they are; only the PID namespace is new.
+        assert launch.argv[1:5] == ("--dev-bind", "/", "/", "--unshare-pid")
+        assert "--cap-drop" not in launch.argv and "--unshare-net" not in launch.argv
+    else:
+        assert containment() == "helper" and "-P" in launch.argv
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
