@@ -33,7 +33,8 @@ PY = shlex.quote(sys.executable)
 
 def group_exists(pgid: int) -> bool:
     """Whether the group still has a member; 0 (reported from inside the call's PID
-    namespace, whose group leader lives outside it) is checked by `sleepers_left`."""
+    namespace, whose group leader lives outside it) is checked by `sleepers_left`.
+    """
     if pgid == 0:
         return sleepers_left()
     try:
