@@ -54,6 +54,7 @@ from typing import Literal
 
 import attrs
 
+from lionfactory._environment import Environment, EnvPolicy
 from lionfactory._landlock_exec import unix_socket_filter
 from lionfactory._mechanisms import (
     HELPER,
@@ -301,6 +302,9 @@ class Isolation:
         requested: what the caller asked for (``"auto"`` or a mechanism).
         notice: one line when ``"auto"`` could not use the strongest mechanism.
         binary: the bwrap executable (bwrap only).
+        env_policy: which inherited environment variables its programs get
+            (None: all of them). Applied by `environment`; a caller's
+            explicit environment (the sandbox's git) is its own business.
     """
 
     mechanism: Mechanism
@@ -308,6 +312,13 @@ class Isolation:
     requested: str = "none"
     notice: str | None = None
     binary: str | None = None
+    env_policy: EnvPolicy | None = None
+
+    def environment(self, env: Mapping[str, str] | None) -> Environment | None:
+        """`env` (default: ``os.environ`` now) under `env_policy`; None without a policy."""
+        if self.env_policy is None:
+            return None
+        return self.env_policy.apply(env)
 
     @property
     def confined(self) -> bool:
@@ -586,6 +597,7 @@ def workspace_isolation(
     hidden: Iterable[str | os.PathLike[str]] | None = None,
     exposed: Iterable[str | os.PathLike[str]] = (),
     environ: Mapping[str, str] | None = None,
+    env_policy: EnvPolicy | None = None,
 ) -> Isolation:
     """The factories' one way to turn their options into an `Isolation` for a workspace.
 
@@ -593,6 +605,8 @@ def workspace_isolation(
     or `default_hidden()`; exposed again, read-only: the user's toolchain as
     `toolchain_paths` derives it from the ``PATH`` of `environ` (the
     environment the commands get; ``os.environ`` when None), plus `exposed`.
+    `env_policy` rides on the isolation, so every tool it is handed to
+    (and every sub-agent inheriting it) filters the environment the same way.
     An `Isolation` given by a toolkit is used as it is; `root` must lie
     inside its writable roots.
 
@@ -620,7 +634,9 @@ def workspace_isolation(
         exposed=(*default_exposed(environ=environ), *exposed),
         network=network,  # type: ignore[arg-type]
     )
-    return resolve_isolation(isolation, policy)
+    if env_policy is not None and not isinstance(env_policy, EnvPolicy):
+        raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
+    return attrs.evolve(resolve_isolation(isolation, policy), env_policy=env_policy)
 
 
 def _binary_for(mechanism: str) -> str | None:

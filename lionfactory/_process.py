@@ -296,7 +296,8 @@ async def run_process(
         argv: the program and its arguments; never interpreted by a shell.
         cwd: the working directory of the child.
         timeout: seconds before the group is killed and `timed_out` is set.
-        env: the child's complete environment; ``None`` inherits ours.
+        env: the child's complete environment; ``None`` inherits ours, filtered
+            by the isolation's `EnvPolicy` when it has one.
         max_bytes: bytes kept per stream; the rest is read and discarded.
         announce_truncation: append a ``[stdout truncated: ...]`` line to a
             cut stream's text (callers that parse the output turn it off and
@@ -317,6 +318,11 @@ async def run_process(
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes!r}")
     started = time.monotonic()
+    if env is None and isolation is not None:
+        # Only what is inherited is filtered; an explicit environment is
+        # the caller's whole, deliberate choice.
+        filtered = isolation.environment(None)
+        env = None if filtered is None else filtered.variables
     launch_argv, launch_env, tmpdir = list(args), env, None
     pass_fds: tuple[int, ...] = ()
     graceful = False

@@ -41,6 +41,7 @@ import attrs
 
 from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
 from lionfactory._call import CallContext, call_context, current_call
+from lionfactory._environment import EnvPolicy
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._tool import Tool
@@ -352,6 +353,8 @@ def coding_toolkit(
     keep_default_nudges: bool = False,
     isolation: str | Isolation = "auto",
     network: str = "none",
+    env_policy: EnvPolicy | None = None,
+    exposed_paths: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -388,6 +391,14 @@ def coding_toolkit(
             isolation (subagents pass theirs; it can only be narrowed).
         network: the network of confined processes: ``"none"``,
             ``"loopback"`` or ``"full"`` (ignored for an inherited isolation).
+        env_policy: which environment variables the programs the tools start
+            get (bash, search, code_check, ast_search); default
+            ``EnvPolicy(inherit="core")``: the core names (PATH, HOME, the
+            locale, the Python environment's), never one that looks like a
+            secret (ignored for an inherited isolation, whose policy holds).
+        exposed_paths: paths inside the hidden home that confined commands may
+            read besides the toolchain derived from ``PATH`` and the running
+            interpreter (ignored for an inherited isolation).
 
     Returns:
         The tools, each bound to `branch`.
@@ -407,7 +418,9 @@ def coding_toolkit(
     )
     hook_map = _normalise_hooks(hooks)
     workspace = Workspace.at(workspace_root)
-    confinement = _toolkit_isolation(isolation, workspace.root, network)
+    confinement = _toolkit_isolation(
+        isolation, workspace.root, network, env_policy, tuple(exposed_paths)
+    )
     home = {
         name: _workspace_tool(name, workspace.root, confinement)
         for name in names
@@ -529,9 +542,27 @@ def _with_policy(
     return attrs.evolve(tool, bound_to=branch.id)
 
 
-def _toolkit_isolation(isolation: str | Isolation, root: Path, network: str) -> Isolation:
+# Core names only, never a secret-looking one: an agent's commands have no
+# use for the API keys of the process that runs the agent.
+DEFAULT_ENV_POLICY = EnvPolicy(inherit="core")
+
+
+def _toolkit_isolation(
+    isolation: str | Isolation,
+    root: Path,
+    network: str,
+    env_policy: EnvPolicy | None,
+    exposed: tuple[str | os.PathLike[str], ...],
+) -> Isolation:
     if isinstance(isolation, Isolation):
-        # Inherited from a parent toolkit: the same mechanism, network and
-        # hidden paths, writable only inside this (narrower) workspace.
+        # Inherited from a parent toolkit: the same mechanism, network,
+        # hidden paths and environment policy, writable only inside this
+        # (narrower) workspace.
         return isolation.retarget(attrs.evolve(isolation.policy, writable=(root,), git_writable=()))
-    return workspace_isolation(isolation, root, network=network)
+    return workspace_isolation(
+        isolation,
+        root,
+        network=network,
+        exposed=exposed,
+        env_policy=DEFAULT_ENV_POLICY if env_policy is None else env_policy,
+    )

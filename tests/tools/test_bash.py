@@ -32,8 +32,10 @@ PY = shlex.quote(sys.executable)
 
 
 def group_exists(pgid: int) -> bool:
-    """Whether the group still has a member; 0 (reported from inside the call's PID
-    namespace, whose group leader lives outside it) is checked by `sleepers_left`.
+    """Whether the group still has a member.
+
+    0 is what a command reports from inside its call's PID namespace (the
+    group's leader lives outside it); then the tagged sleepers are looked for.
     """
     if pgid == 0:
         return sleepers_left()
