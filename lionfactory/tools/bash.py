@@ -318,7 +318,13 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     if isolation is None or not isolation.confined:
         return None
     network = isolation.policy.network
-    if network != "full" and _NETWORK_ERRORS.search(output):
+    # Landlock refuses a TCP connect() with EACCES, not a network error.
+    landlock_refused = (
+        isolation.mechanism == "landlock"
+        and _DENIED_ERRORS.search(output) is not None
+        and re.search(r"connect|socket", output) is not None
+    )
+    if network != "full" and (_NETWORK_ERRORS.search(output) or landlock_refused):
         return (
             f"The sandbox runs commands with network={network!r}, which looks like what "
             f"stopped this one. Only the tool's owner can allow more (the factory's "
