@@ -216,7 +216,9 @@ def _prefix_of(directory: Path) -> tuple[Path, ...]:
     if prefix.name == ".local":
         return (directory, prefix / "lib")
     extra = (prefix.parent / ".rustup",) if prefix.name == ".cargo" else ()
-    return (prefix, *(e for e in extra if e.is_dir()))
+    # The directory itself too: where the prefix is dropped (it holds a
+    # hidden path, as ``~`` does for ``~/bin``), the directory still shows.
+    return (directory, prefix, *(e for e in extra if e.is_dir()))
 
 
 def toolchain_paths(
@@ -263,6 +265,19 @@ def default_exposed(
 ) -> tuple[Path, ...]:
     """The user's toolchain and the running Python installation: see `toolchain_paths`."""
     return toolchain_paths(search_path, environ)
+
+
+def _effective_exposed(policy: Policy) -> tuple[Path, ...]:
+    """The exposed paths that may be shown: never ``/``, never one holding a hidden path.
+
+    ``~/bin`` on PATH makes ``~`` its prefix; showing that would show the
+    whole hidden home. A path inside another exposed one adds nothing but a
+    mount per process.
+    """
+    allowed = [
+        p for p in policy.exposed if p != Path("/") and not any(_under(h, p) for h in policy.hidden)
+    ]
+    return tuple(p for p in allowed if not any(o != p and _under(p, o) for o in allowed))
 
 
 def _prefix_secrets(exposed: Iterable[Path]) -> tuple[Path, ...]:
@@ -492,7 +507,7 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
         else:
             mounts.append((path, 0, ["--ro-bind", "/dev/null", str(path)]))
     exposed = []
-    for path in policy.exposed:
+    for path in _effective_exposed(policy):
         # Exposed again where a hidden path or the private /tmp would cover
         # it: a virtual environment under /tmp (a CI checkout, say) must stay
         # runnable inside the sandbox.
@@ -528,9 +543,10 @@ def _landlock_argv(policy: Policy) -> list[str]:
     for path in policy.hidden:
         if not any(path == w for w in policy.writable):
             argv += ["-d", str(path)]
-    for path in policy.exposed:
+    shown = _effective_exposed(policy)
+    for path in shown:
         argv += ["-x", str(path)]
-    for path in _prefix_secrets(policy.exposed):
+    for path in _prefix_secrets(shown):
         argv += ["-d", str(path)]
     for path in (*policy.writable, *policy.git_writable):
         argv += ["-w", str(path)]

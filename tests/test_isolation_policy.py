@@ -319,3 +319,29 @@ def test_a_program_hidden_inside_the_sandbox_is_a_typed_error(
     assert result["return_code"] is None, result
     assert "not found on PATH inside the sandbox" in result["error"]
     assert str(late) in result["error"]  # the PATH it searched
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_bin_directory_in_the_home_does_not_expose_the_home(
+    toolchain: Toolchain, mechanism: str
+) -> None:
+    # ~/bin's prefix is the home itself: only the directory may show.
+    own = toolchain.home / "bin"
+    own.mkdir()
+    _script(own / "homebin", "echo HOMEBIN")
+    env = {**toolchain.env, "PATH": f"{own}{os.pathsep}{toolchain.env['PATH']}"}
+    tool = bash_tool(
+        workspace_root=toolchain.ws, isolation=mechanism, hidden_paths=[toolchain.home], env=env
+    )
+    assert tool.run_sync(command="homebin")["stdout"].strip() == "HOMEBIN"
+    leaked = tool.run_sync(command=f"cat {toolchain.home / 'secret.txt'}")
+    assert SECRET not in leaked["stdout"] + leaked["stderr"]
+
+
+def test_slash_is_never_exposed(tmp_path: Path) -> None:
+    policy = Policy(
+        writable=[tmp_path], hidden=[tmp_path / "h"], exposed=["/", "/usr"], private_tmp=False
+    )
+    argv = Isolation("landlock", policy).launch(["true"], cwd=tmp_path, env={}).argv
+    shown = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-x"]
+    assert shown == ["/usr"]
