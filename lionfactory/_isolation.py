@@ -352,10 +352,12 @@ class Isolation:
             }[self.policy.network]
             ends = "and leave no process running"
             if self.mechanism == "landlock" and not landlock_namespaces():
-                # Without a PID namespace a process that leaves the group survives,
-                # and Landlock alone denies TCP only.
-                ends = "but a process that starts its own session may outlive the call"
-                network = network.replace("have no network", "have no TCP")
+                # Without a PID namespace the helper reaps as a subreaper, which
+                # the command could kill first where signals are not scoped;
+                # and Landlock alone denies TCP (and Unix sockets) only.
+                if landlock_abi() < 6:
+                    ends = "but a process that kills its helper may outlive the call"
+                network = network.replace("have no network", "have no TCP or Unix sockets")
             text = (
                 f"isolation: {self.mechanism} (commands write only inside the workspace and "
                 f"$TMPDIR, cannot read the home directory, {network}, {ends})"
