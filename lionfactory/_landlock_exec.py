@@ -11,7 +11,9 @@ or ``--probe-namespaces`` (exit 0 when namespaces can be entered here).
 read-only root, ``-x`` a path to re-expose read-only inside a hidden one, ``-w``
 a writable root, ``-n`` the network mode, ``-p`` a private PID namespace,
 ``-P`` only the PID namespace (no Landlock, no capability drop: the
-unconfined ``"none"`` mechanism, which still must leave no process behind).
+unconfined ``"none"`` mechanism, which still must leave no process behind),
+``-N`` never enter namespaces (what happens where the kernel refuses them;
+tests use it to exercise the subreaper on a machine that allows them).
 
 Process tree with ``-p`` (or ``-P``) where namespaces can be entered::
 
@@ -435,13 +437,17 @@ def main(args: list[str]) -> None:
     hidden: list[str] = []
     exposed: list[str] = []
     writes: list[str] = []
-    net, pid, only_pid = "full", False, False
+    net, pid, only_pid, no_namespaces = "full", False, False, False
     index = 0
     while index < len(args):
         flag = args[index]
         if flag == "--":
             index += 1
             break
+        if flag == "-N":
+            no_namespaces = True
+            index += 1
+            continue
         if flag in ("-p", "-P"):
             pid, only_pid = True, only_pid or flag == "-P"
             index += 1
@@ -473,7 +479,7 @@ def main(args: list[str]) -> None:
     if abi < 1 and not only_pid:
         _fail("Landlock is not available in this kernel")
     if pid:
-        if _namespaces(True, net == "none" and not only_pid):
+        if not no_namespaces and _namespaces(True, net == "none" and not only_pid):
             reader, writer = os.pipe()
             init = os.fork()
             if init:

@@ -676,3 +676,28 @@ def test_a_command_clearing_its_death_signal_and_leaving_the_group_is_gone(
         assert _wait_until_gone(marker) == []
     finally:
         _kill_tagged(marker)
+
+
+# io_uring creates and connects sockets without the socket()/connect() calls
+# a seccomp filter sees; x86-64 and arm64 both number io_uring_setup 425.
+IO_URING = (
+    '{py} -c "import ctypes, os\n'
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "fd = libc.syscall(425, 4, ctypes.create_string_buffer(120))\n"
+    "print('RING' if fd >= 0 else os.strerror(ctypes.get_errno()))\""
+)
+
+
+@pytest.mark.skipif(
+    Path("/proc/sys/kernel/io_uring_disabled").exists()
+    and Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() != "0",
+    reason="io_uring is disabled on this kernel",
+)
+def test_io_uring_is_available_without_containment(scene: Scene) -> None:
+    assert scene.tool("raw").run_sync(command=IO_URING.format(py=PY))["stdout"].strip() == "RING"
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_io_uring_is_refused_with_network_none(scene: Scene, mechanism: str) -> None:
+    result = scene.tool(mechanism, "none").run_sync(command=IO_URING.format(py=PY))
+    assert result["stdout"].strip() == "Operation not permitted", result
