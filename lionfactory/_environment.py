@@ -23,7 +23,9 @@ model which variable a failing command was missing.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Literal
@@ -87,9 +89,14 @@ DEFAULT_EXCLUDES: tuple[str, ...] = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*
 _INHERIT = ("all", "core", "none")
 
 
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+@functools.cache
+def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    # One regex per pattern set: the policy runs on every call of a tool.
+    return re.compile("|".join(fnmatch.translate(pattern.upper()) for pattern in patterns))
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return _compiled(patterns).match(name.upper()) is not None
 
 
 def _patterns(value: Iterable[str]) -> tuple[str, ...]:

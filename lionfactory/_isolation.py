@@ -45,6 +45,7 @@ never silently runs unconfined.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -267,6 +268,7 @@ def default_exposed(
     return toolchain_paths(search_path, environ)
 
 
+@functools.lru_cache(maxsize=64)
 def _effective_exposed(policy: Policy) -> tuple[Path, ...]:
     """The exposed paths that may be shown: never ``/``, never one holding a hidden path.
 
@@ -274,15 +276,26 @@ def _effective_exposed(policy: Policy) -> tuple[Path, ...]:
     whole hidden home. A path inside another exposed one adds nothing but a
     mount per process.
     """
+    # Computed once per policy (cached): the toolchain may name dozens of
+    # paths, and this would otherwise run before every process.
     allowed = [
         p for p in policy.exposed if p != Path("/") and not any(_under(h, p) for h in policy.hidden)
     ]
-    return tuple(p for p in allowed if not any(o != p and _under(p, o) for o in allowed))
+    kept: set[Path] = set()
+    for path in sorted(allowed, key=lambda p: len(p.parts)):
+        if not any(parent in kept for parent in path.parents):
+            kept.add(path)
+    return tuple(p for p in allowed if p in kept)
 
 
 def _prefix_secrets(exposed: Iterable[Path]) -> tuple[Path, ...]:
+    # Checked at every launch (a credentials file may appear at any time);
+    # plain strings keep the thirty-odd lookups cheap.
     return tuple(
-        path / name for path in exposed for name in _PREFIX_SECRETS if (path / name).exists()
+        Path(candidate)
+        for path in exposed
+        for name in _PREFIX_SECRETS
+        if os.path.lexists(candidate := f"{path}{os.sep}{name}")
     )
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -232,10 +233,39 @@ def _check_program(program: str, cwd: Path, env: Mapping[str, str] | None) -> No
         path = program if os.path.isabs(program) else str(cwd / program)
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise LaunchError(program, f"No such executable file ({path})")
-        return
-    search = (os.environ if env is None else env).get("PATH", os.defpath)
-    if shutil.which(program, path=search) is None:
-        raise LaunchError(program, f"not found on PATH; the PATH it searched: {search}")
+    else:
+        search = (os.environ if env is None else env).get("PATH", os.defpath)
+        found = shutil.which(program, path=search)
+        if found is None:
+            raise LaunchError(program, f"not found on PATH; the PATH it searched: {search}")
+        path = found
+    _check_format(program, path)
+
+
+# What execve(2) itself runs: ELF binaries and "#!" scripts. The wrappers
+# exec with execvp, which hands anything else to /bin/sh; a direct exec
+# (and so an unwrapped call) fails instead, and so must a wrapped one.
+_EXEC_MAGIC = (b"\x7fELF", b"#!")
+
+
+def _check_format(program: str, path: str) -> None:
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return  # unreadable but executable: let exec decide
+    if not head.startswith(_EXEC_MAGIC) and not _binfmt_misc():
+        raise LaunchError(program, f"Exec format error ({path})")
+
+
+@functools.cache
+def _binfmt_misc() -> bool:
+    """Whether the kernel has extra executable formats registered (then exec decides)."""
+    try:
+        entries = os.listdir("/proc/sys/fs/binfmt_misc")
+    except OSError:
+        return False
+    return any(name not in ("register", "status") for name in entries)
 
 
 # What each wrapper prints (and how it exits) when it cannot exec the program.
