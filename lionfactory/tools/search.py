@@ -35,6 +35,7 @@ import os
 from collections.abc import Iterable
 
 from lionfactory._binaries import BinaryFinder, helper_tool
+from lionfactory._environment import EnvPolicy
 from lionfactory._isolation import Isolation
 from lionfactory._tool import Tool
 from lionfactory.tools._search_handler import SearchHandler
@@ -77,6 +78,7 @@ def search_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
     isolation: str | Isolation = "none",
+    env_policy: EnvPolicy | None = None,
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``search`` tool.
@@ -93,6 +95,8 @@ def search_tool(
         _binaries: private test seam: where ``rg``, ``grep`` and ``git`` are
             looked up (the running environment, then PATH, by default). A
             finder that cannot see ``rg`` selects the builtin engine.
+        env_policy: which inherited environment variables the helper program
+            gets (`EnvPolicy`); None: all of them.
 
     Returns:
         The ``search`` Tool (safe to share: it is bound to no branch).
@@ -111,4 +115,5 @@ def search_tool(
         protected_names=protected_names,
         isolation=isolation,
         binaries=_binaries,
+        env_policy=env_policy,
     )
