@@ -13,17 +13,29 @@ Mechanisms:
   wheel, else ``bwrap`` on PATH). The root filesystem is bound read-only,
   each writable root is bound writable, each hidden path is covered by an
   empty tmpfs (or ``/dev/null`` for a file), the program gets a fresh
-  ``/dev`` and ``/proc``, its own PID namespace (``--unshare-pid``: when the
-  command's first process ends, the kernel kills every process it left, even
-  one that called ``setsid()``), no capabilities, and with ``network="none"``
-  its own empty network namespace.
+  ``/dev`` and ``/proc`` whose kernel interfaces (``/proc/sys``,
+  ``/proc/sysrq-trigger``, ``/proc/irq``, ``/proc/bus``, ``/proc/fs``) are
+  bound read-only again (a fresh proc is writable to root), its own PID
+  namespace (``--unshare-pid``: bwrap's init is PID 1 and stays in the call's
+  process group, so the group kill ends the namespace and every process in
+  it, even one that called ``setsid()``), no capabilities, an unprivileged
+  uid inside a user namespace when run as root, and with ``network="none"``
+  its own empty network namespace plus a seccomp filter refusing
+  ``socket(AF_UNIX)`` and io_uring (host Unix sockets stay reachable by path
+  across network namespaces).
 * ``"landlock"``: the kernel's Landlock LSM, applied by a small exec helper
   (``_landlock_exec.py``) between fork and exec. Filesystem rules grant read
-  access to everything except hidden paths and full access to writable roots;
-  ``network="none"`` denies TCP bind and connect (ABI >= 4) and, when user
-  namespaces work, also gives the process an empty network namespace and a
-  PID namespace.
-* ``"none"``: no confinement beyond the process-group kill.
+  access to everything except hidden paths and full access to writable roots
+  (so nothing under ``/proc`` or ``/sys`` is writable, root included);
+  ``network="none"`` denies TCP bind and connect (ABI >= 4), scopes abstract
+  Unix sockets (ABI >= 6), refuses ``socket(AF_UNIX)`` with the same seccomp
+  filter, and when namespaces work also gives the process an empty network
+  namespace. A PID namespace whose init is the helper (never the program)
+  ends every process when the call ends; without namespaces the helper is a
+  child subreaper that kills what the program left.
+* ``"none"``: no confinement, but still a PID namespace (bwrap's, else the
+  helper's, where namespaces work), so no process outlives its call; failing
+  both, only the process-group kill.
 
 ``"auto"`` picks bwrap, then landlock, then none, and says so in a one-line
 `Isolation.notice`. An explicitly requested mechanism that cannot work raises
@@ -33,6 +45,7 @@ never silently runs unconfined.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -42,9 +55,12 @@ from typing import Literal
 
 import attrs
 
+from lionfactory._environment import Environment, EnvPolicy
+from lionfactory._landlock_exec import unix_socket_filter
 from lionfactory._mechanisms import (
     HELPER,
     bwrap_binary,
+    bwrap_userns,
     landlock_abi,
     landlock_namespaces,
     mechanism_problem,
@@ -60,7 +76,10 @@ __all__ = [
     "Network",
     "Policy",
     "bwrap_binary",
+    "containment",
+    "default_exposed",
     "default_hidden",
+    "toolchain_paths",
     "landlock_abi",
     "landlock_namespaces",
     "mechanism_problem",
@@ -76,6 +95,15 @@ NETWORK_MODES: tuple[str, ...] = ("none", "loopback", "full")
 
 # Environment variables pointing programs at the private temporary directory.
 _TMP_VARS = ("TMPDIR", "TMP", "TEMP")
+
+# Kernel and host settings a fresh proc exposes writable to root; bound
+# read-only again (``-try``: not every kernel has each).
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+# The uid a root caller's command runs as inside bwrap's user namespace
+# (mapped to root outside, so files it writes are root's as before; inside
+# it holds no capability over anything the host owns).
+_SANDBOX_UID = 1000
+_ENV = "/usr/bin/env"
 
 
 def _paths(values: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
@@ -168,9 +196,107 @@ def default_hidden(home: str | os.PathLike[str] | None = None) -> tuple[Path, ..
     return (*keys, Path("/root")) if base == Path("/") else (base, *keys, Path("/root"))
 
 
-def default_exposed() -> tuple[Path, ...]:
-    """The running Python installation: tools run with it, wherever it lives."""
-    return _paths({sys.prefix, sys.base_prefix, sys.exec_prefix})
+# Files inside an exposed toolchain prefix that hold credentials: hidden
+# again (a crates.io token in ~/.cargo, a registry token in a conda prefix).
+_PREFIX_SECRETS = ("credentials", "credentials.toml", ".condarc", ".npmrc", ".pypirc", ".netrc")
+# Entries of a PATH directory examined for links into a hidden toolchain.
+_MAX_PATH_ENTRIES = 4096
+
+
+def _prefix_of(directory: Path) -> tuple[Path, ...]:
+    """What a program in `directory` needs besides it: its installation prefix.
+
+    ``prefix/bin`` and ``prefix/shims`` (pyenv, rbenv) need ``prefix`` (its
+    ``lib``, ``versions``, ``libexec``); ``~/.local/bin`` needs only
+    ``~/.local/lib`` (``~/.local/share`` holds keyrings); ``~/.cargo/bin``'s
+    rustup proxies need ``~/.rustup`` beside it.
+    """
+    if directory.name not in ("bin", "shims", "Scripts"):
+        return (directory,)
+    prefix = directory.parent
+    if prefix.name == ".local":
+        return (directory, prefix / "lib")
+    extra = (prefix.parent / ".rustup",) if prefix.name == ".cargo" else ()
+    # The directory itself too: where the prefix is dropped (it holds a
+    # hidden path, as ``~`` does for ``~/bin``), the directory still shows.
+    return (directory, prefix, *(e for e in extra if e.is_dir()))
+
+
+def toolchain_paths(
+    search_path: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Path, ...]:
+    """The directories a confined command needs to find the programs it finds unconfined.
+
+    Derived, never guessed: every directory on `search_path` (default: the
+    ``PATH`` of `environ`, else of ``os.environ``) with its installation
+    prefix, the prefixes behind links found there (uv's or pyenv's
+    interpreters, nvm's node), ``PYENV_ROOT``, ``VIRTUAL_ENV`` and
+    ``CONDA_PREFIX``, and the running interpreter's prefixes. Only the
+    part of each that lies under a hidden path matters to the mechanisms
+    (the rest is readable anyway).
+    """
+    env = os.environ if environ is None else environ
+    path = env.get("PATH", os.defpath) if search_path is None else search_path
+    found: list[Path] = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    for name in ("PYENV_ROOT", "VIRTUAL_ENV", "CONDA_PREFIX"):
+        if env.get(name):
+            found.append(Path(env[name]))
+    for entry in path.split(os.pathsep):
+        if not entry or not os.path.isabs(entry) or not os.path.isdir(entry):
+            continue
+        directory = Path(entry)
+        for candidate in {directory, Path(os.path.realpath(directory))}:
+            found += _prefix_of(candidate)
+        try:
+            with os.scandir(directory) as entries:
+                for count, item in enumerate(entries):
+                    if count >= _MAX_PATH_ENTRIES:
+                        break
+                    if item.is_symlink():
+                        target = Path(os.path.realpath(item.path))
+                        if target.is_file():
+                            found += _prefix_of(target.parent)
+        except OSError:
+            continue
+    return _paths(p for p in found if p.exists())
+
+
+def default_exposed(
+    search_path: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Path, ...]:
+    """The user's toolchain and the running Python installation: see `toolchain_paths`."""
+    return toolchain_paths(search_path, environ)
+
+
+@functools.lru_cache(maxsize=64)
+def _effective_exposed(policy: Policy) -> tuple[Path, ...]:
+    """The exposed paths that may be shown: never ``/``, never one holding a hidden path.
+
+    ``~/bin`` on PATH makes ``~`` its prefix; showing that would show the
+    whole hidden home. A path inside another exposed one adds nothing but a
+    mount per process.
+    """
+    # Computed once per policy (cached): the toolchain may name dozens of
+    # paths, and this would otherwise run before every process.
+    allowed = [
+        p for p in policy.exposed if p != Path("/") and not any(_under(h, p) for h in policy.hidden)
+    ]
+    kept: set[Path] = set()
+    for path in sorted(allowed, key=lambda p: len(p.parts)):
+        if not any(parent in kept for parent in path.parents):
+            kept.add(path)
+    return tuple(p for p in allowed if p in kept)
+
+
+def _prefix_secrets(exposed: Iterable[Path]) -> tuple[Path, ...]:
+    # Checked at every launch (a credentials file may appear at any time);
+    # plain strings keep the thirty-odd lookups cheap.
+    return tuple(
+        Path(candidate)
+        for path in exposed
+        for name in _PREFIX_SECRETS
+        if os.path.lexists(candidate := f"{path}{os.sep}{name}")
+    )
 
 
 @attrs.frozen
@@ -181,11 +307,17 @@ class Launch:
         argv: the argv to execute (the mechanism's wrapper, then the program).
         env: the child's environment (``None``: inherit ours unchanged).
         tmpdir: the private temporary directory to remove afterwards.
+        pass_fds: descriptors the wrapper reads (bwrap's seccomp program);
+            handed to the child and closed by the caller once it started.
+        graceful: the wrapper is a subreaper that must get ``SIGTERM``
+            (and a moment) before the group kill, to kill what it adopted.
     """
 
     argv: tuple[str, ...]
     env: Mapping[str, str] | None
     tmpdir: Path | None
+    pass_fds: tuple[int, ...] = ()
+    graceful: bool = False
 
 
 @attrs.frozen
@@ -198,6 +330,9 @@ class Isolation:
         requested: what the caller asked for (``"auto"`` or a mechanism).
         notice: one line when ``"auto"`` could not use the strongest mechanism.
         binary: the bwrap executable (bwrap only).
+        env_policy: which inherited environment variables its programs get
+            (None: all of them). Applied by `environment`; a caller's
+            explicit environment (the sandbox's git) is its own business.
     """
 
     mechanism: Mechanism
@@ -205,6 +340,13 @@ class Isolation:
     requested: str = "none"
     notice: str | None = None
     binary: str | None = None
+    env_policy: EnvPolicy | None = None
+
+    def environment(self, env: Mapping[str, str] | None) -> Environment | None:
+        """`env` (default: ``os.environ`` now) under `env_policy`; None without a policy."""
+        if self.env_policy is None:
+            return None
+        return self.env_policy.apply(env)
 
     @property
     def confined(self) -> bool:
@@ -223,10 +365,12 @@ class Isolation:
             }[self.policy.network]
             ends = "and leave no process running"
             if self.mechanism == "landlock" and not landlock_namespaces():
-                # Without a PID namespace a process that leaves the group survives,
-                # and Landlock alone denies TCP only.
-                ends = "but a process that starts its own session may outlive the call"
-                network = network.replace("have no network", "have no TCP")
+                # Without a PID namespace the helper reaps as a subreaper, which
+                # the command could kill first where signals are not scoped;
+                # and Landlock alone denies TCP (and Unix sockets) only.
+                if landlock_abi() < 6:
+                    ends = "but a process that kills its helper may outlive the call"
+                network = network.replace("have no network", "have no TCP or Unix sockets")
             text = (
                 f"isolation: {self.mechanism} (commands write only inside the workspace and "
                 f"$TMPDIR, cannot read the home directory, {network}, {ends})"
@@ -251,10 +395,20 @@ class Isolation:
             )
         return attrs.evolve(self, policy=policy)
 
+    @property
+    def wraps(self) -> bool:
+        """Whether `launch` wraps the program (a mechanism, or ``"none"``'s PID namespace)."""
+        return self.confined or (self.policy.pid_namespace and containment() != "group")
+
     def launch(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None) -> Launch:
-        """Wrap `argv` in the mechanism; creates the private temp dir when the policy wants one."""
+        """Wrap `argv` in the mechanism; creates the private temp dir when the policy wants one.
+
+        The one translation from policy to process: every caller that starts
+        a program under an isolation (the process seam, a long-lived shell)
+        uses this, so what the README promises holds for each.
+        """
         if not self.confined:
-            return Launch(tuple(argv), env, None)
+            return _contained(tuple(argv), cwd, env, self.policy.pid_namespace)
         tmpdir = None
         child_env = dict(os.environ if env is None else env)
         policy = self.policy
@@ -264,13 +418,71 @@ class Isolation:
             # sandbox; writable roots under /tmp are bound back over it.
             if policy.private_tmp:
                 child_env.update(dict.fromkeys(_TMP_VARS, "/tmp"))
-            return Launch((*_bwrap_argv(self.binary, policy, cwd), *argv), child_env, None)
+            fds: tuple[int, ...] = ()
+            head = _bwrap_argv(self.binary, policy, cwd)
+            if policy.network == "none":
+                fd = _seccomp_fd()
+                fds = (fd,)
+                head[1:1] = ["--seccomp", str(fd)]
+            return Launch((*head, *argv), child_env, None, pass_fds=fds)
         if policy.private_tmp:
             # Landlock can only grant access to existing host directories.
             tmpdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-tmp-")))
             child_env.update(dict.fromkeys(_TMP_VARS, str(tmpdir)))
             policy = policy.with_writable(tmpdir)
-        return Launch((*_landlock_argv(policy), *argv), child_env, tmpdir)
+        graceful = policy.pid_namespace and not landlock_namespaces()
+        return Launch((*_landlock_argv(policy), *argv), child_env, tmpdir, graceful=graceful)
+
+
+def containment() -> Literal["bwrap", "helper", "group"]:
+    """How an unconfined (``"none"``) process is kept from outliving its call, here.
+
+    ``"bwrap"``: a bwrap PID namespace that binds ``/`` as it is and keeps
+    the caller's rights (a few milliseconds); ``"helper"``: the exec helper's
+    PID namespace (one interpreter start); ``"group"``: neither works (no
+    user namespaces), only the process-group kill, which a ``setsid()``
+    child escapes.
+    """
+    if mechanism_problem("bwrap") is None:
+        return "bwrap"
+    if landlock_namespaces():
+        return "helper"
+    return "group"
+
+
+def _contained(
+    argv: tuple[str, ...], cwd: Path, env: Mapping[str, str] | None, pid_namespace: bool
+) -> Launch:
+    how = containment() if pid_namespace else "group"
+    if how == "bwrap":
+        binary = bwrap_binary()
+        assert binary is not None
+        # bwrap's init is PID 1 and stays in the call's process group, like
+        # under the confined mechanism; everything else is the host's.
+        head = [binary, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+        head += ["--chdir", str(cwd), "--"]
+        if "PWD" not in (os.environ if env is None else env) and os.path.isfile(_ENV):
+            # bwrap always sets PWD after its chdir; an environment given
+            # without it must reach the program without it.
+            head += [_ENV, "-u", "PWD", "--"]
+        return Launch((*head, *argv), env, None)
+    if how == "helper":
+        return Launch((sys.executable, "-I", "-S", str(HELPER), "-P", "--", *argv), env, None)
+    return Launch(argv, env, None)
+
+
+def _seccomp_fd() -> int:
+    """A fresh descriptor holding the Unix-socket seccomp program, for bwrap's ``--seccomp``."""
+    program = unix_socket_filter()
+    if program is None:
+        raise ConfigurationError(
+            f"network='none' cannot refuse Unix sockets on {os.uname().machine}: no seccomp "
+            f"filter for this architecture"
+        )
+    fd = os.memfd_create("lionfactory-seccomp", 0)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
@@ -283,11 +495,19 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
     # ends its PID namespace). The call already runs in a session of its own
     # without a controlling terminal, which is what --new-session protects.
     argv = [binary, "--cap-drop", "ALL", "--unshare-ipc"]
+    if os.geteuid() == 0 and bwrap_userns():
+        # Root outside stays root for the files it writes; inside it is an
+        # ordinary uid whose capabilities (none, after the drop) would only
+        # count in its own user namespace.
+        uid = str(_SANDBOX_UID)
+        argv += ["--unshare-user", "--uid", uid, "--gid", uid]
     if policy.pid_namespace:
         argv.append("--unshare-pid")
     if policy.network == "none":
         argv.append("--unshare-net")
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for interface in _PROC_READ_ONLY:
+        argv += ["--ro-bind-try", interface, interface]
     if policy.private_tmp:
         argv += ["--tmpfs", "/tmp"]
     # (path, order, option): mounts run in order, parents before what they
@@ -301,7 +521,8 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
             mounts.append((path, 0, ["--tmpfs", str(path)]))
         else:
             mounts.append((path, 0, ["--ro-bind", "/dev/null", str(path)]))
-    for path in policy.exposed:
+    exposed = []
+    for path in _effective_exposed(policy):
         # Exposed again where a hidden path or the private /tmp would cover
         # it: a virtual environment under /tmp (a CI checkout, say) must stay
         # runnable inside the sandbox.
@@ -309,7 +530,11 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
             policy.private_tmp and _under(path, Path("/tmp"))
         )
         if covered and path.exists():
+            exposed.append(path)
             mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
+    for path in _prefix_secrets(exposed):
+        # Deeper than its prefix, so mounted after it: hidden again.
+        mounts.append((path, 1, ["--ro-bind", "/dev/null", str(path)]))
     for path in policy.writable:
         if path.exists():
             mounts.append((path, 2, ["--bind", str(path), str(path)]))
@@ -333,8 +558,11 @@ def _landlock_argv(policy: Policy) -> list[str]:
     for path in policy.hidden:
         if not any(path == w for w in policy.writable):
             argv += ["-d", str(path)]
-    for path in policy.exposed:
+    shown = _effective_exposed(policy)
+    for path in shown:
         argv += ["-x", str(path)]
+    for path in _prefix_secrets(shown):
+        argv += ["-d", str(path)]
     for path in (*policy.writable, *policy.git_writable):
         argv += ["-w", str(path)]
     return [*argv, "--"]
@@ -398,11 +626,18 @@ def workspace_isolation(
     *,
     network: str = "none",
     hidden: Iterable[str | os.PathLike[str]] | None = None,
+    exposed: Iterable[str | os.PathLike[str]] = (),
+    environ: Mapping[str, str] | None = None,
+    env_policy: EnvPolicy | None = None,
 ) -> Isolation:
     """The factories' one way to turn their options into an `Isolation` for a workspace.
 
     Writable: `root` (and a private temp dir per process); hidden: `hidden`,
-    or `default_hidden()`; exposed again: the running Python installation.
+    or `default_hidden()`; exposed again, read-only: the user's toolchain as
+    `toolchain_paths` derives it from the ``PATH`` of `environ` (the
+    environment the commands get; ``os.environ`` when None), plus `exposed`.
+    `env_policy` rides on the isolation, so every tool it is handed to
+    (and every sub-agent inheriting it) filters the environment the same way.
     An `Isolation` given by a toolkit is used as it is; `root` must lie
     inside its writable roots.
 
@@ -427,10 +662,12 @@ def workspace_isolation(
     policy = Policy(
         writable=(root,),
         hidden=default_hidden() if hidden is None else tuple(hidden),
-        exposed=default_exposed(),
+        exposed=(*default_exposed(environ=environ), *exposed),
         network=network,  # type: ignore[arg-type]
     )
-    return resolve_isolation(isolation, policy)
+    if env_policy is not None and not isinstance(env_policy, EnvPolicy):
+        raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
+    return attrs.evolve(resolve_isolation(isolation, policy), env_policy=env_policy)
 
 
 def _binary_for(mechanism: str) -> str | None:

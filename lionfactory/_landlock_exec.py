@@ -9,7 +9,34 @@ or ``--probe-namespaces`` (exit 0 when namespaces can be entered here).
 
 ``-r`` a read-only root (``/`` usually), ``-d`` a path to hide inside a
 read-only root, ``-x`` a path to re-expose read-only inside a hidden one, ``-w``
-a writable root, ``-n`` the network mode, ``-p`` a private PID namespace.
+a writable root, ``-n`` the network mode, ``-p`` a private PID namespace,
+``-P`` only the PID namespace (no Landlock, no capability drop: the
+unconfined ``"none"`` mechanism, which still must leave no process behind),
+``-N`` never enter namespaces (what happens where the kernel refuses them;
+tests use it to exercise the subreaper on a machine that allows them).
+
+Process tree with ``-p`` (or ``-P``) where namespaces can be entered::
+
+    helper (host PID namespace, leads the call's process group)
+      `- init (PID 1 of the new namespace, unconfined, only reaps)
+           `- the program (confined)
+
+The program is never PID 1: PID 1 could clear its own parent-death signal
+and ``setsid()`` out of the call's process group, and the namespace lives as
+long as its PID 1 does. The init stays in the process group (nothing inside
+can move it), dies with the group kill or with the helper (parent-death
+signal), and the kernel then kills everything left in the namespace.
+
+Where namespaces cannot be entered the helper becomes a child subreaper:
+everything the program leaves, ``setsid()`` or not, is reparented to the
+helper, which kills it when the program exits or the helper is asked to stop
+(``SIGTERM``/``SIGINT``/``SIGHUP``).
+
+With ``-n none`` a seccomp filter also refuses ``socket(AF_UNIX, ...)`` and
+``io_uring_setup`` (``EPERM``): Landlock does not govern ``connect()`` to a
+Unix socket's path, so a host service listening on one (a Docker, SSH or GPG
+agent socket) would otherwise stay reachable. ``socketpair()`` is unaffected
+(event loops use it internally).
 
 Why a script run with ``-I -S``: Landlock confines the calling thread and what
 it execs, so it must run in the child between fork and exec. The standard
@@ -30,6 +57,7 @@ stderr); 127 that the program could not be executed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -42,6 +70,7 @@ _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP = 38, 1, 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_PR_SET_CHILD_SUBREAPER, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 36, 22, 2
 
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _TRUNCATE, _IOCTL_DEV = 1 << 14, 1 << 15
@@ -150,7 +179,10 @@ def _restrict(
         for path in _read_roots(root, hidden):
             _add_path(ruleset, path, _READ)
     for path in exposed:
-        _add_path(ruleset, path, _READ)
+        # A credential file inside an exposed toolchain prefix stays hidden.
+        inside = [h for h in hidden if h != path and _under(h, path)]
+        for sub in _read_roots(path, inside):
+            _add_path(ruleset, sub, _READ)
     device = _READ_FILE | _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
     device |= _IOCTL_DEV if abi >= 5 else 0
     for path in _DEVICES:
@@ -163,6 +195,91 @@ def _restrict(
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     _syscall(_SYS_RESTRICT, ruleset, 0)
     os.close(ruleset)
+
+
+# Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_RET_K = 0x20, 0x15, 0x06
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_EPERM, _AF_UNIX = 1, 1
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16
+# Per architecture the kernel may run a syscall in: (audit arch, socket nrs,
+# io_uring_setup nrs, nrs refused outright). x86-64 also runs x32 calls (the
+# same numbers with bit 30 set) and i386 calls, whose socketcall() multiplexer
+# hides the address family behind a pointer, so it is refused whole.
+_X32 = 0x40000000
+_ARCHES = {
+    "x86_64": (
+        (0xC000003E, (41, 41 | _X32), (425, 425 | _X32), ()),
+        (0x40000003, (359,), (425,), (102,)),
+    ),
+    "aarch64": (
+        (0xC00000B7, (198,), (425,), ()),
+        (0x40000028, (281,), (425,), ()),
+    ),
+}
+
+
+def unix_socket_filter(machine: str | None = None) -> bytes | None:
+    """A seccomp program refusing AF_UNIX sockets and io_uring, or None off x86-64/arm64.
+
+    Returns the raw ``struct sock_filter`` array: what bwrap's ``--seccomp``
+    reads from a descriptor and what ``prctl(PR_SET_SECCOMP)`` takes.
+    A filter cannot read ``connect()``'s address (a pointer), so the socket
+    is refused where it is created: ``socket()``'s first argument is the
+    family. io_uring can create and connect sockets without those syscalls.
+    An architecture the filter does not know is refused outright: a 32-bit
+    program on a 64-bit kernel cannot slip past it.
+    """
+    arches = _ARCHES.get(machine or os.uname().machine)
+    if arches is None:
+        return None
+    program: list[tuple[int, int, int, int]] = []
+    deny = (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM)
+    allow = (_BPF_RET_K, 0, 0, _RET_ALLOW)
+    for arch, sockets, urings, refused in arches:
+        body: list[tuple[int, int, int, int]] = [(_BPF_LD_W_ABS, 0, 0, _OFF_NR)]
+        # Each test jumps to the matching return block below.
+        checks = [(nr, "deny") for nr in (*urings, *refused)] + [(nr, "sock") for nr in sockets]
+        tail: list[tuple[int, int, int, int]] = [
+            allow,
+            deny,
+            (_BPF_LD_W_ABS, 0, 0, _OFF_ARG0),
+            (_BPF_JEQ_K, 0, 1, _AF_UNIX),
+            deny,
+            allow,
+        ]
+        for index, (nr, target) in enumerate(checks):
+            left = len(checks) - index - 1  # instructions after this check
+            offset = left + (1 if target == "deny" else 2)
+            body.append((_BPF_JEQ_K, offset, 0, nr))
+        body += tail
+        program.append((_BPF_LD_W_ABS, 0, 0, _OFF_ARCH))
+        program.append((_BPF_JEQ_K, 0, len(body), arch))
+        program += body
+    program.append(deny)  # an architecture not listed
+    return b"".join(
+        code.to_bytes(2, "little")
+        + jt.to_bytes(1, "little")
+        + jf.to_bytes(1, "little")
+        + k.to_bytes(4, "little")
+        for code, jt, jf, k in program
+    )
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def _deny_unix_sockets() -> None:
+    """Install `unix_socket_filter` on this thread (needs no_new_privs set)."""
+    program = unix_socket_filter()
+    if program is None:
+        _fail(f"no seccomp filter for {os.uname().machine}: Unix sockets cannot be refused")
+        return
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
 def _drop_capabilities() -> None:
@@ -205,21 +322,100 @@ def _namespaces(pid: bool, net: bool) -> bool:
     return True
 
 
-def _supervise(child: int) -> None:
-    """Wait for the namespace's first process and leave with its status."""
+def _leave_like(status: int) -> None:
+    """Exit with `status`, re-raising the signal that ended the program."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _wait_for(child: int) -> int:
+    """Reap every child until `child` has exited; return its wait status."""
     while True:
         try:
-            _, status = os.waitpid(child, 0)
-            break
+            pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             os._exit(126)
         except InterruptedError:
             continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        if pid == child:
+            return status
+
+
+def _supervise(init: int, report: int) -> None:
+    """Wait for the namespace's init and leave with the program's status it reports."""
+    status = _wait_for(init)
+    data = os.read(report, 4)
+    _leave_like(int.from_bytes(data, "little") if len(data) == 4 else status)
+
+
+def _init(child: int, report: int) -> None:
+    """PID 1 of the namespace: reap orphans until the program exits, then end the namespace.
+
+    A signal cannot end PID 1 from inside its own namespace, so the
+    program's wait status goes to the helper through a pipe instead.
+    """
+    status = _wait_for(child)
+    os.write(report, status.to_bytes(4, "little"))
+    os._exit(0)
+
+
+def _children() -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as listing:
+                out += [int(pid) for pid in listing.read().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _kill_descendants() -> None:
+    """As a subreaper: kill and reap every descendant until none is left.
+
+    An orphan is reparented to us, so every remaining descendant becomes a
+    child in the end; a kill of each child (its own children follow it up).
+    """
+    while True:
+        children = _children()
+        if not children:
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            except ChildProcessError:
+                return
+            continue
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for _pid in children:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+
+
+def _reap_as_subreaper(child: int) -> None:
+    """Without namespaces: wait for the program, then kill whatever it left, and leave."""
+
+    def stop(_sig: int, _frame: object) -> None:
+        _kill_descendants()
+        os._exit(128 + _sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    status = _wait_for(child)
+    _kill_descendants()
+    _leave_like(status)
 
 
 def _which(program: str) -> str:
@@ -241,15 +437,19 @@ def main(args: list[str]) -> None:
     hidden: list[str] = []
     exposed: list[str] = []
     writes: list[str] = []
-    net, pid = "full", False
+    net, pid, only_pid, no_namespaces = "full", False, False, False
     index = 0
     while index < len(args):
         flag = args[index]
         if flag == "--":
             index += 1
             break
-        if flag == "-p":
-            pid = True
+        if flag == "-N":
+            no_namespaces = True
+            index += 1
+            continue
+        if flag in ("-p", "-P"):
+            pid, only_pid = True, only_pid or flag == "-P"
             index += 1
             continue
         if index + 1 >= len(args):
@@ -275,26 +475,51 @@ def main(args: list[str]) -> None:
     # every hidden file's bytes. The character devices programs need are
     # granted one by one below.
     hidden.append("/dev")
-    abi = abi_version()
-    if abi < 1:
+    abi = 0 if only_pid else abi_version()
+    if abi < 1 and not only_pid:
         _fail("Landlock is not available in this kernel")
-    if _namespaces(pid, net == "none"):
-        child = os.fork()
-        if child:
-            _supervise(child)
-        # The first process of the new PID namespace: when it exits, the kernel
-        # kills everything else in the namespace, setsid() or not.
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if pid:
+        if not no_namespaces and _namespaces(True, net == "none" and not only_pid):
+            reader, writer = os.pipe()
+            init = os.fork()
+            if init:
+                os.close(writer)
+                _supervise(init, reader)
+            os.close(reader)
+            # PID 1 of the new namespace. It dies with the helper (or with the
+            # group kill, being in the group), and its death ends the namespace.
+            # (Killed between the fork and this line, the helper took the
+            # group kill, which reaches this process too.)
+            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            program_pid = os.fork()
+            if program_pid:
+                _init(program_pid, writer)
+            os.close(writer)
+        else:
+            # No namespaces: everything the program leaves is reparented to us.
+            if _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                _fail("neither a PID namespace nor a child subreaper is available")
+            program_pid = os.fork()
+            if program_pid:
+                _reap_as_subreaper(program_pid)
+    if only_pid:
+        _exec(argv[0], argv)
     # Found before the rules apply: the lookup lazily imports modules that
     # may live in a hidden directory.
     program = _which(argv[0])
     _drop_capabilities()
     try:
         _restrict(abi, reads, hidden, exposed, writes, net)
+        if net == "none":
+            _deny_unix_sockets()
     except OSError as exc:
         _fail(f"could not apply Landlock rules: {exc}")
+    _exec(program, argv)
+
+
+def _exec(program: str, argv: list[str]) -> None:
     try:
-        os.execv(program, argv)
+        os.execvp(program, argv)
     except OSError as exc:
         os.write(2, f"lionfactory sandbox: cannot execute {argv[0]!r}: {exc}\n".encode())
         os._exit(127)

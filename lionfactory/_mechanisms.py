@@ -16,6 +16,7 @@ from pathlib import Path
 __all__ = [
     "HELPER",
     "bwrap_binary",
+    "bwrap_userns",
     "landlock_abi",
     "landlock_namespaces",
     "mechanism_problem",
@@ -56,6 +57,20 @@ def _bwrap_problem(binary: str | None) -> str | None:
         detail = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
         return f"bwrap could not create namespaces ({detail})"
     return None
+
+
+@functools.cache
+def bwrap_userns() -> bool:
+    """Whether bwrap can also enter a user namespace with another uid here (probed once)."""
+    binary = bwrap_binary()
+    if binary is None or _bwrap_problem(binary) is not None:
+        return False
+    probe = [binary, "--unshare-user", "--uid", "1000", "--gid", "1000", "--ro-bind", "/", "/"]
+    try:
+        done = subprocess.run([*probe, "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 @functools.cache

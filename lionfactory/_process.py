@@ -35,6 +35,8 @@ The runner uses anyio only (`anyio.open_process`, a task group,
 from __future__ import annotations
 
 import codecs
+import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -231,10 +233,67 @@ def _check_program(program: str, cwd: Path, env: Mapping[str, str] | None) -> No
         path = program if os.path.isabs(program) else str(cwd / program)
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise LaunchError(program, f"No such executable file ({path})")
-        return
-    search = (os.environ if env is None else env).get("PATH", os.defpath)
-    if shutil.which(program, path=search) is None:
-        raise LaunchError(program, "No such file or directory (not found on PATH)")
+    else:
+        search = (os.environ if env is None else env).get("PATH", os.defpath)
+        found = shutil.which(program, path=search)
+        if found is None:
+            raise LaunchError(program, f"not found on PATH; the PATH it searched: {search}")
+        path = found
+    _check_format(program, path)
+
+
+# What execve(2) itself runs: ELF binaries and "#!" scripts. The wrappers
+# exec with execvp, which hands anything else to /bin/sh; a direct exec
+# (and so an unwrapped call) fails instead, and so must a wrapped one.
+_EXEC_MAGIC = (b"\x7fELF", b"#!")
+
+
+def _check_format(program: str, path: str) -> None:
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return  # unreadable but executable: let exec decide
+    if not head.startswith(_EXEC_MAGIC) and not _binfmt_misc():
+        raise LaunchError(program, f"Exec format error ({path})")
+
+
+@functools.cache
+def _binfmt_misc() -> bool:
+    """Whether the kernel has extra executable formats registered (then exec decides)."""
+    try:
+        entries = os.listdir("/proc/sys/fs/binfmt_misc")
+    except OSError:
+        return False
+    return any(name not in ("register", "status") for name in entries)
+
+
+# What each wrapper prints (and how it exits) when it cannot exec the program.
+_EXEC_FAILED = (
+    (1, "bwrap: execvp "),
+    (127, "lionfactory sandbox: cannot execute "),
+)
+
+
+def _not_started(result: ProcessResult, env: Mapping[str, str] | None) -> LaunchError | None:
+    """The wrapper's own exec failure as a `LaunchError`, or None when the program ran.
+
+    The host-side check passed, so the program exists outside; inside, a
+    mount or rule hid it (or what it needs to start).
+    """
+    if result.stdout_bytes:
+        return None
+    first = result.stderr.splitlines()[0] if result.stderr else ""
+    for code, prefix in _EXEC_FAILED:
+        if result.returncode == code and first.startswith(prefix):
+            search = (os.environ if env is None else env).get("PATH", os.defpath)
+            detail = first[len(prefix) :].strip()
+            return LaunchError(
+                result.argv[0],
+                f"not found on PATH inside the sandbox ({detail}); the PATH it searched: "
+                f"{search}. Expose its directory with the factory's exposed_paths option",
+            )
+    return None
 
 
 def _launch_reason(exc: BaseException) -> str:
@@ -267,7 +326,8 @@ async def run_process(
         argv: the program and its arguments; never interpreted by a shell.
         cwd: the working directory of the child.
         timeout: seconds before the group is killed and `timed_out` is set.
-        env: the child's complete environment; ``None`` inherits ours.
+        env: the child's complete environment; ``None`` inherits ours, filtered
+            by the isolation's `EnvPolicy` when it has one.
         max_bytes: bytes kept per stream; the rest is read and discarded.
         announce_truncation: append a ``[stdout truncated: ...]`` line to a
             cut stream's text (callers that parse the output turn it off and
@@ -288,14 +348,22 @@ async def run_process(
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes!r}")
     started = time.monotonic()
+    if env is None and isolation is not None:
+        # Only what is inherited is filtered; an explicit environment is
+        # the caller's whole, deliberate choice.
+        filtered = isolation.environment(None)
+        env = None if filtered is None else filtered.variables
     launch_argv, launch_env, tmpdir = list(args), env, None
-    confined = isolation is not None and isolation.confined
-    if isolation is not None and confined:
+    pass_fds: tuple[int, ...] = ()
+    graceful = False
+    wrapped = isolation is not None and isolation.wraps
+    if isolation is not None and wrapped:
         if any("\x00" in arg for arg in args):
             raise LaunchError(args[0], "embedded null byte")
         _check_program(args[0], Path(cwd), env)
         launch = isolation.launch(args, cwd=Path(cwd), env=env)
         launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
+        pass_fds, graceful = launch.pass_fds, launch.graceful
     try:
         process = await anyio.open_process(
             launch_argv,
@@ -305,11 +373,15 @@ async def run_process(
             cwd=Path(cwd),
             env=launch_env,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
     except (OSError, ValueError) as exc:
         # ValueError: an argument with a NUL byte never reaches exec().
         _remove(tmpdir)
         raise LaunchError(args[0], _launch_reason(exc)) from None
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
     # start_new_session makes the child a session and group leader.
     pgid = process.pid
     out, err = _Capture(max_bytes), _Capture(max_bytes)
@@ -330,6 +402,13 @@ async def run_process(
         # Runs on success, timeout and cancellation alike; shielded so that a
         # cancelled caller still leaves no process and no open pipe behind.
         with anyio.CancelScope(shield=True):
+            if graceful and process.returncode is None:
+                # A subreaper wrapper (no namespaces here) kills what it
+                # adopted on SIGTERM; the group kill would kill it first.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+                with anyio.move_on_after(_REAP_GRACE):
+                    await process.wait()
             # After a clean exit the group is usually empty already; then
             # there is nothing to wait for (a cheap signal tells).
             alive = _signal_group(pgid, signal.SIGKILL)
@@ -340,10 +419,10 @@ async def run_process(
                 # process as a zombie for init; waiting for init to reap it
                 # guarantees nothing more (it runs nothing, and its namespace
                 # is empty once it has exited).
-                await _wait_group_gone(pgid, zombies_count=not confined)
+                await _wait_group_gone(pgid, zombies_count=not wrapped)
             if tmpdir is not None:
                 await anyio.to_thread.run_sync(_remove, tmpdir)
-    return ProcessResult(
+    result = ProcessResult(
         argv=args,
         returncode=process.returncode,
         stdout=out.text("stdout", announce=announce_truncation),
@@ -357,3 +436,7 @@ async def run_process(
         pgid=pgid,
         duration=time.monotonic() - started,
     )
+    failure = _not_started(result, env) if wrapped and not result.timed_out else None
+    if failure is not None:
+        raise failure
+    return result

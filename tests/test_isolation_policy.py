@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,12 +12,16 @@ import pytest
 from lionfactory._isolation import (
     Isolation,
     Policy,
+    containment,
     mechanism_problem,
     resolve_isolation,
+    toolchain_paths,
     workspace_isolation,
 )
 from lionfactory._process import LaunchError, run_process
+from lionfactory._tool import Tool
 from lionfactory.errors import ConfigurationError
+from lionfactory.tools.bash import bash_tool
 
 
 def _mechanisms() -> list[object]:
@@ -87,10 +93,23 @@ def test_network_full_and_loopback_keep_the_hosts_network(tmp_path: Path) -> Non
         assert "--unshare-net" not in argv.argv
 
 
-def test_none_launches_the_argv_unchanged(tmp_path: Path) -> None:
-    launch = Isolation("none", Policy(writable=[tmp_path])).launch(["ls"], cwd=tmp_path, env=None)
+def test_none_without_a_pid_namespace_launches_the_argv_unchanged(tmp_path: Path) -> None:
+    policy = Policy(writable=[tmp_path], pid_namespace=False)
+    launch = Isolation("none", policy).launch(["ls"], cwd=tmp_path, env=None)
     assert launch.argv == ("ls",)
     assert launch.env is None
+
+
+def test_none_wraps_the_argv_only_in_a_pid_namespace(tmp_path: Path) -> None:
+    launch = Isolation("none", Policy(writable=[tmp_path])).launch(["ls"], cwd=tmp_path, env=None)
+    assert launch.argv[-2:] == ("--", "ls")
+    assert launch.env is None
+    if containment() == "bwrap":
+        # The host's filesystem and rights as they are; only the PID namespace is new.
+        assert launch.argv[1:5] == ("--dev-bind", "/", "/", "--unshare-pid")
+        assert "--cap-drop" not in launch.argv and "--unshare-net" not in launch.argv
+    else:
+        assert containment() == "helper" and "-P" in launch.argv
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -158,3 +177,171 @@ async def test_an_exposed_program_under_tmp_still_runs_inside_the_sandbox(
     result = await run_process([str(program)], cwd=workspace, timeout=30, isolation=isolation)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "from-the-environment"
+
+
+# --- The user's toolchain under a hidden home --------------------------------
+
+
+class Toolchain:
+    """A hidden home holding a tool directory, a pyenv-like shim layout, a venv and secrets."""
+
+    def __init__(self, base: Path) -> None:
+        self.home = base / "home"
+        self.ws = base / "ws"
+        self.ws.mkdir()
+        self.tools = self.home / ".toolchain" / "bin"
+        self.tools.mkdir(parents=True)
+        _script(self.tools / "mytool", "echo TOOL-OK")
+        # pyenv: a shim finds the selected version under the root's versions/.
+        self.pyenv = self.home / ".pyenv"
+        shims = self.pyenv / "shims"
+        shims.mkdir(parents=True)
+        version = self.pyenv / "versions" / "3.99" / "bin"
+        version.mkdir(parents=True)
+        _script(version / "shimmed", f'exec {sys.executable} "$@"')
+        _script(shims / "shimmed", 'exec "$PYENV_ROOT/versions/3.99/bin/shimmed" "$@"')
+        # A virtual environment under the home, first on PATH.
+        self.venv = self.home / "venvs" / "proj"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(self.venv)], check=True)
+        # A cargo-like prefix whose credentials must stay hidden.
+        cargo = self.home / ".cargo"
+        (cargo / "bin").mkdir(parents=True)
+        _script(cargo / "bin" / "cargolike", "echo CARGO-OK")
+        (cargo / "credentials.toml").write_text(SECRET)
+        (self.home / ".ssh").mkdir()
+        (self.home / ".ssh" / "id_ed25519").write_text(SECRET)
+        (self.home / "secret.txt").write_text(SECRET)
+        path = [self.venv / "bin", shims, self.tools, cargo / "bin"]
+        self.env = {
+            **os.environ,
+            "HOME": str(self.home),
+            "PYENV_ROOT": str(self.pyenv),
+            "VIRTUAL_ENV": str(self.venv),
+            "PATH": os.pathsep.join([*map(str, path), os.environ["PATH"]]),
+        }
+
+    def tool(self, mechanism: str) -> Tool:
+        return bash_tool(
+            workspace_root=self.ws, isolation=mechanism, hidden_paths=[self.home], env=self.env
+        )
+
+
+SECRET = "TOOLCHAIN_SECRET_77"
+
+
+def _script(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def toolchain(tmp_path: Path) -> Toolchain:
+    return Toolchain(tmp_path)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [("mytool", "TOOL-OK"), ("cargolike", "CARGO-OK"), ("shimmed -c print(42)", "42")],
+    ids=["path_dir", "cargo_prefix", "pyenv_shim"],
+)
+def test_programs_on_path_under_a_hidden_home_run(
+    toolchain: Toolchain, mechanism: str, command: str, expected: str
+) -> None:
+    result = toolchain.tool(mechanism).run_sync(command=command)
+    assert result["stdout"].strip() == expected, result
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_the_venv_python_is_the_same_inside_and_outside(
+    toolchain: Toolchain, mechanism: str
+) -> None:
+    probe = "import sys; print(sys.executable, sys.prefix, sys.base_prefix)"
+    outside = subprocess.run(
+        ["python3", "-c", probe], env=toolchain.env, capture_output=True, text=True, check=True
+    ).stdout
+    result = toolchain.tool(mechanism).run_sync(command=f"python3 -c '{probe}'")
+    assert result["stdout"] == outside, result
+    assert str(toolchain.venv) in outside
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("secret", ["secret.txt", ".ssh/id_ed25519", ".cargo/credentials.toml"])
+def test_secrets_in_the_home_stay_hidden_beside_the_toolchain(
+    toolchain: Toolchain, mechanism: str, secret: str
+) -> None:
+    result = toolchain.tool(mechanism).run_sync(command=f"cat {toolchain.home / secret}")
+    assert SECRET not in result["stdout"] + result["stderr"]
+
+
+def test_toolchain_paths_derive_prefixes_from_path(toolchain: Toolchain) -> None:
+    found = set(toolchain_paths(environ=toolchain.env))
+    home = toolchain.home.resolve()
+    assert home / ".pyenv" in found  # shims/ -> the pyenv root
+    assert home / ".cargo" in found and home / ".toolchain" in found
+    assert home / "venvs" / "proj" in found
+    assert home not in found and home / ".ssh" not in found
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_exposed_paths_add_a_directory_the_path_does_not_name(
+    toolchain: Toolchain, mechanism: str
+) -> None:
+    extra = toolchain.home / "data"
+    extra.mkdir()
+    (extra / "notes.txt").write_text("NOTES")
+    hidden = toolchain.tool(mechanism).run_sync(command=f"cat {extra / 'notes.txt'}")
+    assert "NOTES" not in hidden["stdout"]
+    tool = bash_tool(
+        workspace_root=toolchain.ws,
+        isolation=mechanism,
+        hidden_paths=[toolchain.home],
+        env=toolchain.env,
+        exposed_paths=[extra],
+    )
+    assert tool.run_sync(command=f"cat {extra / 'notes.txt'}")["stdout"] == "NOTES"
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_program_hidden_inside_the_sandbox_is_a_typed_error(
+    toolchain: Toolchain, mechanism: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found on the host's PATH at call time, but its directory was not on
+    # PATH when the factory derived what to expose.
+    late = toolchain.home / "late" / "bin"
+    late.mkdir(parents=True)
+    _script(late / "latetool", "echo LATE")
+    tool = bash_tool(
+        workspace_root=toolchain.ws, isolation=mechanism, hidden_paths=[toolchain.home]
+    )
+    monkeypatch.setenv("PATH", f"{late}{os.pathsep}{os.environ['PATH']}")
+    result = tool.run_sync(command="latetool")
+    assert result["return_code"] is None, result
+    assert "not found on PATH inside the sandbox" in result["error"]
+    assert str(late) in result["error"]  # the PATH it searched
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_bin_directory_in_the_home_does_not_expose_the_home(
+    toolchain: Toolchain, mechanism: str
+) -> None:
+    # ~/bin's prefix is the home itself: only the directory may show.
+    own = toolchain.home / "bin"
+    own.mkdir()
+    _script(own / "homebin", "echo HOMEBIN")
+    env = {**toolchain.env, "PATH": f"{own}{os.pathsep}{toolchain.env['PATH']}"}
+    tool = bash_tool(
+        workspace_root=toolchain.ws, isolation=mechanism, hidden_paths=[toolchain.home], env=env
+    )
+    assert tool.run_sync(command="homebin")["stdout"].strip() == "HOMEBIN"
+    leaked = tool.run_sync(command=f"cat {toolchain.home / 'secret.txt'}")
+    assert SECRET not in leaked["stdout"] + leaked["stderr"]
+
+
+def test_slash_is_never_exposed(tmp_path: Path) -> None:
+    policy = Policy(
+        writable=[tmp_path], hidden=[tmp_path / "h"], exposed=["/", "/usr"], private_tmp=False
+    )
+    argv = Isolation("landlock", policy).launch(["true"], cwd=tmp_path, env={}).argv
+    shown = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-x"]
+    assert shown == ["/usr"]

@@ -44,6 +44,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._workspace",
         "lionfactory._beneath",
         "lionfactory._secret_names",
+        "lionfactory._environment",
         "lionfactory._process",
         "lionfactory._binaries",
         "lionfactory._exchange",

@@ -41,6 +41,7 @@ import attrs
 
 from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
 from lionfactory._call import CallContext, call_context, current_call
+from lionfactory._environment import EnvPolicy
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._tool import Tool
@@ -349,6 +350,8 @@ def coding_toolkit(
     network: str = "none",
     rules: Sequence[Rule | Mapping[str, Any]] | None = None,
     mode: str | None = None,
+    env_policy: EnvPolicy | None = None,
+    exposed_paths: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -395,6 +398,14 @@ def coding_toolkit(
             ``"ask_edits"`` (editor, bash and sandbox asked),
             ``"accept_edits"`` (edits run; bash and sandbox asked), or
             ``"auto"`` / None (nothing asked but what `rules` say).
+        env_policy: which environment variables the programs the tools start
+            get (bash, search, code_check, ast_search); default
+            ``EnvPolicy(inherit="core")``: the core names (PATH, HOME, the
+            locale, the Python environment's), never one that looks like a
+            secret (ignored for an inherited isolation, whose policy holds).
+        exposed_paths: paths inside the hidden home that confined commands may
+            read besides the toolchain derived from ``PATH`` and the running
+            interpreter (ignored for an inherited isolation).
 
     Returns:
         The tools, each bound to `branch`.
@@ -416,7 +427,9 @@ def coding_toolkit(
     hook_map = _normalise_hooks(hooks)
     workspace = Workspace.at(workspace_root)
     hook_map = _with_rules(hook_map, rule_set(mode, rules), workspace.root)
-    confinement = _toolkit_isolation(isolation, workspace.root, network)
+    confinement = _toolkit_isolation(
+        isolation, workspace.root, network, env_policy, tuple(exposed_paths)
+    )
     home = {
         name: _workspace_tool(name, workspace.root, confinement)
         for name in names
@@ -557,9 +570,27 @@ def _with_policy(
     return attrs.evolve(tool, bound_to=branch.id)
 
 
-def _toolkit_isolation(isolation: str | Isolation, root: Path, network: str) -> Isolation:
+# Core names only, never a secret-looking one: an agent's commands have no
+# use for the API keys of the process that runs the agent.
+DEFAULT_ENV_POLICY = EnvPolicy(inherit="core")
+
+
+def _toolkit_isolation(
+    isolation: str | Isolation,
+    root: Path,
+    network: str,
+    env_policy: EnvPolicy | None,
+    exposed: tuple[str | os.PathLike[str], ...],
+) -> Isolation:
     if isinstance(isolation, Isolation):
-        # Inherited from a parent toolkit: the same mechanism, network and
-        # hidden paths, writable only inside this (narrower) workspace.
+        # Inherited from a parent toolkit: the same mechanism, network,
+        # hidden paths and environment policy, writable only inside this
+        # (narrower) workspace.
         return isolation.retarget(attrs.evolve(isolation.policy, writable=(root,), git_writable=()))
-    return workspace_isolation(isolation, root, network=network)
+    return workspace_isolation(
+        isolation,
+        root,
+        network=network,
+        exposed=exposed,
+        env_policy=DEFAULT_ENV_POLICY if env_policy is None else env_policy,
+    )

@@ -63,6 +63,7 @@ import anyio
 import attrs
 
 from lionfactory import ActionResult, Branch
+from lionfactory.errors import ConfigurationError
 from lionfactory.mcp._approvals import Elicit, ask_person, client_elicitation
 from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionMemory, SessionStatus
 from lionfactory.mcp._protocol import ServedTools, call_result
@@ -454,7 +455,34 @@ def _stored_sessions(
     # Imported only with a store: a server without one never loads the backends.
     from lionfactory.mcp._stored_sessions import StoredSessions
 
+    _register_served_factories(new_branch())
     return StoredSessions(store, new_branch, dict(resources or {}), stream_session)
+
+
+def _register_served_factories(probe: Branch) -> None:
+    """Let stored sessions name the factories this server was handed.
+
+    A stored session is rebuilt through `Branch.from_dict`, which calls only
+    registered factories (a store is data other programs may write). The
+    application handed these factories to the server itself, so it trusts
+    them; registering them here is what it would otherwise have to do by hand.
+
+    Raises:
+        ConfigurationError: a factory has no stable import path (a lambda, a
+            local function, a partial), so a stored session could not name it.
+    """
+    from lionfactory._registration import FACTORIES
+
+    for registration in probe.registrations:
+        factory = registration.factory
+        if factory is None or FACTORIES.name_of(factory) is not None:
+            continue
+        try:
+            FACTORIES.register(factory)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"sessions kept in a store must name their factories: {exc}"
+            ) from None
 
 
 async def _act(

@@ -1,5 +1,6 @@
 """The built-in tool factories. Each lives in its own module; this package re-exports them."""
 
+from lionfactory._environment import EnvPolicy
 from lionfactory.tools.ast_search import (
     AstSearchMatch,
     AstSearchRequest,
@@ -46,6 +47,7 @@ __all__ = [
     "ContextResponse",
     "EditorRequest",
     "EditorResponse",
+    "EnvPolicy",
     "MessengerEvent",
     "MessengerRequest",
     "MessengerResponse",

@@ -11,9 +11,11 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
 from pydantic import BaseModel
 
 from lionfactory._binaries import BinaryFinder, finder_or_default
+from lionfactory._environment import EnvPolicy
 from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import Workspace
@@ -33,6 +35,7 @@ def helper_tool(
     binaries: object,
     response_model: type[BaseModel],
     hints: ToolHints,
+    env_policy: EnvPolicy | None = None,
 ) -> Tool:
     """The factory body the helper-binary tools share: workspace, finder, confinement.
 
@@ -44,6 +47,12 @@ def helper_tool(
     finder = finder_or_default(binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     confinement = workspace_isolation(isolation, workspace.root)
+    if env_policy is not None:
+        # Which inherited variables the helper program sees (the isolation's
+        # policy applies at the process seam).
+        if not isinstance(env_policy, EnvPolicy):
+            raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
+        confinement = attrs.evolve(confinement, env_policy=env_policy)
     return Tool(
         name=name,
         description=confinement.annotate(description),

@@ -40,6 +40,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
+from lionfactory._environment import EnvPolicy
 from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, ProcessResult, run_process
@@ -293,6 +294,7 @@ def ast_search_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
     isolation: str | Isolation = "none",
+    env_policy: EnvPolicy | None = None,
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``ast_search`` tool.
@@ -307,6 +309,8 @@ def ast_search_tool(
             `bash_tool`; the network is always ``"none"``).
         _binaries: private test seam: where ``ast-grep`` (and ``sg``) are
             looked up (the running environment, then PATH, by default).
+        env_policy: which inherited environment variables the helper program
+            gets (`EnvPolicy`); None: all of them.
 
     Returns:
         The ``ast_search`` Tool (safe to share: it is bound to no branch).
@@ -327,4 +331,5 @@ def ast_search_tool(
         binaries=_binaries,
         response_model=AstSearchResponse,
         hints=ToolHints.reading("Search code by syntax"),
+        env_policy=env_policy,
     )

@@ -22,8 +22,15 @@ Decisions (DESIGN §9):
 * **Working directory.** ``cwd`` is resolved inside the workspace (default:
   the root); a path outside it is refused before anything starts.
 * **Environment.** The factory's ``env`` mapping, when given, is the child's
-  *entire* environment; otherwise the child inherits the environment of the
-  Python process at the time of the call.
+  base environment; otherwise the child inherits the environment of the
+  Python process at the time of the call (the standalone default: all of
+  it). An ``env_policy`` (`EnvPolicy`, the coding toolkit's default keeps
+  only the core names and drops secret-looking ones) filters that base; a
+  failing command whose output points at a withheld variable gets a
+  ``notice`` naming it (never its value).
+* **Refusals explained.** A confined command that fails with a network or
+  read-only-filesystem error gets a one-line ``notice`` naming the setting
+  that would allow it (``network=``, the writable roots).
 * **stdin** is empty (``/dev/null``): nothing can wait for input.
 * **Isolation.** ``isolation`` (default ``"none"``, so scripts keep today's
   behaviour) confines every command in the kernel: writes only inside the
@@ -35,6 +42,7 @@ Decisions (DESIGN §9):
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,6 +50,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._environment import EnvPolicy
 from lionfactory._isolation import Isolation, workspace_isolation
 from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
 from lionfactory._tool import Tool, ToolHints
@@ -149,8 +158,9 @@ class BashResponse(BaseModel):
     )
     notice: str | None = Field(
         default=None,
-        description="Something the caller should know about how the command ran (a clamped "
-        "timeout).",
+        description="Something the caller should know about how the command ran: a clamped "
+        "timeout, a sandbox setting or withheld environment variable (named, never shown) "
+        "that explains a failure.",
     )
     isolation: str = Field(
         default="none",
@@ -216,6 +226,12 @@ class _BashHandler:
                 response.notice = " ".join(note for note in notes if note)
         return response
 
+    def _environment(self) -> tuple[Mapping[str, str] | None, tuple[str, ...]]:
+        filtered = None if self.isolation is None else self.isolation.environment(self.env)
+        if filtered is None:
+            return self.env, ()
+        return filtered.variables, filtered.withheld
+
     async def _run(self, request: BashRequest) -> BashResponse:
         try:
             if len(request.command) > _INLINE_SPLIT_CHARS:
@@ -243,12 +259,13 @@ class _BashHandler:
                 cwd = await anyio.to_thread.run_sync(self.workspace.directory, request.cwd)
             except PathRefused as exc:
                 return BashResponse(error=f"cwd refused: {exc.message}", notice=notice)
+        env, withheld = self._environment()
         try:
             result = await run_process(
                 argv,
                 cwd=cwd,
                 timeout=timeout_ms / 1000,
-                env=self.env,
+                env=env,
                 isolation=self.isolation,
             )
         except LaunchError as exc:
@@ -263,6 +280,14 @@ class _BashHandler:
                 f"every process it started. Use a larger timeout (at most {MAX_TIMEOUT_MS}) "
                 f"or a smaller task."
             )
+        if result.returncode != 0 and not result.timed_out:
+            output = f"{result.stdout}\n{result.stderr}"
+            hints = (
+                notice,
+                _refusal_notice(output, self.isolation),
+                _withheld_notice(output, withheld),
+            )
+            notice = " ".join(hint for hint in hints if hint) or None
         return BashResponse(
             stdout=result.stdout,
             stderr=result.stderr,
@@ -271,6 +296,74 @@ class _BashHandler:
             error=error,
             notice=notice,
         )
+
+
+# What programs print when the sandbox's network namespace (or Landlock's
+# TCP rule, or the Unix-socket filter) refused them.
+_NETWORK_ERRORS = re.compile(
+    r"Network is unreachable|Temporary failure in name resolution|Name or service not known"
+    r"|Could not resolve host|getaddrinfo|EAI_AGAIN|ENOTFOUND|ENETUNREACH|No route to host"
+    r"|Failed to establish a new connection|Could not connect to|unable to access '(?:https?|git)"
+    r"|Connection refused|socket\.gaierror",
+    re.IGNORECASE,
+)
+# What a write outside the writable roots shows: bwrap's read-only bind says
+# EROFS, Landlock says EACCES.
+_READ_ONLY_ERRORS = re.compile(r"Read-only file system|EROFS", re.IGNORECASE)
+_DENIED_ERRORS = re.compile(r"Permission denied|EACCES|Operation not permitted", re.IGNORECASE)
+# What a program says when a variable it needs is not set.
+_MISSING_VARIABLE = re.compile(
+    r"KeyError|not set|is unset|is not defined|missing|environment variable|required",
+    re.IGNORECASE,
+)
+_MAX_NAMED = 12
+
+
+def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
+    """One line naming the setting that allows what the sandbox refused, or None."""
+    if isolation is None or not isolation.confined:
+        return None
+    network = isolation.policy.network
+    # Landlock refuses a TCP connect() with EACCES, not a network error.
+    landlock_refused = (
+        isolation.mechanism == "landlock"
+        and _DENIED_ERRORS.search(output) is not None
+        and re.search(r"connect|socket", output) is not None
+    )
+    if network != "full" and (_NETWORK_ERRORS.search(output) or landlock_refused):
+        return (
+            f"The sandbox runs commands with network={network!r}, which looks like what "
+            f"stopped this one. Only the tool's owner can allow more (the factory's "
+            f"network='loopback' for local services, 'full' for the internet)."
+        )
+    denied = _READ_ONLY_ERRORS.search(output) or (
+        isolation.mechanism == "landlock" and _DENIED_ERRORS.search(output)
+    )
+    if denied:
+        roots = ", ".join(str(root) for root in isolation.policy.writable)
+        return (
+            f"The sandbox lets commands write only inside its writable roots ({roots}) and "
+            f"$TMPDIR; a write elsewhere is refused. Write inside the workspace, or ask the "
+            f"tool's owner for another writable root."
+        )
+    return None
+
+
+def _withheld_notice(output: str, withheld: tuple[str, ...]) -> str | None:
+    """Which withheld variables a failing command may have missed (names only), or None."""
+    if not withheld:
+        return None
+    named = [name for name in withheld if name in output]
+    if not named and _MISSING_VARIABLE.search(output):
+        named = list(withheld)
+    if not named:
+        return None
+    shown = ", ".join(named[:_MAX_NAMED]) + (" ..." if len(named) > _MAX_NAMED else "")
+    return (
+        f"The environment policy withheld {shown} from this command (names only). If it "
+        f"needs one, the tool's owner can pass it with the factory's env_policy "
+        f"(set, include_only or ignore_default_excludes)."
+    )
 
 
 def _check_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -294,6 +387,8 @@ def bash_tool(
     isolation: str | Isolation = "none",
     network: str = "none",
     hidden_paths: Iterable[str | os.PathLike[str]] | None = None,
+    exposed_paths: Iterable[str | os.PathLike[str]] = (),
+    env_policy: EnvPolicy | None = None,
 ) -> Tool:
     """Build the ``bash`` tool.
 
@@ -312,6 +407,13 @@ def bash_tool(
         network: under isolation, ``"none"``, ``"loopback"`` or ``"full"``.
         hidden_paths: under isolation, paths commands may not read; default:
             the home directory, its key folders and ``/root``.
+        exposed_paths: under isolation, paths inside hidden ones that stay
+            readable, beyond the toolchain derived from ``PATH`` and the
+            running interpreter (every ``PATH`` directory with its prefix,
+            what its links lead to, pyenv's root, the virtual environment).
+        env_policy: which variables of the base environment (`env`, else
+            ``os.environ`` at each call) a command gets; None: all of them,
+            as before. Overrides the policy of an `Isolation` handed in.
 
     Returns:
         The ``bash`` Tool (safe to share: it is bound to no branch).
@@ -323,14 +425,24 @@ def bash_tool(
         TypeError: an option of the wrong type.
     """
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    checked_env = _check_env(env)
     confinement = workspace_isolation(
-        isolation, workspace.root, network=network, hidden=hidden_paths
+        isolation,
+        workspace.root,
+        network=network,
+        hidden=hidden_paths,
+        exposed=exposed_paths,
+        environ=checked_env,
     )
+    if env_policy is not None:
+        if not isinstance(env_policy, EnvPolicy):
+            raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
+        confinement = attrs.evolve(confinement, env_policy=env_policy)
     return Tool(
         name="bash",
         description=confinement.annotate(_DESCRIPTION),
         request_model=BashRequest,
-        handler=_BashHandler(workspace, _check_env(env), confinement),
+        handler=_BashHandler(workspace, checked_env, confinement),
         response_model=BashResponse,
         hints=ToolHints("Run a shell command", destructive=True, open_world=True),
     )

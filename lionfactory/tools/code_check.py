@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
 from lionfactory._echo import echo, shorten
+from lionfactory._environment import EnvPolicy
 from lionfactory._global_excludes import project_view
 from lionfactory._isolation import Isolation
 from lionfactory._project import ProjectView
@@ -374,6 +375,7 @@ def code_check_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
     isolation: str | Isolation = "none",
+    env_policy: EnvPolicy | None = None,
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``code_check`` tool.
@@ -388,6 +390,8 @@ def code_check_tool(
             `bash_tool`; the network is always ``"none"``).
         _binaries: private test seam: where ``ruff`` is looked up (the
             running environment, then PATH, by default).
+        env_policy: which inherited environment variables the helper program
+            gets (`EnvPolicy`); None: all of them.
 
     Returns:
         The ``code_check`` Tool (safe to share: it is bound to no branch).
@@ -408,4 +412,5 @@ def code_check_tool(
         binaries=_binaries,
         response_model=CodeCheckResponse,
         hints=ToolHints.reading("Check code with ruff"),
+        env_policy=env_policy,
     )

@@ -35,6 +35,7 @@ import os
 from collections.abc import Iterable
 
 from lionfactory._binaries import BinaryFinder
+from lionfactory._environment import EnvPolicy
 from lionfactory._isolation import Isolation
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._helper import helper_tool
@@ -78,6 +79,7 @@ def search_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
     isolation: str | Isolation = "none",
+    env_policy: EnvPolicy | None = None,
     _binaries: BinaryFinder | None = None,
 ) -> Tool:
     """Build the ``search`` tool.
@@ -94,6 +96,8 @@ def search_tool(
         _binaries: private test seam: where ``rg``, ``grep`` and ``git`` are
             looked up (the running environment, then PATH, by default). A
             finder that cannot see ``rg`` selects the builtin engine.
+        env_policy: which inherited environment variables the helper program
+            gets (`EnvPolicy`); None: all of them.
 
     Returns:
         The ``search`` Tool (safe to share: it is bound to no branch).
@@ -114,4 +118,5 @@ def search_tool(
         binaries=_binaries,
         response_model=SearchResponse,
         hints=ToolHints.reading("Search the workspace"),
+        env_policy=env_policy,
     )

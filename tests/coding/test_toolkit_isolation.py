@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from lionfactory import Branch, Tool
-from lionfactory._isolation import Isolation, mechanism_problem
+from lionfactory._isolation import Isolation, mechanism_problem, workspace_isolation
 from lionfactory.coding import coding_toolkit
 from lionfactory.errors import ConfigurationError
+from lionfactory.tools import EnvPolicy
 from lionfactory.tools.bash import bash_tool
 
 
@@ -188,3 +189,47 @@ async def test_a_venv_with_pip_installs_inside_the_workspace(repo: Path, mechani
     pip = await tools["bash"](command="venv/bin/python -m pip --version")
     assert pip["return_code"] == 0, pip
     assert str(repo / "venv") in pip["stdout"]
+
+
+@pytest.mark.parametrize("mechanism", ["none", *MECHANISMS])
+def test_the_toolkit_keeps_api_keys_out_of_commands_by_default(
+    repo: Path, mechanism: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-toolkit-secret-4d1")
+    monkeypatch.setenv("LF_TEST_UNRELATED", "plain")
+    bash = kit(repo, mechanism)["bash"]
+    listing = bash.run_sync(command=f'{PY} -c "import os; print(sorted(os.environ))"')
+    assert "OPENAI_API_KEY" not in listing["stdout"]
+    assert "LF_TEST_UNRELATED" not in listing["stdout"]  # core only
+    assert "'PATH'" in listing["stdout"] and "'HOME'" in listing["stdout"]
+    failed = bash.run_sync(command=f"{PY} -c \"import os; os.environ['OPENAI_API_KEY']\"")
+    assert "withheld OPENAI_API_KEY" in failed["notice"]
+    assert "sk-toolkit-secret-4d1" not in str(failed)
+
+
+def test_the_toolkit_takes_an_environment_policy(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-toolkit-secret-4d1")
+    policy = EnvPolicy(
+        inherit="core",
+        include_only=["PATH", "OPENAI_API_KEY"],
+        set={"OPENAI_API_KEY": "given-on-purpose"},
+    )
+    bash = kit(repo, "none", env_policy=policy)["bash"]
+    listing = bash.run_sync(command=f'{PY} -c "import os; print(dict(os.environ))"')
+    assert "given-on-purpose" in listing["stdout"]
+    assert "'HOME'" not in listing["stdout"]
+
+
+def test_an_inherited_isolation_keeps_its_environment_policy(repo: Path) -> None:
+    # What a sub-agent's toolkit receives: the parent's resolved isolation,
+    # whose policy the child's default must not replace.
+    policy = EnvPolicy(inherit="none", set={"PATH": "/usr/bin:/bin", "ONLY": "1"})
+    inherited = workspace_isolation("none", repo, env_policy=policy)
+    bash = kit(repo, inherited)["bash"]
+    listing = bash.run_sync(command=f'{PY} -c "import os; print(sorted(os.environ))"')
+    assert (
+        listing["stdout"].strip() == "['LC_CTYPE', 'ONLY', 'PATH']"
+        or listing["stdout"].strip() == "['ONLY', 'PATH']"
+    ), listing

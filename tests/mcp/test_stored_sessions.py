@@ -445,3 +445,47 @@ def test_the_cli_refuses_a_session_name_with_control_characters(
     argv = ["mcp", "serve", "--workspace", str(git_workspace), "--store", store]
     assert main([*argv, "--session", "a\nb"]) == 2
     assert "printable" in capsys.readouterr().err
+
+
+def shout_tool() -> Any:
+    """A user's own factory (module-level, not a built-in)."""
+    from lionfactory import function_tool
+
+    def shout(text: str) -> str:
+        """Say it louder.
+
+        Args:
+            text: what to say.
+        """
+        return text.upper()
+
+    return function_tool(shout)
+
+
+async def test_a_server_with_a_store_serves_the_applications_own_factory(tmp_path: Path) -> None:
+    """The factories handed to the server are registered, so stored sessions can name them."""
+    from mcp import Client
+
+    from lionfactory._registration import FACTORIES
+    from lionfactory.mcp import create_mcp_server
+
+    store = SqliteBranchStore(tmp_path / "s.db")
+    server = create_mcp_server(shout_tool, store=store)
+    assert FACTORIES.name_of(shout_tool) is not None
+    async with Client(server, mode="legacy") as client:
+        result = await client.call_tool("shout", {"text": "hi"})
+    assert not result.is_error, result
+    assert "HI" in result.content[0].text
+    await store.aclose()
+
+
+def test_a_store_refuses_a_factory_no_stored_session_could_name(tmp_path: Path) -> None:
+    from lionfactory import function_tool
+    from lionfactory.errors import ConfigurationError
+    from lionfactory.mcp import create_mcp_server
+
+    def local() -> Any:
+        return function_tool(str.upper)
+
+    with pytest.raises(ConfigurationError, match="must name their factories"):
+        create_mcp_server(local, store=SqliteBranchStore(tmp_path / "s.db"))

@@ -10,18 +10,27 @@ CI, and root can write anywhere without a sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 import stat
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lionfactory._isolation import landlock_namespaces, mechanism_problem
+from lionfactory._isolation import (
+    Isolation,
+    Policy,
+    containment,
+    landlock_namespaces,
+    mechanism_problem,
+)
 from lionfactory._tool import Tool
 from lionfactory.tools.bash import bash_tool
 
@@ -79,9 +88,14 @@ class Scene:
         }
 
     def tool(self, isolation: str, network: str = "none") -> Tool:
+        # "raw": nothing at all, not even the PID namespace "none" keeps, to
+        # show what each attack does to a process the library did not contain.
+        chosen: str | Isolation = isolation
+        if isolation == "raw":
+            chosen = Isolation("none", Policy(writable=[self.ws], pid_namespace=False))
         return bash_tool(
             workspace_root=self.ws,
-            isolation=isolation,
+            isolation=chosen,
             network=network,
             hidden_paths=[self.home],
             env={
@@ -236,9 +250,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_setsid_child_survives_without_isolation(scene: Scene) -> None:
+def test_setsid_child_survives_without_any_containment(scene: Scene) -> None:
     marker = f"survivor-{uuid.uuid4().hex}"
-    result = scene.tool("none").run_sync(command=SURVIVOR.format(py=PY, marker=marker))
+    result = scene.tool("raw").run_sync(command=SURVIVOR.format(py=PY, marker=marker))
     try:
         reported = int(result["stdout"].strip())
         assert _alive(reported)
@@ -279,7 +293,7 @@ def secret_process() -> Iterator[int]:
 def test_another_processs_environment_is_readable_without_isolation(
     scene: Scene, secret_process: int
 ) -> None:
-    result = scene.tool("none").run_sync(command=f"cat /proc/{secret_process}/environ")
+    result = scene.tool("raw").run_sync(command=f"cat /proc/{secret_process}/environ")
     assert SECRET in result["stdout"]
 
 
@@ -306,7 +320,7 @@ def bystander() -> Iterator[subprocess.Popen[bytes]]:
 def test_a_process_outside_can_be_killed_without_isolation(
     scene: Scene, bystander: subprocess.Popen[bytes]
 ) -> None:
-    scene.tool("none").run_sync(command=f"kill -9 {bystander.pid}")
+    scene.tool("raw").run_sync(command=f"kill -9 {bystander.pid}")
     assert bystander.wait(timeout=10) == -9
 
 
@@ -356,3 +370,334 @@ def test_a_raw_block_device_is_unreadable(scene: Scene, mechanism: str) -> None:
     assert unconfined["return_code"] == 0
     result = scene.tool(mechanism).run_sync(command=f"head -c 16 {BLOCK_DEVICE}")
     assert result["return_code"] != 0, result
+
+
+# --- Kernel and host settings (root included) -------------------------------
+
+SYSCTL = Path("/proc/sys/kernel/printk_ratelimit_burst")
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="the attack needs root")
+
+
+@pytest.fixture
+def sysctl_value() -> Iterator[str]:
+    """The harmless setting's value before the test; restored if a test ever changed it."""
+    if not SYSCTL.exists():
+        pytest.skip(f"no {SYSCTL} here")
+    before = SYSCTL.read_text()
+    try:
+        yield before
+    finally:
+        if SYSCTL.read_text() != before:
+            SYSCTL.write_text(before)
+
+
+def _sysctl_attack() -> str:
+    new = int(SYSCTL.read_text()) + 1
+    return f"{PY} -c \"open('{SYSCTL}', 'w').write('{new}')\""
+
+
+@AS_ROOT
+def test_root_changes_a_kernel_setting_without_containment(scene: Scene, sysctl_value: str) -> None:
+    scene.tool("raw").run_sync(command=_sysctl_attack())
+    assert SYSCTL.read_text() != sysctl_value
+
+
+@AS_ROOT
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_root_cannot_change_a_kernel_setting(
+    scene: Scene, mechanism: str, sysctl_value: str
+) -> None:
+    result = scene.tool(mechanism).run_sync(command=_sysctl_attack())
+    assert SYSCTL.read_text() == sysctl_value
+    assert result["return_code"] != 0, result
+
+
+# Host interfaces opened for writing (never written: opening changes nothing).
+HOST_INTERFACES = [
+    path
+    for path in (
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sys/kernel/modprobe",
+        "/proc/sys/vm/drop_caches",
+        "/proc/sysrq-trigger",
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "/sys/power/state",
+    )
+    if os.path.exists(path)
+]
+OPEN_FOR_WRITE = "{py} -c \"import os; os.close(os.open('{path}', os.O_WRONLY)); print('OPENED')\""
+
+
+@AS_ROOT
+@pytest.mark.parametrize("path", HOST_INTERFACES)
+def test_root_may_open_host_interfaces_for_writing_without_containment(
+    scene: Scene, path: str
+) -> None:
+    result = scene.tool("raw").run_sync(command=OPEN_FOR_WRITE.format(py=PY, path=path))
+    assert "OPENED" in result["stdout"], result
+
+
+@AS_ROOT
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("path", HOST_INTERFACES)
+def test_host_interfaces_are_not_writable(scene: Scene, mechanism: str, path: str) -> None:
+    result = scene.tool(mechanism).run_sync(command=OPEN_FOR_WRITE.format(py=PY, path=path))
+    assert "OPENED" not in result["stdout"], result
+    assert result["return_code"] != 0
+
+
+@AS_ROOT
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_root_cannot_rename_the_host(scene: Scene, mechanism: str) -> None:
+    before = socket.gethostname()
+    try:
+        result = scene.tool(mechanism).run_sync(
+            command=f"{PY} -c \"import socket; socket.sethostname('lf-attack')\""
+        )
+        assert socket.gethostname() == before
+        assert result["return_code"] != 0
+    finally:
+        if socket.gethostname() != before:
+            socket.sethostname(before)
+
+
+@AS_ROOT
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_root_runs_without_capabilities(scene: Scene, mechanism: str) -> None:
+    result = scene.tool(mechanism).run_sync(
+        command="grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"
+    )
+    values = {line.split()[0]: int(line.split()[1], 16) for line in result["stdout"].splitlines()}
+    assert set(values) == {"CapEff:", "CapPrm:", "CapBnd:"}
+    assert not any(values.values()), result
+
+
+@AS_ROOT
+@pytest.mark.skipif(mechanism_problem("bwrap") is not None, reason="no bwrap")
+def test_root_is_an_unprivileged_uid_inside_bwrap(scene: Scene) -> None:
+    result = scene.tool("bwrap").run_sync(command="id -u")
+    assert result["return_code"] == 0, result
+    assert int(result["stdout"]) != 0
+    # Files it writes in the workspace are still the caller's (root's) outside.
+    scene.tool("bwrap").run_sync(command="touch made.txt")
+    assert (scene.ws / "made.txt").stat().st_uid == 0
+
+
+# --- Host Unix sockets with network="none" ----------------------------------
+
+
+class Listeners:
+    """Unix-socket services outside the workspace: a runtime dir, an abstract name, an agent."""
+
+    def __init__(self, scene: Scene, run_dir: Path) -> None:
+        self.sockets: list[socket.socket] = []
+        user = run_dir / "user" / "0"
+        user.mkdir(parents=True)
+        gnupg = scene.home / ".gnupg"
+        gnupg.mkdir()
+        self.addresses = {
+            "runtime_dir": str(user / "bus"),
+            "docker_like": str(run_dir / "docker.sock"),
+            "hidden_gnupg": str(gnupg / "S.gpg-agent"),
+            "abstract": f"@lionfactory-test-{uuid.uuid4().hex}",
+        }
+        for address in self.addresses.values():
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind("\0" + address[1:] if address.startswith("@") else address)
+            server.listen(8)  # connect() completes from the backlog, no accept needed
+            self.sockets.append(server)
+
+    def close(self) -> None:
+        for server in self.sockets:
+            server.close()
+
+
+@pytest.fixture
+def listeners(scene: Scene) -> Iterator[Listeners]:
+    # Outside /tmp (bwrap's private /tmp would hide it anyway) and outside
+    # the home: where real services put their sockets.
+    base = Path("/run") if os.access("/run", os.W_OK) else Path("/var/tmp")
+    run_dir = base / f"lionfactory-test-{uuid.uuid4().hex}"
+    run_dir.mkdir()
+    found = Listeners(scene, run_dir)
+    try:
+        yield found
+    finally:
+        found.close()
+        subprocess.run(["rm", "-rf", str(run_dir)], check=False)
+
+
+UNIX_CONNECT = (
+    '{py} -c "import socket, sys\n'
+    "a = sys.argv[1]\n"
+    "a = chr(0) + a[1:] if a.startswith(chr(64)) else a\n"
+    "s = socket.socket(socket.AF_UNIX); s.connect(a); print('CONNECTED')\" {address}"
+)
+SOCKET_KINDS = ("runtime_dir", "docker_like", "hidden_gnupg", "abstract")
+
+
+@pytest.mark.parametrize("kind", SOCKET_KINDS)
+def test_each_host_unix_socket_is_reachable_without_containment(
+    scene: Scene, listeners: Listeners, kind: str
+) -> None:
+    command = UNIX_CONNECT.format(py=PY, address=listeners.addresses[kind])
+    result = scene.tool("raw").run_sync(command=command)
+    assert result["stdout"].strip() == "CONNECTED", result
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("kind", SOCKET_KINDS)
+def test_host_unix_sockets_are_unreachable_with_network_none(
+    scene: Scene, listeners: Listeners, mechanism: str, kind: str
+) -> None:
+    command = UNIX_CONNECT.format(py=PY, address=listeners.addresses[kind])
+    result = scene.tool(mechanism, "none").run_sync(command=command)
+    assert "CONNECTED" not in result["stdout"], result
+    assert result["return_code"] != 0
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_host_unix_socket_is_reachable_with_network_full(
+    scene: Scene, listeners: Listeners, mechanism: str
+) -> None:
+    command = UNIX_CONNECT.format(py=PY, address=listeners.addresses["docker_like"])
+    result = scene.tool(mechanism, "full").run_sync(command=command)
+    assert result["stdout"].strip() == "CONNECTED", result
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_socketpair_still_works_with_network_none(scene: Scene, mechanism: str) -> None:
+    # Event loops (asyncio, trio) wake themselves through a socketpair.
+    command = f"{PY} -c \"import asyncio; asyncio.run(asyncio.sleep(0)); print('LOOP')\""
+    result = scene.tool(mechanism, "none").run_sync(command=command)
+    assert result["stdout"].strip() == "LOOP", result
+
+
+# --- No process outlives its call, with or without a mechanism --------------
+
+CONTAINED = [pytest.param("none"), *MECHANISMS]
+
+# The command itself clears its parent-death signal and leaves the process
+# group, then hangs; the call times out.
+ESCAPER = (
+    '{py} -c "import ctypes, os, time\n'
+    "ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\n"
+    "try:\n"
+    "    os.setsid()\n"
+    "except OSError:\n"
+    "    pass\n"
+    "n = os.open(os.devnull, os.O_RDWR); os.dup2(n, 1); os.dup2(n, 2)\n"
+    'time.sleep(300)" {marker}'
+)
+# Fifty children, each leaving the session and letting go of the pipes.
+FIFTY = (
+    '{py} -c "import os, time\n'
+    "for _ in range(50):\n"
+    "    if os.fork() == 0:\n"
+    "        os.setsid(); n = os.open(os.devnull, os.O_RDWR); os.dup2(n, 1); os.dup2(n, 2)\n"
+    "        time.sleep(300); os._exit(0)\n"
+    "print('started')\" {marker}"
+)
+SLEEPER = "{py} -c 'import time; time.sleep(300)' {marker}"
+LEAVERS = {
+    "fork_setsid": SURVIVOR,
+    "fifty_setsid_children": FIFTY,
+    # The pause lets the forked child reach setsid() before the call ends.
+    "setsid_f": f'sh -c "setsid -f {SLEEPER}; sleep 1"',
+    "tmux_detached": "tmux -L {marker} new-session -d " + SLEEPER,
+}
+
+
+def _kill_tagged(marker: str) -> None:
+    for pid in _tagged(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+def _wait_until_gone(marker: str) -> list[int]:
+    """Leftovers after the call; a killed process may take a moment to leave /proc."""
+    for _ in range(100):
+        left = [pid for pid in _tagged(marker) if _alive(pid) and not _zombie(pid)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return left
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("attack", LEAVERS.values(), ids=LEAVERS.keys())
+def test_each_leaver_survives_without_any_containment(scene: Scene, attack: str) -> None:
+    if attack.startswith("tmux") and shutil.which("tmux") is None:
+        pytest.skip("no tmux")
+    marker = f"leaver-{uuid.uuid4().hex}"
+    try:
+        scene.tool("raw").run_sync(command=attack.format(py=PY, marker=marker), timeout=30_000)
+        assert _tagged(marker) != []
+    finally:
+        _kill_tagged(marker)
+
+
+@pytest.mark.parametrize("mechanism", CONTAINED)
+@pytest.mark.parametrize("attack", LEAVERS.values(), ids=LEAVERS.keys())
+def test_no_leaver_outlives_its_call(scene: Scene, mechanism: str, attack: str) -> None:
+    if attack.startswith("tmux") and shutil.which("tmux") is None:
+        pytest.skip("no tmux")
+    if mechanism == "none" and containment() == "group":
+        pytest.skip("no namespaces: only the process-group kill contains 'none'")
+    marker = f"leaver-{uuid.uuid4().hex}"
+    try:
+        result = scene.tool(mechanism, "full").run_sync(
+            command=attack.format(py=PY, marker=marker), timeout=30_000
+        )
+        assert result["error"] is None, result
+        assert _wait_until_gone(marker) == []
+    finally:
+        _kill_tagged(marker)
+
+
+@pytest.mark.parametrize("mechanism", CONTAINED)
+def test_a_command_clearing_its_death_signal_and_leaving_the_group_is_gone(
+    scene: Scene, mechanism: str
+) -> None:
+    if mechanism == "none" and containment() == "group":
+        pytest.skip("no namespaces: only the process-group kill contains 'none'")
+    marker = f"escaper-{uuid.uuid4().hex}"
+    try:
+        result = scene.tool(mechanism).run_sync(
+            command=ESCAPER.format(py=PY, marker=marker), timeout=1500
+        )
+        assert result["timed_out"], result
+        assert _wait_until_gone(marker) == []
+    finally:
+        _kill_tagged(marker)
+
+
+# io_uring creates and connects sockets without the socket()/connect() calls
+# a seccomp filter sees; x86-64 and arm64 both number io_uring_setup 425.
+IO_URING = (
+    '{py} -c "import ctypes, os\n'
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "fd = libc.syscall(425, 4, ctypes.create_string_buffer(120))\n"
+    "print('RING' if fd >= 0 else os.strerror(ctypes.get_errno()))\""
+)
+
+
+@pytest.mark.skipif(
+    Path("/proc/sys/kernel/io_uring_disabled").exists()
+    and Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() != "0",
+    reason="io_uring is disabled on this kernel",
+)
+def test_io_uring_is_available_without_containment(scene: Scene) -> None:
+    assert scene.tool("raw").run_sync(command=IO_URING.format(py=PY))["stdout"].strip() == "RING"
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_io_uring_is_refused_with_network_none(scene: Scene, mechanism: str) -> None:
+    result = scene.tool(mechanism, "none").run_sync(command=IO_URING.format(py=PY))
+    assert result["stdout"].strip() == "Operation not permitted", result

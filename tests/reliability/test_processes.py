@@ -90,7 +90,8 @@ async def test_a_timeout_leaves_no_process_in_the_group(spawner_workspace: Path,
     answer = await bash(command=spawner_command(token, 3, ignore_term), timeout=2000)
     assert answer["timed_out"] is True
     pgid = int(answer["stdout"].split()[0])
-    assert not group_alive(pgid)
+    # In the call's PID namespace the group's leader is outside: id 0.
+    assert pgid == 0 or not group_alive(pgid)
     assert tagged(token) == []
 
 
@@ -110,9 +111,9 @@ async def test_a_cancelled_call_leaves_no_process_in_the_group(spawner_workspace
             command = spawner_command(token, 3, ignore_term, str(ready))
             nursery.start_soon(lambda: bash(command=command, timeout=60_000))
             pgid = int(await trio.to_thread.run_sync(read_ready, abandon_on_cancel=True))
-            assert group_alive(pgid) and len(tagged(token)) >= 4
+            assert (pgid == 0 or group_alive(pgid)) and len(tagged(token)) >= 4
             nursery.cancel_scope.cancel()
-    assert not group_alive(pgid)
+    assert pgid == 0 or not group_alive(pgid)
     assert tagged(token) == []
 
 

@@ -32,11 +32,34 @@ PY = shlex.quote(sys.executable)
 
 
 def group_exists(pgid: int) -> bool:
+    """Whether the group still has a member.
+
+    0 is what a command reports from inside its call's PID namespace (the
+    group's leader lives outside it); then the tagged sleepers are looked for.
+    """
+    if pgid == 0:
+        return sleepers_left()
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     return True
+
+
+SLEEPER_TAG = f"lf-bash-test-sleeper-{os.getpid()}"
+
+
+def sleepers_left() -> bool:
+    """Whether a live sleeper child of these tests (tagged) is still in /proc."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if cmdline.endswith(SLEEPER_TAG.encode() + b"\0") and state != "Z":
+            return True
+    return False
 
 
 @pytest.fixture
@@ -240,7 +263,9 @@ async def test_default_timeout_has_no_notice(workspace: Path) -> None:
 async def test_timeout_kills_the_command_and_its_children(workspace: Path) -> None:
     script = (
         "import os, subprocess, sys, time; "
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '"
+        + SLEEPER_TAG
+        + "']); "
         "print(os.getpgid(0), flush=True); time.sleep(60)"
     )
     result = await bash(workspace, command=f'{PY} -c "{script}"', timeout=1000)
@@ -254,7 +279,9 @@ async def test_cancelling_a_call_kills_its_process_group(tmp_path: Path, workspa
     os.mkfifo(fifo)
     script = (
         "import os, subprocess, sys, time; "
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '"
+        + SLEEPER_TAG
+        + "']); "
         "f = open(sys.argv[1], 'w'); f.write(str(os.getpgid(0))); f.close(); time.sleep(60)"
     )
     tool = bash_tool(workspace_root=workspace)

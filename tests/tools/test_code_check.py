@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from lionfactory._binaries import BinaryFinder
+from lionfactory._environment import EnvPolicy
 from lionfactory.errors import ToolInputError
 from lionfactory.tools.code_check import (
     CodeCheckRequest,
@@ -279,3 +280,20 @@ async def test_ruff_stderr_keeps_only_its_own_message_lines(
     assert result["status"] == "error"
     assert "TOML parse error" in result["summary"]
     assert SECRET not in result["summary"]
+
+
+async def test_an_env_policy_keeps_secrets_from_ruff(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake ruff records the environment it got, then reports no findings.
+    seen = tmp_path / "seen-env.txt"
+    monkeypatch.setenv("LF_TEST_API_KEY", "sk-ruff-secret")
+    finder = fake_ruff(tmp_path / "bin", f"#!/bin/sh\nenv > {seen}\necho '[]'\n")
+    tool = code_check_tool(workspace_root=workspace, _binaries=finder, env_policy=EnvPolicy())
+    await tool()
+    recorded = seen.read_text()
+    assert "PATH=" in recorded
+    assert "LF_TEST_API_KEY" not in recorded
+    unfiltered = code_check_tool(workspace_root=workspace, _binaries=finder)
+    await unfiltered()
+    assert "LF_TEST_API_KEY=sk-ruff-secret" in seen.read_text()
