@@ -44,6 +44,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._beneath",
         "lionfactory._secret_names",
         "lionfactory._process",
+        "lionfactory._shell_parse",
         "lionfactory._binaries",
         "lionfactory._exchange",
         "lionfactory._isolation",

@@ -72,6 +72,10 @@ BUILTIN_HINTS: dict[str, ToolHints] = {
     "lionfactory.tools.bash.BashRequest": ToolHints(
         "Run a shell command", "BashResponse", read_only=False, destructive=True, open_world=True
     ),
+    # `kill` ends a job: destructive, and not idempotent.
+    "lionfactory.tools.jobs.JobsRequest": ToolHints(
+        "Manage background jobs", "JobsResponse", read_only=False, destructive=True
+    ),
     "lionfactory.tools._search_models.SearchRequest": ToolHints(
         "Search the workspace", "SearchResponse", **_READ
     ),

@@ -284,10 +284,10 @@ async def test_huge_output_is_capped_with_a_notice_and_bounded_memory(workspace:
     finally:
         tracemalloc.stop()
     assert result["return_code"] == 0
-    for stream in ("stdout", "stderr"):
-        kept, notice = result[stream].split("\n", 1)
-        assert kept == "x" * 100_000
-        assert "truncated" in notice and "50,000,000" in notice
+    for stream, key in (("stdout", "output_id"), ("stderr", "stderr_output_id")):
+        head, marker, tail = result[stream].split("\n")
+        assert head == tail == "x" * 50_000
+        assert "50,000,000 bytes in all" in marker and result[key] in marker
     assert peak < 5_000_000
 
 
@@ -363,5 +363,5 @@ def test_tool_schema_names_the_fields() -> None:
     assert tool.name == "bash"
     assert tool.request_model is BashRequest
     properties = tool.schema()["function"]["parameters"]["properties"]
-    assert set(properties) == {"command", "timeout", "cwd"}
+    assert set(properties) == {"command", "timeout", "cwd", "background", "on_timeout"}
     assert all(field.description for field in BashResponse.model_fields.values())
