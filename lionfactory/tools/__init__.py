@@ -21,6 +21,7 @@ from lionfactory.tools.context import (
     context_tool,
 )
 from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
+from lionfactory.tools.jobs import JobInfo, JobsRequest, JobsResponse, jobs_tool
 from lionfactory.tools.messenger import (
     MessengerEvent,
     MessengerRequest,
@@ -46,6 +47,9 @@ __all__ = [
     "ContextResponse",
     "EditorRequest",
     "EditorResponse",
+    "JobInfo",
+    "JobsRequest",
+    "JobsResponse",
     "MessengerEvent",
     "MessengerRequest",
     "MessengerResponse",
@@ -64,6 +68,7 @@ __all__ = [
     "code_nav_tool",
     "context_tool",
     "editor_tool",
+    "jobs_tool",
     "messenger_tool",
     "reader_tool",
     "search_tool",

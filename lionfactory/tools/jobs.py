@@ -191,8 +191,12 @@ class BranchJobs:
         self.outputs[ident] = output
         return output, fd
 
-    def enforce_budget(self, budget: int = OUTPUT_BUDGET_BYTES) -> None:
-        """Drop the oldest finished outputs until the kept bytes fit `budget`."""
+    def enforce_budget(self, budget: int | None = None) -> None:
+        """Drop the oldest finished outputs until the kept bytes fit `budget`.
+
+        `budget` defaults to `OUTPUT_BUDGET_BYTES` (read at call time).
+        """
+        budget = OUTPUT_BUDGET_BYTES if budget is None else budget
         sizes = {ident: output.size() for ident, output in self.outputs.items()}
         total = sum(sizes.values())
         for ident, output in sorted(self.outputs.items(), key=lambda item: item[1].created):
@@ -225,6 +229,7 @@ class BranchJobs:
             LaunchError: the program could not be started.
         """
         self._forget_finished_over_limit()
+        self.enforce_budget()
         if len(self.jobs) >= MAX_JOBS:
             raise JobLimit(
                 f"This branch already holds {MAX_JOBS} jobs, the most it may. Kill jobs you "
