@@ -45,6 +45,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._secret_names",
         "lionfactory._process",
         "lionfactory._shell_parse",
+        "lionfactory._supervisor",
+        "lionfactory._supervisor_main",
         "lionfactory._binaries",
         "lionfactory._exchange",
         "lionfactory._isolation",

@@ -59,7 +59,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import anyio
 import anyio.to_thread
@@ -67,7 +67,8 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._isolation import Isolation, workspace_isolation
-from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
+from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
+from lionfactory._supervisor import SupervisorGone, run_supervised
 from lionfactory._tool import Tool
 from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.tools._bash_shellsplit import leading_assignments, split, unquoted_operator
@@ -393,21 +394,20 @@ class _BashHandler:
             return await self._as_job(request, prepared)
         table = self.registry.current()
         ids: dict[str, str] = {}
+        spill = (
+            _spiller(table, request.command, ids, "stdout"),
+            _spiller(table, request.command, ids, "stderr"),
+        )
         try:
-            result = await run_process(
-                prepared.argv,
-                cwd=prepared.cwd,
-                timeout=prepared.timeout_ms / 1000,
-                env=prepared.env,
-                isolation=self.isolation,
-                announce_truncation=False,
-                spill=(
-                    _spiller(table, request.command, ids, "stdout"),
-                    _spiller(table, request.command, ids, "stderr"),
-                ),
-            )
+            result = await self._foreground(table, prepared, spill)
         except LaunchError as exc:
             return BashResponse(error=self._launch_message(exc), notice=prepared.notice)
+        except (SupervisorGone, OSError) as exc:
+            return BashResponse(
+                error=f"The sandbox this conversation's commands run in could not be used "
+                f"({exc}); the command may not have run. Send it again: a new sandbox starts.",
+                notice=prepared.notice,
+            )
         stdout, stderr = result.stdout, result.stderr
         if ids:
             stdout, stderr = await anyio.to_thread.run_sync(
@@ -430,6 +430,34 @@ class _BashHandler:
             stderr_output_id=ids.get("stderr"),
             error=error,
             notice=prepared.notice,
+        )
+
+    async def _foreground(
+        self, table: BranchJobs, prepared: _Prepared, spill: tuple[Any, Any]
+    ) -> ProcessResult:
+        if self.isolation is None or not self.isolation.confined:
+            return await run_process(
+                prepared.argv,
+                cwd=prepared.cwd,
+                timeout=prepared.timeout_ms / 1000,
+                env=prepared.env,
+                announce_truncation=False,
+                spill=spill,
+            )
+        # Under kernel isolation every command of the branch runs in the
+        # branch's one sandbox, so it reaches the branch's background jobs
+        # (loopback, /tmp) and nothing else.
+        supervisor = await anyio.to_thread.run_sync(
+            table.supervisor, self.isolation, self.workspace.root
+        )
+        return await run_supervised(
+            supervisor,
+            prepared.argv,
+            cwd=prepared.cwd,
+            timeout=prepared.timeout_ms / 1000,
+            env=prepared.env,
+            max_bytes=DEFAULT_MAX_BYTES,
+            spill=spill,
         )
 
     @staticmethod

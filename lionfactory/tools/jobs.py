@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._call import current_call
 from lionfactory._isolation import Isolation
 from lionfactory._process import LaunchError, _check_program
+from lionfactory._supervisor import RemoteProcess, Supervisor, SupervisorGone
 from lionfactory._tool import Tool
 
 __all__ = [
@@ -111,7 +112,8 @@ class _Job:
 
     id: str
     command: str
-    popen: subprocess.Popen[bytes]
+    # Started directly (no kernel isolation), or by the branch's supervisor.
+    popen: subprocess.Popen[bytes] | RemoteProcess
     output: _Output
     started: float
     tmpdir: Path | None = None
@@ -127,8 +129,13 @@ class _Job:
         if code is not None and self.ended is None:
             self.ended = _now()
             # Whatever the command left running in its group ends with it, as
-            # for a foreground call; then the private temp dir can go.
-            _kill_group(self.pgid)
+            # for a foreground call (the supervisor does that for its own
+            # commands, whose pids are its namespace's); then the private
+            # temp dir can go.
+            if isinstance(self.popen, RemoteProcess):
+                self.popen.close()
+            else:
+                _kill_group(self.pgid)
             if self.tmpdir is not None:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
         return code
@@ -173,6 +180,19 @@ class BranchJobs:
     dropped: dict[str, str] = attrs.Factory(dict)
     directory: Path | None = None
     closed: bool = False
+    supervisors: dict[Isolation, Supervisor] = attrs.Factory(dict)
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    def supervisor(self, isolation: Isolation, root: Path) -> Supervisor:
+        """The branch's supervisor for `isolation`, started on first use (blocking)."""
+        with self.lock:
+            running = self.supervisors.get(isolation)
+            if running is None or not running.alive:
+                if running is not None:
+                    running.close()
+                running = self.supervisors[isolation] = Supervisor.start(isolation, root)
+                _SUPERVISORS.add(running)
+            return running
 
     def _dir(self) -> Path:
         if self.directory is None or not self.directory.is_dir():
@@ -236,11 +256,9 @@ class BranchJobs:
                 f"no longer need with jobs(action='kill', job_id=...) (a finished job's "
                 f"output stays readable until then), then start this one again."
             )
-        launch_argv, launch_env, tmpdir = list(argv), env, None
         if isolation is not None and isolation.confined:
-            _check_program(argv[0], cwd, env)
-            launch = isolation.launch(argv, cwd=cwd, env=env)
-            launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
+            return self._start_supervised(command, argv, cwd=cwd, env=env, isolation=isolation)
+        launch_argv, launch_env, tmpdir = list(argv), env, None
         output, fd = self.new_output(command, prefix="job")
         try:
             popen = subprocess.Popen(
@@ -267,6 +285,33 @@ class BranchJobs:
         _LIVE.add(job)
         return job
 
+    def _start_supervised(
+        self,
+        command: str,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        isolation: Isolation,
+    ) -> _Job:
+        _check_program(argv[0], cwd, env)
+        supervisor = self.supervisor(isolation, cwd)
+        output, fd = self.new_output(command, prefix="job")
+        try:
+            sock = supervisor.submit(argv, cwd=cwd, env=env, stdout=fd, stderr=fd)
+            process = RemoteProcess.first_report(sock)
+        except SupervisorGone as exc:
+            self._drop(output.id, "the job did not start")
+            self.dropped.pop(output.id, None)
+            raise LaunchError(argv[0], f"the sandbox's supervisor is gone ({exc})") from None
+        finally:
+            os.close(fd)
+        job = _Job(output.id, command, process, output, _now())
+        output.job = job
+        self.jobs[job.id] = job
+        _LIVE.add(job)
+        return job
+
     def _forget_finished_over_limit(self) -> None:
         """Past the limit, forget the oldest finished jobs (their output stays readable)."""
         finished = sorted(
@@ -279,6 +324,12 @@ class BranchJobs:
     def kill(self, job: _Job) -> None:
         """Kill the job's whole group and reap it (blocking: call it in a worker thread)."""
         job.killed = job.killed or job.running
+        if isinstance(job.popen, RemoteProcess):
+            job.popen.kill()
+            job.popen.wait(timeout=5)
+            job.poll()
+            _LIVE.discard(job)
+            return
         _kill_group(job.pgid)
         # A process stuck in the kernel cannot die before its I/O returns.
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -296,6 +347,11 @@ class BranchJobs:
         for job in list(self.jobs.values()):
             self.kill(job)
         self.jobs.clear()
+        with self.lock:
+            supervisors, self.supervisors = list(self.supervisors.values()), {}
+        for supervisor in supervisors:
+            supervisor.close()
+            _SUPERVISORS.discard(supervisor)
         self.outputs.clear()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -306,8 +362,9 @@ class JobLimit(Exception):
     """A branch holds `MAX_JOBS` jobs already."""
 
 
-# Every job still running, for the kill at interpreter exit.
+# Every job still running, and every supervisor, for the kill at interpreter exit.
 _LIVE: set[_Job] = set()
+_SUPERVISORS: set[Supervisor] = set()
 
 
 @attrs.define(eq=False)
@@ -347,7 +404,13 @@ REGISTRY = JobRegistry()
 @atexit.register
 def _kill_all_at_exit() -> None:
     for job in list(_LIVE):
-        _kill_group(job.pgid)
+        if not isinstance(job.popen, RemoteProcess):
+            _kill_group(job.pgid)
+    for supervisor in list(_SUPERVISORS):
+        # Its commands die with its sandbox's PID namespace, or when it
+        # sees its socket close.
+        supervisor.control.close()
+        _kill_group(supervisor.popen.pid)
     for table in list(REGISTRY.tables.values()):
         if table.directory is not None:
             shutil.rmtree(table.directory, ignore_errors=True)

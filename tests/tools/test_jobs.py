@@ -6,6 +6,7 @@ import os
 import shlex
 import socket
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -51,25 +52,29 @@ async def act(branch: Branch, tool: str, **arguments: Any) -> dict[str, Any]:
     return dict(result.result)
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of group `pgid`, read from /proc."""
-    members = []
+def tagged_sleeper() -> tuple[str, str]:
+    """A sleeper command carrying a unique tag in its argv, and the tag."""
+    tag = f"lf-tag-{uuid.uuid4().hex}"
+    return f"{SLEEPER} {tag}", tag
+
+
+def processes_tagged(tag: str) -> list[int]:
+    """Live (non-zombie) processes whose argv holds `tag`: seen from the host, any namespace."""
+    found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                argv = cmdline.read()
             with open(f"/proc/{name}/stat", "rb") as stat:
                 data = stat.read()
         except OSError:
             continue
-        fields = data[data.rindex(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            members.append(int(name))
-    return members
-
-
-def job_pgid(branch: Branch, job_id: str) -> int:
-    return jobs_module.REGISTRY.tables[branch.id].jobs[job_id].pgid
+        state = data[data.rindex(b")") + 2 :].split()[0]
+        if tag.encode() in argv and state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
 
 
 async def test_background_answers_at_once_with_a_job_id(workspace: Path) -> None:
@@ -101,16 +106,16 @@ async def test_output_and_return_code_once_done(workspace: Path) -> None:
 @pytest.mark.parametrize("mechanism", mechanisms())
 async def test_kill_leaves_no_process(workspace: Path, mechanism: str) -> None:
     branch = make_branch(workspace, isolation=mechanism)
-    # The job starts a grandchild of its own; kill must end both.
-    command = f"{SLEEPER} & {SLEEPER}" if mechanism != "none" else SLEEPER
+    sleeper, tag = tagged_sleeper()
+    # Under a shell the job starts a second process of its own; kill ends both.
+    command = f"{sleeper} & {sleeper}" if mechanism != "none" else sleeper
     started = await act(branch, "bash", command=command, background=True)
     job = started["job_id"]
     await act(branch, "jobs", action="wait", job_id=job, until="up")
-    pgid = job_pgid(branch, job)
-    assert group_members(pgid)
+    assert processes_tagged(tag)
     killed = await act(branch, "jobs", action="kill", job_id=job)
     assert killed["running"] is False
-    assert group_members(pgid) == []
+    assert processes_tagged(tag) == []
     await branch.aclose()
 
 
@@ -119,17 +124,20 @@ async def test_aclose_kills_every_job_and_removes_kept_output(
     workspace: Path, mechanism: str
 ) -> None:
     branch = make_branch(workspace, isolation=mechanism)
-    groups = []
+    sleeper, tag = tagged_sleeper()
     for _ in range(3):
-        started = await act(branch, "bash", command=SLEEPER, background=True)
+        started = await act(branch, "bash", command=sleeper, background=True)
         await act(branch, "jobs", action="wait", job_id=started["job_id"], until="up")
-        groups.append(job_pgid(branch, started["job_id"]))
+    assert len(processes_tagged(tag)) >= 3
     directory = jobs_module.REGISTRY.tables[branch.id].directory
     assert directory is not None and directory.is_dir()
     async with branch:
         pass  # `async with` closes like aclose()
-    assert all(group_members(pgid) == [] for pgid in groups)
+    assert processes_tagged(tag) == []
     assert not directory.exists()
+    if mechanism != "none":
+        # The branch's sandbox (its supervisor) is gone too.
+        assert not jobs_module.REGISTRY.tables.get(branch.id)
     assert (await act(branch, "jobs", action="list"))["jobs"] == []
 
 
@@ -179,6 +187,60 @@ async def test_wait_for_a_port_on_loopback(workspace: Path) -> None:
     fetch = f"{PY} -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/').status)\""
     assert (await act(branch, "bash", command=fetch))["stdout"] == "200\n"
     await branch.aclose()
+
+
+FETCH = (
+    "import sys, urllib.request as u\n"
+    "try:\n"
+    "    print(u.urlopen(f'http://127.0.0.1:{sys.argv[1]}/', timeout=10).status)\n"
+    "except OSError as exc:\n"
+    "    print('unreachable', type(exc).__name__)\n"
+)
+
+
+@pytest.mark.parametrize("mechanism", [m for m in mechanisms() if m.values[0] != "none"])
+async def test_a_background_server_answers_a_later_call_with_no_network(
+    workspace: Path, mechanism: str
+) -> None:
+    """The branch's commands share one sandbox: its loopback, and nothing of the host's."""
+    (workspace / "fetch.py").write_text(FETCH)
+    with socket.socket() as host_listener, socket.socket() as probe:
+        host_listener.bind(("127.0.0.1", 0))
+        host_listener.listen()
+        host_port = host_listener.getsockname()[1]
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        branch = make_branch(workspace, isolation=mechanism, network="none")
+        started = await act(
+            branch, "bash", command=f"{PY} -m http.server {port} --bind 127.0.0.1", background=True
+        )
+        waited = await act(
+            branch,
+            "jobs",
+            action="wait",
+            job_id=started["job_id"],
+            until="Serving HTTP",
+            timeout=60_000,
+        )
+        assert waited["matched"] is True, waited
+        reached = await act(branch, "bash", command=f"{PY} fetch.py {port}")
+        assert reached["stdout"] == "200\n", reached
+        blocked = await act(branch, "bash", command=f"{PY} fetch.py {host_port}")
+        assert blocked["stdout"].startswith("unreachable"), blocked
+        await branch.aclose()
+
+
+@pytest.mark.parametrize("mechanism", [m for m in mechanisms() if m.values[0] != "none"])
+async def test_later_calls_share_the_branchs_private_tmp(workspace: Path, mechanism: str) -> None:
+    branch = make_branch(workspace, isolation=mechanism)
+    tmp = "${TMPDIR:-/tmp}"
+    await act(branch, "bash", command=f"echo kept > {tmp}/note")
+    assert (await act(branch, "bash", command=f"cat {tmp}/note"))["stdout"] == "kept\n"
+    other = make_branch(workspace, isolation=mechanism)
+    assert (await act(other, "bash", command=f"cat {tmp}/note"))["return_code"] != 0
+    await branch.aclose()
+    await other.aclose()
 
 
 @pytest.mark.parametrize("mechanism", [m for m in mechanisms() if m.values[0] != "none"])
