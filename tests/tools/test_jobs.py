@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shlex
 import socket
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,15 @@ async def act(branch: Branch, tool: str, **arguments: Any) -> dict[str, Any]:
     result = await branch.act(tool, arguments)
     assert result.ok, result.error
     return dict(result.result)
+
+
+async def eventually(predicate: Callable[[], bool], seconds: float) -> None:
+    """Poll `predicate` (another process's state, which no event reports) until it holds."""
+    with trio.fail_after(seconds):
+        for _ in itertools.count():
+            if predicate():
+                return
+            await trio.sleep(0.01)
 
 
 def tagged_sleeper() -> tuple[str, str]:
@@ -340,3 +351,56 @@ def test_kept_output_is_private(workspace: Path) -> None:
     assert output.path.parent.stat().st_mode & 0o777 == 0o700
     assert not output.path.is_relative_to(workspace)
     table.close()
+
+
+@pytest.mark.parametrize("mechanism", [m for m in mechanisms() if m.values[0] != "none"])
+async def test_a_confined_timeout_kills_the_command_and_its_children(
+    workspace: Path, mechanism: str
+) -> None:
+    branch = make_branch(workspace, isolation=mechanism)
+    sleeper, tag = tagged_sleeper()
+    result = await act(branch, "bash", command=f"{sleeper} & {sleeper}", timeout=1_000)
+    assert result["timed_out"] is True and "killed" in result["error"]
+    assert processes_tagged(tag) == []
+    # The branch's sandbox survives a timeout: the next call runs in it.
+    assert (await act(branch, "bash", command="echo next"))["stdout"] == "next\n"
+    await branch.aclose()
+
+
+@pytest.mark.parametrize("mechanism", [m for m in mechanisms() if m.values[0] != "none"])
+async def test_a_cancelled_confined_call_leaves_no_process(workspace: Path, mechanism: str) -> None:
+    branch = make_branch(workspace, isolation=mechanism)
+    await act(branch, "bash", command="true")  # the sandbox is up
+    sleeper, tag = tagged_sleeper()
+    with trio.move_on_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(branch.act, "bash", {"command": sleeper, "timeout": 120_000})
+            await eventually(lambda: bool(processes_tagged(tag)), 60)
+            nursery.cancel_scope.cancel()
+    await eventually(lambda: not processes_tagged(tag), 10)
+    await branch.aclose()
+
+
+@pytest.mark.parametrize("mechanism", [m for m in mechanisms() if m.values[0] != "none"])
+async def test_concurrent_confined_calls_run_in_parallel(workspace: Path, mechanism: str) -> None:
+    branch = make_branch(workspace, isolation=mechanism)
+    await act(branch, "bash", command="true")
+    start = trio.current_time()
+    results = await branch.act_many([("bash", {"command": "sleep 1; echo ok"})] * 4)
+    elapsed = trio.current_time() - start
+    assert all(r.ok and r.result["stdout"] == "ok\n" for r in results)  # type: ignore[index]
+    assert elapsed < 3.5
+    await branch.aclose()
+
+
+@pytest.mark.parametrize("mechanism", [m for m in mechanisms() if m.values[0] != "none"])
+async def test_a_dead_supervisor_is_replaced_on_the_next_call(
+    workspace: Path, mechanism: str
+) -> None:
+    branch = make_branch(workspace, isolation=mechanism)
+    await act(branch, "bash", command="true")
+    (supervisor,) = jobs_module.REGISTRY.tables[branch.id].supervisors.values()
+    os.killpg(supervisor.popen.pid, 9)
+    supervisor.popen.wait()
+    assert (await act(branch, "bash", command="echo again"))["stdout"] == "again\n"
+    await branch.aclose()
