@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import array
 import contextlib
+import ctypes
 import json
 import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -57,31 +59,126 @@ def _kill_group(pgid: int) -> None:
             kill(pgid, signal.SIGKILL)
 
 
-def _start(request: dict[str, object], stdout: int, stderr: int, report: socket.socket) -> int:
+_CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
+_PR_SET_PDEATHSIG = 1
+_STATUS = struct.Struct("i")
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _enter_pid_namespace() -> bool:
+    """Make this process's next child the first of a new PID namespace; False if refused.
+
+    Without capabilities (the sandbox dropped them) a PID namespace needs a
+    user namespace; ourselves are mapped to ourselves where the kernel lets
+    us (not for uid 0, which needs CAP_SETFCAP: root's commands then see
+    themselves as the overflow uid, while the kernel still acts as root).
+    """
+    libc = _libc()
+    if libc.unshare(_CLONE_NEWPID) == 0:
+        return True
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
+        return False
+    for name, text in (
+        ("uid_map", f"{uid} {uid} 1"),
+        ("setgroups", "deny"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        with contextlib.suppress(OSError):
+            _write(f"/proc/self/{name}", text)
+    return True
+
+
+def _close_all_but(keep: set[int]) -> None:
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 65536)
+
+
+def _exec(request: dict[str, object], report: socket.socket) -> None:
     argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
     env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
-    cwd = str(request["cwd"])
+    try:
+        os.set_inheritable(report.fileno(), False)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.chdir(str(request["cwd"]))
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, OSError) and exc.filename is not None:
+            reason = f"{reason} ({os.fsdecode(exc.filename)})"
+        _send(report, {"exec_error": reason})
+    os._exit(127)
+
+
+def _start(
+    request: dict[str, object], stdout: int, stderr: int, report: socket.socket, status: int
+) -> int:
+    """Fork the command's leader; returns its pid (in our namespace).
+
+    The leader starts a new session and, where the kernel allows, a PID
+    namespace of the command's own, whose first process runs the command
+    and waits for it: when the command ends, that first process exits and
+    the kernel kills everything left in its namespace, a process that
+    started a session of its own included. So no process of a command
+    outlives it, while every command shares the sandbox's network and
+    ``/tmp``. The command's wait status goes to `status`.
+    """
     pid = os.fork()
-    if pid == 0:  # the command
+    if pid:
+        return pid
+    # The leader: nothing of the supervisor's own may leak into the command.
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        _close_all_but({report.fileno(), status})
+        own = _enter_pid_namespace()
+    except BaseException:
+        os._exit(126)
+    if not own:
+        os.close(status)
+        _exec(request, report)
+    first = os.fork()
+    if first:
+        # Still the leader: leave when the namespace's first process does.
+        os.close(status)
+        os.waitpid(first, 0)
+        os._exit(0)
+    # The namespace's first process: it dies with the leader (a kill of the
+    # group reaches both), and it reaps whatever the command orphans.
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    command = os.fork()
+    if command == 0:
+        os.close(status)
+        _exec(request, report)
+    report.close()
+    while True:
         try:
-            os.setsid()
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(stdout, 1)
-            os.dup2(stderr, 2)
-            os.closerange(3, report.fileno())
-            os.closerange(report.fileno() + 1, 65536)
-            os.set_inheritable(report.fileno(), False)
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            os.chdir(cwd)
-            os.execvpe(argv[0], argv, env)
-        except BaseException as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            if isinstance(exc, OSError) and exc.filename is not None:
-                reason = f"{reason} ({os.fsdecode(exc.filename)})"
-            _send(report, {"exec_error": reason})
-        os._exit(127)
-    return pid
+            done, code = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if done == command:
+            os.write(status, _STATUS.pack(code))
+            os._exit(0)
 
 
 def main(control_fd: int) -> None:
@@ -108,10 +205,25 @@ def main(control_fd: int) -> None:
                 return
             reaped.append((pid, status))
 
+    statuses: dict[int, int] = {}  # pid -> the read end of its status pipe
+
+    def command_status(pid: int, status: int) -> int:
+        """The command's own wait status when its namespace reported one, else the leader's."""
+        fd = statuses.pop(pid, None)
+        if fd is None:
+            return status
+        try:
+            data = os.read(fd, _STATUS.size)
+        except OSError:
+            data = b""
+        os.close(fd)
+        return _STATUS.unpack(data)[0] if len(data) == _STATUS.size else status
+
     def finish(pid: int, status: int) -> None:
         report = running.get(pid)
         if report is None:
             return  # an orphan of some command, reaped as the namespace's init
+        status = command_status(pid, status)
         # What the command left running ends with it, and the exit is
         # reported only once the group is gone, so "done" means no process.
         _kill_group(pid)
@@ -155,7 +267,13 @@ def main(control_fd: int) -> None:
                     continue
                 report = socket.socket(fileno=fds[0])
                 try:
-                    pid = _start(json.loads(data), fds[1], fds[2], report)
+                    status_read, status_write = os.pipe()
+                    os.set_blocking(status_read, False)
+                    try:
+                        pid = _start(json.loads(data), fds[1], fds[2], report, status_write)
+                    finally:
+                        os.close(status_write)
+                    statuses[pid] = status_read
                 except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
                     _send(report, {"exec_error": f"bad request: {exc}"})
                     report.close()
