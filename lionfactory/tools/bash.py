@@ -399,38 +399,44 @@ class _BashHandler:
             _spiller(table, request.command, ids, "stderr"),
         )
         try:
-            result = await self._foreground(table, prepared, spill)
-        except LaunchError as exc:
-            return BashResponse(error=self._launch_message(exc), notice=prepared.notice)
-        except (SupervisorGone, OSError) as exc:
+            try:
+                result = await self._foreground(table, prepared, spill)
+            except LaunchError as exc:
+                return BashResponse(error=self._launch_message(exc), notice=prepared.notice)
+            except (SupervisorGone, OSError) as exc:
+                return BashResponse(
+                    error=f"The sandbox this conversation's commands run in could not be used "
+                    f"({exc}); the command may not have run. Send it again: a new sandbox starts.",
+                    notice=prepared.notice,
+                )
+            stdout, stderr = result.stdout, result.stderr
+            if ids:
+                stdout, stderr = await anyio.to_thread.run_sync(
+                    self._kept_texts, table, ids, stdout, stderr
+                )
+            error = None
+            if result.timed_out:
+                error = (
+                    f"The command did not finish within {prepared.timeout_ms} ms and was killed "
+                    f"with every process it started. Use a larger timeout (at most "
+                    f"{MAX_TIMEOUT_MS}), on_timeout='background' to let it go on as a job, or a "
+                    f"smaller task."
+                )
             return BashResponse(
-                error=f"The sandbox this conversation's commands run in could not be used "
-                f"({exc}); the command may not have run. Send it again: a new sandbox starts.",
+                stdout=stdout,
+                stderr=stderr,
+                return_code=result.returncode,
+                timed_out=result.timed_out,
+                output_id=ids.get("stdout"),
+                stderr_output_id=ids.get("stderr"),
+                error=error,
                 notice=prepared.notice,
             )
-        stdout, stderr = result.stdout, result.stderr
-        if ids:
-            stdout, stderr = await anyio.to_thread.run_sync(
-                self._kept_texts, table, ids, stdout, stderr
-            )
-        error = None
-        if result.timed_out:
-            error = (
-                f"The command did not finish within {prepared.timeout_ms} ms and was killed "
-                f"with every process it started. Use a larger timeout (at most "
-                f"{MAX_TIMEOUT_MS}), on_timeout='background' to let it go on as a job, or a "
-                f"smaller task."
-            )
-        return BashResponse(
-            stdout=stdout,
-            stderr=stderr,
-            return_code=result.returncode,
-            timed_out=result.timed_out,
-            output_id=ids.get("stdout"),
-            stderr_output_id=ids.get("stderr"),
-            error=error,
-            notice=prepared.notice,
-        )
+        finally:
+            # A call that failed or was cancelled leaves its kept output
+            # droppable; one that finished released it above already.
+            for ident in ids.values():
+                table.release(ident)
 
     async def _foreground(
         self, table: BranchJobs, prepared: _Prepared, spill: tuple[Any, Any]
@@ -466,7 +472,10 @@ class _BashHandler:
     ) -> tuple[str, str]:
         texts = {"stdout": stdout, "stderr": stderr}
         for stream, ident in ids.items():
-            texts[stream] = _head_and_tail(table.outputs[ident].path, stream, ident)
+            output = table.outputs.get(ident)
+            if output is not None:  # busy while this call runs: never dropped before this
+                texts[stream] = _head_and_tail(output.path, stream, ident)
+            table.release(ident)
         table.enforce_budget()
         return texts["stdout"], texts["stderr"]
 

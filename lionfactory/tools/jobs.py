@@ -98,6 +98,8 @@ class _Output:
     created: float
     label: str
     job: _Job | None = None
+    # A foreground call is still writing or reading it: never dropped then.
+    busy: bool = False
 
     def size(self) -> int:
         try:
@@ -182,6 +184,8 @@ class BranchJobs:
     closed: bool = False
     supervisors: dict[Isolation, Supervisor] = attrs.Factory(dict)
     lock: threading.Lock = attrs.Factory(threading.Lock)
+    # Calls of one branch run concurrently (act_many), in worker threads.
+    outputs_lock: threading.RLock = attrs.Factory(threading.RLock)
 
     def supervisor(self, isolation: Isolation, root: Path) -> Supervisor:
         """The branch's supervisor for `isolation`, started on first use (blocking)."""
@@ -205,11 +209,19 @@ class BranchJobs:
     def new_output(self, label: str, prefix: str = "out") -> tuple[_Output, int]:
         """A new kept-output file (created empty, owner-only) and its open descriptor."""
         ident = f"{prefix}-{secrets.token_hex(6)}"
-        path = self._dir() / ident
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        output = _Output(ident, path, _now(), label)
-        self.outputs[ident] = output
+        with self.outputs_lock:
+            path = self._dir() / ident
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            output = _Output(ident, path, _now(), label, busy=prefix == "out")
+            self.outputs[ident] = output
         return output, fd
+
+    def release(self, ident: str) -> None:
+        """A foreground call is done with kept output `ident`: it may be dropped from now on."""
+        with self.outputs_lock:
+            output = self.outputs.get(ident)
+            if output is not None:
+                output.busy = False
 
     def enforce_budget(self, budget: int | None = None) -> None:
         """Drop the oldest finished outputs until the kept bytes fit `budget`.
@@ -217,21 +229,24 @@ class BranchJobs:
         `budget` defaults to `OUTPUT_BUDGET_BYTES` (read at call time).
         """
         budget = OUTPUT_BUDGET_BYTES if budget is None else budget
-        sizes = {ident: output.size() for ident, output in self.outputs.items()}
-        total = sum(sizes.values())
-        for ident, output in sorted(self.outputs.items(), key=lambda item: item[1].created):
-            if total <= budget:
-                break
-            if output.job is not None and output.job.running:
-                continue
-            total -= sizes[ident]
-            self._drop(ident, "dropped to keep this branch's output within its budget")
+        with self.outputs_lock:
+            outputs = sorted(self.outputs.items(), key=lambda item: item[1].created)
+            sizes = {ident: output.size() for ident, output in outputs}
+            total = sum(sizes.values())
+            for ident, output in outputs:
+                if total <= budget:
+                    break
+                if output.busy or (output.job is not None and output.job.running):
+                    continue
+                total -= sizes[ident]
+                self._drop(ident, "dropped to keep this branch's output within its budget")
 
     def _drop(self, ident: str, why: str) -> None:
-        output = self.outputs.pop(ident, None)
-        if output is not None:
-            output.path.unlink(missing_ok=True)
-            self.dropped[ident] = why
+        with self.outputs_lock:
+            output = self.outputs.pop(ident, None)
+            if output is not None:
+                output.path.unlink(missing_ok=True)
+                self.dropped[ident] = why
 
     def start(
         self,

@@ -404,3 +404,22 @@ async def test_a_dead_supervisor_is_replaced_on_the_next_call(
     supervisor.popen.wait()
     assert (await act(branch, "bash", command="echo again"))["stdout"] == "again\n"
     await branch.aclose()
+
+
+async def test_concurrent_cut_outputs_are_never_dropped_while_their_calls_run(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A budget smaller than what runs at once drops only outputs whose calls are done."""
+    monkeypatch.setattr(jobs_module, "OUTPUT_BUDGET_BYTES", 300_000)
+    branch = make_branch(workspace)
+    big = f"{PY} -c \"print('y' * 250_000)\""
+    results = await branch.act_many([("bash", {"command": big})] * 8)
+    for result in results:
+        assert result.ok and result.result is not None, result.error
+        head, marker, tail = result.result["stdout"].split("\n", 2)
+        assert head == "y" * 50_000 and tail == "y" * 49_999 + "\n"
+        assert result.result["output_id"] in marker
+    table = jobs_module.REGISTRY.tables[branch.id]
+    assert not any(output.busy for output in table.outputs.values())
+    assert sum(output.size() for output in table.outputs.values()) <= 300_000
+    await branch.aclose()
