@@ -14,9 +14,16 @@ confined exactly as a command started on its own would be.
 
 Each command's stdout and stderr are pipes (or a job's output file) whose
 write ends are handed to the supervisor with the request, so output never
-passes through the supervisor. A command leads its own session; when it
-ends, is killed or its caller gives up, its whole process group is killed,
-as for a command started directly. Closing the supervisor's socket (branch
+passes through the supervisor. A command leads its own session and, where
+the kernel allows (a user namespace for an unprivileged PID namespace), gets
+a PID namespace of its own inside the sandbox: when it ends, is killed or its
+caller gives up, its process group is killed and its namespace with it, so a
+child that started a session of its own dies too, exactly as when every
+command had a sandbox of its own. (For uid 0 the kernel refuses to map root
+into that user namespace without CAP_SETFCAP, so root's commands see
+themselves as the overflow uid 65534 while the kernel still acts for root.)
+This is the one place besides `lionfactory._process.run_process` that starts
+programs, and only confined ones. Closing the supervisor's socket (branch
 close, interpreter exit, a dead parent) kills every command and ends the
 sandbox with its namespaces.
 """

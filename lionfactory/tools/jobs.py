@@ -426,6 +426,8 @@ def _kill_all_at_exit() -> None:
         # sees its socket close.
         supervisor.control.close()
         _kill_group(supervisor.popen.pid)
+        if supervisor.tmpdir is not None:
+            shutil.rmtree(supervisor.tmpdir, ignore_errors=True)
     for table in list(REGISTRY.tables.values()):
         if table.directory is not None:
             shutil.rmtree(table.directory, ignore_errors=True)
