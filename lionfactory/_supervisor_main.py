@@ -64,8 +64,11 @@ _PR_SET_PDEATHSIG = 1
 _STATUS = struct.Struct("i")
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once; forked commands inherit it
+
+
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
 
 def _write(path: str, text: str) -> None:

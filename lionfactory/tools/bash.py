@@ -55,6 +55,7 @@ Decisions (argv mode, DESIGN §9):
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -285,6 +286,41 @@ def _split_command(command: str) -> tuple[list[str], dict[str, str]]:
     return argv, assignments
 
 
+# A script made only of these characters has no shell syntax beyond words,
+# quotes and spaces: no expansion ($ ` ~ globs), no escape, comment,
+# operator, group or newline. Quoted text in it means the same to shlex and
+# to the shell (double quotes without $ ` \ are literal), so it can run as
+# argv directly, which saves the shell's own start-up.
+_PLAIN_SCRIPT = re.compile(r"[A-Za-z0-9_./=:,+@%' \"-]*")
+# Words a shell gives a meaning of its own (builtins, keywords): a command
+# starting with one of them still runs in the shell.
+_SHELL_WORDS = frozenset(
+    {"cd", "export", "set", "unset", "source", ".", "exit", "exec", "alias", "unalias"}
+    | {"eval", "read", "shift", "trap", "ulimit", "umask", "wait", "command", "builtin"}
+    | {"type", "hash", "times", "return", "break", "continue", "readonly", "local"}
+    | {"declare", "typeset", "let", "echo", "printf", "test", "[", "[[", "pwd", "kill"}
+    | {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case"}
+    | {"esac", "function", "time", "select", "coproc", "getopts", "jobs", "fg", "bg"}
+    | {"disown", "suspend", "logout", "history", "fc", "enable", "help", "mapfile"}
+    | {"readarray", "shopt", "caller", "compgen", "complete", "dirs", "popd", "pushd"}
+)
+
+
+def _plain_argv(command: str) -> tuple[list[str], dict[str, str]] | None:
+    """The argv a plain script runs, when it needs no shell at all; else None."""
+    if not _PLAIN_SCRIPT.fullmatch(command):
+        return None
+    try:
+        words = split(command)
+    except ValueError:
+        return None  # an unclosed quote: let the shell report it
+    count = leading_assignments(command)
+    argv = words[count:]
+    if not argv or argv[0] in _SHELL_WORDS:
+        return None
+    return argv, dict(word.split("=", 1) for word in words[:count])
+
+
 def _check_script(command: str) -> None:
     if "\x00" in command:
         raise ValueError("The command contains a NUL byte; remove it.")
@@ -353,7 +389,11 @@ class _BashHandler:
         try:
             if self.shell is not None:
                 _check_script(command)
-                argv = [self.shell, "-c", command]
+                plain = _plain_argv(command)
+                if plain is None:
+                    argv = [self.shell, "-c", command]
+                else:
+                    argv, assignments = plain
             elif len(command) > _INLINE_SPLIT_CHARS:
                 argv, assignments = await anyio.to_thread.run_sync(_split_command, command)
             else:
@@ -453,9 +493,13 @@ class _BashHandler:
         # Under kernel isolation every command of the branch runs in the
         # branch's one sandbox, so it reaches the branch's background jobs
         # (loopback, /tmp) and nothing else.
-        supervisor = await anyio.to_thread.run_sync(
-            table.supervisor, self.isolation, self.workspace.root
-        )
+        running = table.supervisors.get(self.isolation)
+        if running is not None and running.alive:
+            supervisor = running  # the common case: no worker-thread round trip
+        else:
+            supervisor = await anyio.to_thread.run_sync(
+                table.supervisor, self.isolation, self.workspace.root
+            )
         return await run_supervised(
             supervisor,
             prepared.argv,

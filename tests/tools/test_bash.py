@@ -540,3 +540,17 @@ async def test_on_timeout_background_that_finishes_in_time_is_a_plain_answer(
     assert result["job_id"] is None
     listed = (await jobs_tool()(action="list"))["jobs"]
     assert not [job for job in listed if job["command"] == "echo quick"]
+
+
+@pytest.mark.parametrize("mechanism", _mechanisms())
+async def test_a_plain_script_runs_without_a_shell_and_a_missing_program_is_typed(
+    workspace: Path, mechanism: str
+) -> None:
+    tool = bash_tool(workspace_root=workspace, isolation=mechanism)
+    missing = await tool(command="no-such-program-xyz --flag 'a b'")
+    assert missing["return_code"] is None and "Could not start" in missing["error"]
+    quoted = await tool(command=f"{PY} -c 'import sys; print(sys.argv[1:])' \"a b\" c=d")
+    assert quoted["stdout"] == "['a b', 'c=d']\n"
+    # A builtin still goes to the shell, where it means what it says.
+    assert (await tool(command="cd /"))["return_code"] == 0
+    assert (await tool(command="X=1 printenv X"))["stdout"] == "1\n"
