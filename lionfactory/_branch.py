@@ -314,6 +314,31 @@ class Branch:
         }
         return clone
 
+    # -- closing -------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Release what this branch's tools hold for it: kill its background jobs, drop kept output.
+
+        Every tool handler that holds per-branch resources offers
+        ``close_branch(branch_id)``; each distinct one is called once. The
+        branch stays usable (a tool that needs a resource again starts it).
+        Clones are separate branches with resources of their own.
+        """
+        seen: set[int] = set()
+        for tool in self._tools.values():
+            closer = getattr(tool.handler, "close_branch", None)
+            owner = id(getattr(closer, "__self__", closer))
+            if closer is None or owner in seen:
+                continue
+            seen.add(owner)
+            await closer(self.id)
+
+    async def __aenter__(self) -> Branch:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     # -- acting --------------------------------------------------------------
 
     async def act(

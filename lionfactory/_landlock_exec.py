@@ -164,11 +164,37 @@ def _add_path(ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
+def _loopback_up() -> bool:
+    """Bring up ``lo`` in a fresh network namespace (it starts down); False if refused."""
+    import fcntl
+    import socket
+    import struct
+
+    iff_up, iff_loopback, iff_running, siocsifflags = 0x1, 0x8, 0x40, 0x8914
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            request = struct.pack("16sH14s", b"lo", iff_up | iff_loopback | iff_running, b"")
+            fcntl.ioctl(sock, siocsifflags, request)
+    except OSError:
+        return False
+    return True
+
+
 def _restrict(
-    abi: int, reads: list[str], hidden: list[str], exposed: list[str], writes: list[str], net: str
+    abi: int,
+    reads: list[str],
+    hidden: list[str],
+    exposed: list[str],
+    writes: list[str],
+    net: str,
+    *,
+    own_netns: bool = False,
 ) -> None:
     all_fs = _FS_BY_ABI[min(abi, len(_FS_BY_ABI) - 1)]
-    handled_net = _NET_BIND | _NET_CONNECT if abi >= 4 and net == "none" else 0
+    # In a network namespace of its own (nothing but its loopback) the
+    # process needs no TCP rules: its loopback is the branch's to use.
+    tcp_rules = net == "none" and not own_netns
+    handled_net = _NET_BIND | _NET_CONNECT if abi >= 4 and tcp_rules else 0
     scoped = 0
     if abi >= 6:
         scoped = _SCOPE_SIGNAL | (_SCOPE_ABSTRACT_UNIX if net == "none" else 0)
@@ -478,8 +504,12 @@ def main(args: list[str]) -> None:
     abi = 0 if only_pid else abi_version()
     if abi < 1 and not only_pid:
         _fail("Landlock is not available in this kernel")
+    own_netns = False
     if pid:
         if not no_namespaces and _namespaces(True, net == "none" and not only_pid):
+            # A private network namespace with its loopback up: the branch's
+            # own processes reach each other there, the host's listeners not.
+            own_netns = net == "none" and not only_pid and _loopback_up()
             reader, writer = os.pipe()
             init = os.fork()
             if init:
@@ -509,7 +539,7 @@ def main(args: list[str]) -> None:
     program = _which(argv[0])
     _drop_capabilities()
     try:
-        _restrict(abi, reads, hidden, exposed, writes, net)
+        _restrict(abi, reads, hidden, exposed, writes, net, own_netns=own_netns)
         if net == "none":
             _deny_unix_sockets()
     except OSError as exc:

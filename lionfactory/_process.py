@@ -42,8 +42,9 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import anyio
 import anyio.to_thread
@@ -126,9 +127,13 @@ class _Capture:
     """Keeps the first `limit` bytes of a stream and counts the rest."""
 
     limit: int
+    # Opens a file for the whole stream, called once the stream outgrows
+    # `limit`: the head kept so far is written first, then every later byte.
+    spill: Callable[[], BinaryIO] | None = None
     chunks: list[bytes] = attrs.Factory(list)
     kept: int = 0
     total: int = 0
+    spilled: BinaryIO | None = None
 
     def feed(self, data: bytes) -> None:
         self.total += len(data)
@@ -137,6 +142,16 @@ class _Capture:
             piece = data[:room]
             self.chunks.append(piece)
             self.kept += len(piece)
+        if self.spill is not None and self.total > self.limit:
+            if self.spilled is None:
+                self.spilled = self.spill()
+                self.spilled.write(b"".join(self.chunks))
+                data = data[room:] if room > 0 else data
+            self.spilled.write(data)
+
+    def close(self) -> None:
+        if self.spilled is not None:
+            self.spilled.close()
 
     @property
     def truncated(self) -> bool:
@@ -319,6 +334,7 @@ async def run_process(
     max_bytes: int = DEFAULT_MAX_BYTES,
     announce_truncation: bool = True,
     isolation: Isolation | None = None,
+    spill: tuple[Callable[[], BinaryIO], Callable[[], BinaryIO]] | None = None,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout`, then make sure its whole group is gone.
 
@@ -334,6 +350,10 @@ async def run_process(
             read the ``*_truncated`` flags instead).
         isolation: the confinement to run under; ``None`` or mechanism
             ``"none"`` runs the program directly.
+        spill: for stdout and stderr, a function opening a file that receives
+            the whole stream once it outgrows `max_bytes` (called at most
+            once, only then; the runner writes and closes it), so nothing a
+            long output holds is lost.
 
     Returns:
         The `ProcessResult`. A timeout is a result (``timed_out=True``), not an error.
@@ -384,7 +404,8 @@ async def run_process(
             os.close(fd)
     # start_new_session makes the child a session and group leader.
     pgid = process.pid
-    out, err = _Capture(max_bytes), _Capture(max_bytes)
+    out = _Capture(max_bytes, spill[0] if spill else None)
+    err = _Capture(max_bytes, spill[1] if spill else None)
     try:
         with anyio.move_on_after(timeout) as deadline:
             async with anyio.create_task_group() as group:
@@ -422,6 +443,8 @@ async def run_process(
                 await _wait_group_gone(pgid, zombies_count=not wrapped)
             if tmpdir is not None:
                 await anyio.to_thread.run_sync(_remove, tmpdir)
+            out.close()
+            err.close()
     result = ProcessResult(
         argv=args,
         returncode=process.returncode,

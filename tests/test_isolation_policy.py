@@ -242,7 +242,7 @@ def toolchain(tmp_path: Path) -> Toolchain:
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize(
     ("command", "expected"),
-    [("mytool", "TOOL-OK"), ("cargolike", "CARGO-OK"), ("shimmed -c print(42)", "42")],
+    [("mytool", "TOOL-OK"), ("cargolike", "CARGO-OK"), ("shimmed -c 'print(42)'", "42")],
     ids=["path_dir", "cargo_prefix", "pyenv_shim"],
 )
 def test_programs_on_path_under_a_hidden_home_run(

@@ -6,6 +6,7 @@ subagent), guarded by read-before-edit evidence that follows the branch's
 active view, with hooks and nudges. See `lionfactory.coding._toolkit`.
 """
 
+from lionfactory._shell_parse import ShellSyntaxError, SimpleCommand, simple_commands
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._nudges import (
     BashFailureStreak,
@@ -31,9 +32,12 @@ __all__ = [
     "NudgeRule",
     "NudgeSnapshot",
     "Rule",
+    "ShellSyntaxError",
+    "SimpleCommand",
     "coding_toolkit",
     "default_nudge_rules",
     "deny_destructive_commands",
+    "simple_commands",
 ]
 
 # Report the public import path in manifests and saved branches (as trio does

@@ -52,6 +52,7 @@ from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.coding.rules import Rule, RuleHook, rule_set
 from lionfactory.tools.context import context_tool
 from lionfactory.tools.editor import EditorRequest, EditorResponse
+from lionfactory.tools.jobs import jobs_tool
 from lionfactory.tools.reader import ReaderRequest, ReaderResponse
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
 """The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
 
 
+TOOLKIT_BASH_TIMEOUT_MS = 120_000
+"""The toolkit's bash timeout for a call that names none (as Claude Code's)."""
+
+
 def _workspace_tool(
     name: str, root: Path, isolation: Isolation, git_env: Mapping[str, str] | None = None
 ) -> Tool:
@@ -77,6 +82,9 @@ def _workspace_tool(
     options: dict[str, Any] = {"isolation": isolation} if name in RUNS_PROGRAMS else {}
     if name == "bash" and git_env:
         options["env"] = {**git_env, **os.environ}
+    if name == "bash":
+        # A test suite often runs longer than the standalone 30 s.
+        options["default_timeout"] = TOOLKIT_BASH_TIMEOUT_MS
     if name == "reader":
         # The toolkit's reader fetches nothing remote: an agent editing code has
         # no business reaching the network through its file reader.
@@ -112,7 +120,7 @@ def _normalise_hooks(hooks: Hooks | None) -> dict[str, dict[str, tuple[Callable[
         raise TypeError(f"hooks must map tool names to hook kinds, got {hooks!r}")
     out: dict[str, dict[str, tuple[Callable[..., Any], ...]]] = {}
     for name, kinds in hooks.items():
-        if name != "*" and name not in ALL_CODING_TOOLS:
+        if name != "*" and name not in ALL_CODING_TOOLS and name != "jobs":
             raise ValueError(
                 f"hooks key must be '*' or one of {', '.join(ALL_CODING_TOOLS)}; got {name!r}"
             )
@@ -439,6 +447,11 @@ def coding_toolkit(
     kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement)
 
     built = _wrapped_workspace_tools(kit)
+    if "bash" in names:
+        # Background jobs and kept output come with bash: its answers name
+        # job and output ids only `jobs` can read. Jobs are per branch.
+        built["jobs"] = jobs_tool()
+        names = _with_jobs(names)
     if "context" in names:
         built["context"] = context_tool(branch)
     if "sandbox" in names:
@@ -506,6 +519,12 @@ def _with_rules(
     every = out.setdefault("*", {})
     every["security"] = (RuleHook(rules, root), *every.get("security", ()))
     return out
+
+
+def _with_jobs(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`names` with ``jobs`` right after ``bash``."""
+    at = names.index("bash") + 1
+    return (*names[:at], "jobs", *names[at:])
 
 
 def _selected_tools(tools: Sequence[str] | None) -> tuple[str, ...]:

@@ -5,10 +5,13 @@ It guards the ``bash`` tool against commands that destroy work or the machine
 and cannot be undone: ``rm -rf``, ``git reset --hard``, a forced ``git push``,
 ``git clean -f``, ``sudo`` and friends, formatting or overwriting disks.
 
-It catches accidents; it is not a security boundary. It reads the command the
-way the ``bash`` tool runs it (one program and its arguments, split like
-`shlex`) and looks through the usual wrappers (``env``, ``env -S``,
-``timeout``, ``nice``, ``xargs``, ``find -exec``, ``sh -c '...'``), but a word
+It catches accidents; it is not a security boundary. It reads the command
+with a real shell grammar (tree-sitter's bash grammar, through
+`simple_commands`), so every simple command of a script is checked: each
+side of ``&&``, ``||``, ``;`` and ``|``, subshells, loops, function bodies,
+command substitutions (``echo $(rm -rf d)``) and ``eval``'s text. It looks
+through the usual wrappers (``env``, ``env -S``, ``timeout``, ``nice``,
+``xargs``, ``find -exec``, ``sh -c '...'``), but a word
 filter cannot win against a program that computes what it runs: a shell
 script (``sh -c 'x=rm; $x -rf d'``, ``eval``, globs, ``set -- rm -rf d;
 "$@"``), ``python -c "shutil.rmtree(...)"``, a git alias or a script in the
@@ -55,13 +58,13 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from lionfactory._echo import shorten
+from lionfactory._shell_parse import ShellSyntaxError, simple_commands
 from lionfactory.coding._shellwords import (
     has_long,
     long_flags,
     parse_command,
     program_name,
     short_flags,
-    split_commands,
 )
 from lionfactory.errors import ToolDenied
 from lionfactory.tools.bash import MAX_COMMAND_CHARS
@@ -122,7 +125,8 @@ def deny_destructive_commands(tool_name: str, arguments: dict[str, Any]) -> None
     A command longer than the ``bash`` tool accepts is denied without being
     read (the scan is linear, and this bounds it). Calls of other tools pass
     through, and so does a missing or non-string ``command`` (validation
-    reports it). A command with an unclosed quote is checked word by word.
+    reports it). A command that is not valid shell syntax (an unclosed quote)
+    is denied, because what cannot be read cannot be cleared.
 
     Args:
         tool_name: the tool being called; only ``"bash"`` is inspected.
@@ -150,8 +154,19 @@ def deny_destructive_commands(tool_name: str, arguments: dict[str, Any]) -> None
 def _check_script(script: str, *, depth: int) -> str | None:
     if depth > _MAX_DEPTH:
         return "The command nests shells too deeply to be checked; run the inner command directly."
-    for argv in split_commands(script):
-        reason = _check_argv(argv, depth=depth)
+    try:
+        commands = simple_commands(script)
+    except ShellSyntaxError as exc:
+        # What the policy cannot read it cannot clear: a shell would still
+        # run the parts it understands.
+        return (
+            f"The command could not be checked: {exc.message}. Fix the syntax (quote "
+            f"characters meant literally) and send it again."
+        )
+    for command in commands:
+        if not command.words:
+            continue
+        reason = _check_argv(command.words, depth=depth)
         if reason is not None:
             return reason
     return None
@@ -160,7 +175,11 @@ def _check_script(script: str, *, depth: int) -> str | None:
 def _check_argv(argv: Sequence[str], *, depth: int) -> str | None:
     """Check one simple command: the scripts it runs, then the program itself."""
     command = parse_command(argv)
-    for script in command.scripts:
+    scripts = command.scripts
+    if command.name == "eval" and command.args:
+        # eval joins its arguments with spaces and runs the result as a script.
+        scripts = (*scripts, " ".join(command.args))
+    for script in scripts:
         reason = _check_script(script, depth=depth + 1)
         if reason is not None:
             return reason

@@ -22,6 +22,7 @@ from lionfactory.tools.context import (
     context_tool,
 )
 from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
+from lionfactory.tools.jobs import JobInfo, JobsRequest, JobsResponse, jobs_tool
 from lionfactory.tools.messenger import (
     MessengerEvent,
     MessengerRequest,
@@ -48,6 +49,9 @@ __all__ = [
     "EditorRequest",
     "EditorResponse",
     "EnvPolicy",
+    "JobInfo",
+    "JobsRequest",
+    "JobsResponse",
     "MessengerEvent",
     "MessengerRequest",
     "MessengerResponse",
@@ -66,6 +70,7 @@ __all__ = [
     "code_nav_tool",
     "context_tool",
     "editor_tool",
+    "jobs_tool",
     "messenger_tool",
     "reader_tool",
     "search_tool",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["split", "unquoted_operator"]
+__all__ = ["leading_assignments", "split", "unquoted_operator"]
 
 _PIECE = re.compile(
     r"""
@@ -95,3 +95,27 @@ def split(command: str) -> list[str]:
     if in_word:
         words.append("".join(pieces))
     return words
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def leading_assignments(command: str) -> int:
+    """How many of `command`'s first words are ``NAME=value`` assignments.
+
+    A word counts when it starts with an unquoted ``NAME=`` (as in a shell:
+    ``'A=b' cmd`` runs a program named ``A=b``); its value may be quoted.
+    """
+    count = 0
+    start_of_word = True
+    for match in _PIECE.finditer(command):
+        kind = match.lastgroup
+        if kind == "space":
+            start_of_word = True
+            continue
+        if start_of_word:
+            if kind != "plain" or not _ASSIGNMENT.match(match.group(kind)):
+                return count
+            count += 1
+            start_of_word = False
+    return count

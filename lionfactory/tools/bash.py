@@ -1,11 +1,27 @@
-r"""The ``bash`` tool: run one command, without a shell, inside the workspace.
+r"""The ``bash`` tool: run a command in the workspace, as a script where the kernel confines it.
 
-Despite its name (kept from ADR-0013 so models and prompts recognise it) the
-tool never starts a shell. The command is split like `shlex.split` and the
-resulting argv runs through `lionfactory._process.run_process`: a new process
-group, killed with everything it started when the call ends.
+Two modes, chosen once by the factory:
 
-Decisions (DESIGN §9):
+* **Shell mode** (the default under kernel isolation, ``bwrap`` or
+  ``landlock``, or with ``shell=True``): the command is a shell script run
+  with ``bash -c`` (``/bin/sh -c`` when bash is missing) *inside* the
+  confinement, so pipes, ``&&``, redirects, ``$(...)``, globs, ``VAR=x cmd``
+  and ``cd`` work as a user expects. This is safe to allow there because the
+  boundary is the kernel's: whatever the script computes, its processes
+  write only inside the workspace and a private temp dir, cannot read the
+  home directory, and get the network the policy grants.
+* **Argv mode** (the default without kernel isolation): no shell. The
+  command is split like `shlex.split` and runs as one program; leading
+  ``NAME=value`` words set variables for it, as a shell would. Without a
+  kernel boundary the only check on a command is the word filter of the
+  policy hooks, which a script defeats (``x=rm; $x -rf d``), so operators
+  are refused and the refusal names ``shell=True``.
+
+Both run through `lionfactory._process.run_process` (foreground) or the
+``jobs`` table (``background=True``, ``on_timeout="background"``): a new
+process group, killed with everything it started when the call (or job) ends.
+
+Decisions (argv mode, DESIGN §9):
 
 * **Operators.** Unquoted ``;``, ``&&``, ``||``, ``|``, ``&``, ``<``, ``>``,
   backticks, ``$(`` and newlines are refused before anything starts: without a
@@ -16,7 +32,8 @@ Decisions (DESIGN §9):
   plain text, which is safe because no shell ever sees them.
 * **No expansion.** Globs (``*.py``), variables (``$HOME``) and ``~`` reach
   the program verbatim. The tool description says so.
-* **Timeout.** Milliseconds. Omitted is 30,000; below 1 is a validation
+* **Timeout.** Milliseconds. Omitted is the factory's default (30,000; the
+  coding toolkit's bash uses 120,000, a test suite's length); below 1 is a validation
   error; above 300,000 is clamped to 300,000 and the response's ``notice``
   says so. A timed-out command is killed with its whole process group.
 * **Working directory.** ``cwd`` is resolved inside the workspace (default:
@@ -32,6 +49,9 @@ Decisions (DESIGN §9):
   read-only-filesystem error gets a one-line ``notice`` naming the setting
   that would allow it (``network=``, the writable roots).
 * **stdin** is empty (``/dev/null``): nothing can wait for input.
+* **Output is never lost.** A stream longer than the message cap is kept
+  whole in the branch's private output directory; the answer shows its head
+  and tail and an ``output_id`` that ``jobs(action="output")`` pages through.
 * **Isolation.** ``isolation`` (default ``"none"``, so scripts keep today's
   behaviour) confines every command in the kernel: writes only inside the
   workspace and a private temp dir, hidden home directory, network per
@@ -43,19 +63,25 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+import shutil
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
 
+import anyio
 import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._environment import EnvPolicy
 from lionfactory._isolation import Isolation, workspace_isolation
-from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
+from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
+from lionfactory._supervisor import SupervisorGone, run_supervised
 from lionfactory._tool import Tool, ToolHints
 from lionfactory._workspace import PathRefused, Workspace
-from lionfactory.tools._bash_shellsplit import split, unquoted_operator
+from lionfactory.tools._bash_shellsplit import leading_assignments, split, unquoted_operator
+from lionfactory.tools.jobs import REGISTRY, BranchJobs, JobLimit, JobRegistry, read_output
 
 __all__ = ["BashRequest", "BashResponse", "bash_tool"]
 
@@ -64,6 +90,9 @@ DEFAULT_TIMEOUT_MS = 30_000
 
 MAX_TIMEOUT_MS = 300_000
 """Longest timeout a call may have; longer requests are clamped to it."""
+
+HEAD_BYTES = DEFAULT_MAX_BYTES // 2
+"""Bytes of a cut stream's beginning the answer shows (its end gets the same)."""
 
 MAX_COMMAND_CHARS = 32_768
 """Longest command a call may send.
@@ -81,7 +110,7 @@ checking a command (splitting, operator scan, policy hooks) before it runs.
 # split in microseconds and skip the thread round trip.
 _INLINE_SPLIT_CHARS = 4_096
 
-_DESCRIPTION = f"""\
+_ARGV_DESCRIPTION = """\
 Run one command (a program and its arguments) in the workspace and return its
 stdout, stderr and exit code.
 
@@ -93,15 +122,40 @@ group words, backslash escapes a character), then the program runs directly:
   (e.g. `grep -c` rather than `grep | wc -l`).
 - Quoted text is passed literally: grep 'a|b' file.txt works.
 - Nothing is expanded: no globs (*.py), no $VARIABLES, no ~. Pass real names.
+- NAME=value words before the program set variables for that program only.
 - stdin is empty; interactive programs get end-of-file at once.
+"""
 
-timeout is in milliseconds (default {DEFAULT_TIMEOUT_MS:,}, at most {MAX_TIMEOUT_MS:,};
-larger values are clamped). On timeout the command and every process it started
-are killed and timed_out is true. stdout and stderr each keep at most
-{DEFAULT_MAX_BYTES:,} bytes; a cut stream ends with a line saying so.
+_SHELL_DESCRIPTION = """\
+Run a shell script in the workspace with {shell} -c and return its stdout, stderr
+and exit code. The shell language works: pipes, && || ;, redirects, $(...), globs,
+VAR=value cmd, cd. Each call starts a fresh shell: variables and cd do not carry
+over to the next call (use cwd, or chain with &&). stdin is empty.
+"""
+
+_COMMON = """
+timeout is in milliseconds (default {default:,}, at most {maximum:,}; larger values
+are clamped). On timeout the command and every process it started are killed and
+timed_out is true, unless on_timeout="background": then it goes on as a background
+job and the answer carries its job_id.
+background=true starts the command as a background job and answers at once with a
+job_id: read its output, wait for it, or kill it with the jobs tool. Use it for
+servers and watchers; a later call reaches a background server on 127.0.0.1 when
+the network setting allows loopback.
+stdout and stderr each show at most {cap:,} bytes. A longer stream is kept whole:
+the answer shows its beginning and end, and output_id (stdout) or stderr_output_id
+names the full text, which jobs(action="output", job_id=<id>, offset=...) pages
+through.
 cwd is a directory inside the workspace (default: the workspace root).
 error is set when the command did not run or timed out; return_code is null when
 it did not run."""
+
+
+def _description(shell: str | None, default_timeout: int) -> str:
+    head = _ARGV_DESCRIPTION if shell is None else _SHELL_DESCRIPTION.format(shell=shell)
+    return head + _COMMON.format(
+        default=default_timeout, maximum=MAX_TIMEOUT_MS, cap=DEFAULT_MAX_BYTES
+    )
 
 
 class BashRequest(BaseModel):
@@ -112,25 +166,36 @@ class BashRequest(BaseModel):
     command: str = Field(
         max_length=MAX_COMMAND_CHARS,
         description=(
-            'One command: a program and its arguments, e.g. "pytest -x tests/test_app.py". '
-            "No shell operators (; && || | & < > ` $( newline) unless quoted. At most "
-            f"{MAX_COMMAND_CHARS:,} characters; write longer content to a file first."
+            'The command, e.g. "pytest -x tests/test_app.py". Whether shell operators '
+            "(; && || | & < > ` $( newline) work depends on the tool's mode, which its "
+            f"description states. At most {MAX_COMMAND_CHARS:,} characters; write longer "
+            "content to a file first."
         ),
     )
     timeout: int | None = Field(
         default=None,
         ge=1,
         description=(
-            f"Timeout in milliseconds; default {DEFAULT_TIMEOUT_MS}, values above "
-            f"{MAX_TIMEOUT_MS} are clamped to {MAX_TIMEOUT_MS}."
+            "Timeout in milliseconds; default: the tool's (its description says), values "
+            f"above {MAX_TIMEOUT_MS} are clamped to {MAX_TIMEOUT_MS}."
         ),
     )
     cwd: str | None = Field(
         default=None,
         description=(
             "Working directory, relative to the workspace root (or absolute inside it); "
-            "default: the workspace root. Use this instead of `cd dir && ...`."
+            "default: the workspace root."
         ),
+    )
+    background: bool = Field(
+        default=False,
+        description="Start the command as a background job and answer at once with its "
+        "job_id (read, wait for and kill it with the jobs tool).",
+    )
+    on_timeout: Literal["kill", "background"] = Field(
+        default="kill",
+        description='What happens when the timeout passes: "kill" the command, or let it '
+        'go on as a "background" job (the answer then carries its job_id).',
     )
 
 
@@ -145,12 +210,26 @@ class BashResponse(BaseModel):
         default=None,
         description=(
             "The exit code (0 usually means success; negative means killed by a signal); "
-            "null when the command did not run."
+            "null when the command did not run or still runs as a job."
         ),
     )
     timed_out: bool = Field(
         default=False,
-        description="True when the timeout passed and the command was killed.",
+        description="True when the timeout passed (the command was killed, or went on as a "
+        "job when job_id is set).",
+    )
+    job_id: str | None = Field(
+        default=None,
+        description="The background job running the command; use it with the jobs tool.",
+    )
+    output_id: str | None = Field(
+        default=None,
+        description="Set when stdout was cut: the id of its full text, for "
+        "jobs(action='output', job_id=<output_id>, offset=...).",
+    )
+    stderr_output_id: str | None = Field(
+        default=None,
+        description="Set when stderr was cut: the id of its full text (as output_id).",
     )
     error: str | None = Field(
         default=None,
@@ -177,21 +256,24 @@ def _operator_message(operator: str) -> str:
     shown = "newline" if operator == "\n" else repr(operator)
     return (
         f"The command contains an unquoted {shown}, a shell operator. This tool runs a "
-        f"single program without a shell: run one command per call, pass cwd instead "
-        f"of `cd dir && ...`, and use the program's own options instead of pipes or "
-        f"redirects. If you meant the character literally, quote it."
+        f"single program without a shell (there is no kernel isolation here, so scripts "
+        f"are not run; the tool's owner can allow them with bash_tool(shell=True) or an "
+        f"isolation setting): run one command per call, pass cwd instead of `cd dir && "
+        f"...`, and use the program's own options instead of pipes or redirects. If you "
+        f"meant the character literally, quote it."
     )
 
 
-def _split_command(command: str) -> list[str]:
-    """Split a command into argv, refusing unquoted operators.
+def _split_command(command: str) -> tuple[list[str], dict[str, str]]:
+    """Split a command into argv and its leading ``NAME=value`` assignments.
 
     Returns:
-        Exactly ``shlex.split(command)`` (computed in linear time).
+        ``shlex.split(command)`` without the leading assignments (computed in
+        linear time), and those assignments as a mapping.
 
     Raises:
         ValueError: with a message for the model (empty, malformed, an
-            operator, a NUL byte).
+            operator, a NUL byte, assignments only).
     """
     if "\x00" in command:
         raise ValueError("The command contains a NUL byte; remove it.")
@@ -207,7 +289,90 @@ def _split_command(command: str) -> list[str]:
         raise ValueError(_operator_message(operator))
     if not argv:
         raise ValueError('The command is empty; give a program to run, e.g. "ls -la".')
-    return argv
+    count = leading_assignments(command)
+    assignments = dict(word.split("=", 1) for word in argv[:count])
+    argv = argv[count:]
+    if not argv:
+        raise ValueError(
+            "The command only sets variables; nothing runs, and variables do not carry over "
+            "to the next call. Put the program after them: NAME=value program args."
+        )
+    return argv, assignments
+
+
+# A script made only of these characters has no shell syntax beyond words,
+# quotes and spaces: no expansion ($ ` ~ globs), no escape, comment,
+# operator, group or newline. Quoted text in it means the same to shlex and
+# to the shell (double quotes without $ ` \ are literal), so it can run as
+# argv directly, which saves the shell's own start-up.
+_PLAIN_SCRIPT = re.compile(r"[A-Za-z0-9_./=:,+@%' \"-]*")
+# Words a shell gives a meaning of its own (builtins, keywords): a command
+# starting with one of them still runs in the shell.
+_SHELL_WORDS = frozenset(
+    {"cd", "export", "set", "unset", "source", ".", "exit", "exec", "alias", "unalias"}
+    | {"eval", "read", "shift", "trap", "ulimit", "umask", "wait", "command", "builtin"}
+    | {"type", "hash", "times", "return", "break", "continue", "readonly", "local"}
+    | {"declare", "typeset", "let", "echo", "printf", "test", "[", "[[", "pwd", "kill"}
+    | {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case"}
+    | {"esac", "function", "time", "select", "coproc", "getopts", "jobs", "fg", "bg"}
+    | {"disown", "suspend", "logout", "history", "fc", "enable", "help", "mapfile"}
+    | {"readarray", "shopt", "caller", "compgen", "complete", "dirs", "popd", "pushd"}
+)
+
+
+def _plain_argv(command: str) -> tuple[list[str], dict[str, str]] | None:
+    """The argv a plain script runs, when it needs no shell at all; else None."""
+    if not _PLAIN_SCRIPT.fullmatch(command):
+        return None
+    try:
+        words = split(command)
+    except ValueError:
+        return None  # an unclosed quote: let the shell report it
+    count = leading_assignments(command)
+    argv = words[count:]
+    if not argv or argv[0] in _SHELL_WORDS:
+        return None
+    return argv, dict(word.split("=", 1) for word in words[:count])
+
+
+def _check_script(command: str) -> None:
+    if "\x00" in command:
+        raise ValueError("The command contains a NUL byte; remove it.")
+    if not command.strip():
+        raise ValueError('The command is empty; give a command to run, e.g. "ls -la".')
+
+
+@attrs.frozen
+class _Prepared:
+    argv: list[str]
+    env: Mapping[str, str] | None
+    cwd: Path
+    timeout_ms: int
+    notice: str | None
+    withheld: tuple[str, ...] = ()
+
+
+def _spiller(
+    table: BranchJobs, label: str, ids: dict[str, str], stream: str
+) -> Callable[[], BinaryIO]:
+    def open_spill() -> BinaryIO:
+        output, fd = table.new_output(f"{stream} of: {label}")
+        ids[stream] = output.id
+        return os.fdopen(fd, "wb")
+
+    return open_spill
+
+
+def _head_and_tail(path: Path, name: str, ident: str) -> str:
+    head, _, size = read_output(path, 0, HEAD_BYTES)
+    start = max(HEAD_BYTES, size - HEAD_BYTES)
+    tail, _, _ = read_output(path, start, HEAD_BYTES) if start < size else ("", 0, 0)
+    omitted = start - len(head.encode("utf-8", "surrogatepass"))
+    marker = (
+        f"\n[{name} cut: {size:,} bytes in all; {max(omitted, 0):,} bytes omitted here. The "
+        f"full text is kept: jobs(action='output', job_id='{ident}', offset=0) reads it]\n"
+    )
+    return head + marker + tail
 
 
 @attrs.frozen
@@ -215,6 +380,13 @@ class _BashHandler:
     workspace: Workspace
     env: Mapping[str, str] | None = attrs.field(repr=False)
     isolation: Isolation | None = None
+    shell: str | None = None
+    default_timeout: int = DEFAULT_TIMEOUT_MS
+    registry: JobRegistry = REGISTRY
+
+    async def close_branch(self, branch_id: uuid.UUID | None) -> None:
+        """Kill `branch_id`'s jobs and drop its kept output (`Branch.aclose` calls it)."""
+        await self.registry.close_branch(branch_id)
 
     async def __call__(self, request: BashRequest) -> BashResponse:
         response = await self._run(request)
@@ -232,16 +404,25 @@ class _BashHandler:
             return self.env, ()
         return filtered.variables, filtered.withheld
 
-    async def _run(self, request: BashRequest) -> BashResponse:
+    async def _prepare(self, request: BashRequest) -> _Prepared | BashResponse:
+        command = request.command
+        assignments: dict[str, str] = {}
         try:
-            if len(request.command) > _INLINE_SPLIT_CHARS:
-                argv = await anyio.to_thread.run_sync(_split_command, request.command)
+            if self.shell is not None:
+                _check_script(command)
+                plain = _plain_argv(command)
+                if plain is None:
+                    argv = [self.shell, "-c", command]
+                else:
+                    argv, assignments = plain
+            elif len(command) > _INLINE_SPLIT_CHARS:
+                argv, assignments = await anyio.to_thread.run_sync(_split_command, command)
             else:
-                argv = _split_command(request.command)
+                argv, assignments = _split_command(command)
         except ValueError as exc:
             return BashResponse(error=str(exc))
         notice = None
-        timeout_ms = DEFAULT_TIMEOUT_MS if request.timeout is None else request.timeout
+        timeout_ms = self.default_timeout if request.timeout is None else request.timeout
         if timeout_ms > MAX_TIMEOUT_MS:
             notice = (
                 f"timeout {timeout_ms} ms exceeds the maximum; it was clamped to "
@@ -260,42 +441,194 @@ class _BashHandler:
             except PathRefused as exc:
                 return BashResponse(error=f"cwd refused: {exc.message}", notice=notice)
         env, withheld = self._environment()
+        if assignments:
+            # As a shell does: the assignments join the environment of this
+            # one command (over the configured or inherited environment).
+            env = {**(os.environ if env is None else env), **assignments}
+        return _Prepared(argv, env, cwd, timeout_ms, notice, withheld)
+
+    async def _run(self, request: BashRequest) -> BashResponse:
+        prepared = await self._prepare(request)
+        if isinstance(prepared, BashResponse):
+            return prepared
+        if request.background or request.on_timeout == "background":
+            return await self._as_job(request, prepared)
+        table = self.registry.current()
+        ids: dict[str, str] = {}
+        spill = (
+            _spiller(table, request.command, ids, "stdout"),
+            _spiller(table, request.command, ids, "stderr"),
+        )
         try:
-            result = await run_process(
-                argv,
-                cwd=cwd,
-                timeout=timeout_ms / 1000,
-                env=env,
-                isolation=self.isolation,
-            )
-        except LaunchError as exc:
+            try:
+                result = await self._foreground(table, prepared, spill)
+            except LaunchError as exc:
+                return BashResponse(error=self._launch_message(exc), notice=prepared.notice)
+            except (SupervisorGone, OSError) as exc:
+                return BashResponse(
+                    error=f"The sandbox this conversation's commands run in could not be used "
+                    f"({exc}); the command may not have run. Send it again: a new sandbox starts.",
+                    notice=prepared.notice,
+                )
+            stdout, stderr = result.stdout, result.stderr
+            if ids:
+                stdout, stderr = await anyio.to_thread.run_sync(
+                    self._kept_texts, table, ids, stdout, stderr
+                )
+            error = None
+            if result.timed_out:
+                error = (
+                    f"The command did not finish within {prepared.timeout_ms} ms and was killed "
+                    f"with every process it started. Use a larger timeout (at most "
+                    f"{MAX_TIMEOUT_MS}), on_timeout='background' to let it go on as a job, or a "
+                    f"smaller task."
+                )
+            notice = prepared.notice
+            if result.returncode != 0 and not result.timed_out:
+                # What the sandbox or the environment policy kept from the
+                # command, when its output suggests that is why it failed.
+                output = f"{result.stdout}\n{result.stderr}"
+                notice = _join(
+                    notice,
+                    _refusal_notice(output, self.isolation),
+                    _withheld_notice(output, prepared.withheld),
+                )
             return BashResponse(
-                error=f"{exc.message} Check the program name (it is looked up on PATH).",
+                stdout=stdout,
+                stderr=stderr,
+                return_code=result.returncode,
+                timed_out=result.timed_out,
+                output_id=ids.get("stdout"),
+                stderr_output_id=ids.get("stderr"),
+                error=error,
                 notice=notice,
             )
-        error = None
-        if result.timed_out:
-            error = (
-                f"The command did not finish within {timeout_ms} ms and was killed with "
-                f"every process it started. Use a larger timeout (at most {MAX_TIMEOUT_MS}) "
-                f"or a smaller task."
+        finally:
+            # A call that failed or was cancelled leaves its kept output
+            # droppable; one that finished released it above already.
+            for ident in ids.values():
+                table.release(ident)
+
+    async def _foreground(
+        self, table: BranchJobs, prepared: _Prepared, spill: tuple[Any, Any]
+    ) -> ProcessResult:
+        if self.isolation is None or not self.isolation.confined:
+            return await run_process(
+                prepared.argv,
+                cwd=prepared.cwd,
+                timeout=prepared.timeout_ms / 1000,
+                env=prepared.env,
+                announce_truncation=False,
+                spill=spill,
             )
-        if result.returncode != 0 and not result.timed_out:
-            output = f"{result.stdout}\n{result.stderr}"
-            hints = (
-                notice,
-                _refusal_notice(output, self.isolation),
-                _withheld_notice(output, withheld),
+        # Under kernel isolation every command of the branch runs in the
+        # branch's one sandbox, so it reaches the branch's background jobs
+        # (loopback, /tmp) and nothing else.
+        running = table.supervisors.get(self.isolation)
+        if running is not None and running.alive:
+            supervisor = running  # the common case: no worker-thread round trip
+        else:
+            supervisor = await anyio.to_thread.run_sync(
+                table.supervisor, self.isolation, self.workspace.root
             )
-            notice = " ".join(hint for hint in hints if hint) or None
-        return BashResponse(
-            stdout=result.stdout,
-            stderr=result.stderr,
-            return_code=result.returncode,
-            timed_out=result.timed_out,
-            error=error,
-            notice=notice,
+        return await run_supervised(
+            supervisor,
+            prepared.argv,
+            cwd=prepared.cwd,
+            timeout=prepared.timeout_ms / 1000,
+            env=prepared.env,
+            max_bytes=DEFAULT_MAX_BYTES,
+            spill=spill,
         )
+
+    @staticmethod
+    def _kept_texts(
+        table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
+    ) -> tuple[str, str]:
+        texts = {"stdout": stdout, "stderr": stderr}
+        for stream, ident in ids.items():
+            output = table.outputs.get(ident)
+            if output is not None:  # busy while this call runs: never dropped before this
+                texts[stream] = _head_and_tail(output.path, stream, ident)
+            table.release(ident)
+        table.enforce_budget()
+        return texts["stdout"], texts["stderr"]
+
+    def _launch_message(self, exc: LaunchError) -> str:
+        return f"{exc.message} Check the program name (it is looked up on PATH)."
+
+    async def _as_job(self, request: BashRequest, prepared: _Prepared) -> BashResponse:
+        table = self.registry.current()
+        try:
+            job = await anyio.to_thread.run_sync(
+                lambda: table.start(
+                    request.command,
+                    prepared.argv,
+                    cwd=prepared.cwd,
+                    env=prepared.env,
+                    isolation=self.isolation,
+                )
+            )
+        except JobLimit as exc:
+            return BashResponse(error=str(exc), notice=prepared.notice)
+        except LaunchError as exc:
+            return BashResponse(error=self._launch_message(exc), notice=prepared.notice)
+        if request.background:
+            return BashResponse(
+                job_id=job.id,
+                notice=_join(
+                    prepared.notice,
+                    "Started in the background; stdout and stderr go, interleaved, to the "
+                    f"job's output: jobs(action='output', job_id='{job.id}') reads it, "
+                    "action 'wait' waits for it, 'kill' ends it.",
+                ),
+            )
+        # on_timeout="background": wait for the job like a foreground call.
+        delay = 0.001
+        with anyio.move_on_after(prepared.timeout_ms / 1000):
+            while job.running:
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        path = job.output.path
+        size = job.output.size()
+        if size > DEFAULT_MAX_BYTES:
+            text = await anyio.to_thread.run_sync(_head_and_tail, path, "output", job.id)
+        else:
+            text = (await anyio.to_thread.run_sync(read_output, path, 0, size))[0]
+        if job.running:
+            return BashResponse(
+                stdout=text,
+                timed_out=True,
+                job_id=job.id,
+                notice=_join(
+                    prepared.notice,
+                    f"The command did not finish within {prepared.timeout_ms} ms and goes on "
+                    f"as background job {job.id} (on_timeout='background'); stdout and stderr "
+                    "are interleaved in its output. Use the jobs tool to wait for, read or "
+                    "kill it.",
+                ),
+            )
+        code = job.poll()
+        # It finished in time: it was a foreground call after all; forget the
+        # job (its output stays readable by id when it was cut).
+        await anyio.to_thread.run_sync(table.kill, job)
+        table.jobs.pop(job.id, None)
+        cut = size > DEFAULT_MAX_BYTES
+        if not cut:
+            table.outputs.pop(job.id, None)
+            path.unlink(missing_ok=True)
+        return BashResponse(
+            stdout=text,
+            return_code=code,
+            output_id=job.id if cut else None,
+            notice=_join(
+                prepared.notice, "stdout and stderr are interleaved in stdout (on_timeout)."
+            ),
+        )
+
+
+def _join(*notes: str | None) -> str | None:
+    return " ".join(note for note in notes if note) or None
 
 
 # What programs print when the sandbox's network namespace (or Landlock's
@@ -379,6 +712,12 @@ def _check_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
     return dict(env)
 
 
+def _shell_binary() -> str:
+    """The shell: bash when installed (what models write for), else ``/bin/sh``."""
+    found = shutil.which("bash")
+    return os.path.realpath(found) if found else "/bin/sh"
+
+
 def bash_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
@@ -389,6 +728,9 @@ def bash_tool(
     hidden_paths: Iterable[str | os.PathLike[str]] | None = None,
     exposed_paths: Iterable[str | os.PathLike[str]] = (),
     env_policy: EnvPolicy | None = None,
+    shell: bool | None = None,
+    default_timeout: int = DEFAULT_TIMEOUT_MS,
+    registry: JobRegistry | None = None,
 ) -> Tool:
     """Build the ``bash`` tool.
 
@@ -414,16 +756,33 @@ def bash_tool(
         env_policy: which variables of the base environment (`env`, else
             ``os.environ`` at each call) a command gets; None: all of them,
             as before. Overrides the policy of an `Isolation` handed in.
+        shell: run commands as shell scripts (``bash -c``). Default: yes
+            exactly when a kernel mechanism confines them (then the kernel,
+            not a word filter, is the boundary); ``True`` allows scripts
+            without confinement too (the caller accepts that a script can do
+            whatever the user can), ``False`` refuses operators always.
+        default_timeout: milliseconds of a call that names no timeout (1 to
+            `MAX_TIMEOUT_MS`).
+        registry: where background jobs and kept output live; default: the
+            one the ``jobs`` tool reads. Jobs are per branch either way.
 
     Returns:
-        The ``bash`` Tool (safe to share: it is bound to no branch).
+        The ``bash`` Tool (safe to share: jobs and kept output are per branch).
 
     Raises:
         ConfigurationError: the requested mechanism cannot work here.
-        ValueError: the workspace root is not a directory, or `env` has an
-            invalid entry.
+        ValueError: the workspace root is not a directory, `env` has an
+            invalid entry, or `default_timeout` is out of range.
         TypeError: an option of the wrong type.
     """
+    if shell is not None and not isinstance(shell, bool):
+        raise TypeError(f"shell must be a bool or None, got {shell!r}")
+    if isinstance(default_timeout, bool) or not isinstance(default_timeout, int):
+        raise TypeError(f"default_timeout must be an int of milliseconds, got {default_timeout!r}")
+    if not 1 <= default_timeout <= MAX_TIMEOUT_MS:
+        raise ValueError(
+            f"default_timeout must be between 1 and {MAX_TIMEOUT_MS} ms, got {default_timeout}"
+        )
     workspace = Workspace.at(workspace_root, protected=protected_names)
     checked_env = _check_env(env)
     confinement = workspace_isolation(
@@ -438,11 +797,22 @@ def bash_tool(
         if not isinstance(env_policy, EnvPolicy):
             raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
         confinement = attrs.evolve(confinement, env_policy=env_policy)
+    use_shell = confinement.confined if shell is None else shell
+    program = _shell_binary() if use_shell else None
     return Tool(
         name="bash",
-        description=confinement.annotate(_DESCRIPTION),
+        description=confinement.annotate(
+            _description(None if program is None else os.path.basename(program), default_timeout)
+        ),
         request_model=BashRequest,
-        handler=_BashHandler(workspace, checked_env, confinement),
+        handler=_BashHandler(
+            workspace,
+            checked_env,
+            confinement,
+            program,
+            default_timeout,
+            REGISTRY if registry is None else registry,
+        ),
         response_model=BashResponse,
         hints=ToolHints("Run a shell command", destructive=True, open_world=True),
     )

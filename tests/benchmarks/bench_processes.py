@@ -15,6 +15,11 @@
   1.3x), with the absolute cost per call and the ratio to plain ``true``.
   With ``network="none"`` the raw run gets the same seccomp program on a
   descriptor (opened from a file made once), as the seam hands it to bwrap.
+  The isolated tool runs its commands through the branch's supervisor (one
+  sandbox per branch, started by the first call; its start is reported) and
+  as a shell script (``bash -c true``);
+* for each mechanism, the latency from ``bash(background=True)`` to the job's
+  first output seen by ``jobs(action="wait")``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from _common import Row, Size, budget_row, check_row, info_row, interleaved, rat
 from lionfactory import Branch
 from lionfactory._isolation import mechanism_problem, workspace_isolation
 from lionfactory._landlock_exec import unix_socket_filter
-from lionfactory.tools import bash_tool
+from lionfactory.tools import bash_tool, jobs_tool
 
 BENCH = "processes"
 
@@ -173,9 +178,38 @@ def _isolated(mechanism: str, root: str, n: int, plain: float, repeat: int) -> l
             if result["return_code"] != 0:
                 raise RuntimeError(f"isolated bash true failed: {result}")
 
+    async def first_call() -> float:
+        # A fresh branch key: the first confined call starts the supervisor.
+        branch = Branch("benchmark")
+        branch.register(bash_tool(workspace_root=root, isolation=mechanism))
+        start = time.perf_counter()
+        await branch.act("bash", {"command": "true"})
+        elapsed = time.perf_counter() - start
+        await branch.aclose()
+        return elapsed
+
+    async def job_latency() -> float:
+        branch = Branch("benchmark")
+        branch.register(bash_tool(workspace_root=root, isolation=mechanism))
+        branch.register(jobs_tool())
+        await branch.act("bash", {"command": "true"})  # the supervisor is up
+        best_latency = float("inf")
+        for _ in range(repeat):
+            start = time.perf_counter()
+            started = await branch.act("bash", {"command": "echo ready", "background": True})
+            job = started.result["job_id"]  # type: ignore[index]
+            await branch.act("jobs", {"action": "wait", "job_id": job, "until": "ready"})
+            best_latency = min(best_latency, time.perf_counter() - start)
+            await branch.act("jobs", {"action": "kill", "job_id": job})
+        await branch.aclose()
+        return best_latency
+
     async def measure() -> dict[str, float]:
         raw()  # warm up
-        return await interleaved({"raw": raw, "tool": through_tool}, repeat)
+        best = await interleaved({"raw": raw, "tool": through_tool}, repeat)
+        best["first"] = await first_call()
+        best["job"] = await job_latency()
+        return best
 
     try:
         best = trio.run(measure)
@@ -201,5 +235,17 @@ def _isolated(mechanism: str, root: str, n: int, plain: float, repeat: int) -> l
             best["tool"],
             "s",
             baseline=plain,
+        ),
+        info_row(
+            BENCH,
+            f"{mechanism}: ms of a branch's first call (starts its supervisor)",
+            best["first"] * 1000,
+            "ms",
+        ),
+        info_row(
+            BENCH,
+            f"{mechanism}: ms from bash background=True to the job's output seen by wait",
+            best["job"] * 1000,
+            "ms",
         ),
     ]

@@ -304,3 +304,65 @@ def test_checking_a_command_grows_linearly_with_its_length(
     small, large = _work(check(25_000)), _work(check(100_000))
     # A quadratic scan gives a ratio near 16; a linear one near 4.
     assert large / max(small, 1e-6) < 9, (small, large)
+
+
+# -- a destructive command anywhere in a script
+
+HIDDEN = {
+    "after &&": "true && rm -rf d",
+    "after ||": "false || rm -rf d",
+    "after ;": "ls; rm -rf d",
+    "after a newline": "ls\nrm -rf d",
+    "in a pipeline": "ls | xargs rm -rf",
+    "at the end of a pipeline": "echo d | rm -rf d",
+    "background": "rm -rf d &",
+    "command substitution": "echo $(rm -rf d)",
+    "backticks": "echo `rm -rf d`",
+    "substitution in double quotes": 'echo "now $(rm -rf d)"',
+    "substitution in an assignment": "x=$(rm -rf d)",
+    "substitution in export": "export X=$(rm -rf d)",
+    "substitution in a redirect target": "echo hi > $(rm -rf d)",
+    "process substitution": "cat <(rm -rf d)",
+    "subshell": "(cd sub && rm -rf d)",
+    "group": "{ ls; rm -rf d; }",
+    "if": "if true; then rm -rf d; fi",
+    "while": "while true; do rm -rf d; done",
+    "for": "for f in a b; do rm -rf $f; done",
+    "case": "case x in x) rm -rf d;; esac",
+    "function body": "f() { rm -rf d; }; f",
+    "here-document": "cat <<EOF\n$(rm -rf d)\nEOF",
+    "negation": "! rm -rf d",
+    "redirected": "rm -rf d 2>/dev/null",
+    "assignment prefix": "LANG=C rm -rf d",
+    "eval": "eval rm -rf d",
+    "eval quoted": "eval 'rm -rf d'",
+    "nested sh -c": "sh -c 'true && rm -rf d'",
+    "git reset in a list": "git status && git reset --hard",
+    "sudo in a substitution": "echo $(sudo ls)",
+}
+
+
+@pytest.mark.parametrize("command", HIDDEN.values(), ids=HIDDEN.keys())
+def test_a_destructive_command_hidden_in_a_script_is_denied(command: str) -> None:
+    assert denial(command) is not None
+
+
+SCRIPTS_ALLOWED = {
+    "pipe": "pytest -q | tail -20",
+    "cd and make": "cd sub && make",
+    "redirect": "python gen.py > out.json",
+    "rm in quotes": "echo 'rm -rf d' | cat",
+    "rm as grep pattern": "grep -r 'rm -rf' . || true",
+    "plain rm": "rm notes.txt && ls",
+}
+
+
+@pytest.mark.parametrize("command", SCRIPTS_ALLOWED.values(), ids=SCRIPTS_ALLOWED.keys())
+def test_ordinary_scripts_pass(command: str) -> None:
+    assert denial(command) is None
+
+
+@pytest.mark.parametrize("command", ["echo 'unclosed", "echo $(ls", "ls &&", "(ls"])
+def test_a_script_that_does_not_parse_is_denied_with_a_clear_reason(command: str) -> None:
+    reason = denial(command)
+    assert reason is not None and "not valid shell syntax" in reason

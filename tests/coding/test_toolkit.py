@@ -22,6 +22,7 @@ from lionfactory.tools.bash import bash_tool
 from lionfactory.tools.code_check import code_check_tool
 from lionfactory.tools.code_nav import code_nav_tool
 from lionfactory.tools.editor import editor_tool
+from lionfactory.tools.jobs import jobs_tool
 from lionfactory.tools.reader import reader_tool
 from lionfactory.tools.search import search_tool
 
@@ -34,10 +35,15 @@ def kit_branch(workspace: Path, **kwargs) -> Branch:
 
 def test_default_tools_and_order(workspace):
     branch = kit_branch(workspace)
-    assert list(branch.tools) == list(DEFAULT_CODING_TOOLS)
+    with_jobs = ["jobs" if n == "search" else n for n in DEFAULT_CODING_TOOLS]
+    with_jobs.insert(with_jobs.index("jobs") + 1, "search")
+    # `jobs` comes with bash, right after it.
+    assert list(branch.tools) == with_jobs
     assert all(t.bound_to == branch.id for t in branch.tools.values())
     everything = kit_branch(workspace, tools=list(reversed(ALL_CODING_TOOLS)), update=False)
-    assert list(everything.tools) == list(ALL_CODING_TOOLS)
+    assert [n for n in everything.tools if n != "jobs"] == list(ALL_CODING_TOOLS)
+    no_bash = kit_branch(workspace, tools=["reader"], update=False)
+    assert list(no_bash.tools) == ["reader"]
 
 
 def test_unknown_tool_names_are_refused_with_the_valid_ones(workspace):
@@ -70,7 +76,9 @@ def _standalone(workspace: Path) -> dict:
     return {
         "reader": reader_tool(workspace_root=workspace),
         "editor": editor_tool(workspace_root=workspace),
-        "bash": bash_tool(workspace_root=workspace, isolation="auto"),
+        # The toolkit's bash differs only in its default timeout (a test suite's).
+        "bash": bash_tool(workspace_root=workspace, isolation="auto", default_timeout=120_000),
+        "jobs": jobs_tool(),
         "search": search_tool(workspace_root=workspace, isolation="auto"),
         "code_check": code_check_tool(workspace_root=workspace, isolation="auto"),
         "code_nav": code_nav_tool(workspace_root=workspace),

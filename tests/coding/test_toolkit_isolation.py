@@ -233,3 +233,40 @@ def test_an_inherited_isolation_keeps_its_environment_policy(repo: Path) -> None
         listing["stdout"].strip() == "['LC_CTYPE', 'ONLY', 'PATH']"
         or listing["stdout"].strip() == "['ONLY', 'PATH']"
     ), listing
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_the_toolkits_bash_runs_scripts_and_jobs_per_branch(
+    repo: Path, mechanism: str
+) -> None:
+    branch = Branch()
+    branch.register(coding_toolkit, workspace_root=repo, isolation=mechanism)
+    assert "jobs" in branch.tools
+    piped = await branch.act("bash", {"command": "cat app.py | wc -l && echo ok"})
+    assert piped.ok and piped.result is not None
+    assert piped.result["stdout"].split() == ["1", "ok"]
+    started = await branch.act(
+        "bash",
+        {
+            "command": f"{PY} -c \"print('up', flush=True); import time; time.sleep(600)\"",
+            "background": True,
+        },
+    )
+    assert started.ok and started.result is not None
+    job = started.result["job_id"]
+    waited = await branch.act("jobs", {"action": "wait", "job_id": job, "until": "up"})
+    assert waited.result is not None and waited.result["matched"] is True
+    clone = branch.clone()
+    listed = await clone.act("jobs", {"action": "list"})
+    assert listed.result is not None and listed.result["jobs"] == []
+    await clone.aclose()
+    async with branch:
+        pass
+    after = await branch.act("jobs", {"action": "list"})
+    assert after.result is not None and after.result["jobs"] == []
+
+
+def test_the_toolkits_bash_waits_120_seconds_by_default(repo: Path) -> None:
+    (bash,) = [t for t in coding_toolkit(Branch(), workspace_root=repo) if t.name == "bash"]
+    assert "default 120,000" in bash.description
+    assert "default 30,000" in bash_tool(workspace_root=repo).description

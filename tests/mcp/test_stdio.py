@@ -263,7 +263,7 @@ def test_serving_stdio_never_imports_the_sdk(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["id"] for r in replies] == [1, 2]
-    assert len(replies[1]["result"]["tools"]) == 7
+    assert len(replies[1]["result"]["tools"]) == 8  # the seven tools, and jobs with bash
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 

@@ -18,6 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lionfactory._isolation import mechanism_problem
 from lionfactory.errors import ToolInputError
 from lionfactory.tools._bash_shellsplit import split
 from lionfactory.tools.bash import (
@@ -27,6 +28,7 @@ from lionfactory.tools.bash import (
     _split_command,
     bash_tool,
 )
+from lionfactory.tools.jobs import jobs_tool
 
 PY = shlex.quote(sys.executable)
 
@@ -311,10 +313,10 @@ async def test_huge_output_is_capped_with_a_notice_and_bounded_memory(workspace:
     finally:
         tracemalloc.stop()
     assert result["return_code"] == 0
-    for stream in ("stdout", "stderr"):
-        kept, notice = result[stream].split("\n", 1)
-        assert kept == "x" * 100_000
-        assert "truncated" in notice and "50,000,000" in notice
+    for stream, key in (("stdout", "output_id"), ("stderr", "stderr_output_id")):
+        head, marker, tail = result[stream].split("\n")
+        assert head == tail == "x" * 50_000
+        assert "50,000,000 bytes in all" in marker and result[key] in marker
     assert peak < 5_000_000
 
 
@@ -390,5 +392,192 @@ def test_tool_schema_names_the_fields() -> None:
     assert tool.name == "bash"
     assert tool.request_model is BashRequest
     properties = tool.schema()["function"]["parameters"]["properties"]
-    assert set(properties) == {"command", "timeout", "cwd"}
+    assert set(properties) == {"command", "timeout", "cwd", "background", "on_timeout"}
     assert all(field.description for field in BashResponse.model_fields.values())
+
+
+# -- VAR=value before the program (argv mode)
+
+
+async def test_leading_assignments_set_variables_for_the_program(workspace: Path) -> None:
+    script = "import os; print(os.environ['PYTHONPATH'], os.environ['B'])"
+    result = await bash(workspace, command=f'PYTHONPATH=src B="two words" {PY} -c "{script}"')
+    assert result["error"] is None, result["error"]
+    assert result["stdout"] == "src two words\n"
+
+
+async def test_a_leading_assignment_does_not_leak_into_the_next_call(workspace: Path) -> None:
+    tool = bash_tool(workspace_root=workspace)
+    await tool(command=f"LF_ONLY_ONCE=1 {PY} -c pass")
+    result = await tool(command=f"{PY} -c \"import os; print(os.environ.get('LF_ONLY_ONCE'))\"")
+    assert result["stdout"] == "None\n"
+
+
+async def test_an_assignment_overrides_the_factory_env(workspace: Path) -> None:
+    tool = bash_tool(workspace_root=workspace, env={"PATH": os.environ["PATH"], "X": "factory"})
+    result = await tool(command=f"X=call {PY} -c \"import os; print(os.environ['X'])\"")
+    assert result["stdout"] == "call\n"
+
+
+async def test_a_quoted_assignment_is_a_program_name(workspace: Path) -> None:
+    result = await bash(workspace, command="'A=b' true")
+    assert result["return_code"] is None
+    assert "Could not start 'A=b'" in result["error"]
+
+
+async def test_assignments_alone_are_a_typed_error(workspace: Path) -> None:
+    result = await bash(workspace, command="A=1 B=2")
+    assert "only sets variables" in result["error"]
+
+
+# -- the shell language: refused without kernel isolation, allowed with it
+
+
+async def test_without_isolation_operators_are_refused_and_the_refusal_names_shell(
+    workspace: Path,
+) -> None:
+    result = await bash(workspace, command="touch marker && echo x")
+    assert "shell=True" in result["error"]
+    assert not (workspace / "marker").exists()
+
+
+async def test_shell_true_runs_scripts_without_isolation(workspace: Path) -> None:
+    tool = bash_tool(workspace_root=workspace, shell=True)
+    result = await tool(command="echo a b | wc -w && echo done")
+    assert result["stdout"].split() == ["2", "done"]
+
+
+async def test_shell_false_refuses_operators_under_isolation(workspace: Path) -> None:
+    if mechanism_problem("bwrap") is not None:
+        pytest.skip("bwrap unavailable")
+    tool = bash_tool(workspace_root=workspace, isolation="bwrap", shell=False)
+    result = await tool(command="echo a | cat")
+    assert "shell operator" in result["error"]
+
+
+def test_factory_rejects_bad_shell_and_timeout_options(workspace: Path) -> None:
+    with pytest.raises(TypeError):
+        bash_tool(workspace_root=workspace, shell="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="default_timeout"):
+        bash_tool(workspace_root=workspace, default_timeout=0)
+    with pytest.raises(ValueError, match="default_timeout"):
+        bash_tool(workspace_root=workspace, default_timeout=300_001)
+
+
+def _mechanisms() -> list[Any]:
+    params = []
+    for name in ("bwrap", "landlock"):
+        problem = mechanism_problem(name)
+        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
+        params.append(pytest.param(name, marks=skip))
+    return params
+
+
+SHELL_CONSTRUCTS = [
+    pytest.param("printf 'a\\nb\\nc\\n' | wc -l", "3", id="pipe"),
+    pytest.param("true && echo yes", "yes", id="and"),
+    pytest.param("false || echo fallback", "fallback", id="or"),
+    pytest.param("echo one; echo two", "one\ntwo", id="semicolon"),
+    pytest.param("echo saved > out.txt && cat out.txt", "saved", id="redirect"),
+    pytest.param("(cd sub && pwd) | sed 's|.*/||'", "sub", id="subshell-cd"),
+    pytest.param("echo $(echo inner)", "inner", id="substitution"),
+    pytest.param("ls *.py", "a.py\nb.py", id="glob"),
+    pytest.param("GREETING=hi sh -c 'echo $GREETING'", "hi", id="assignment"),
+    pytest.param("cd sub && ls", "f.txt", id="cd"),
+]
+
+
+@pytest.mark.parametrize("mechanism", _mechanisms())
+@pytest.mark.parametrize(("command", "expected"), SHELL_CONSTRUCTS)
+async def test_shell_constructs_run_inside_the_confinement(
+    workspace: Path, mechanism: str, command: str, expected: str
+) -> None:
+    (workspace / "a.py").write_text("")
+    (workspace / "b.py").write_text("")
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "f.txt").write_text("")
+    tool = bash_tool(workspace_root=workspace, isolation=mechanism)
+    assert "shell script" in tool.description
+    result = await tool(command=command)
+    assert result["error"] is None, result
+    assert result["isolation"] == mechanism
+    assert result["stdout"].strip() == expected, result
+
+
+@pytest.mark.parametrize("mechanism", _mechanisms())
+async def test_a_script_stays_confined(tmp_path: Path, workspace: Path, mechanism: str) -> None:
+    outside = tmp_path / "outside.txt"
+    tool = bash_tool(workspace_root=workspace, isolation=mechanism)
+    # bwrap lets the write land in its private /tmp, Landlock refuses it:
+    # either way the host's file never appears.
+    result = await tool(command=f"echo x > {outside}; echo ran")
+    assert result["stdout"] == "ran\n"
+    assert not outside.exists()
+
+
+# -- output past the cap is kept
+
+
+async def test_a_megabyte_of_output_is_retrieved_whole_by_offset(workspace: Path) -> None:
+    lines = "".join(f"line {i:07d} é\n" for i in range(80_000))  # ~1.3 MB, multi-byte
+    (workspace / "big.txt").write_text(lines)
+    result = await bash(workspace, command="cat big.txt")
+    ident = result["output_id"]
+    assert ident is not None and ident in result["stdout"]
+    assert result["stdout"].startswith("line 0000000 é\n")
+    assert result["stdout"].endswith("line 0079999 é\n")
+    jobs = jobs_tool()
+    pieces, offset = [], 0
+    while True:
+        page = await jobs(action="output", job_id=ident, offset=offset)
+        assert page["error"] is None
+        if not page["output"]:
+            break
+        pieces.append(page["output"])
+        offset = page["next_offset"]
+    assert "".join(pieces) == lines
+    assert page["total_bytes"] == len(lines.encode())
+
+
+async def test_short_output_keeps_no_file(workspace: Path) -> None:
+    result = await bash(workspace, command="echo small")
+    assert result["output_id"] is None and result["stderr_output_id"] is None
+
+
+async def test_on_timeout_background_lets_the_command_go_on_as_a_job(workspace: Path) -> None:
+    tool = bash_tool(workspace_root=workspace)
+    script = "import time; print('started', flush=True); time.sleep(1); print('finished')"
+    result = await tool(command=f'{PY} -c "{script}"', timeout=200, on_timeout="background")
+    assert result["timed_out"] is True and result["job_id"] is not None
+    assert "background job" in result["notice"]
+    jobs = jobs_tool()
+    waited = await jobs(action="wait", job_id=result["job_id"], until="finished", timeout=60_000)
+    assert waited["matched"] is True
+    done = await jobs(action="wait", job_id=result["job_id"], timeout=60_000)
+    assert done["return_code"] == 0
+    await jobs(action="kill", job_id=result["job_id"])
+
+
+async def test_on_timeout_background_that_finishes_in_time_is_a_plain_answer(
+    workspace: Path,
+) -> None:
+    tool = bash_tool(workspace_root=workspace)
+    result = await tool(command="echo quick", on_timeout="background")
+    assert result["stdout"] == "quick\n" and result["return_code"] == 0
+    assert result["job_id"] is None
+    listed = (await jobs_tool()(action="list"))["jobs"]
+    assert not [job for job in listed if job["command"] == "echo quick"]
+
+
+@pytest.mark.parametrize("mechanism", _mechanisms())
+async def test_a_plain_script_runs_without_a_shell_and_a_missing_program_is_typed(
+    workspace: Path, mechanism: str
+) -> None:
+    tool = bash_tool(workspace_root=workspace, isolation=mechanism)
+    missing = await tool(command="no-such-program-xyz --flag 'a b'")
+    assert missing["return_code"] is None and "Could not start" in missing["error"]
+    quoted = await tool(command=f"{PY} -c 'import sys; print(sys.argv[1:])' \"a b\" c=d")
+    assert quoted["stdout"] == "['a b', 'c=d']\n"
+    # A builtin still goes to the shell, where it means what it says.
+    assert (await tool(command="cd /"))["return_code"] == 0
+    assert (await tool(command="X=1 printenv X"))["stdout"] == "1\n"

@@ -1,0 +1,249 @@
+"""Every simple command of a shell script, read by a real POSIX-shell grammar.
+
+A policy that reads a script must see every program it would run: the ones
+joined by ``&&``, ``||``, ``;`` and ``|``, the ones inside subshells, ``{
+...; }`` groups, loops, conditionals and function bodies, and the ones inside
+command substitutions (``$(...)``, backticks, ``<(...)``), wherever those
+appear, in an argument, a double-quoted string, an assignment, a redirect
+target or a here-document. Cutting a script at operators by hand misses some
+of these; `simple_commands` uses tree-sitter's bash grammar (MIT licensed,
+maintained, the one editors use), which parses the whole language.
+
+The parser is loaded on first use, so importing lionfactory does not pay for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser
+
+__all__ = ["ShellSyntaxError", "SimpleCommand", "simple_commands"]
+
+
+class ShellSyntaxError(ValueError):
+    """The script is not valid shell; `message` says where, for a model to fix it.
+
+    Attributes:
+        message: the explanation.
+        offset: the character offset of the first error.
+    """
+
+    def __init__(self, message: str, offset: int) -> None:
+        self.message = message
+        self.offset = offset
+        super().__init__(message)
+
+
+@attrs.frozen
+class SimpleCommand:
+    """One simple command of a script: the program, its arguments, what surrounds it.
+
+    Attributes:
+        words: the program and its arguments with quotes removed (``'a b'``
+            is ``a b``); an expansion (``$x``, ``$(...)``, ``*`` is kept
+            literally, globs being words too) keeps its source text.
+        assignments: the ``NAME=value`` words before the program, as written.
+        redirects: the targets of its redirects (``> out.txt`` gives
+            ``out.txt``), and of any redirect around the list it is part of.
+        text: the command's source text.
+        dynamic: a word holds an expansion or substitution whose value is
+            known only when the script runs (``$x``, ``$(...)``, ``${x}``).
+        substitution: the command runs inside a command or process
+            substitution (its output becomes part of another command).
+    """
+
+    words: tuple[str, ...]
+    assignments: tuple[str, ...] = ()
+    redirects: tuple[str, ...] = ()
+    text: str = ""
+    dynamic: bool = False
+    substitution: bool = False
+
+    @property
+    def program(self) -> str | None:
+        """The first word (the program), or None for a command of assignments only."""
+        return self.words[0] if self.words else None
+
+
+_EXPANSIONS = frozenset(
+    {
+        "simple_expansion",
+        "expansion",
+        "command_substitution",
+        "process_substitution",
+        "arithmetic_expansion",
+    }
+)
+_SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_UNESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_UNESCAPE_DOUBLE = re.compile(r'\\([$`"\\\n])')
+
+
+@functools.cache
+def _parser() -> Parser:
+    import tree_sitter
+    import tree_sitter_bash
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+def simple_commands(script: str) -> tuple[SimpleCommand, ...]:
+    """Every simple command `script` would run, outermost first, in source order.
+
+    Args:
+        script: a POSIX shell (bash) script.
+
+    Returns:
+        The commands, including those in pipelines, lists, subshells, groups,
+        loops, conditionals, function bodies and command substitutions.
+
+    Raises:
+        ShellSyntaxError: the script does not parse (an unclosed quote or
+            parenthesis, a stray operator); its message gives the position.
+    """
+    data = script.encode("utf-8", "surrogateescape")
+    tree = _parser().parse(data)
+    root = tree.root_node
+    if root.has_error:
+        offset = _first_error(root)
+        char = len(data[:offset].decode("utf-8", "replace"))
+        near = script[max(0, char - 20) : char + 20]
+        raise ShellSyntaxError(
+            f"the command is not valid shell syntax near character {char} ({near!r}): "
+            f"check that every quote, parenthesis and brace is closed and that no operator "
+            f"stands alone",
+            char,
+        )
+    found: list[SimpleCommand] = []
+    # An explicit stack, not recursion: nesting depth is the script's to choose.
+    stack: list[tuple[Node, tuple[str, ...], bool]] = [(root, (), False)]
+    while stack:
+        node, redirects, inside = stack.pop()
+        kind = node.type
+        children = node.children
+        if kind == "redirected_statement":
+            targets = tuple(
+                _redirect_target(child, data) for child in children if child.type in _REDIRECTS
+            )
+            redirects = (*redirects, *(t for t in targets if t is not None))
+        elif kind == "command":
+            found.append(_command(node, data, redirects, inside))
+        if kind in _SUBSTITUTIONS:
+            inside, redirects = True, ()
+        stack.extend((child, redirects, inside) for child in reversed(children))
+    return tuple(found)
+
+
+def _first_error(root: Node) -> int:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            return int(node.start_byte)
+        stack.extend(reversed(node.children))
+    return int(root.start_byte)
+
+
+def _text(node: Node, data: bytes) -> str:
+    return data[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
+
+
+def _command(node: Node, data: bytes, redirects: tuple[str, ...], inside: bool) -> SimpleCommand:
+    words: list[str] = []
+    assignments: list[str] = []
+    own: list[str] = []
+    dynamic = False
+    for child in node.children:
+        kind = child.type
+        if kind == "variable_assignment":
+            assignments.append(_text(child, data))
+        elif kind in _REDIRECTS:
+            target = _redirect_target(child, data)
+            if target is not None:
+                own.append(target)
+        elif child.is_named and kind != "comment":
+            value, varies = _word(child, data)
+            words.append(value)
+            dynamic = dynamic or varies
+    return SimpleCommand(
+        words=tuple(words),
+        assignments=tuple(assignments),
+        redirects=(*own, *redirects),
+        text=_text(node, data),
+        dynamic=dynamic,
+        substitution=inside,
+    )
+
+
+def _redirect_target(node: Node, data: bytes) -> str | None:
+    destination = node.child_by_field_name("destination")
+    if destination is None:
+        return None
+    return _word(destination, data)[0]
+
+
+def _word(node: Node, data: bytes) -> tuple[str, bool]:
+    """A word's value with quoting removed, and whether it holds an expansion."""
+    kind = node.type
+    if kind == "command_name":
+        parts = [_word(child, data) for child in node.children]
+        return "".join(p for p, _ in parts), any(v for _, v in parts)
+    if kind in _EXPANSIONS:
+        return _text(node, data), True
+    if kind == "raw_string":
+        return _text(node, data)[1:-1], False
+    if kind == "ansi_c_string":
+        return _ansi_c(_text(node, data)[2:-1]), False
+    if kind == "string":
+        return _double_quoted(node, data)
+    if kind in ("concatenation", "translated_string"):
+        pieces = [_word(child, data) for child in node.children if child.is_named]
+        if kind == "translated_string":
+            return _word(node.children[-1], data) if node.children else ("", False)
+        return "".join(p for p, _ in pieces), any(v for _, v in pieces)
+    if kind == "word":
+        return _UNESCAPE.sub(r"\1", _text(node, data)), False
+    return _text(node, data), False
+
+
+def _double_quoted(node: Node, data: bytes) -> tuple[str, bool]:
+    # The string's bytes between its quotes, with each expansion's text kept
+    # and the escapes a double quote honours (\$ \` \" \\ newline) undone.
+    inner_start, inner_end = node.start_byte + 1, node.end_byte - 1
+    pieces: list[str] = []
+    varies = False
+    position = inner_start
+    for child in node.children:
+        if child.type in _EXPANSIONS:
+            literal = data[position : child.start_byte].decode("utf-8", "surrogateescape")
+            pieces.append(_UNESCAPE_DOUBLE.sub(r"\1", literal))
+            pieces.append(_text(child, data))
+            position = child.end_byte
+            varies = True
+    literal = data[position:inner_end].decode("utf-8", "surrogateescape")
+    pieces.append(_UNESCAPE_DOUBLE.sub(r"\1", literal))
+    return "".join(pieces), varies
+
+
+_ANSI_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b"}
+_ANSI_SIMPLE |= {"E": "\x1b", "f": "\f", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.DOTALL)
+
+
+def _ansi_c(body: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        code: str = match.group(1)
+        if code[0] == "x":
+            return chr(int(code[1:], 16))
+        if code[0] in "01234567":
+            return chr(int(code, 8))
+        return _ANSI_SIMPLE.get(code, "\\" + code)
+
+    return _ANSI_ESCAPE.sub(replace, body)

@@ -1,0 +1,365 @@
+"""One long-lived confined environment per branch: its commands start inside it, on request.
+
+Without it every confined command gets a sandbox of its own: a background
+server lives in a network namespace and a ``/tmp`` no later command can
+reach, so ``network="none"`` would make background servers useless. With it,
+the first confined command of a branch starts the *supervisor*
+(`lionfactory._supervisor_main`) under the branch's `Isolation`, built by
+the same policy-to-argv translation every confined process uses
+(`Isolation.launch`), and every later command of that branch (foreground or
+background) is forked by the supervisor inside that one sandbox. They share
+its network namespace (so its loopback, and nothing beyond it under
+``network="none"``), its private ``/tmp`` and its PID namespace; they are
+confined exactly as a command started on its own would be.
+
+Each command's stdout and stderr are pipes (or a job's output file) whose
+write ends are handed to the supervisor with the request, so output never
+passes through the supervisor. A command leads its own session and, where
+the kernel allows (a user namespace for an unprivileged PID namespace), gets
+a PID namespace of its own inside the sandbox: when it ends, is killed or its
+caller gives up, its process group is killed and its namespace with it, so a
+child that started a session of its own dies too, exactly as when every
+command had a sandbox of its own. (For uid 0 the kernel refuses to map root
+into that user namespace without CAP_SETFCAP, so root's commands see
+themselves as the overflow uid 65534 while the kernel still acts for root.)
+This is the one place besides `lionfactory._process.run_process` that starts
+programs, and only confined ones. Closing the supervisor's socket (branch
+close, interpreter exit, a dead parent) kills every command and ends the
+sandbox with its namespaces.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import anyio
+import attrs
+
+from lionfactory._isolation import Isolation
+from lionfactory._process import LaunchError, ProcessResult, _Capture, _check_program
+
+__all__ = ["RemoteProcess", "Supervisor", "run_supervised"]
+
+MAIN = Path(__file__).with_name("_supervisor_main.py")
+_TMP_VARS = ("TMPDIR", "TMP", "TEMP")
+# How long a killed command may take to be reported gone.
+_EXIT_GRACE = 5.0
+# After the command ends, how long its pipes may stay open (held by a
+# process that left the group) before the drains stop.
+_DRAIN_GRACE = 1.0
+
+
+class SupervisorGone(Exception):
+    """The supervisor is not running any more (it is restarted on the next call)."""
+
+
+@attrs.define(eq=False)
+class Supervisor:
+    """The host's handle on one supervisor: its process and control socket."""
+
+    isolation: Isolation
+    popen: subprocess.Popen[bytes]
+    control: socket.socket
+    overlay: dict[str, str]
+    tmpdir: Path | None
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    @classmethod
+    def start(cls, isolation: Isolation, root: Path) -> Supervisor:
+        """Start a supervisor under `isolation` (blocking: call it in a worker thread)."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            launch = isolation.launch(
+                [sys.executable, "-I", "-S", str(MAIN), str(child.fileno())], cwd=root, env=None
+            )
+        except BaseException:
+            parent.close()
+            child.close()
+            raise
+        try:
+            popen = subprocess.Popen(
+                list(launch.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=root,
+                env=None if launch.env is None else dict(launch.env),
+                # The wrapper's own descriptors too (bwrap's seccomp program).
+                pass_fds=(child.fileno(), *launch.pass_fds),
+                start_new_session=True,
+            )
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+            for fd in launch.pass_fds:
+                os.close(fd)
+        overlay = {k: v for k, v in (launch.env or {}).items() if k in _TMP_VARS}
+        return cls(isolation, popen, parent, overlay, launch.tmpdir)
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def submit(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        stdout: int,
+        stderr: int,
+    ) -> socket.socket:
+        """Ask for `argv` to start; returns the command's report socket (blocking, short).
+
+        Raises:
+            SupervisorGone: the supervisor has exited.
+        """
+        if env is None:
+            # What a command inherits passes the isolation's environment
+            # policy, as at the process seam; an explicit env is the caller's.
+            filtered = self.isolation.environment(None)
+            env = os.environ if filtered is None else filtered.variables
+        child_env = {**env, **self.overlay}
+        payload = json.dumps({"argv": list(argv), "cwd": str(cwd), "env": child_env}).encode()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fds = array.array("i", [theirs.fileno(), stdout, stderr])
+        try:
+            with self.lock:
+                self.control.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        except OSError as exc:
+            mine.close()
+            raise SupervisorGone(str(exc)) from None
+        finally:
+            theirs.close()
+        return mine
+
+    def close(self) -> None:
+        """Kill every command and end the sandbox (blocking)."""
+        self.control.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=_EXIT_GRACE)
+        # The sandbox's own helpers (bwrap's init) are in the same group.
+        with contextlib.suppress(OSError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def _message(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@attrs.define(eq=False)
+class RemoteProcess:
+    """A command the supervisor started, seen through its report socket (for jobs)."""
+
+    sock: socket.socket
+    pid: int
+    returncode: int | None = None
+
+    @classmethod
+    def first_report(cls, sock: socket.socket) -> RemoteProcess:
+        """Wait for the start report (blocking).
+
+        Raises:
+            LaunchError: the command could not be executed.
+            SupervisorGone: the supervisor died before answering.
+        """
+        sock.settimeout(30)
+        try:
+            data = sock.recv(65536)
+        except OSError as exc:
+            sock.close()
+            raise SupervisorGone(str(exc)) from None
+        report = _message(data)
+        if "pid" not in report:
+            sock.close()
+            raise SupervisorGone("no start report")
+        process = cls(sock, int(report["pid"]))
+        sock.setblocking(False)
+        return process
+
+    def _read(self) -> None:
+        while self.returncode is None:
+            try:
+                data = self.sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                # The supervisor is gone, and the sandbox with it.
+                self.returncode = -signal.SIGKILL
+                return
+            report = _message(data)
+            if "exec_error" in report:
+                self.exec_error = str(report["exec_error"])
+            if "exit" in report:
+                self.returncode = int(report["exit"])
+
+    exec_error: str | None = None
+
+    def poll(self) -> int | None:
+        self._read()
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.send(b'{"kill": true}')
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return self.returncode
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def _next_report(sock: socket.socket) -> dict[str, Any] | None:
+    """The next report on `sock`, or None when the supervisor closed it."""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            await anyio.wait_readable(sock)
+            continue
+        except OSError:
+            return None
+        return _message(data) if data else None
+
+
+async def _drain(fd: int, capture: _Capture, done: anyio.Event) -> None:
+    try:
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            if not data:
+                return
+            capture.feed(data)
+    finally:
+        done.set()
+
+
+async def run_supervised(
+    supervisor: Supervisor,
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    timeout: float,
+    env: Mapping[str, str] | None,
+    max_bytes: int,
+    spill: tuple[Callable[[], BinaryIO], Callable[[], BinaryIO]] | None = None,
+) -> ProcessResult:
+    """Run `argv` through `supervisor` like `run_process` runs it directly.
+
+    Raises:
+        LaunchError: the program could not be started.
+        SupervisorGone: the supervisor is not running (start a new one).
+    """
+    args = tuple(argv)
+    if any("\x00" in arg for arg in args):
+        raise LaunchError(args[0], "embedded null byte")
+    _check_program(args[0], cwd, env)
+    started = time.monotonic()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        sock = supervisor.submit(args, cwd=cwd, env=env, stdout=out_w, stderr=err_w)
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+    sock.setblocking(False)
+    out = _Capture(max_bytes, spill[0] if spill else None)
+    err = _Capture(max_bytes, spill[1] if spill else None)
+    pid = 0
+    code: int | None = None
+    exec_error: str | None = None
+    gone = False
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            drained = (anyio.Event(), anyio.Event())
+            async with anyio.create_task_group() as group:
+                group.start_soon(_drain, out_r, out, drained[0])
+                group.start_soon(_drain, err_r, err, drained[1])
+                while code is None:
+                    report = await _next_report(sock)
+                    if report is None:
+                        gone = True
+                        break
+                    pid = int(report.get("pid", pid))
+                    exec_error = report.get("exec_error", exec_error)
+                    if "exit" in report:
+                        code = int(report["exit"])
+                with anyio.move_on_after(_DRAIN_GRACE):
+                    # The group is dead; a process that left it may still
+                    # hold a pipe. Give the drains a moment, not forever.
+                    for event in drained:
+                        await event.wait()
+                group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if code is None and not gone:
+                with contextlib.suppress(OSError):
+                    sock.send(b'{"kill": true}')
+                with anyio.move_on_after(_EXIT_GRACE):
+                    while code is None:
+                        report = await _next_report(sock)
+                        if report is None:
+                            break
+                        code = int(report["exit"]) if "exit" in report else code
+            sock.close()
+            os.close(out_r)
+            os.close(err_r)
+            out.close()
+            err.close()
+    if exec_error is not None:
+        raise LaunchError(args[0], exec_error)
+    if gone and code is None and not deadline.cancelled_caught:
+        raise SupervisorGone("the supervisor closed the command's socket")
+    return ProcessResult(
+        argv=args,
+        returncode=code,
+        stdout=out.text("stdout", announce=False),
+        stderr=err.text("stderr", announce=False),
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        timed_out=deadline.cancelled_caught,
+        pid=pid,
+        pgid=pid,
+        duration=time.monotonic() - started,
+    )

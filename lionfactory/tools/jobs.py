@@ -1,0 +1,749 @@
+"""The ``jobs`` tool: background commands and kept output, read and ended by id.
+
+``bash(command=..., background=True)`` starts a command and answers at once
+with a ``job_id``; ``jobs`` lists the branch's jobs, pages through a job's
+output (or through the full text of a foreground output that was longer than
+the message cap, by its ``output_id``), waits for a job to print something or
+open a port, and kills a job with every process it started.
+
+Decisions:
+
+* **Jobs belong to the branch that started them.** Every call carries its
+  branch's id (the call context `Branch.act` sets), and the jobs and kept
+  outputs of one branch are invisible to every other, a clone included: a
+  clone starts with none. A call made outside any branch uses a table of its
+  own. Ids are random, so one cannot be guessed from another.
+* **Output goes to a file, never through memory.** A job's stdout and stderr
+  (interleaved, as a terminal shows them) go straight to a file in a private
+  directory (mode 0700, outside the workspace, so no file tool lists it and
+  no confined process is given it to write). Nothing is lost and no reader
+  task has to outlive the call that started the job.
+* **Bounded.** At most `MAX_JOBS` jobs per branch are kept (running or
+  finished but not yet forgotten); past that, a start is refused and the
+  refusal says how to make room. Kept output is bounded per branch by
+  `OUTPUT_BUDGET_BYTES`: the oldest finished outputs are dropped first, and
+  asking for a dropped one says so.
+* **Nothing outlives its owner.** `kill` ends the job's whole process group
+  (under bwrap or Landlock's PID namespace, the whole sandbox);
+  `Branch.aclose()` kills every job of the branch and removes its kept
+  output; at interpreter exit every job still running is killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import codecs
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import anyio.to_thread
+import attrs
+from pydantic import BaseModel, ConfigDict, Field
+
+from lionfactory._call import current_call
+from lionfactory._isolation import Isolation
+from lionfactory._process import LaunchError, _check_program
+from lionfactory._supervisor import RemoteProcess, Supervisor, SupervisorGone
+from lionfactory._tool import Tool, ToolHints
+
+__all__ = [
+    "MAX_JOBS",
+    "OUTPUT_BUDGET_BYTES",
+    "JobInfo",
+    "JobsRequest",
+    "JobsResponse",
+    "jobs_tool",
+]
+
+MAX_JOBS = 16
+"""Jobs a branch may hold at once (running, or finished and not yet killed/forgotten)."""
+
+OUTPUT_BUDGET_BYTES = 256 * 1024 * 1024
+"""Bytes of kept output per branch; the oldest finished outputs are dropped past it."""
+
+PAGE_BYTES = 100_000
+"""Most bytes of output one ``output`` call returns."""
+
+MAX_WAIT_MS = 600_000
+"""Longest ``wait`` one call may ask for."""
+
+_POLL_START = 0.002
+_POLL_MAX = 0.1
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+@attrs.define(eq=False)
+class _Output:
+    """One kept output file: a job's, or a foreground stream past its cap."""
+
+    id: str
+    path: Path
+    created: float
+    label: str
+    job: _Job | None = None
+    # A foreground call is still writing or reading it: never dropped then.
+    busy: bool = False
+
+    def size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
+
+@attrs.define(eq=False)
+class _Job:
+    """A background process and where its output goes."""
+
+    id: str
+    command: str
+    # Started directly (no kernel isolation), or by the branch's supervisor.
+    popen: subprocess.Popen[bytes] | RemoteProcess
+    output: _Output
+    started: float
+    tmpdir: Path | None = None
+    ended: float | None = None
+    killed: bool = False
+
+    @property
+    def pgid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        code = self.popen.poll()
+        if code is not None and self.ended is None:
+            self.ended = _now()
+            # Whatever the command left running in its group ends with it, as
+            # for a foreground call (the supervisor does that for its own
+            # commands, whose pids are its namespace's); then the private
+            # temp dir can go.
+            if isinstance(self.popen, RemoteProcess):
+                self.popen.close()
+            else:
+                _kill_group(self.pgid)
+            if self.tmpdir is not None:
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+        return code
+
+    @property
+    def running(self) -> bool:
+        return self.poll() is None
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies do not count)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return False
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+@attrs.define(eq=False)
+class BranchJobs:
+    """The jobs and kept outputs of one branch (or of calls outside any branch)."""
+
+    key: uuid.UUID | None
+    jobs: dict[str, _Job] = attrs.Factory(dict)
+    outputs: dict[str, _Output] = attrs.Factory(dict)
+    dropped: dict[str, str] = attrs.Factory(dict)
+    directory: Path | None = None
+    closed: bool = False
+    supervisors: dict[Isolation, Supervisor] = attrs.Factory(dict)
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+    # Calls of one branch run concurrently (act_many), in worker threads.
+    outputs_lock: threading.RLock = attrs.Factory(threading.RLock)
+
+    def supervisor(self, isolation: Isolation, root: Path) -> Supervisor:
+        """The branch's supervisor for `isolation`, started on first use (blocking)."""
+        with self.lock:
+            running = self.supervisors.get(isolation)
+            if running is None or not running.alive:
+                if running is not None:
+                    running.close()
+                running = self.supervisors[isolation] = Supervisor.start(isolation, root)
+                _SUPERVISORS.add(running)
+            return running
+
+    def _dir(self) -> Path:
+        if self.directory is None or not self.directory.is_dir():
+            # Outside the workspace and private to this user: kept output is
+            # the model's to read through `jobs`, not a file in the project.
+            self.directory = Path(tempfile.mkdtemp(prefix="lionfactory-output-"))
+            os.chmod(self.directory, 0o700)
+        return self.directory
+
+    def new_output(self, label: str, prefix: str = "out") -> tuple[_Output, int]:
+        """A new kept-output file (created empty, owner-only) and its open descriptor."""
+        ident = f"{prefix}-{secrets.token_hex(6)}"
+        with self.outputs_lock:
+            path = self._dir() / ident
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            output = _Output(ident, path, _now(), label, busy=prefix == "out")
+            self.outputs[ident] = output
+        return output, fd
+
+    def release(self, ident: str) -> None:
+        """A foreground call is done with kept output `ident`: it may be dropped from now on."""
+        with self.outputs_lock:
+            output = self.outputs.get(ident)
+            if output is not None:
+                output.busy = False
+
+    def enforce_budget(self, budget: int | None = None) -> None:
+        """Drop the oldest finished outputs until the kept bytes fit `budget`.
+
+        `budget` defaults to `OUTPUT_BUDGET_BYTES` (read at call time).
+        """
+        budget = OUTPUT_BUDGET_BYTES if budget is None else budget
+        with self.outputs_lock:
+            outputs = sorted(self.outputs.items(), key=lambda item: item[1].created)
+            sizes = {ident: output.size() for ident, output in outputs}
+            total = sum(sizes.values())
+            for ident, output in outputs:
+                if total <= budget:
+                    break
+                if output.busy or (output.job is not None and output.job.running):
+                    continue
+                total -= sizes[ident]
+                self._drop(ident, "dropped to keep this branch's output within its budget")
+
+    def _drop(self, ident: str, why: str) -> None:
+        with self.outputs_lock:
+            output = self.outputs.pop(ident, None)
+            if output is not None:
+                output.path.unlink(missing_ok=True)
+                self.dropped[ident] = why
+
+    def start(
+        self,
+        command: str,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        isolation: Isolation | None,
+    ) -> _Job:
+        """Start `argv` in the background (blocking: call it in a worker thread).
+
+        Raises:
+            JobLimit: the branch holds `MAX_JOBS` jobs already.
+            LaunchError: the program could not be started.
+        """
+        self._forget_finished_over_limit()
+        self.enforce_budget()
+        if len(self.jobs) >= MAX_JOBS:
+            raise JobLimit(
+                f"This branch already holds {MAX_JOBS} jobs, the most it may. Kill jobs you "
+                f"no longer need with jobs(action='kill', job_id=...) (a finished job's "
+                f"output stays readable until then), then start this one again."
+            )
+        if isolation is not None and isolation.confined:
+            return self._start_supervised(command, argv, cwd=cwd, env=env, isolation=isolation)
+        launch_argv, launch_env, tmpdir = list(argv), env, None
+        output, fd = self.new_output(command, prefix="job")
+        try:
+            popen = subprocess.Popen(
+                launch_argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=fd,
+                cwd=cwd,
+                env=None if launch_env is None else dict(launch_env),
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:
+            self._drop(output.id, "the job did not start")
+            self.dropped.pop(output.id, None)
+            if tmpdir is not None:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise LaunchError(argv[0], reason) from None
+        finally:
+            os.close(fd)
+        job = _Job(output.id, command, popen, output, _now(), tmpdir)
+        output.job = job
+        self.jobs[job.id] = job
+        _LIVE.add(job)
+        return job
+
+    def _start_supervised(
+        self,
+        command: str,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        isolation: Isolation,
+    ) -> _Job:
+        _check_program(argv[0], cwd, env)
+        supervisor = self.supervisor(isolation, cwd)
+        output, fd = self.new_output(command, prefix="job")
+        try:
+            sock = supervisor.submit(argv, cwd=cwd, env=env, stdout=fd, stderr=fd)
+            process = RemoteProcess.first_report(sock)
+        except SupervisorGone as exc:
+            self._drop(output.id, "the job did not start")
+            self.dropped.pop(output.id, None)
+            raise LaunchError(argv[0], f"the sandbox's supervisor is gone ({exc})") from None
+        finally:
+            os.close(fd)
+        job = _Job(output.id, command, process, output, _now())
+        output.job = job
+        self.jobs[job.id] = job
+        _LIVE.add(job)
+        return job
+
+    def _forget_finished_over_limit(self) -> None:
+        """Past the limit, forget the oldest finished jobs (their output stays readable)."""
+        finished = sorted(
+            (job for job in self.jobs.values() if not job.running), key=lambda j: j.started
+        )
+        while len(self.jobs) >= MAX_JOBS and finished:
+            job = finished.pop(0)
+            del self.jobs[job.id]
+
+    def kill(self, job: _Job) -> None:
+        """Kill the job's whole group and reap it (blocking: call it in a worker thread)."""
+        job.killed = job.killed or job.running
+        if isinstance(job.popen, RemoteProcess):
+            job.popen.kill()
+            job.popen.wait(timeout=5)
+            job.poll()
+            _LIVE.discard(job)
+            return
+        _kill_group(job.pgid)
+        # A process stuck in the kernel cannot die before its I/O returns.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            job.popen.wait(timeout=5)
+        job.poll()
+        deadline = _now() + 3
+        while _group_alive(job.pgid) and _now() < deadline:
+            _kill_group(job.pgid)
+            time.sleep(0.005)
+        _LIVE.discard(job)
+
+    def close(self) -> None:
+        """Kill every job and remove every kept output (blocking)."""
+        self.closed = True
+        for job in list(self.jobs.values()):
+            self.kill(job)
+        self.jobs.clear()
+        with self.lock:
+            supervisors, self.supervisors = list(self.supervisors.values()), {}
+        for supervisor in supervisors:
+            supervisor.close()
+            _SUPERVISORS.discard(supervisor)
+        self.outputs.clear()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+
+class JobLimit(Exception):
+    """A branch holds `MAX_JOBS` jobs already."""
+
+
+# Every job still running, and every supervisor, for the kill at interpreter exit.
+_LIVE: set[_Job] = set()
+_SUPERVISORS: set[Supervisor] = set()
+
+
+@attrs.define(eq=False)
+class JobRegistry:
+    """The job tables of every branch, keyed by branch id."""
+
+    tables: dict[uuid.UUID | None, BranchJobs] = attrs.Factory(dict)
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    def current(self) -> BranchJobs:
+        """The table of the branch whose call is running (created on first use)."""
+        running = current_call()
+        key = running.branch_id if running is not None else None
+        with self.lock:
+            table = self.tables.get(key)
+            if table is None:
+                table = self.tables[key] = BranchJobs(key)
+            return table
+
+    def peek(self) -> BranchJobs | None:
+        running = current_call()
+        key = running.branch_id if running is not None else None
+        return self.tables.get(key)
+
+    async def close_branch(self, branch_id: uuid.UUID | None) -> None:
+        """Kill the jobs of `branch_id` and remove its kept output."""
+        with self.lock:
+            table = self.tables.pop(branch_id, None)
+        if table is not None:
+            await anyio.to_thread.run_sync(table.close)
+
+
+REGISTRY = JobRegistry()
+"""The one registry the built-in ``bash`` and ``jobs`` tools share."""
+
+
+@atexit.register
+def _kill_all_at_exit() -> None:
+    for job in list(_LIVE):
+        if not isinstance(job.popen, RemoteProcess):
+            _kill_group(job.pgid)
+    for supervisor in list(_SUPERVISORS):
+        # Its commands die with its sandbox's PID namespace, or when it
+        # sees its socket close.
+        supervisor.control.close()
+        _kill_group(supervisor.popen.pid)
+        if supervisor.tmpdir is not None:
+            shutil.rmtree(supervisor.tmpdir, ignore_errors=True)
+    for table in list(REGISTRY.tables.values()):
+        if table.directory is not None:
+            shutil.rmtree(table.directory, ignore_errors=True)
+
+
+def read_output(path: Path, offset: int, limit: int) -> tuple[str, int, int]:
+    """Text of `path` from byte `offset`, at most `limit` bytes, cut at a character boundary.
+
+    Returns:
+        The text, the offset after it, and the file's size.
+    """
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(offset)
+        data = handle.read(limit)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    end = offset + len(data)
+    if end < size:
+        # Keep a character split by the page boundary for the next page.
+        for back in range(min(3, len(data)), 0, -1):
+            lead = data[-back]
+            if lead & 0xC0 == 0xC0:  # a lead byte whose sequence is cut
+                need = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+                if need > back:
+                    data, end = data[:-back], end - back
+                break
+            if lead & 0xC0 != 0x80:
+                break
+    return decoder.decode(data, final=True), end, size
+
+
+class JobsRequest(BaseModel):
+    """Arguments of one ``jobs`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["list", "output", "wait", "kill"] = Field(
+        description=(
+            "list: this branch's jobs; output: read a job's output (or a kept output by "
+            "its output_id) from `offset`; wait: until the job prints text matching "
+            "`until`, opens `port`, or ends, at most `timeout` ms; kill: end the job and "
+            "every process it started."
+        )
+    )
+    job_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The job_id bash returned (or an output_id, for action output). "
+        "Required except for list.",
+    )
+    offset: int = Field(
+        default=0,
+        ge=0,
+        description="output: the byte offset to read from (next_offset of the previous read).",
+    )
+    until: str | None = Field(
+        default=None,
+        max_length=1_000,
+        description="wait: a regular expression; the wait ends when the output matches it.",
+    )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65_535,
+        description="wait: a TCP port on 127.0.0.1; the wait ends when it accepts connections "
+        "(with network='none' the job's port lives in its own sandbox: use `until` instead).",
+    )
+    timeout: int = Field(
+        default=30_000,
+        ge=1,
+        le=MAX_WAIT_MS,
+        description=f"wait: milliseconds to wait at most (at most {MAX_WAIT_MS:,}).",
+    )
+
+
+class JobInfo(BaseModel):
+    """One job in a ``list`` answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str = Field(description="The job's id.")
+    command: str = Field(description="The command it runs (cut to 200 characters).")
+    running: bool = Field(description="Whether it still runs.")
+    return_code: int | None = Field(description="Its exit code once done; null while running.")
+    output_bytes: int = Field(description="Bytes of output so far.")
+    seconds: float = Field(description="Seconds since it started (until it ended).")
+
+
+class JobsResponse(BaseModel):
+    """The outcome of one ``jobs`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobInfo] | None = Field(default=None, description="list: the branch's jobs.")
+    job_id: str | None = Field(default=None, description="The job or output the answer is about.")
+    output: str | None = Field(
+        default=None,
+        description="output: the text from `offset` (at most "
+        f"{PAGE_BYTES:,} bytes); wait: the output's last {PAGE_BYTES // 10:,} bytes.",
+    )
+    next_offset: int | None = Field(
+        default=None, description="output: the offset to read the rest from."
+    )
+    total_bytes: int | None = Field(default=None, description="Bytes of output kept so far.")
+    running: bool | None = Field(default=None, description="Whether the job still runs.")
+    return_code: int | None = Field(
+        default=None, description="The job's exit code once done (negative: killed by a signal)."
+    )
+    matched: bool | None = Field(
+        default=None, description="wait: whether the awaited text, port or end came."
+    )
+    error: str | None = Field(default=None, description="Why the action failed, and what to do.")
+
+
+_DESCRIPTION = f"""\
+Manage this conversation's background jobs (started with bash background=True)
+and read kept output.
+- list: every job, running or finished.
+- output: a job's output from `offset` (at most {PAGE_BYTES:,} bytes a call; pass
+  next_offset to go on). Also reads the full text of a bash output that was cut,
+  by the output_id the bash answer gave.
+- wait: until the output matches the regular expression `until`, the job opens
+  TCP `port` on 127.0.0.1, or the job ends; at most `timeout` ms (default 30,000).
+- kill: end the job and every process it started (its output stays readable).
+Jobs belong to this conversation; at most {MAX_JOBS} at a time."""
+
+
+def _unknown(ident: str, table: BranchJobs | None) -> str:
+    if table is not None and ident in table.dropped:
+        return f"{ident!r} is gone: {table.dropped[ident]}."
+    return (
+        f"There is no job or output {ident!r} in this conversation. jobs(action='list') shows "
+        f"the jobs; ids come from bash answers."
+    )
+
+
+def _info(job: _Job) -> JobInfo:
+    code = job.poll()
+    end = job.ended if job.ended is not None else _now()
+    return JobInfo(
+        job_id=job.id,
+        command=job.command if len(job.command) <= 200 else job.command[:199] + "…",
+        running=code is None,
+        return_code=code,
+        output_bytes=job.output.size(),
+        seconds=round(end - job.started, 3),
+    )
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@attrs.frozen
+class _JobsHandler:
+    registry: JobRegistry
+
+    async def close_branch(self, branch_id: uuid.UUID | None) -> None:
+        """Kill `branch_id`'s jobs and drop its kept output (`Branch.aclose` calls it)."""
+        await self.registry.close_branch(branch_id)
+
+    async def __call__(self, request: JobsRequest) -> JobsResponse:
+        table = self.registry.peek()
+        if request.action == "list":
+            jobs = [] if table is None else [_info(job) for job in table.jobs.values()]
+            return JobsResponse(jobs=jobs)
+        if request.job_id is None:
+            return JobsResponse(error=f"action {request.action!r} needs a job_id.")
+        ident = request.job_id
+        output = None if table is None else table.outputs.get(ident)
+        job = None if table is None else table.jobs.get(ident)
+        if request.action == "output":
+            if output is None:
+                return JobsResponse(job_id=ident, error=_unknown(ident, table))
+            return await self._output(output, request.offset)
+        if job is None:
+            if output is not None and request.action in ("wait", "kill"):
+                return JobsResponse(
+                    job_id=ident,
+                    error=f"{ident!r} is a kept output, not a job; read it with action 'output'.",
+                )
+            return JobsResponse(job_id=ident, error=_unknown(ident, table))
+        assert table is not None
+        if request.action == "kill":
+            await anyio.to_thread.run_sync(table.kill, job)
+            code = job.poll()
+            return JobsResponse(
+                job_id=ident, running=False, return_code=code, total_bytes=job.output.size()
+            )
+        return await self._wait(job, request)
+
+    async def _output(self, output: _Output, offset: int) -> JobsResponse:
+        try:
+            text, end, size = await anyio.to_thread.run_sync(
+                read_output, output.path, offset, PAGE_BYTES
+            )
+        except OSError:
+            return JobsResponse(job_id=output.id, error=f"{output.id!r} can no longer be read.")
+        job = output.job
+        code = job.poll() if job is not None else None
+        response = JobsResponse(
+            job_id=output.id,
+            output=text,
+            next_offset=end,
+            total_bytes=size,
+            running=job is not None and code is None,
+            return_code=code,
+        )
+        if offset > size:
+            response.error = f"offset {offset} is past the end ({size} bytes)."
+        return response
+
+    async def _wait(self, job: _Job, request: JobsRequest) -> JobsResponse:
+        if request.until is not None:
+            try:
+                pattern: re.Pattern[str] | None = re.compile(request.until)
+            except re.error as exc:
+                return JobsResponse(
+                    job_id=job.id, error=f"until is not a valid regular expression: {exc}."
+                )
+        else:
+            pattern = None
+        matched = False
+        scanner = _Scanner(job.output.path)
+        delay = _POLL_START
+        with anyio.move_on_after(request.timeout / 1000):
+            while True:
+                # Read what the job wrote before asking whether it ended, so
+                # text printed just before the exit is still matched.
+                ended = not job.running
+                if pattern is not None:
+                    window = await anyio.to_thread.run_sync(scanner.advance)
+                    if pattern.search(window):
+                        matched = True
+                        break
+                if request.port is not None and await anyio.to_thread.run_sync(
+                    _port_open, request.port
+                ):
+                    matched = True
+                    break
+                if ended:
+                    matched = pattern is None and request.port is None
+                    break
+                await anyio.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX)
+        text = await anyio.to_thread.run_sync(_tail_text, job.output.path, PAGE_BYTES // 10)
+        code = job.poll()
+        response = JobsResponse(
+            job_id=job.id,
+            output=text,
+            total_bytes=job.output.size(),
+            running=code is None,
+            return_code=code,
+            matched=matched,
+        )
+        if not matched:
+            what = "the job ended" if code is not None else f"{request.timeout} ms passed"
+            response.error = (
+                f"{what} before the awaited "
+                f"{'text' if pattern is not None else 'port' if request.port else 'end'} came; "
+                f"the output's tail is shown."
+            )
+        return response
+
+
+_WINDOW_CHARS = 1_000_000
+
+
+@attrs.define
+class _Scanner:
+    """Reads a growing output file incrementally; `until` is matched on its last 1 MB."""
+
+    path: Path
+    offset: int = 0
+    window: str = ""
+    decoder: codecs.IncrementalDecoder = attrs.Factory(
+        lambda: codecs.getincrementaldecoder("utf-8")(errors="replace")
+    )
+
+    def advance(self) -> str:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(4 * _WINDOW_CHARS)
+        self.offset += len(data)
+        self.window = (self.window + self.decoder.decode(data))[-_WINDOW_CHARS:]
+        return self.window
+
+
+def _tail_text(path: Path, limit: int) -> str:
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(max(0, size - limit))
+        return handle.read(limit).decode("utf-8", "replace")
+
+
+def jobs_tool(*, registry: JobRegistry | None = None) -> Tool:
+    """Build the ``jobs`` tool.
+
+    Args:
+        registry: where jobs are kept; default: the registry the built-in
+            ``bash`` tool uses, so ``bash_tool()`` and ``jobs_tool()`` work
+            together with no wiring. Jobs are always per branch.
+
+    Returns:
+        The ``jobs`` Tool (safe to share: each branch sees only its own jobs).
+    """
+    return Tool(
+        name="jobs",
+        description=_DESCRIPTION,
+        request_model=JobsRequest,
+        handler=_JobsHandler(REGISTRY if registry is None else registry),
+        response_model=JobsResponse,
+        # `kill` ends a job: destructive, and not idempotent.
+        hints=ToolHints("Manage background jobs", destructive=True),
+    )
