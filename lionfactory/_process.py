@@ -301,14 +301,23 @@ def _not_started(result: ProcessResult, env: Mapping[str, str] | None) -> Launch
     first = result.stderr.splitlines()[0] if result.stderr else ""
     for code, prefix in _EXEC_FAILED:
         if result.returncode == code and first.startswith(prefix):
-            search = (os.environ if env is None else env).get("PATH", os.defpath)
-            detail = first[len(prefix) :].strip()
-            return LaunchError(
-                result.argv[0],
-                f"not found on PATH inside the sandbox ({detail}); the PATH it searched: "
-                f"{search}. Expose its directory with the factory's exposed_paths option",
-            )
+            return not_started_inside(result.argv[0], first[len(prefix) :].strip(), env)
     return None
+
+
+def not_started_inside(program: str, detail: str, env: Mapping[str, str] | None) -> LaunchError:
+    """The `LaunchError` of a program the host finds but the sandbox cannot start.
+
+    One wording for every way a confined command starts (the process seam's
+    wrappers and the branch supervisor): the host-side check passed, so a
+    mount or rule inside hid the program (or what it needs to start).
+    """
+    search = (os.environ if env is None else env).get("PATH", os.defpath)
+    return LaunchError(
+        program,
+        f"not found on PATH inside the sandbox ({detail}); the PATH it searched: "
+        f"{search}. Expose its directory with the factory's exposed_paths option",
+    )
 
 
 def _launch_reason(exc: BaseException) -> str:

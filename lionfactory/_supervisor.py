@@ -49,7 +49,13 @@ import anyio
 import attrs
 
 from lionfactory._isolation import Isolation
-from lionfactory._process import LaunchError, ProcessResult, _Capture, _check_program
+from lionfactory._process import (
+    LaunchError,
+    ProcessResult,
+    _Capture,
+    _check_program,
+    not_started_inside,
+)
 
 __all__ = ["RemoteProcess", "Supervisor", "run_supervised"]
 
@@ -346,7 +352,7 @@ async def run_supervised(
             out.close()
             err.close()
     if exec_error is not None:
-        raise LaunchError(args[0], exec_error)
+        raise not_started_inside(args[0], exec_error, env)
     if gone and code is None and not deadline.cancelled_caught:
         raise SupervisorGone("the supervisor closed the command's socket")
     return ProcessResult(

@@ -100,7 +100,23 @@ def _enter_pid_namespace() -> bool:
     ):
         with contextlib.suppress(OSError):
             _write(f"/proc/self/{name}", text)
+    # A new user namespace hands its creator every capability (within it):
+    # empty the bounding set again, so the command still execs with none.
+    _drop_capabilities()
     return True
+
+
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_EINVAL = 22
+
+
+def _drop_capabilities() -> None:
+    """Empty the bounding and ambient sets (past the kernel's last capability: EINVAL)."""
+    libc = _libc()
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == _EINVAL:
+            break
 
 
 def _close_all_but(keep: set[int]) -> None:

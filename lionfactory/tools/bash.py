@@ -520,6 +520,9 @@ class _BashHandler:
                 env=prepared.env,
                 announce_truncation=False,
                 spill=spill,
+                # Unconfined ("none") still runs in a PID namespace where one
+                # can be had: no process outlives the call.
+                isolation=self.isolation,
             )
         # Under kernel isolation every command of the branch runs in the
         # branch's one sandbox, so it reaches the branch's background jobs
