@@ -379,7 +379,7 @@ def _list_tools(workspace: Path | None, *, as_json: bool, out: TextIO) -> int:
 
 def _isolation_line(workspace: Path | None) -> str:
     """What the coding toolkit's default ``isolation="auto"`` chooses on this machine."""
-    from lionfactory._isolation import workspace_isolation
+    from lionfactory._os.isolation import workspace_isolation
 
     chosen = workspace_isolation("auto", (workspace or Path.cwd()).resolve())
     return (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._binaries import BinaryFinder, environment_dirs
+from lionfactory._os.binaries import BinaryFinder, environment_dirs
 
 
 def make_program(directory: Path, name: str, mode: int = 0o755) -> Path:

@@ -161,7 +161,7 @@ def test_tools_lists_every_builtin_with_a_summary(
 def test_tools_names_the_isolation_the_coding_toolkit_would_use(
     workspace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lionfactory._isolation import workspace_isolation
+    from lionfactory._os.isolation import workspace_isolation
 
     expected = workspace_isolation("auto", workspace.resolve()).mechanism
     assert main(["tools", "--workspace", str(workspace)]) == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lionfactory._environment import CORE_NAMES, EnvPolicy
+from lionfactory._os.environment import CORE_NAMES, EnvPolicy
 from lionfactory.tools import EnvPolicy as PublicEnvPolicy
 
 BASE = {

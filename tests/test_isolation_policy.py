@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._isolation import (
+from lionfactory._os.isolation import (
     Isolation,
     Policy,
     containment,
@@ -18,7 +18,7 @@ from lionfactory._isolation import (
     toolchain_paths,
     workspace_isolation,
 )
-from lionfactory._process import LaunchError, run_process
+from lionfactory._os.process import LaunchError, run_process
 from lionfactory._tool import Tool
 from lionfactory.errors import ConfigurationError
 from lionfactory.tools.bash import bash_tool
@@ -150,7 +150,7 @@ def test_an_inherited_isolation_refuses_a_root_outside_its_writable_roots(
 
 
 def test_a_home_of_slash_hides_only_its_key_folders() -> None:
-    from lionfactory._isolation import default_hidden
+    from lionfactory._os.isolation import default_hidden
 
     hidden = default_hidden("/")
     assert Path("/") not in hidden

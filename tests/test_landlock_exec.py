@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._landlock_exec import unix_socket_filter
-from lionfactory._mechanisms import HELPER, landlock_abi
+from lionfactory._os.landlock_exec import unix_socket_filter
+from lionfactory._os.mechanisms import HELPER, landlock_abi
 
 PY = sys.executable
 LEAVE = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, run_process
+from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, run_process
 
 PY = sys.executable
 

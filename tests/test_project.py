@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from lionfactory import Branch
-from lionfactory._binaries import BinaryFinder
-from lionfactory._global_excludes import global_excludes
-from lionfactory._project import ProjectView, project_top, stray_ignore_files
-from lionfactory._workspace import Workspace
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.global_excludes import global_excludes
+from lionfactory._os.project import ProjectView, project_top, stray_ignore_files
+from lionfactory._os.workspace import Workspace
 from lionfactory.coding import coding_toolkit
 from lionfactory.tools import ast_search_tool, code_check_tool, reader_tool, search_tool
 

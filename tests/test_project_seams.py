@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 import pytest
 
-from lionfactory._binaries import BinaryFinder
-from lionfactory._global_excludes import global_excludes
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.global_excludes import global_excludes
 from lionfactory.tools import reader_tool
 
 SECRET_LINE = "secret-name.txt"
@@ -169,8 +169,8 @@ async def test_a_walk_in_a_worker_thread_ends_when_its_caller_is_cancelled(
 ) -> None:
     import anyio.to_thread
 
-    from lionfactory._project import ProjectView
-    from lionfactory._workspace import Workspace
+    from lionfactory._os.project import ProjectView
+    from lionfactory._os.workspace import Workspace
 
     ws = tmp_path / "ws"
     for index in range(200):

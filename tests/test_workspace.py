@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lionfactory import _beneath
-from lionfactory._workspace import (
+from lionfactory._os import beneath as _beneath
+from lionfactory._os.workspace import (
     BACKUP_SUFFIXES,
     DEFAULT_PROTECTED_NAMES,
     PathRefused,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import attrs
 
-from lionfactory._isolation import Isolation
-from lionfactory._workspace import Workspace
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.workspace import Workspace
 from lionfactory.coding._git import Git
 from lionfactory.coding._gitdirs import git_dirs, worktree_writable
 

@@ -1,7 +1,7 @@
 """Run git for the sandbox: argv only, through the process runner, hardened, never prompting.
 
 Every git call of the coding toolkit goes through `Git.run`, which goes
-through `lionfactory._process.run_process` (or the runner a test injects).
+through `lionfactory._os.process.run_process` (or the runner a test injects).
 
 A repository's own configuration is input the agent can write (``.git/config``
 is a file like any other), and git runs programs named there: an
@@ -48,8 +48,8 @@ from typing import Any
 
 import attrs
 
-from lionfactory._isolation import Isolation
-from lionfactory._process import LaunchError, ProcessResult, run_process
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.process import LaunchError, ProcessResult, run_process
 from lionfactory.errors import ToolFailure
 
 __all__ = ["FALLBACK_IDENTITY", "Git", "GitError", "Runner"]

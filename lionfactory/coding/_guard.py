@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from lionfactory._evidence import FileEvidence
-from lionfactory._workspace import Location, PathRefused, Workspace
+from lionfactory._os.workspace import Location, PathRefused, Workspace
 from lionfactory.tools.editor import EditorRequest, patch_operations
 
 if TYPE_CHECKING:

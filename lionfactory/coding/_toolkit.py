@@ -41,11 +41,11 @@ import attrs
 
 from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
 from lionfactory._call import CallContext, call_context, current_call
-from lionfactory._environment import EnvPolicy
 from lionfactory._evidence import FileEvidence, asking_for_evidence
-from lionfactory._isolation import Isolation, workspace_isolation
+from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.isolation import Isolation, workspace_isolation
+from lionfactory._os.workspace import Location, PathRefused, Workspace
 from lionfactory._tool import Tool
-from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceStore, editor_refusal
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules

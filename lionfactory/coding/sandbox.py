@@ -68,9 +68,9 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
-from lionfactory._isolation import Isolation
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import Workspace
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
@@ -448,7 +448,7 @@ def sandbox_tool(
         on_switch: called (sync or async) with the sandbox's counterpart of
             the workspace directory after a successful ``create``, and with
             None after a successful ``merge`` or ``discard``.
-        runner: runs git; `lionfactory._process.run_process` when None. A
+        runner: runs git; `lionfactory._os.process.run_process` when None. A
             seam for tests (same signature).
         allow_merge_into_protected: let ``merge`` land on a branch matching
             `PROTECTED_BRANCHES` (``main``, ``master``, ``release*``). Off by

@@ -53,8 +53,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lionfactory._branch import Branch
 from lionfactory._messages import Message
+from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding.policies import deny_destructive_commands
 from lionfactory.errors import ApprovalPending, TurnLimitReached

@@ -3,11 +3,11 @@
 A client (an IDE, an agent SDK, the MCP Inspector) can show a user the
 project's files and attach one to a conversation without a tool call. What
 is listed is what the tools call project content: the one project matcher
-(`lionfactory._project.ProjectView`, git's and ripgrep's ignore rules), so
+(`lionfactory._os.project.ProjectView`, git's and ripgrep's ignore rules), so
 ``.git``, protected names (``.env``, keys) and ignored paths (a ``.venv``
 the ``.gitignore`` names) are never listed; symbolic links are neither
 listed nor followed. What is read goes through the workspace seam
-(`lionfactory._workspace.Workspace.locate`): opened beneath the root,
+(`lionfactory._os.workspace.Workspace.locate`): opened beneath the root,
 following no link, regular files only, private keys and protected names
 refused, ``.git`` internals refused, and capped in size.
 
@@ -42,8 +42,8 @@ from urllib.parse import unquote, urlsplit
 import anyio.to_thread
 import attrs
 
-from lionfactory._project import ProjectView
-from lionfactory._workspace import PathRefused, Workspace
+from lionfactory._os.project import ProjectView
+from lionfactory._os.workspace import PathRefused, Workspace
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server

@@ -1,6 +1,6 @@
 """The built-in tool factories. Each lives in its own module; this package re-exports them."""
 
-from lionfactory._environment import EnvPolicy
+from lionfactory._os.environment import EnvPolicy
 from lionfactory.tools.ast_search import (
     AstSearchMatch,
     AstSearchRequest,

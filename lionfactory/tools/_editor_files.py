@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from lionfactory._beneath import open_child
+from lionfactory._os.beneath import open_child
 
 try:
     import fcntl

@@ -14,11 +14,11 @@ from typing import Any
 import attrs
 from pydantic import BaseModel
 
-from lionfactory._binaries import BinaryFinder, finder_or_default
-from lionfactory._environment import EnvPolicy
-from lionfactory._isolation import Isolation, workspace_isolation
+from lionfactory._os.binaries import BinaryFinder, finder_or_default
+from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.isolation import Isolation, workspace_isolation
+from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import Workspace
 
 __all__ = ["count", "helper_tool", "left_out_ignored", "not_installed"]
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.to_thread
 import attrs
 
-from lionfactory._workspace import Location, PathRefused
+from lionfactory._os.workspace import Location, PathRefused
 from lionfactory.errors import ToolFailure
 from lionfactory.tools import _reader_remote
 

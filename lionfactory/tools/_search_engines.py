@@ -1,7 +1,7 @@
 """The two engines behind the ``search`` tool: ripgrep, and grep plus a Python walk.
 
 Both answer the same two questions with the same rules of what is in the
-project (`lionfactory._project`): which lines of which files match a regular
+project (`lionfactory._os.project`): which lines of which files match a regular
 expression, and which files exist. The ``search`` handler turns their
 answers into the model-facing response, so every difference the model could
 see lives here, and a property test compares the engines on generated trees.
@@ -45,11 +45,11 @@ from typing import Any, Literal
 import anyio.to_thread
 import attrs
 
-from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
-from lionfactory._isolation import Isolation
-from lionfactory._process import ProcessResult
-from lionfactory._project import ProjectView
-from lionfactory._workspace import Workspace
+from lionfactory._os.binaries import BinaryFinder, HelperFailure, run_helper
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.process import ProcessResult
+from lionfactory._os.project import ProjectView
+from lionfactory._os.workspace import Workspace
 
 __all__ = [
     "FILE_TYPES",

@@ -11,11 +11,11 @@ import fnmatch
 import anyio.to_thread
 import attrs
 
-from lionfactory._binaries import BinaryFinder
-from lionfactory._global_excludes import project_view
-from lionfactory._isolation import Isolation
-from lionfactory._project import ProjectView, stray_ignore_files
-from lionfactory._workspace import PathRefused, Workspace
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.global_excludes import project_view
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.project import ProjectView, stray_ignore_files
+from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory.tools._search_engines import (
     FILE_TYPES,
     OUTPUT_CAP,

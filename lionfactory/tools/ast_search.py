@@ -3,7 +3,7 @@
 Decisions:
 
 * The binary is ``ast-grep`` (PyPI ``ast-grep-cli``), looked up in the running
-  environment first, then PATH (`lionfactory._binaries`). ``sg`` is accepted
+  environment first, then PATH (`lionfactory._os.binaries`). ``sg`` is accepted
   too, but only when its ``--version`` says ast-grep: on Linux
   ``/usr/bin/sg`` is the unrelated "execute as another group" command. Every
   candidate is verified at call time (one short process), so installing or
@@ -15,7 +15,7 @@ Decisions:
   match (ast-grep's warnings, such as a pattern that did not parse, go into
   the summary); anything else, a timeout or a launch failure is ``error``.
 * What is searched is the project: every match is checked against the
-  project's ignore rules (`lionfactory._project`, the matcher search and
+  project's ignore rules (`lionfactory._os.project`, the matcher search and
   list_dir use), because ast-grep applies ``.gitignore`` only inside a git
   repository. Hidden files are searched (``--no-ignore=hidden``), as search
   does; ``.git`` and protected names never are. ``include_ignored`` turns
@@ -39,14 +39,14 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
-from lionfactory._environment import EnvPolicy
-from lionfactory._global_excludes import project_view
-from lionfactory._isolation import Isolation
-from lionfactory._process import LaunchError, ProcessResult, run_process
-from lionfactory._project import ProjectView
+from lionfactory._os.binaries import BinaryFinder, HelperFailure, run_helper
+from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.global_excludes import project_view
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.process import LaunchError, ProcessResult, run_process
+from lionfactory._os.project import ProjectView
+from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.tools._helper import count, helper_tool, left_out_ignored, not_installed
 
 __all__ = ["AstSearchMatch", "AstSearchRequest", "AstSearchResponse", "ast_search_tool"]

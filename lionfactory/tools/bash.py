@@ -17,7 +17,7 @@ Two modes, chosen once by the factory:
   policy hooks, which a script defeats (``x=rm; $x -rf d``), so operators
   are refused and the refusal names ``shell=True``.
 
-Both run through `lionfactory._process.run_process` (foreground) or the
+Both run through `lionfactory._os.process.run_process` (foreground) or the
 ``jobs`` table (``background=True``, ``on_timeout="background"``): a new
 process group, killed with everything it started when the call (or job) ends.
 
@@ -74,12 +74,12 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._environment import EnvPolicy
-from lionfactory._isolation import Isolation, workspace_isolation
-from lionfactory._process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
-from lionfactory._supervisor import SupervisorGone, run_supervised
+from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.isolation import Isolation, workspace_isolation
+from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
+from lionfactory._os.supervisor import SupervisorGone, run_supervised
+from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.tools._bash_shellsplit import leading_assignments, split, unquoted_operator
 from lionfactory.tools.jobs import REGISTRY, BranchJobs, JobLimit, JobRegistry, read_output
 

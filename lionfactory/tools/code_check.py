@@ -8,13 +8,13 @@ Decisions (ADR-0013 D2 "Diagnostics", DESIGN §9):
   ``fix = true`` would otherwise let a *check* rewrite files.
 * Only project content is reported: ruff's own file discovery runs (the
   workspace's ruff configuration keeps its say), then every diagnostic is
-  checked against the project's ignore rules (`lionfactory._project`), the
+  checked against the project's ignore rules (`lionfactory._os.project`), the
   same matcher search and list_dir use. ``include_ignored`` turns both off.
 * Empty ``paths`` checks the workspace root (the baseline scanned the
   process's current directory). Every path is contained in the workspace
   before ruff starts.
 * ruff is looked up in the running environment first, then PATH
-  (`lionfactory._binaries`). Absent, the status is ``unavailable`` with an
+  (`lionfactory._os.binaries`). Absent, the status is ``unavailable`` with an
   install hint; a launch failure, a timeout (30 s) or an unexpected exit is
   ``error`` with at most 300 characters of stderr. Exit 2 with JSON on stdout
   is still parsed, as in the baseline.
@@ -47,14 +47,14 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder, HelperFailure, run_helper
 from lionfactory._echo import echo, shorten
-from lionfactory._environment import EnvPolicy
-from lionfactory._global_excludes import project_view
-from lionfactory._isolation import Isolation
-from lionfactory._project import ProjectView
+from lionfactory._os.binaries import BinaryFinder, HelperFailure, run_helper
+from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.global_excludes import project_view
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.project import ProjectView
+from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.tools._helper import count, helper_tool, left_out_ignored, not_installed
 
 __all__ = ["CodeCheckRequest", "CodeCheckResponse", "CodeDiagnostic", "code_check_tool"]

@@ -38,8 +38,8 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import PathRefused, Workspace
 from lionfactory.errors import ToolFailure
 
 __all__ = ["NavItem", "NavRequest", "NavResponse", "code_nav_tool"]

@@ -37,7 +37,6 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._beneath import open_child, release_created
 from lionfactory._evidence import (
     MAX_HASHED_BYTES,
     FileEvidence,
@@ -45,8 +44,9 @@ from lionfactory._evidence import (
     record_all_evidence,
     record_evidence,
 )
+from lionfactory._os.beneath import open_child, release_created
+from lionfactory._os.workspace import Location, PathRefused, Workspace, refuse_private_key
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import Location, PathRefused, Workspace, refuse_private_key
 from lionfactory.tools._editor_files import (
     DEFAULT_STEPS,
     FileChanged,

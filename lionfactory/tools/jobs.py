@@ -55,9 +55,9 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._call import current_call
-from lionfactory._isolation import Isolation
-from lionfactory._process import LaunchError, _check_program
-from lionfactory._supervisor import RemoteProcess, Supervisor, SupervisorGone
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.process import LaunchError, _check_program
+from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone
 from lionfactory._tool import Tool, ToolHints
 
 __all__ = [

@@ -8,7 +8,7 @@
   over https from allow-listed hosts) to Markdown with docling and shows it
   through the same numbered window.
 
-Every path goes through the workspace (`lionfactory._workspace`), so nothing
+Every path goes through the workspace (`lionfactory._os.workspace`), so nothing
 outside the root, no symlink and no protected name is ever read or listed.
 """
 
@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._binaries import BinaryFinder
 from lionfactory._evidence import (
     MAX_HASHED_BYTES,
     FileEvidence,
     evidence_wanted,
     record_evidence,
 )
-from lionfactory._global_excludes import project_view
-from lionfactory._project import ProjectView
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.global_excludes import project_view
+from lionfactory._os.project import ProjectView
+from lionfactory._os.workspace import Location, PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory._workspace import Location, PathRefused, Workspace
 from lionfactory.tools import _reader_documents
 from lionfactory.tools._reader_window import (
     COUNT_BUDGET,

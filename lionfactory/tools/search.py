@@ -5,7 +5,7 @@ Decisions:
 * **What is searched** is the project, not everything under the root: git's
   ignore rules (``.gitignore`` at every level, ``.git/info/exclude``, the
   global excludes file, ``.ignore``) decide, through the one matcher of
-  `lionfactory._project`. ``include_ignored=true`` searches ignored files on
+  `lionfactory._os.project`. ``include_ignored=true`` searches ignored files on
   purpose; naming an ignored directory as ``path`` searches it too (the
   rules apply below it). ``.git`` internals and protected names (``.env``
   and friends) are never searched nor listed, and symlinks are not followed.
@@ -34,9 +34,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from lionfactory._binaries import BinaryFinder
-from lionfactory._environment import EnvPolicy
-from lionfactory._isolation import Isolation
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.isolation import Isolation
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._helper import helper_tool
 from lionfactory.tools._search_handler import SearchHandler

@@ -37,8 +37,8 @@ import trio
 from _common import Row, Size, budget_row, check_row, info_row, interleaved, ratio_row, sizes
 
 from lionfactory import Branch
-from lionfactory._isolation import mechanism_problem, workspace_isolation
-from lionfactory._landlock_exec import unix_socket_filter
+from lionfactory._os.isolation import mechanism_problem, workspace_isolation
+from lionfactory._os.landlock_exec import unix_socket_filter
 from lionfactory.tools import bash_tool, jobs_tool
 
 BENCH = "processes"

@@ -25,7 +25,7 @@ from typing import Any
 import trio
 from _common import Row, Size, check_row, info_row, interleaved, ratio_row, sizes
 
-from lionfactory._binaries import BinaryFinder
+from lionfactory._os.binaries import BinaryFinder
 from lionfactory.tools import reader_tool, search_tool
 
 BENCH = "search"

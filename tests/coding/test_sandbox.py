@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lionfactory import Branch, Tool
-from lionfactory._process import ProcessResult, run_process
+from lionfactory._os.process import ProcessResult, run_process
 from lionfactory.coding.sandbox import SandboxRequest, SandboxResponse, sandbox_tool
 from lionfactory.errors import CloneError, RegistrationError
 from lionfactory.testing import assert_no_foreign_bindings

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from lionfactory import Branch
-from lionfactory._isolation import mechanism_problem
+from lionfactory._os.isolation import mechanism_problem
 from lionfactory.coding import coding_toolkit
 
 

@@ -420,7 +420,7 @@ async def test_the_subagent_description_names_the_parents_tools(workspace: Path)
 
 
 def _mechanisms() -> list[object]:
-    from lionfactory._isolation import mechanism_problem
+    from lionfactory._os.isolation import mechanism_problem
 
     params = []
     for name in ("bwrap", "landlock"):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lionfactory import Branch, Tool
-from lionfactory._isolation import Isolation, mechanism_problem, workspace_isolation
+from lionfactory._os.isolation import Isolation, mechanism_problem, workspace_isolation
 from lionfactory.coding import coding_toolkit
 from lionfactory.errors import ConfigurationError
 from lionfactory.tools import EnvPolicy
@@ -152,7 +152,7 @@ def test_a_child_toolkit_inherits_and_cannot_widen(repo: Path, mechanism: str) -
 def test_an_unavailable_explicit_mechanism_fails_at_factory_time(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lionfactory import _mechanisms
+    from lionfactory._os import mechanisms as _mechanisms
 
     monkeypatch.setattr(_mechanisms, "bwrap_binary", lambda: "/nonexistent/bwrap")
     with pytest.raises(ConfigurationError, match="isolation='bwrap' cannot work here"):

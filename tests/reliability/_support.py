@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from lionfactory._workspace import DEFAULT_PROTECTED_NAMES
+from lionfactory._os.workspace import DEFAULT_PROTECTED_NAMES
 
 SECRET = "SECRET_CANARY_9c1e"
 """In every file beside the workspace; no tool answer may ever contain it."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._isolation import (
+from lionfactory._os.isolation import (
     Isolation,
     Policy,
     containment,

@@ -26,7 +26,7 @@ from _support import NAMES, Layout, allowed_target, hostile_workspace, leaks, sn
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-from lionfactory._binaries import BinaryFinder
+from lionfactory._os.binaries import BinaryFinder
 from lionfactory.tools.ast_search import ast_search_tool
 from lionfactory.tools.bash import bash_tool
 from lionfactory.tools.code_check import code_check_tool

@@ -18,7 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lionfactory._isolation import mechanism_problem
+from lionfactory._os.isolation import mechanism_problem
 from lionfactory.errors import ToolInputError
 from lionfactory.tools._bash_shellsplit import split
 from lionfactory.tools.bash import (

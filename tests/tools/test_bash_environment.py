@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lionfactory._isolation import mechanism_problem
+from lionfactory._os.isolation import mechanism_problem
 from lionfactory.tools import EnvPolicy, bash_tool
 
 PY = sys.executable

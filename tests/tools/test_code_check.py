@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lionfactory._binaries import BinaryFinder
-from lionfactory._environment import EnvPolicy
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.environment import EnvPolicy
 from lionfactory.errors import ToolInputError
 from lionfactory.tools.code_check import (
     CodeCheckRequest,

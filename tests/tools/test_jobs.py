@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from lionfactory import Branch
-from lionfactory._isolation import mechanism_problem
+from lionfactory._os.isolation import mechanism_problem
 from lionfactory.tools import jobs as jobs_module
 from lionfactory.tools.bash import bash_tool
 from lionfactory.tools.jobs import MAX_JOBS, jobs_tool

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lionfactory._binaries import BinaryFinder
+from lionfactory._os.binaries import BinaryFinder
 from lionfactory.errors import ToolInputError
 from lionfactory.tools.search import SearchRequest, SearchResponse, search_tool
 

@@ -11,9 +11,9 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lionfactory._binaries import BinaryFinder
-from lionfactory._project import ProjectView
-from lionfactory._workspace import Workspace
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.project import ProjectView
+from lionfactory._os.workspace import Workspace
 from lionfactory.tools.search import search_tool
 
 DIRS = ("", "a", "b", "build", "a/sub", "b/build", "a/sub/deep", ".hidden")

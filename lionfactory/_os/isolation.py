@@ -4,7 +4,7 @@ Everything outside this module sees only data: a `Policy` (what a process may
 write, what it may not read, which network it gets, whether it lives in its
 own PID namespace) and an `Isolation` (a policy plus the mechanism chosen for
 it at factory time). `Isolation.launch` turns them into the argv, environment
-and private temporary directory of one process; `lionfactory._process` applies
+and private temporary directory of one process; `lionfactory._os.process` applies
 that for every tool that starts a program.
 
 Mechanisms:
@@ -24,7 +24,7 @@ Mechanisms:
   ``socket(AF_UNIX)`` and io_uring (host Unix sockets stay reachable by path
   across network namespaces).
 * ``"landlock"``: the kernel's Landlock LSM, applied by a small exec helper
-  (``_landlock_exec.py``) between fork and exec. Filesystem rules grant read
+  (``landlock_exec.py``) between fork and exec. Filesystem rules grant read
   access to everything except hidden paths and full access to writable roots
   (so nothing under ``/proc`` or ``/sys`` is writable, root included);
   ``network="none"`` denies TCP bind and connect (ABI >= 4), scopes abstract
@@ -55,9 +55,9 @@ from typing import Literal
 
 import attrs
 
-from lionfactory._environment import Environment, EnvPolicy
-from lionfactory._landlock_exec import unix_socket_filter
-from lionfactory._mechanisms import (
+from lionfactory._os.environment import Environment, EnvPolicy
+from lionfactory._os.landlock_exec import unix_socket_filter
+from lionfactory._os.mechanisms import (
     HELPER,
     bwrap_binary,
     bwrap_userns,

@@ -1,6 +1,6 @@
 """Which isolation mechanisms work on this machine: probed once per process.
 
-`lionfactory._isolation` asks here when it resolves an ``isolation`` option
+`lionfactory._os.isolation` asks here when it resolves an ``isolation`` option
 (factory time); nothing else runs a probe. Each answer is cached: kernels
 and binaries do not change while a process runs.
 """
@@ -22,7 +22,7 @@ __all__ = [
     "mechanism_problem",
 ]
 
-HELPER = Path(__file__).with_name("_landlock_exec.py")
+HELPER = Path(__file__).with_name("landlock_exec.py")
 """The Landlock exec helper, run as a script (see its docstring)."""
 
 

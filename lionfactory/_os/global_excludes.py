@@ -7,7 +7,7 @@ a command in the workspace can write, and a ``core.excludesFile`` planted
 there would make this unconfined process read any file it names (its lines
 then hide matching names from listings: an oracle on the file's content).
 git is asked (through the process seam, ``git config --global``, outside any
-repository), and the ignore matcher (`lionfactory._project`) and ripgrep
+repository), and the ignore matcher (`lionfactory._os.project`) and ripgrep
 (``--ignore-file``) both use its answer. `project_view` builds the matcher of
 one tool call with it: the one way every tool that walks the tree learns what
 is in the project.
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from lionfactory._binaries import BinaryFinder
-from lionfactory._process import LaunchError, run_process
-from lionfactory._project import ProjectView, project_top
-from lionfactory._workspace import Workspace
+from lionfactory._os.binaries import BinaryFinder
+from lionfactory._os.process import LaunchError, run_process
+from lionfactory._os.project import ProjectView, project_top
+from lionfactory._os.workspace import Workspace
 
 __all__ = ["global_excludes", "project_view"]
 

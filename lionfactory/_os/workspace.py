@@ -5,7 +5,7 @@ model input and the filesystem. A path is checked once, lexically
 (`Workspace.locate`): it must stay inside the root and no component may be a
 protected name. The resulting `Location` is then **opened relative to a
 descriptor of the root**, one atomic lookup that follows no symbolic link
-anywhere (`lionfactory._beneath`), so no name is ever checked and then
+anywhere (`lionfactory._os.beneath`), so no name is ever checked and then
 resolved again: a directory swapped for a link to the outside between the
 check and the open gets a refusal, never the outside file. Writes happen
 relative to the descriptor of the parent directory for the same reason.
@@ -44,9 +44,9 @@ from pathlib import Path
 
 import attrs
 
-from lionfactory import _beneath
 from lionfactory._echo import echo
-from lionfactory._secret_names import BACKUP_SUFFIXES, DEFAULT_PROTECTED_NAMES
+from lionfactory._os import beneath as _beneath
+from lionfactory._os.secret_names import BACKUP_SUFFIXES, DEFAULT_PROTECTED_NAMES
 from lionfactory.errors import ToolFailure
 
 __all__ = [
@@ -250,8 +250,8 @@ class Location:
         """The parent directory's descriptor, creating missing directories on the way.
 
         Returns:
-            The descriptor and what `lionfactory._beneath.make_parents` created
-            (release it with `lionfactory._beneath.release_created`).
+            The descriptor and what `lionfactory._os.beneath.make_parents` created
+            (release it with `lionfactory._os.beneath.release_created`).
 
         Raises:
             PathRefused: a component is a symbolic link.

@@ -1,6 +1,6 @@
 """The supervisor: one long-lived process inside a branch's sandbox that starts its commands.
 
-Run as a script inside the confinement (``python -I -S _supervisor_main.py FD``),
+Run as a script inside the confinement (``python -I -S supervisor_main.py FD``),
 never imported by the package. ``FD`` is one end of a ``SOCK_SEQPACKET``
 socket pair whose other end the parent keeps. Every message on it is a
 request to start a command: JSON ``{"argv", "cwd", "env"}`` with three file

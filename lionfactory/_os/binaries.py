@@ -22,8 +22,8 @@ from pathlib import Path
 
 import attrs
 
-from lionfactory._isolation import Isolation
-from lionfactory._process import LaunchError, ProcessResult, run_process
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.process import LaunchError, ProcessResult, run_process
 
 __all__ = [
     "BinaryFinder",

@@ -4,7 +4,7 @@ Without it every confined command gets a sandbox of its own: a background
 server lives in a network namespace and a ``/tmp`` no later command can
 reach, so ``network="none"`` would make background servers useless. With it,
 the first confined command of a branch starts the *supervisor*
-(`lionfactory._supervisor_main`) under the branch's `Isolation`, built by
+(`lionfactory._os.supervisor_main`) under the branch's `Isolation`, built by
 the same policy-to-argv translation every confined process uses
 (`Isolation.launch`), and every later command of that branch (foreground or
 background) is forked by the supervisor inside that one sandbox. They share
@@ -22,7 +22,7 @@ child that started a session of its own dies too, exactly as when every
 command had a sandbox of its own. (For uid 0 the kernel refuses to map root
 into that user namespace without CAP_SETFCAP, so root's commands see
 themselves as the overflow uid 65534 while the kernel still acts for root.)
-This is the one place besides `lionfactory._process.run_process` that starts
+This is the one place besides `lionfactory._os.process.run_process` that starts
 programs, and only confined ones. Closing the supervisor's socket (branch
 close, interpreter exit, a dead parent) kills every command and ends the
 sandbox with its namespaces.
@@ -48,8 +48,8 @@ from typing import Any, BinaryIO
 import anyio
 import attrs
 
-from lionfactory._isolation import Isolation
-from lionfactory._process import (
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
     _Capture,
@@ -59,7 +59,7 @@ from lionfactory._process import (
 
 __all__ = ["RemoteProcess", "Supervisor", "run_supervised"]
 
-MAIN = Path(__file__).with_name("_supervisor_main.py")
+MAIN = Path(__file__).with_name("supervisor_main.py")
 _TMP_VARS = ("TMPDIR", "TMP", "TEMP")
 # How long a killed command may take to be reported gone.
 _EXIT_GRACE = 5.0

@@ -20,7 +20,7 @@ Guarantees, in the order they matter to an agent:
   rest while still reading, so a child writing gigabytes neither blocks on a
   full pipe nor fills our memory.
 * **Confinement is applied here.** With an `Isolation` (chosen once, at
-  factory time, see `lionfactory._isolation`), the argv is wrapped in the
+  factory time, see `lionfactory._os.isolation`), the argv is wrapped in the
   mechanism (bwrap or the Landlock exec helper) and the child gets its private
   temporary directory, removed when the call ends. Nobody else builds a
   sandbox command line.
@@ -51,7 +51,7 @@ import anyio.to_thread
 import attrs
 from anyio.abc import ByteReceiveStream
 
-from lionfactory._isolation import Isolation
+from lionfactory._os.isolation import Isolation
 from lionfactory.errors import ToolFailure
 
 __all__ = ["DEFAULT_MAX_BYTES", "LaunchError", "ProcessResult", "run_process"]

@@ -15,7 +15,7 @@ this matcher agree (a property test compares them on generated trees):
 * ``.gitignore`` files at every level from the project top down, plus
   ``.git/info/exclude`` of the repository and git's global excludes file
   (``core.excludesFile``, resolved by git itself in
-  `lionfactory._global_excludes`; lowest precedence). A
+  `lionfactory._os.global_excludes`; lowest precedence). A
   deeper file overrides a shallower one; inside a file the last matching
   pattern decides; ``!`` re-includes; a leading or inner ``/`` anchors; a
   trailing ``/`` matches directories only. An ignored directory is not
@@ -36,7 +36,7 @@ this matcher agree (a property test compares them on generated trees):
 
 Ignore files are input a command in the workspace can write, read by this
 unconfined process: they are opened through the file tools' seam
-(`lionfactory._beneath`), beneath a descriptor of the project top, following
+(`lionfactory._os.beneath`), beneath a descriptor of the project top, following
 no symbolic link, non-blocking, regular files only, at most 1 MB. A
 ``.gitignore`` linked to a key outside is not read (its lines would otherwise
 hide matching names: an oracle on content the command itself cannot read), a
@@ -67,8 +67,8 @@ import anyio.from_thread
 import attrs
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
-from lionfactory import _beneath
-from lionfactory._workspace import Workspace
+from lionfactory._os import beneath as _beneath
+from lionfactory._os.workspace import Workspace
 
 __all__ = [
     "IGNORE_FILES",
@@ -336,7 +336,7 @@ class ProjectView:
         include_ignored: when True, ignore files are not consulted at all;
             ``.git``, protected names and symlinks stay out regardless.
         global_file: git's global excludes file
-            (`lionfactory._global_excludes.global_excludes`).
+            (`lionfactory._os.global_excludes.global_excludes`).
         skipped: how many ignored paths the walk left out so far (an ignored
             directory counts once, whatever it holds).
     """
