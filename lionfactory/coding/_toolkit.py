@@ -1,6 +1,7 @@
 """`coding_toolkit()`: the standalone tools, composed with one branch's policy.
 
-There is one implementation of every operation (DESIGN §7.1). The toolkit
+There is one implementation of every operation, so a fix to a standalone tool
+reaches the toolkit too and the two cannot drift apart. The toolkit
 calls the standalone factories (`reader_tool`, `editor_tool`, ...) and wraps
 each resulting tool's *handler* with branch policy:
 

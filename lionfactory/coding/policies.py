@@ -23,7 +23,7 @@ toolkit's ``sandbox`` (a git worktree) when that matters.
 Writing another policy hook
 ---------------------------
 A pre hook is any callable, sync or async, with the signature
-``hook(tool_name: str, arguments: dict) -> dict | None`` (DESIGN §3.2). It
+``hook(tool_name: str, arguments: dict) -> dict | None`` (what `Tool.pre` holds). It
 runs before the arguments are validated, so it sees them exactly as the model
 sent them and must not assume a key exists or has the right type:
 

@@ -21,7 +21,7 @@ Both run through `lionfactory._os.process.run_process` (foreground) or the
 ``jobs`` table (``background=True``, ``on_timeout="background"``): a new
 process group, killed with everything it started when the call (or job) ends.
 
-Decisions (argv mode, DESIGN §9):
+Decisions (argv mode, where no kernel mechanism is the boundary):
 
 * **Operators.** Unquoted ``;``, ``&&``, ``||``, ``|``, ``&``, ``<``, ``>``,
   backticks, ``$(`` and newlines are refused before anything starts: without a

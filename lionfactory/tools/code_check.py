@@ -1,6 +1,6 @@
 """The ``code_check`` tool: lint Python with ruff and return structured diagnostics.
 
-Decisions (ADR-0013 D2 "Diagnostics", DESIGN §9):
+Decisions (structured diagnostics a model can act on, one linter):
 
 * Only ruff. It runs as ``ruff check --output-format=json --no-cache
   --no-fix`` from the workspace root, so the workspace's own ruff

@@ -1,7 +1,7 @@
 """The ``messenger`` tool: let branches of a team write to each other.
 
 `messenger_tool(branch, exchange=..., roster=...)` builds a Tool bound to one
-branch (ADR-0013 D3 "Messenger"), talking through a shared `Exchange`. The
+branch (so a clone never speaks for its source), talking through a shared `Exchange`. The
 model addresses teammates by their roster names. Actions: ``send``,
 ``receive``, ``done``, ``finished``, ``wakeup`` and ``help``; every answer is
 a typed `MessengerResponse`, with one `RecipientResult` per addressed name.
