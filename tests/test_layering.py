@@ -102,7 +102,7 @@ def imports_of(path: Path, module: str) -> set[str]:
             else:
                 target = node.module or ""
             for alias in node.names:
-                # `from lionfactory import _beneath` imports the submodule, not
+                # `from lionfactory._os import beneath` imports the submodule, not
                 # the facade; `from lionfactory import Branch` imports the facade.
                 submodule = f"{target}.{alias.name}"
                 found.add(submodule if submodule in MODULES else target)

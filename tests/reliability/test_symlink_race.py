@@ -31,7 +31,8 @@ import trio
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from lionfactory import Branch, _beneath
+from lionfactory import Branch
+from lionfactory._os import beneath as _beneath
 from lionfactory.coding import coding_toolkit
 from lionfactory.tools.code_nav import code_nav_tool
 from lionfactory.tools.editor import editor_tool
