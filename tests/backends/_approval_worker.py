@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from lionfactory import Branch, Tool, function_tool
+from lionfactory import Branch, Tool, function_tool, register_factory
 from lionfactory.backends import SqliteBranchStore
 from lionfactory.errors import ApprovalPending, ApprovalRequired, LionfactoryError
 from lionfactory.testing import ScriptedModel, tool_call
@@ -52,11 +52,7 @@ async def start(db: str, marks: str, crash: bool) -> None:
     store = SqliteBranchStore(db)
     model = ScriptedModel([tool_call("mark", note="once", crash=crash)])
     branch = Branch("You mark files.", chat_model=model)
-    # Registered under its module's name, not __main__'s, so any process
-    # (this script again, or pytest) can import it when loading the branch.
-    from _approval_worker import marker_tools as factory
-
-    branch.register(factory, marks=marks)
+    branch.register(_registered_factory(), marks=marks)
     try:
         await branch.run("mark it")
     except ApprovalPending as paused:
@@ -66,7 +62,19 @@ async def start(db: str, marks: str, crash: bool) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _registered_factory() -> Any:
+    """The factory under its module's name (not __main__'s), registered for loading.
+
+    Loading a saved branch calls only registered factories, so every process
+    that saves or loads it registers the one it trusts, as an application does.
+    """
+    from _approval_worker import marker_tools as factory
+
+    return register_factory(factory)
+
+
 async def resume(db: str, branch_id: str, approve: bool) -> None:
+    _registered_factory()
     async with SqliteBranchStore(db) as store:
         branch = await store.load(
             branch_id, resources={"chat_model": ScriptedModel(["all marked"])}

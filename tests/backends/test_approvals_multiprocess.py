@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+from lionfactory import register_factory
 from lionfactory.backends import SqliteBranchStore
 from lionfactory.errors import ConflictError
 from lionfactory.testing import ScriptedModel
@@ -78,6 +79,7 @@ async def test_two_copies_loaded_from_one_save_cannot_both_run_the_call(tmp_path
     db, marks_file = str(tmp_path / "branches.db"), tmp_path / "marks.txt"
     started = await worker("start", db, str(marks_file), killed=True)
     resources = {"chat_model": ScriptedModel(["done"])}
+    register_factory(marker_tools)  # this process trusts the worker's factory too
     async with SqliteBranchStore(db) as first, SqliteBranchStore(db) as second:
         a = await first.load(started["branch"], resources=resources)
         b = await second.load(started["branch"], resources=resources)
