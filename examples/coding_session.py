@@ -7,8 +7,13 @@ tests depends on what they really did: it merges only when they pass, and
 otherwise discards the sandbox and says why. Run it with
 ``python examples/coding_session.py``.
 
-The tests use the standard library's ``unittest``, so the example works on a
-plain ``pip install 'lionfactory[all]'`` (pytest is not part of that).
+The tests run with ``python -m pytest`` through the toolkit's ``bash``, under
+its default confinement (bwrap or Landlock where the machine has one): the
+interpreter and its environment stay visible read-only even when they live
+under a hidden home (a pyenv or a virtual environment), so the confined
+command finds the pytest the same command finds outside. Install it with
+``pip install pytest`` beside ``lionfactory[all]``; without it the session
+reports what really happened (``No module named pytest``) and merges nothing.
 """
 
 from __future__ import annotations
@@ -30,14 +35,11 @@ BUGGY = '''def mean(values):
     return sum(values) / (len(values) - 1)
 '''
 
-TESTS = """import unittest
-
-from stats import mean
+TESTS = """from stats import mean
 
 
-class MeanTest(unittest.TestCase):
-    def test_mean(self):
-        self.assertEqual(mean([1, 2, 3]), 2)
+def test_mean():
+    assert mean([1, 2, 3]) == 2
 """
 
 
@@ -72,7 +74,9 @@ STEPS = [
     tool_call("reader", action="read", path="stats.py"),
     tool_call("editor", **FIX),
     tool_call("code_check", paths=["stats.py"]),
-    tool_call("bash", command=f"{sys.executable} -m unittest test_stats"),
+    # The interpreter running this example; the sandbox shows it (and its
+    # site-packages) read-only even under a hidden home.
+    tool_call("bash", command=f"{sys.executable} -m pytest -q -p no:cacheprovider test_stats.py"),
 ]
 
 
@@ -100,7 +104,7 @@ def engineer(messages: list[Message], tools: object) -> object:
 
 
 def last_lines(result: dict) -> str:
-    """The last two lines a command printed (unittest reports on stderr)."""
+    """The last two lines a command printed (on stdout or stderr)."""
     lines = [line for line in (result["stdout"] + result["stderr"]).splitlines() if line.strip()]
     return " / ".join(lines[-2:])
 
