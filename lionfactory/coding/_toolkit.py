@@ -1,13 +1,13 @@
 """`coding_toolkit()`: the standalone tools, composed with one branch's policy.
 
-There is one implementation of every operation (DESIGN §7.1). The toolkit
-calls the standalone factories (`reader_tool`, `editor_tool`, ...) and wraps
-each resulting tool's *handler* with branch policy:
+There is one implementation of every operation. The toolkit calls the
+standalone factories (`reader_tool`, `editor_tool`, ...) with the options
+that carry its policy, and composes the tools they return:
 
-* the read-before-edit guard in front of the editor (`_guard`);
+* the read-before-edit guard, as the editor's ``check`` (`_guard`), which
+  the editor calls on the path it resolved itself;
+* images as data URLs, as the reader's ``images=True``;
 * evidence bookkeeping for calls made outside `Branch.act`;
-* images returned by the reader as data URLs (the one operation only the
-  toolkit offers; the standalone reader refuses binary files);
 * retargeting to a sandbox worktree while one is active: every tool, the
   sub-agent included, asks the toolkit's one `ActiveWorkspace` at call time;
 * one process isolation, resolved here once (default ``"auto"``) and handed
@@ -25,18 +25,13 @@ starts clean and derives its evidence from its own copied view.
 
 from __future__ import annotations
 
-import base64
 import copy
-import functools
 import inspect
-import mimetypes
 import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
 import attrs
 
 from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
@@ -44,16 +39,14 @@ from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
-from lionfactory._os.workspace import Location, PathRefused, Workspace
+from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool
 from lionfactory.coding._active import ActiveWorkspace
-from lionfactory.coding._guard import EvidenceStore, editor_refusal
+from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.coding.rules import Rule, RuleHook, rule_set
 from lionfactory.tools.context import context_tool
-from lionfactory.tools.editor import EditorRequest, EditorResponse
 from lionfactory.tools.jobs import jobs_tool
-from lionfactory.tools.reader import ReaderRequest, ReaderResponse
 
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
@@ -72,10 +65,15 @@ TOOLKIT_BASH_TIMEOUT_MS = 120_000
 
 
 def _workspace_tool(
-    name: str, root: Path, isolation: Isolation, git_env: Mapping[str, str] | None = None
+    name: str,
+    root: Path,
+    isolation: Isolation,
+    check: EvidenceCheck,
+    git_env: Mapping[str, str] | None = None,
 ) -> Tool:
     """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree.
 
+    `check`: the read-before-edit guard, handed to the editor.
     `git_env`: in a sandbox, the committer identity bash adds to the
     environment (variables the user set themselves win).
     """
@@ -89,14 +87,14 @@ def _workspace_tool(
         # The toolkit's reader fetches nothing remote: an agent editing code has
         # no business reaching the network through its file reader.
         options["allowed_hosts"] = ()
+        # Screenshots and plots the code made, as data URLs for a multimodal model.
+        options["images"] = True
+    if name == "editor":
+        options["check"] = check
     return workspace_factory(name)(workspace_root=root, **options)
 
 
 _HOOK_KINDS = ("security", "pre", "post", "on_error")
-
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
-MAX_IMAGE_BYTES = 5 * 1024 * 1024
-"""Images above this size are refused: a data URL of 5 MiB is already ~7 MB of context."""
 
 Hooks = Mapping[str, Mapping[str, Callable[..., Any] | Sequence[Callable[..., Any]]]]
 
@@ -106,10 +104,6 @@ _EDITOR_RULE = (
     "file's current content first (a `write` over an existing file needs a read of the whole "
     "file); passing the read's `content_hash` as `expected_hash` proves it too. A read that "
     "was evicted or compacted out of the context no longer counts."
-)
-_READER_IMAGES = (
-    "\n\nIn this toolkit, `read` of a .png, .jpg, .jpeg, .gif or .webp file (up to 5 MiB) "
-    "returns the image as a base64 data URL in `content`."
 )
 
 
@@ -143,12 +137,6 @@ def _normalise_hooks(hooks: Hooks | None) -> dict[str, dict[str, tuple[Callable[
     return out
 
 
-class _LocatedHandler(Protocol):
-    """A handler that can also act on a path already located (the editor's)."""
-
-    async def at(self, loc: Location, request: Any) -> Any: ...
-
-
 @attrs.define(eq=False)
 class _Toolkit:
     """The per-branch state of one `coding_toolkit()` call."""
@@ -157,7 +145,7 @@ class _Toolkit:
     where: ActiveWorkspace
     home: dict[str, Tool]
     isolation: Isolation
-    store: EvidenceStore = attrs.field(factory=EvidenceStore)
+    check: EvidenceCheck
     # The standalone tools built for the sandbox directory last asked about.
     away: tuple[Workspace, dict[str, Tool]] | None = None
 
@@ -177,23 +165,26 @@ class _Toolkit:
             self.away = (
                 current,
                 {
-                    name: _workspace_tool(name, current.root, isolation, self.where.git_env)
+                    name: _workspace_tool(
+                        name, current.root, isolation, self.check, self.where.git_env
+                    )
                     for name in self.home
                 },
             )
         return self.away[1]
 
-    async def call(self, name: str, request: Any, located: Location | None = None) -> Any:
+    @property
+    def store(self) -> EvidenceStore:
+        """Evidence of calls made outside `Branch.act` (the guard's own store)."""
+        return self.check.store
+
+    async def call(self, name: str, request: Any) -> Any:
         """Run the current standalone handler for `name`, asking it for file evidence.
 
         Under `Branch.act` the evidence lands on the tool message (and leaves
         with it); outside, in a call context of its own, it goes to `store`.
-        `located`: the path the caller already located (the guarded editor),
-        handed to the handler instead of being resolved again.
         """
         handler = self.tools[name].handler
-        if located is not None:
-            handler = functools.partial(cast("_LocatedHandler", handler).at, located)
         running = current_call()
         if running is not None:
             with asking_for_evidence(running):
@@ -268,78 +259,6 @@ class _Delegate:
 
     async def __call__(self, request: Any) -> Any:
         return await self.kit.call(self.name, request)
-
-
-@attrs.frozen
-class _GuardedEditor:
-    """The editor handler behind the read-before-edit guard."""
-
-    kit: _Toolkit
-
-    async def __call__(self, request: EditorRequest) -> Any:
-        loc = None
-        if request.action != "apply_patch" and request.file_path:
-            try:
-                loc = self.kit.active.locate(request.file_path)
-            except PathRefused:
-                loc = None  # the editor itself explains the refusal
-        refusal = await anyio.to_thread.run_sync(
-            editor_refusal, self.kit.branch, self.kit.store, self.kit.active, request, loc
-        )
-        if refusal is not None:
-            return EditorResponse(success=False, error=refusal)
-        return await self.kit.call("editor", request, located=loc)
-
-
-@attrs.frozen
-class _ImageReader:
-    """The reader handler, plus images as data URLs (recording no evidence)."""
-
-    kit: _Toolkit
-
-    async def __call__(self, request: ReaderRequest) -> Any:
-        if request.action == "read" and Path(request.path).suffix.lower() in IMAGE_SUFFIXES:
-            try:
-                loc = self.kit.active.locate(request.path)
-            except PathRefused as exc:
-                return ReaderResponse(success=False, error=exc.message)
-            return await anyio.to_thread.run_sync(_read_image, loc)
-        return await self.kit.call("reader", request)
-
-
-def _read_image(loc: Location) -> ReaderResponse:
-    shown = loc.shown
-    try:
-        fd = loc.open_read()
-    except PathRefused as exc:
-        return ReaderResponse(success=False, error=exc.message)
-    except FileNotFoundError:
-        return ReaderResponse(success=False, error=f"{shown!r} does not exist.")
-    except OSError as exc:
-        return ReaderResponse(success=False, error=f"Cannot read {shown!r}: {exc.strerror}.")
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return ReaderResponse(success=False, error=f"{shown!r} is not a file.")
-    with os.fdopen(fd, "rb") as stream:
-        if st.st_size > MAX_IMAGE_BYTES:
-            return ReaderResponse(success=False, error=_too_big(shown, st.st_size))
-        try:
-            data = stream.read(MAX_IMAGE_BYTES + 1)
-        except OSError as exc:
-            return ReaderResponse(success=False, error=f"Cannot read {shown!r}: {exc.strerror}.")
-    if len(data) > MAX_IMAGE_BYTES:
-        return ReaderResponse(success=False, error=_too_big(shown, len(data)))
-    mime = mimetypes.guess_type(loc.name)[0] or "application/octet-stream"
-    encoded = base64.b64encode(data).decode("ascii")
-    return ReaderResponse(success=True, content=f"data:{mime};base64,{encoded}")
-
-
-def _too_big(shown: str, size: int) -> str:
-    return (
-        f"{shown!r} is {size:,} bytes; images above {MAX_IMAGE_BYTES:,} bytes are not "
-        f"returned. Use bash (e.g. `file` or an image tool) to inspect it."
-    )
 
 
 def coding_toolkit(
@@ -438,13 +357,14 @@ def coding_toolkit(
     confinement = _toolkit_isolation(
         isolation, workspace.root, network, env_policy, tuple(exposed_paths)
     )
+    check = EvidenceCheck(branch, EvidenceStore())
     home = {
-        name: _workspace_tool(name, workspace.root, confinement)
+        name: _workspace_tool(name, workspace.root, confinement, check)
         for name in names
         if name in WORKSPACE_TOOLS
     }
     where = ActiveWorkspace(workspace, home_isolation=confinement)
-    kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement)
+    kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement, check=check)
 
     built = _wrapped_workspace_tools(kit)
     if "bash" in names:
@@ -561,16 +481,11 @@ def _check_options(
 
 
 def _wrapped_workspace_tools(kit: _Toolkit) -> dict[str, Tool]:
-    """The workspace tools with the toolkit's handlers: guard, images, the active root."""
+    """The workspace tools with the toolkit's handler: the one of the active root."""
     built: dict[str, Tool] = {}
     for name, tool in kit.home.items():
-        handler: Callable[[Any], Any] = _Delegate(kit, name)
-        description = tool.description
-        if name == "editor":
-            handler, description = _GuardedEditor(kit), description + _EDITOR_RULE
-        elif name == "reader":
-            handler, description = _ImageReader(kit), description + _READER_IMAGES
-        built[name] = attrs.evolve(tool, handler=handler, description=description)
+        description = tool.description + (_EDITOR_RULE if name == "editor" else "")
+        built[name] = attrs.evolve(tool, handler=_Delegate(kit, name), description=description)
     return built
 
 
