@@ -40,7 +40,7 @@ from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.workspace import Workspace
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, run_pre_hooks
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
@@ -56,8 +56,22 @@ __all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
 ALL_CODING_TOOLS: tuple[str, ...] = (*WORKSPACE_TOOLS, "context", "sandbox", "subagent")
 """Every tool the toolkit can build, in the order it returns them."""
 
-DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
-"""The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
+DEFAULT_CODING_TOOLS: tuple[str, ...] = (
+    "reader",
+    "editor",
+    "bash",
+    "search",
+    "code_check",
+    "code_nav",
+    "ast_search",
+    "context",
+)
+"""The tools built when `tools` is omitted; sandbox and subagent are opt-in.
+
+Written out, not sliced from `ALL_CODING_TOOLS`: a new workspace tool must
+not push ``context`` out of the defaults. ``jobs`` is not listed: it comes
+with ``bash`` (right after it) whenever bash is built.
+"""
 
 
 TOOLKIT_BASH_TIMEOUT_MS = 120_000
@@ -220,19 +234,7 @@ class _SecurityRecheck:
     hooks: tuple[Callable[..., Any], ...]
 
     async def __call__(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        args = arguments
-        for hook in self.hooks:
-            out = hook(tool_name, args)
-            if inspect.isawaitable(out):
-                out = await out
-            if out is not None:
-                if not isinstance(out, Mapping):
-                    raise TypeError(
-                        f"security hook {hook!r} of tool {tool_name!r} must return a dict or "
-                        f"None, got {type(out).__name__}"
-                    )
-                args = dict(out)
-        return args
+        return await run_pre_hooks(self.hooks, tool_name, arguments, kind="security")
 
 
 def _tool_hooks(
@@ -344,6 +346,8 @@ def coding_toolkit(
         ConfigurationError: an explicit isolation mechanism cannot work here,
             or an inherited one would be widened.
     """
+    # The options exactly as given, before any is normalised: what sub-agents get.
+    given = dict(locals())
     names = _selected_tools(tools)
     _check_options(
         notify_threshold,
@@ -390,19 +394,12 @@ def coding_toolkit(
         built["subagent"] = subagent_tool(
             branch,
             factory=coding_toolkit,
+            # Every option but the ones a sub-agent decides for itself; the
+            # child obeys the same hooks, rules and mode: a sub-agent must not
+            # be a way around an ask or a denial.
             factory_kwargs={
-                "hooks": hooks,
-                "notify": notify,
-                "notify_threshold": notify_threshold,
-                "notify_max_tokens": notify_max_tokens,
-                "nudge_rules": nudge_rules,
-                "keep_default_nudges": keep_default_nudges,
-                "allow_merge_into_protected": allow_merge_into_protected,
+                **{name: given[name] for name in SUBAGENT_OPTIONS},
                 "isolation": confinement,
-                # The child obeys the same rules: a sub-agent must not be a
-                # way around an ask or a denial.
-                "rules": rules,
-                "mode": mode,
             },
             workspace=where,
             parent_tools=names,
@@ -425,6 +422,28 @@ def coding_toolkit(
         else None
     )
     return [_with_policy(built[name], name, hook_map, nudge, branch) for name in names]
+
+
+NOT_FOR_SUBAGENTS: Mapping[str, str] = {
+    "workspace_root": "the subagent tool passes the child's own cwd",
+    "tools": "the subagent's permission set chooses the child's tools",
+    "network": "the child inherits the parent's resolved isolation, whose network holds",
+    "env_policy": "the child inherits the parent's resolved isolation, whose policy holds",
+    "exposed_paths": "the child inherits the parent's resolved isolation, whose paths hold",
+}
+"""The `coding_toolkit` options a sub-agent does not inherit as given, and why."""
+
+SUBAGENT_OPTIONS: tuple[str, ...] = tuple(
+    p.name
+    for p in inspect.signature(coding_toolkit).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in NOT_FOR_SUBAGENTS
+)
+"""The `coding_toolkit` options passed on to sub-agents: every other keyword option.
+
+Derived from the signature, so a new toolkit option reaches sub-agents
+unless it is named in `NOT_FOR_SUBAGENTS` with its reason. ``isolation`` is
+passed as the parent's resolved one (the child can only narrow it).
+"""
 
 
 def _with_rules(
