@@ -9,7 +9,7 @@ import pytest
 
 from lionfactory import Branch
 from lionfactory._builtins import WORKSPACE_TOOLS
-from lionfactory.coding import DEFAULT_CODING_TOOLS, coding_toolkit
+from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
 from lionfactory.coding._toolkit import NOT_FOR_SUBAGENTS, SUBAGENT_OPTIONS
 
 
@@ -50,9 +50,10 @@ def test_the_subagent_tool_is_given_every_passed_option_as_the_parent_got_it(wor
     assert not isinstance(passed["isolation"], str)
 
 
-def test_the_defaults_are_every_workspace_tool_and_context():
-    assert set(DEFAULT_CODING_TOOLS) == {*WORKSPACE_TOOLS, "context"}
-    assert "jobs" not in DEFAULT_CODING_TOOLS  # it comes with bash
+def test_the_defaults_are_todays_workspace_tools_and_context_never_the_opt_ins():
+    assert set(DEFAULT_CODING_TOOLS) <= set(ALL_CODING_TOOLS)
+    assert set(DEFAULT_CODING_TOOLS) >= {*WORKSPACE_TOOLS, "context"} - {"jobs"}
+    assert not {"sandbox", "subagent", "jobs"} & set(DEFAULT_CODING_TOOLS)
 
 
 async def test_a_security_hook_returning_a_non_dict_is_a_type_error(workspace: Path):
