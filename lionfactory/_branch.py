@@ -29,6 +29,7 @@ from lionfactory._registration import (
     accepts_branch,
     as_tools,
     factory_path,
+    foreign_tool,
     schema_hash,
     summarise,
 )
@@ -298,8 +299,7 @@ class Branch:
         )
         clone.messages = self.messages.copy()
         for registration in self.registrations:
-            owned = [n for n in registration.tool_names if self._owners.get(n) is registration]
-            clone._replay(registration, owned)
+            clone._replay(registration, registration.still_owned(self._owners.get))
         # Keep the source's tool order (an update= replacement keeps its slot).
         clone._tools = {n: clone._tools[n] for n in self._tools}
         clone.metadata["clone_of"] = str(self.id)
@@ -605,23 +605,21 @@ class Branch:
                     f"{missing} for the clone; a factory must be deterministic in its names"
                 )
             tools = [built[n] for n in names]
-            for tool in tools:
-                if tool.bound_to is not None and tool.bound_to != self.id:
-                    raise CloneError(
-                        f"factory {registration.factory_path} returned tool {tool.name!r} "
-                        f"bound to branch {tool.bound_to}, not to the clone; it must build "
-                        f"its tools from its `branch` argument"
-                    )
+            if (tool := foreign_tool(tools, self.id)) is not None:
+                raise CloneError(
+                    f"factory {registration.factory_path} returned tool {tool.name!r} "
+                    f"bound to branch {tool.bound_to}, not to the clone; it must build "
+                    f"its tools from its `branch` argument"
+                )
         else:
             static = {t.name: t for t in cast("tuple[Tool, ...]", registration.source)}
             tools = [static[n] for n in names if n in static]
-            for tool in tools:
-                if tool.bound_to is not None:
-                    raise CloneError(
-                        f"tool {tool.name!r} is bound to branch {tool.bound_to} and was "
-                        f"registered as a static Tool, so the clone cannot rebuild it; "
-                        f"register its factory instead (branch.register(factory, ...))"
-                    )
+            if (tool := foreign_tool(tools, None)) is not None:
+                raise CloneError(
+                    f"tool {tool.name!r} is bound to branch {tool.bound_to} and was "
+                    f"registered as a static Tool, so the clone cannot rebuild it; "
+                    f"register its factory instead (branch.register(factory, ...))"
+                )
         for tool in tools:
             self._owners[tool.name] = registration
             self._tools[tool.name] = tool
@@ -646,12 +644,11 @@ class Branch:
                     f"keyword arguments are for factories; got {sorted(kwargs)} with static tools"
                 )
             tools = [source] if isinstance(source, Tool) else list(source)
-            for tool in tools:
-                if tool.bound_to is not None and tool.bound_to != self.id:
-                    raise RegistrationError(
-                        f"tool {tool.name!r} is bound to another branch ({tool.bound_to}); "
-                        f"register its factory instead so this branch gets its own tool"
-                    )
+            if (tool := foreign_tool(tools, self.id)) is not None:
+                raise RegistrationError(
+                    f"tool {tool.name!r} is bound to another branch ({tool.bound_to}); "
+                    f"register its factory instead so this branch gets its own tool"
+                )
             return tools, Registration(
                 source=tuple(tools), kwargs={}, tool_names=tuple(t.name for t in tools)
             )
@@ -663,13 +660,12 @@ class Branch:
         if "branch" in kwargs:
             raise TypeError("do not pass branch=...; the branch passes itself to the factory")
         tools = self._call_factory(source, kwargs, self)
-        for tool in tools:
-            if tool.bound_to is not None and tool.bound_to != self.id:
-                raise RegistrationError(
-                    f"factory {factory_path(source)} returned tool {tool.name!r} bound to "
-                    f"another branch ({tool.bound_to}); it must build its tools from its "
-                    f"`branch` argument"
-                )
+        if (tool := foreign_tool(tools, self.id)) is not None:
+            raise RegistrationError(
+                f"factory {factory_path(source)} returned tool {tool.name!r} bound to "
+                f"another branch ({tool.bound_to}); it must build its tools from its "
+                f"`branch` argument"
+            )
         return tools, Registration(
             source=source, kwargs=kwargs, tool_names=tuple(t.name for t in tools)
         )

@@ -52,7 +52,15 @@ import attrs
 from lionfactory._messages import Message
 from lionfactory.errors import UnknownOwnerError
 
-__all__ = ["BaseExchange", "Exchange", "check_limit", "check_timeout", "new_message", "owner_id"]
+__all__ = [
+    "BaseExchange",
+    "Exchange",
+    "check_limit",
+    "check_timeout",
+    "checked_message",
+    "new_message",
+    "owner_id",
+]
 
 
 @attrs.define(eq=False)
@@ -93,6 +101,28 @@ def new_message(
         raise UnknownOwnerError(sender, "sender")
     if recipient is not None and owner_id(recipient, "recipient") not in registered:
         raise UnknownOwnerError(recipient, "recipient")
+    return checked_message(sender, recipient, content, channel, metadata)
+
+
+def checked_message(
+    sender: uuid.UUID,
+    recipient: uuid.UUID | None,
+    content: str,
+    channel: str,
+    metadata: Mapping[str, Any] | None,
+) -> Message:
+    """The `Message` of a send, once its ids and content are checked (not its owners).
+
+    The part of the send rule every backend shares: a backend that checks
+    registration elsewhere (Redis, atomically with the delivery) calls this
+    directly; `new_message` checks the owners first.
+
+    Raises:
+        TypeError: an id is not a UUID or the content is not a string.
+    """
+    owner_id(sender, "sender")
+    if recipient is not None:
+        owner_id(recipient, "recipient")
     if not isinstance(content, str):
         raise TypeError(f"content must be a string, got {content!r:.200}")
     return Message(

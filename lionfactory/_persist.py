@@ -209,7 +209,7 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
     encoder = _Encoder()
     registrations = []
     for registration in branch.registrations:
-        owned = [n for n in registration.tool_names if branch.provenance_or_none(n) is registration]
+        owned = registration.still_owned(branch.provenance_or_none)
         if registration.is_factory:
             registrations.append(
                 {

@@ -22,7 +22,7 @@ import inspect
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -31,7 +31,14 @@ import attrs
 from lionfactory._tool import Tool
 from lionfactory.errors import ConfigurationError, FactoryError
 
-__all__ = ["ENTRY_POINT_GROUP", "FACTORIES", "Registration", "factory_path", "register_factory"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "FACTORIES",
+    "Registration",
+    "factory_path",
+    "foreign_tool",
+    "register_factory",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -313,6 +320,30 @@ class Registration:
         else ``module:qualname``.
         """
         return None if self.factory is None else FACTORIES.public_path(self.factory)
+
+    def still_owned(self, owner_of: Callable[[str], Registration | None]) -> list[str]:
+        """The names this registration still provides, in order.
+
+        A later ``update=`` registration may have taken some of its names;
+        `owner_of` answers which registration provides a name now (a
+        branch's ``provenance_or_none``). Clone, save and restore all keep
+        exactly these.
+        """
+        return [name for name in self.tool_names if owner_of(name) is self]
+
+
+def foreign_tool(tools: Iterable[Tool], branch_id: object) -> Tool | None:
+    """The first of `tools` bound to a branch other than `branch_id`, or None.
+
+    The bound-to rule of every registration: a tool bound to a branch acts
+    on that branch's conversation, so no other branch may hold it. With
+    ``branch_id=None`` any bound tool is foreign (a static tool replayed on a
+    clone cannot be rebuilt for it).
+    """
+    for tool in tools:
+        if tool.bound_to is not None and tool.bound_to != branch_id:
+            return tool
+    return None
 
 
 def accepts_branch(factory: Callable[..., Any]) -> bool:

@@ -34,6 +34,7 @@ __all__ = [
     "ToolHints",
     "input_error",
     "reports_failure",
+    "run_pre_hooks",
     "to_result",
 ]
 
@@ -230,6 +231,53 @@ async def _run_hook(hook: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
+async def run_pre_hooks(
+    hooks: Iterable[PreHook],
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    *,
+    kind: str = "pre",
+    on_ask: Callable[[ApprovalRequired, PreHook], bool] | None = None,
+) -> dict[str, Any]:
+    """Run pre hooks in order, each on the arguments the one before it produced.
+
+    The one place the pre-hook contract is enforced (`Tool.invoke` and the
+    coding toolkit's security re-check both run hooks through it): a hook
+    returns None (keep the arguments) or a mapping (the new arguments).
+
+    Args:
+        hooks: the hooks, called as ``hook(tool_name, arguments)``, sync or async.
+        tool_name: the tool the call is for.
+        arguments: the call's arguments (not mutated).
+        kind: how the error message names the hooks (``"pre"``, ``"security"``).
+        on_ask: called when a hook raises `ApprovalRequired`; True skips that
+            hook (the ask is answered), False re-raises. Without it, the
+            exception propagates.
+
+    Returns:
+        The final arguments, as a new dict.
+
+    Raises:
+        TypeError: a hook returned something other than a mapping or None.
+    """
+    args = dict(arguments)
+    for hook in hooks:
+        try:
+            replaced = await _run_hook(hook, tool_name, args)
+        except ApprovalRequired as exc:
+            if on_ask is not None and on_ask(exc, hook):
+                continue
+            raise
+        if replaced is not None:
+            if not isinstance(replaced, Mapping):
+                raise TypeError(
+                    f"{kind} hook {hook!r} of tool {tool_name!r} must return a dict "
+                    f"or None, got {type(replaced).__name__}"
+                )
+            args = dict(replaced)
+    return args
+
+
 @attrs.frozen
 class Tool:
     """An immutable description of a callable tool.
@@ -341,28 +389,20 @@ class Tool:
 
     async def invoke(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Run the call pipeline on a mapping of arguments (see `__call__`)."""
-        args = dict(arguments)
         approved = approved_call()
+
+        def on_ask(exc: ApprovalRequired, hook: PreHook) -> bool:
+            if approved:
+                # A person approved this very call (these arguments):
+                # the ask is answered; the next hooks still judge it.
+                return True
+            exc.tool = exc.tool or self.name
+            exc.hook = exc.hook or hook_name(hook)
+            exc.arguments = dict(arguments)
+            return False
+
         try:
-            for hook in self.pre:
-                try:
-                    replaced = await _run_hook(hook, self.name, args)
-                except ApprovalRequired as exc:
-                    if approved:
-                        # A person approved this very call (these arguments):
-                        # the ask is answered; the next hooks still judge it.
-                        continue
-                    exc.tool = exc.tool or self.name
-                    exc.hook = exc.hook or hook_name(hook)
-                    exc.arguments = dict(arguments)
-                    raise
-                if replaced is not None:
-                    if not isinstance(replaced, Mapping):
-                        raise TypeError(
-                            f"pre hook {hook!r} of tool {self.name!r} must return a dict "
-                            f"or None, got {type(replaced).__name__}"
-                        )
-                    args = dict(replaced)
+            args = await run_pre_hooks(self.pre, self.name, arguments, on_ask=on_ask)
         except ToolDenied as exc:
             exc.tool = exc.tool or self.name
             raise

@@ -55,7 +55,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import pydantic
 
-from lionfactory._exchange import BaseExchange, check_limit, check_timeout, owner_id
+from lionfactory._exchange import (
+    BaseExchange,
+    check_limit,
+    check_timeout,
+    checked_message,
+    owner_id,
+)
 from lionfactory._messages import Message
 from lionfactory.backends._redis_scripts import (
     ACK,
@@ -203,19 +209,8 @@ class RedisExchange(BaseExchange):
             UnknownOwnerError: the sender or the recipient is not registered.
             TypeError: an id is not a UUID or the content is not a string.
         """
-        owner_id(sender, "sender")
-        if recipient is not None:
-            owner_id(recipient, "recipient")
-        if not isinstance(content, str):
-            raise TypeError(f"content must be a string, got {content!r:.200}")
-        message = Message(
-            role="user",
-            content=content,
-            sender=str(sender),
-            recipient=None if recipient is None else str(recipient),
-            channel=channel,
-            metadata=dict(metadata or {}),
-        )
+        # Registration is checked by the script, atomically with the delivery.
+        message = checked_message(sender, recipient, content, channel, metadata)
         outcome = self._send(
             keys=[self._owners_key],
             args=[

@@ -52,16 +52,16 @@ from typing import TYPE_CHECKING
 import attrs
 
 from lionfactory._evidence import FileEvidence
-from lionfactory._os.workspace import Location, PathRefused, Workspace
-from lionfactory.tools.editor import EditorRequest, patch_operations
+from lionfactory._os.workspace import Location, PathRefused
+from lionfactory.tools.editor import EditorRequest
 
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
 
 __all__ = [
+    "EvidenceCheck",
     "EvidenceStore",
     "check_evidence",
-    "editor_refusal",
     "hash_required",
     "requiring_hash",
     "sha256_of",
@@ -246,65 +246,42 @@ def _check_file(
         os.close(fd)
 
 
-def editor_refusal(
-    branch: Branch,
-    store: EvidenceStore,
-    workspace: Workspace,
-    request: EditorRequest,
-    loc: Location | None,
-    *,
-    require_hash: bool = False,
-) -> str | None:
-    """The guard's refusal of one editor call, or None when it may go ahead.
+@attrs.frozen
+class EvidenceCheck:
+    """The guard as the editor's ``check``: one branch's evidence, one store.
 
-    Blocking (opens and maybe hashes files): call it from a worker thread.
-
-    Args:
-        branch: the branch whose active view holds the evidence.
-        store: evidence of calls made outside `Branch.act`.
-        workspace: the workspace the call's paths are resolved in.
-        request: the editor call.
-        loc: ``request.file_path`` already located (None for apply_patch,
-            or when the path was refused: the editor then explains).
-        require_hash: see `check_evidence`.
+    The editor calls it (in a worker thread) on each `Location` it resolved
+    itself, before it changes that file, so the guard opens exactly the file
+    the edit then writes and never looks a path up on its own.
     """
-    if request.action != "apply_patch":
-        if loc is None:
-            return None
-        return _check_file(
-            branch,
-            store,
+
+    branch: Branch
+    store: EvidenceStore
+    require_hash: bool = False
+    """See `check_evidence`."""
+
+    def __call__(self, loc: Location, request: EditorRequest) -> str | None:
+        """The refusal of changing `loc` for `request`, or None when it may go ahead.
+
+        For ``apply_patch`` the editor calls this once per file the patch
+        updates, moves or deletes; for the other actions, on the request's file.
+        """
+        patch = request.action == "apply_patch"
+        refusal = _check_file(
+            self.branch,
+            self.store,
             loc,
             whole_file=request.action == "write",
-            display=request.file_path or "",
-            expected_hash=request.expected_hash,
-            require_hash=require_hash,
+            display=loc.shown,
+            expected_hash=None if patch else request.expected_hash,
+            require_hash=self.require_hash,
         )
-    ops = patch_operations(request)
-    if isinstance(ops, str):
-        return None  # the editor reports the malformed patch
-    for op in ops:
-        if op.kind == "add":
-            continue  # must not exist; the editor refuses it otherwise
-        try:
-            target = workspace.locate(op.path)
-        except PathRefused:
-            continue  # the editor refuses the path
-        refusal = _check_file(
-            branch,
-            store,
-            target,
-            whole_file=False,
-            display=op.path,
-            expected_hash=None,
-            require_hash=require_hash,
-        )
-        if refusal is not None:
-            if require_hash or hash_required():
-                return (
-                    f"Refused: this connection keeps no read history, and a patch cannot "
-                    f"carry expected_hash for {op.path!r}. Change existing files with edit or "
-                    f"multi_edit and expected_hash (apply_patch may still add new files)."
-                )
-            return refusal + " (The patch was not applied; no file was changed.)"
-    return None
+        if refusal is None or not patch:
+            return refusal
+        if self.require_hash or hash_required():
+            return (
+                f"Refused: this connection keeps no read history, and a patch cannot "
+                f"carry expected_hash for {loc.shown!r}. Change existing files with edit or "
+                f"multi_edit and expected_hash (apply_patch may still add new files)."
+            )
+        return refusal + " (The patch was not applied; no file was changed.)"

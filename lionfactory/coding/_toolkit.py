@@ -1,14 +1,14 @@
 """`coding_toolkit()`: the standalone tools, composed with one branch's policy.
 
 There is one implementation of every operation, so a fix to a standalone tool
-reaches the toolkit too and the two cannot drift apart. The toolkit
-calls the standalone factories (`reader_tool`, `editor_tool`, ...) and wraps
-each resulting tool's *handler* with branch policy:
+reaches the toolkit too and the two cannot drift apart. The toolkit calls the
+standalone factories (`reader_tool`, `editor_tool`, ...) with the options
+that carry its policy, and composes the tools they return:
 
-* the read-before-edit guard in front of the editor (`_guard`);
+* the read-before-edit guard, as the editor's ``check`` (`_guard`), which
+  the editor calls on the path it resolved itself;
+* images as data URLs, as the reader's ``images=True``;
 * evidence bookkeeping for calls made outside `Branch.act`;
-* images returned by the reader as data URLs (the one operation only the
-  toolkit offers; the standalone reader refuses binary files);
 * retargeting to a sandbox worktree while one is active: every tool, the
   sub-agent included, asks the toolkit's one `ActiveWorkspace` at call time;
 * one process isolation, resolved here once (default ``"auto"``) and handed
@@ -26,18 +26,13 @@ starts clean and derives its evidence from its own copied view.
 
 from __future__ import annotations
 
-import base64
 import copy
-import functools
 import inspect
-import mimetypes
 import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
 import attrs
 
 from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
@@ -45,16 +40,14 @@ from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
-from lionfactory._os.workspace import Location, PathRefused, Workspace
-from lionfactory._tool import Tool
+from lionfactory._os.workspace import Workspace
+from lionfactory._tool import Tool, run_pre_hooks
 from lionfactory.coding._active import ActiveWorkspace
-from lionfactory.coding._guard import EvidenceStore, editor_refusal
+from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.coding.rules import Rule, RuleHook, rule_set
 from lionfactory.tools.context import context_tool
-from lionfactory.tools.editor import EditorRequest, EditorResponse
 from lionfactory.tools.jobs import jobs_tool
-from lionfactory.tools.reader import ReaderRequest, ReaderResponse
 
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
@@ -64,8 +57,22 @@ __all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
 ALL_CODING_TOOLS: tuple[str, ...] = (*WORKSPACE_TOOLS, "context", "sandbox", "subagent")
 """Every tool the toolkit can build, in the order it returns them."""
 
-DEFAULT_CODING_TOOLS: tuple[str, ...] = ALL_CODING_TOOLS[:8]
-"""The tools built when `tools` is omitted; sandbox and subagent are opt-in."""
+DEFAULT_CODING_TOOLS: tuple[str, ...] = (
+    "reader",
+    "editor",
+    "bash",
+    "search",
+    "code_check",
+    "code_nav",
+    "ast_search",
+    "context",
+)
+"""The tools built when `tools` is omitted; sandbox and subagent are opt-in.
+
+Written out, not sliced from `ALL_CODING_TOOLS`: a new workspace tool must
+not push ``context`` out of the defaults. ``jobs`` is not listed: it comes
+with ``bash`` (right after it) whenever bash is built.
+"""
 
 
 TOOLKIT_BASH_TIMEOUT_MS = 120_000
@@ -73,10 +80,15 @@ TOOLKIT_BASH_TIMEOUT_MS = 120_000
 
 
 def _workspace_tool(
-    name: str, root: Path, isolation: Isolation, git_env: Mapping[str, str] | None = None
+    name: str,
+    root: Path,
+    isolation: Isolation,
+    check: EvidenceCheck,
+    git_env: Mapping[str, str] | None = None,
 ) -> Tool:
     """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree.
 
+    `check`: the read-before-edit guard, handed to the editor.
     `git_env`: in a sandbox, the committer identity bash adds to the
     environment (variables the user set themselves win).
     """
@@ -90,14 +102,14 @@ def _workspace_tool(
         # The toolkit's reader fetches nothing remote: an agent editing code has
         # no business reaching the network through its file reader.
         options["allowed_hosts"] = ()
+        # Screenshots and plots the code made, as data URLs for a multimodal model.
+        options["images"] = True
+    if name == "editor":
+        options["check"] = check
     return workspace_factory(name)(workspace_root=root, **options)
 
 
 _HOOK_KINDS = ("security", "pre", "post", "on_error")
-
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
-MAX_IMAGE_BYTES = 5 * 1024 * 1024
-"""Images above this size are refused: a data URL of 5 MiB is already ~7 MB of context."""
 
 Hooks = Mapping[str, Mapping[str, Callable[..., Any] | Sequence[Callable[..., Any]]]]
 
@@ -107,10 +119,6 @@ _EDITOR_RULE = (
     "file's current content first (a `write` over an existing file needs a read of the whole "
     "file); passing the read's `content_hash` as `expected_hash` proves it too. A read that "
     "was evicted or compacted out of the context no longer counts."
-)
-_READER_IMAGES = (
-    "\n\nIn this toolkit, `read` of a .png, .jpg, .jpeg, .gif or .webp file (up to 5 MiB) "
-    "returns the image as a base64 data URL in `content`."
 )
 
 
@@ -144,12 +152,6 @@ def _normalise_hooks(hooks: Hooks | None) -> dict[str, dict[str, tuple[Callable[
     return out
 
 
-class _LocatedHandler(Protocol):
-    """A handler that can also act on a path already located (the editor's)."""
-
-    async def at(self, loc: Location, request: Any) -> Any: ...
-
-
 @attrs.define(eq=False)
 class _Toolkit:
     """The per-branch state of one `coding_toolkit()` call."""
@@ -158,7 +160,7 @@ class _Toolkit:
     where: ActiveWorkspace
     home: dict[str, Tool]
     isolation: Isolation
-    store: EvidenceStore = attrs.field(factory=EvidenceStore)
+    check: EvidenceCheck
     # The standalone tools built for the sandbox directory last asked about.
     away: tuple[Workspace, dict[str, Tool]] | None = None
 
@@ -178,23 +180,26 @@ class _Toolkit:
             self.away = (
                 current,
                 {
-                    name: _workspace_tool(name, current.root, isolation, self.where.git_env)
+                    name: _workspace_tool(
+                        name, current.root, isolation, self.check, self.where.git_env
+                    )
                     for name in self.home
                 },
             )
         return self.away[1]
 
-    async def call(self, name: str, request: Any, located: Location | None = None) -> Any:
+    @property
+    def store(self) -> EvidenceStore:
+        """Evidence of calls made outside `Branch.act` (the guard's own store)."""
+        return self.check.store
+
+    async def call(self, name: str, request: Any) -> Any:
         """Run the current standalone handler for `name`, asking it for file evidence.
 
         Under `Branch.act` the evidence lands on the tool message (and leaves
         with it); outside, in a call context of its own, it goes to `store`.
-        `located`: the path the caller already located (the guarded editor),
-        handed to the handler instead of being resolved again.
         """
         handler = self.tools[name].handler
-        if located is not None:
-            handler = functools.partial(cast("_LocatedHandler", handler).at, located)
         running = current_call()
         if running is not None:
             with asking_for_evidence(running):
@@ -230,19 +235,7 @@ class _SecurityRecheck:
     hooks: tuple[Callable[..., Any], ...]
 
     async def __call__(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        args = arguments
-        for hook in self.hooks:
-            out = hook(tool_name, args)
-            if inspect.isawaitable(out):
-                out = await out
-            if out is not None:
-                if not isinstance(out, Mapping):
-                    raise TypeError(
-                        f"security hook {hook!r} of tool {tool_name!r} must return a dict or "
-                        f"None, got {type(out).__name__}"
-                    )
-                args = dict(out)
-        return args
+        return await run_pre_hooks(self.hooks, tool_name, arguments, kind="security")
 
 
 def _tool_hooks(
@@ -269,78 +262,6 @@ class _Delegate:
 
     async def __call__(self, request: Any) -> Any:
         return await self.kit.call(self.name, request)
-
-
-@attrs.frozen
-class _GuardedEditor:
-    """The editor handler behind the read-before-edit guard."""
-
-    kit: _Toolkit
-
-    async def __call__(self, request: EditorRequest) -> Any:
-        loc = None
-        if request.action != "apply_patch" and request.file_path:
-            try:
-                loc = self.kit.active.locate(request.file_path)
-            except PathRefused:
-                loc = None  # the editor itself explains the refusal
-        refusal = await anyio.to_thread.run_sync(
-            editor_refusal, self.kit.branch, self.kit.store, self.kit.active, request, loc
-        )
-        if refusal is not None:
-            return EditorResponse(success=False, error=refusal)
-        return await self.kit.call("editor", request, located=loc)
-
-
-@attrs.frozen
-class _ImageReader:
-    """The reader handler, plus images as data URLs (recording no evidence)."""
-
-    kit: _Toolkit
-
-    async def __call__(self, request: ReaderRequest) -> Any:
-        if request.action == "read" and Path(request.path).suffix.lower() in IMAGE_SUFFIXES:
-            try:
-                loc = self.kit.active.locate(request.path)
-            except PathRefused as exc:
-                return ReaderResponse(success=False, error=exc.message)
-            return await anyio.to_thread.run_sync(_read_image, loc)
-        return await self.kit.call("reader", request)
-
-
-def _read_image(loc: Location) -> ReaderResponse:
-    shown = loc.shown
-    try:
-        fd = loc.open_read()
-    except PathRefused as exc:
-        return ReaderResponse(success=False, error=exc.message)
-    except FileNotFoundError:
-        return ReaderResponse(success=False, error=f"{shown!r} does not exist.")
-    except OSError as exc:
-        return ReaderResponse(success=False, error=f"Cannot read {shown!r}: {exc.strerror}.")
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return ReaderResponse(success=False, error=f"{shown!r} is not a file.")
-    with os.fdopen(fd, "rb") as stream:
-        if st.st_size > MAX_IMAGE_BYTES:
-            return ReaderResponse(success=False, error=_too_big(shown, st.st_size))
-        try:
-            data = stream.read(MAX_IMAGE_BYTES + 1)
-        except OSError as exc:
-            return ReaderResponse(success=False, error=f"Cannot read {shown!r}: {exc.strerror}.")
-    if len(data) > MAX_IMAGE_BYTES:
-        return ReaderResponse(success=False, error=_too_big(shown, len(data)))
-    mime = mimetypes.guess_type(loc.name)[0] or "application/octet-stream"
-    encoded = base64.b64encode(data).decode("ascii")
-    return ReaderResponse(success=True, content=f"data:{mime};base64,{encoded}")
-
-
-def _too_big(shown: str, size: int) -> str:
-    return (
-        f"{shown!r} is {size:,} bytes; images above {MAX_IMAGE_BYTES:,} bytes are not "
-        f"returned. Use bash (e.g. `file` or an image tool) to inspect it."
-    )
 
 
 def coding_toolkit(
@@ -426,6 +347,8 @@ def coding_toolkit(
         ConfigurationError: an explicit isolation mechanism cannot work here,
             or an inherited one would be widened.
     """
+    # The options exactly as given, before any is normalised: what sub-agents get.
+    given = dict(locals())
     names = _selected_tools(tools)
     _check_options(
         notify_threshold,
@@ -439,13 +362,14 @@ def coding_toolkit(
     confinement = _toolkit_isolation(
         isolation, workspace.root, network, env_policy, tuple(exposed_paths)
     )
+    check = EvidenceCheck(branch, EvidenceStore())
     home = {
-        name: _workspace_tool(name, workspace.root, confinement)
+        name: _workspace_tool(name, workspace.root, confinement, check)
         for name in names
         if name in WORKSPACE_TOOLS
     }
     where = ActiveWorkspace(workspace, home_isolation=confinement)
-    kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement)
+    kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement, check=check)
 
     built = _wrapped_workspace_tools(kit)
     if "bash" in names:
@@ -471,19 +395,12 @@ def coding_toolkit(
         built["subagent"] = subagent_tool(
             branch,
             factory=coding_toolkit,
+            # Every option but the ones a sub-agent decides for itself; the
+            # child obeys the same hooks, rules and mode: a sub-agent must not
+            # be a way around an ask or a denial.
             factory_kwargs={
-                "hooks": hooks,
-                "notify": notify,
-                "notify_threshold": notify_threshold,
-                "notify_max_tokens": notify_max_tokens,
-                "nudge_rules": nudge_rules,
-                "keep_default_nudges": keep_default_nudges,
-                "allow_merge_into_protected": allow_merge_into_protected,
+                **{name: given[name] for name in SUBAGENT_OPTIONS},
                 "isolation": confinement,
-                # The child obeys the same rules: a sub-agent must not be a
-                # way around an ask or a denial.
-                "rules": rules,
-                "mode": mode,
             },
             workspace=where,
             parent_tools=names,
@@ -506,6 +423,28 @@ def coding_toolkit(
         else None
     )
     return [_with_policy(built[name], name, hook_map, nudge, branch) for name in names]
+
+
+NOT_FOR_SUBAGENTS: Mapping[str, str] = {
+    "workspace_root": "the subagent tool passes the child's own cwd",
+    "tools": "the subagent's permission set chooses the child's tools",
+    "network": "the child inherits the parent's resolved isolation, whose network holds",
+    "env_policy": "the child inherits the parent's resolved isolation, whose policy holds",
+    "exposed_paths": "the child inherits the parent's resolved isolation, whose paths hold",
+}
+"""The `coding_toolkit` options a sub-agent does not inherit as given, and why."""
+
+SUBAGENT_OPTIONS: tuple[str, ...] = tuple(
+    p.name
+    for p in inspect.signature(coding_toolkit).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in NOT_FOR_SUBAGENTS
+)
+"""The `coding_toolkit` options passed on to sub-agents: every other keyword option.
+
+Derived from the signature, so a new toolkit option reaches sub-agents
+unless it is named in `NOT_FOR_SUBAGENTS` with its reason. ``isolation`` is
+passed as the parent's resolved one (the child can only narrow it).
+"""
 
 
 def _with_rules(
@@ -562,16 +501,11 @@ def _check_options(
 
 
 def _wrapped_workspace_tools(kit: _Toolkit) -> dict[str, Tool]:
-    """The workspace tools with the toolkit's handlers: guard, images, the active root."""
+    """The workspace tools with the toolkit's handler: the one of the active root."""
     built: dict[str, Tool] = {}
     for name, tool in kit.home.items():
-        handler: Callable[[Any], Any] = _Delegate(kit, name)
-        description = tool.description
-        if name == "editor":
-            handler, description = _GuardedEditor(kit), description + _EDITOR_RULE
-        elif name == "reader":
-            handler, description = _ImageReader(kit), description + _READER_IMAGES
-        built[name] = attrs.evolve(tool, handler=handler, description=description)
+        description = tool.description + (_EDITOR_RULE if name == "editor" else "")
+        built[name] = attrs.evolve(tool, handler=_Delegate(kit, name), description=description)
     return built
 
 

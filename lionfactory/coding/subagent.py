@@ -34,8 +34,8 @@ Decisions:
   cannot reach above it: a child started in a sandbox never touches the home
   checkout, and a ``discard`` drops its edits with the rest.
 * The answer is cut to 5,000 characters, with ``[truncated: N more
-  characters]`` appended, to bound the parent's context growth (a child's
-  whole transcript would crowd out the parent's own work).
+  characters]`` appended: the parent's context pays for every sub-agent
+  answer, so one long report must not crowd out the parent's own work.
 * A child that spends every turn without a final answer, or whose model or
   tools raise, gives ``success=False``; the error says what happened.
 """

@@ -71,7 +71,7 @@ from lionfactory.tools._editor_match import (
 from lionfactory.tools._editor_patch import FileOp, PatchError, parse_patch
 from lionfactory.tools._editor_text import snippet
 
-__all__ = ["EditSpec", "EditorRequest", "EditorResponse", "editor_tool"]
+__all__ = ["EditSpec", "EditorCheck", "EditorRequest", "EditorResponse", "editor_tool"]
 
 
 _HASH = r"^[0-9a-fA-F]{64}$"
@@ -198,6 +198,10 @@ class EditorResponse(BaseModel):
 # --- operations (blocking; run in worker threads) -------------------------------
 
 _Outcome = tuple[EditorResponse, FileEvidence | None]
+
+
+EditorCheck = Callable[[Location, EditorRequest], "str | None"]
+"""``check(location, request)``: a refusal text, or None to let the change go ahead."""
 
 
 def _failure(message: str) -> _Outcome:
@@ -639,11 +643,23 @@ class _PatchRefused(Exception):
     """A patch that cannot be applied as a whole; nothing was written."""
 
 
-def _locate(workspace: Workspace, path: str, protect_git: bool) -> Location:
+def _located(workspace: Workspace, path: str) -> Location | PathRefused:
+    """`path` located once, or the refusal (kept for the plan to report)."""
     try:
-        loc = workspace.locate(path)
+        return workspace.locate(path)
     except PathRefused as exc:
-        raise _PatchRefused(f"{path!r}: {exc.message}") from None
+        return exc
+
+
+def _locate(workspace: Workspace, path: str, protect_git: bool) -> Location:
+    return _accept(_located(workspace, path), path, protect_git)
+
+
+def _accept(located: Location | PathRefused, path: str, protect_git: bool) -> Location:
+    """The located path of a patch operation, or `_PatchRefused` saying why not."""
+    if isinstance(located, PathRefused):
+        raise _PatchRefused(f"{path!r}: {located.message}") from None
+    loc = located
     if not loc.parts:
         raise _PatchRefused(f"{path!r} is the workspace root, not a file.")
     if protect_git and loc.in_git_dir:
@@ -718,12 +734,21 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
         raise _PatchRefused(f"the new text of {shown!r} is not valid UTF-8.") from None
 
 
-def _plan(workspace: Workspace, ops: list[FileOp], protect_git: bool) -> list[_Planned]:
-    """Every operation checked and every hunk placed, nothing written (phase one)."""
+def _plan(
+    workspace: Workspace,
+    ops: list[FileOp],
+    located: list[Location | PathRefused],
+    protect_git: bool,
+) -> list[_Planned]:
+    """Every operation checked and every hunk placed, nothing written (phase one).
+
+    `located`: each operation's path, located once by the caller (the same
+    `Location` the check saw).
+    """
     plans: list[_Planned] = []
     try:
-        for op in ops:
-            plan = _Planned(op, _locate(workspace, op.path, protect_git))
+        for op, where in zip(ops, located, strict=True):
+            plan = _Planned(op, _accept(where, op.path, protect_git))
             plans.append(plan)
             if op.kind == "add":
                 _must_be_absent(plan.loc, "add")
@@ -802,10 +827,25 @@ def _apply_patch(
     steps: WriteSteps,
     want_evidence: bool,
     protect_git: bool,
+    check: EditorCheck | None = None,
+    request: EditorRequest | None = None,
 ) -> tuple[EditorResponse, list[FileEvidence]]:
-    """Apply every operation of a patch, or none (phase two writes; a failure rolls back)."""
+    """Apply every operation of a patch, or none (phase two writes; a failure rolls back).
+
+    `check` (with the `request` it judges) runs first, on every file the
+    patch updates, moves or deletes, at the `Location` the plan then uses.
+    """
+    located = [_located(workspace, op.path) for op in ops]
+    if check is not None:
+        assert request is not None
+        for op, where in zip(ops, located, strict=True):
+            if op.kind == "add" or isinstance(where, PathRefused):
+                continue  # a new file needs no check; a refused path gets the plan's error
+            refusal = check(where, request)
+            if refusal is not None:
+                return EditorResponse(success=False, error=refusal), []
     try:
-        plans = _plan(workspace, ops, protect_git)
+        plans = _plan(workspace, ops, located, protect_git)
     except _PatchRefused as exc:
         return EditorResponse(success=False, error=f"The patch was not applied: {exc}"), []
     undo: list[Callable[[], None]] = []
@@ -941,6 +981,7 @@ class _EditorHandler:
     workspace: Workspace
     steps: WriteSteps = attrs.field(default=DEFAULT_STEPS, repr=False)
     protect_git: bool = True
+    check: EditorCheck | None = None
 
     async def __call__(self, request: EditorRequest) -> EditorResponse:
         if request.action == "apply_patch":
@@ -962,7 +1003,14 @@ class _EditorHandler:
             return EditorResponse(success=False, error=ops)
         context = evidence_wanted()
         response, evidence = await anyio.to_thread.run_sync(
-            _apply_patch, self.workspace, ops, self.steps, context is not None, self.protect_git
+            _apply_patch,
+            self.workspace,
+            ops,
+            self.steps,
+            context is not None,
+            self.protect_git,
+            self.check,
+            request,
         )
         record_all_evidence(context, evidence)
         return response
@@ -970,12 +1018,15 @@ class _EditorHandler:
     async def at(self, loc: Location, request: EditorRequest) -> EditorResponse:
         """Carry out `request` on a path this workspace already located.
 
-        The coding toolkit's guard locates the file once, checks its
-        evidence there, and hands the same `Location` on, so the path is
-        not resolved a second time between the check and the edit.
+        The check (if any) judges this same `Location`, so the path is not
+        resolved a second time between the check and the edit.
         """
         if request.action == "apply_patch":
             return await self.patch(request)
+        if self.check is not None:
+            refusal = await anyio.to_thread.run_sync(self.check, loc, request)
+            if refusal is not None:
+                return EditorResponse(success=False, error=refusal)
         if self.protect_git and loc.in_git_dir:
             return EditorResponse(success=False, error=_git_refusal(request.file_path or ""))
         context = evidence_wanted()
@@ -1094,6 +1145,7 @@ def editor_tool(
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
     allow_git_internals: bool = False,
+    check: EditorCheck | None = None,
     _write_steps: WriteSteps | None = None,
 ) -> Tool:
     """Build the ``editor`` tool.
@@ -1107,6 +1159,16 @@ def editor_tool(
             directories (and ``.git`` files). Off by default: git executes
             what its config and hooks name, so a model that can write
             ``.git/config`` can run commands through any later git call.
+        check: ``check(location, request) -> refusal text or None``, a
+            policy the editor asks before it changes a file (the coding
+            toolkit's read-before-edit guard). It gets the `Location` the
+            editor resolved itself and then writes, so the path is looked up
+            once: for ``write``, ``edit``, ``multi_edit`` and ``insert`` the
+            request's file, for ``apply_patch`` every file the patch
+            updates, moves or deletes (not one it adds), before any is
+            written. A text refuses the call with that text as the error and
+            changes nothing. It runs in a worker thread, so it may block
+            (open, hash); it is not called for a path the editor refuses.
         _write_steps: private test seam replacing the steps of the atomic write.
 
     Returns:
@@ -1119,6 +1181,8 @@ def editor_tool(
     """
     if not isinstance(allow_git_internals, bool):
         raise TypeError(f"allow_git_internals must be a bool, got {allow_git_internals!r}")
+    if check is not None and not callable(check):
+        raise TypeError(f"check must be callable or None, got {check!r}")
     if _write_steps is not None and not isinstance(_write_steps, WriteSteps):
         raise TypeError(f"_write_steps must be a WriteSteps, got {_write_steps!r}")
     workspace = Workspace.at(workspace_root, protected=protected_names)
@@ -1127,7 +1191,10 @@ def editor_tool(
         description=_DESCRIPTION,
         request_model=EditorRequest,
         handler=_EditorHandler(
-            workspace, _write_steps or DEFAULT_STEPS, protect_git=not allow_git_internals
+            workspace,
+            _write_steps or DEFAULT_STEPS,
+            protect_git=not allow_git_internals,
+            check=check,
         ),
         response_model=EditorResponse,
         # `write` overwrites a whole file: the strongest action sets the hints.

@@ -36,7 +36,7 @@ from lionfactory._os.global_excludes import project_view
 from lionfactory._os.project import ProjectView
 from lionfactory._os.workspace import Location, PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory.tools import _reader_documents
+from lionfactory.tools import _reader_documents, _reader_images
 from lionfactory.tools._reader_window import (
     COUNT_BUDGET,
     DEFAULT_LIMIT,
@@ -328,9 +328,16 @@ def _list_dir(
 class _ReaderHandler:
     """The ``reader`` handler: one workspace, one document opener."""
 
-    def __init__(self, workspace: Workspace, opener: _reader_documents.DocumentOpener) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        opener: _reader_documents.DocumentOpener,
+        *,
+        images: bool = False,
+    ) -> None:
         self.workspace = workspace
         self.opener = opener
+        self.images = images
 
     def __repr__(self) -> str:
         return f"<reader handler root={str(self.workspace.root)!r}>"
@@ -350,6 +357,9 @@ class _ReaderHandler:
         except PathRefused as exc:
             return _failure(exc.message)
         if request.action == "read":
+            if self.images and _reader_images.is_image(loc):
+                ok, text = await anyio.to_thread.run_sync(_reader_images.read_image, loc)
+                return ReaderResponse(success=True, content=text) if ok else _failure(text)
             suffix = loc.path.suffix
             if suffix.casefold() in _BINARY_DOCUMENTS:
                 return _failure(
@@ -418,6 +428,7 @@ def reader_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     allowed_hosts: Iterable[str] = (),
+    images: bool = False,
     cache_ttl: float = 300.0,
     protected_names: Iterable[str] | None = None,
     pdf_pipeline: Literal["auto", "standard", "native"] = "auto",
@@ -434,6 +445,10 @@ def reader_tool(
         allowed_hosts: host names ``open`` may fetch https URLs from. Empty
             (the default) refuses every URL. Names only, matched exactly
             (case-insensitive); no wildcards, ports or IP addresses.
+        images: answer a ``read`` of a .png, .jpg, .jpeg, .gif or .webp file
+            (up to 5 MiB) with a base64 data URL in ``content`` instead of
+            refusing it as binary; such a read records no read-before-edit
+            evidence. Off by default: a text-only model cannot use one.
         cache_ttl: seconds a converted document stays cached (keyed by
             resolved path, mtime and size); 0 disables the cache.
         protected_names: fnmatch patterns of names never read or listed;
@@ -460,6 +475,8 @@ def reader_tool(
         ValueError: a bad option value (the message shows it).
         TypeError: an option of the wrong type.
     """
+    if not isinstance(images, bool):
+        raise TypeError(f"images must be a bool, got {images!r}")
     if isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float)):
         raise TypeError(f"cache_ttl must be a number of seconds, got {cache_ttl!r}")
     if not cache_ttl >= 0:
@@ -484,9 +501,10 @@ def reader_tool(
     )
     return Tool(
         name="reader",
-        description=_description(opener.fetcher.allowed_hosts),
+        description=_description(opener.fetcher.allowed_hosts)
+        + (_reader_images.IMAGES_DESCRIPTION if images else ""),
         request_model=ReaderRequest,
-        handler=_ReaderHandler(workspace, opener),
+        handler=_ReaderHandler(workspace, opener, images=images),
         response_model=ReaderResponse,
         # A reader allowed to fetch from some hosts reaches outside the workspace.
         hints=ToolHints.reading("Read files", open_world=bool(opener.fetcher.allowed_hosts)),

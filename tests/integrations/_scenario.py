@@ -109,6 +109,10 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         },
         {"action": "find", "pattern": "*.md"},
     ],
+    "jobs": [
+        {"action": "list"},
+        {"action": "wait", "job_id": "j1", "until": "ready", "timeout": 5},
+    ],
     "code_check": [{}, {"paths": ["a.py", "b"], "max_diagnostics": 3}],
     "code_nav": [{"action": "find_definition", "path": "a.py", "symbol": "main"}],
     "ast_search": [{"pattern": "print($X)", "path": ".", "lang": "python", "max_results": 2}],

@@ -1,0 +1,78 @@
+"""Images for the reader: a ``read`` of a picture answered with a data URL.
+
+`reader_tool(images=True)` sends a ``read`` of a .png, .jpg, .jpeg, .gif or
+.webp file here instead of refusing it as binary, so a multimodal model can
+look at a screenshot or a plot the code produced. The file is opened once,
+through the workspace seam, and checked and read from that one descriptor:
+nothing can swap it between a check and the read.
+
+A picture records no read-before-edit evidence: it was not shown as text,
+so it proves nothing about the bytes an edit would match.
+"""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+import os
+import stat
+
+from lionfactory._os.workspace import Location, PathRefused
+
+__all__ = ["IMAGES_DESCRIPTION", "IMAGE_SUFFIXES", "MAX_IMAGE_BYTES", "is_image", "read_image"]
+
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+"""The suffixes (lower case) a ``read`` answers with a data URL."""
+
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+"""Images above this size are refused: a data URL of 5 MiB is already ~7 MB of context."""
+
+IMAGES_DESCRIPTION = (
+    "\n\n`read` of a .png, .jpg, .jpeg, .gif or .webp file (up to 5 MiB) "
+    "returns the image as a base64 data URL in `content`."
+)
+"""What the reader's description adds when images are on."""
+
+
+def is_image(loc: Location) -> bool:
+    """Whether a ``read`` of `loc` is answered with a data URL (by its suffix)."""
+    return loc.path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def read_image(loc: Location) -> tuple[bool, str]:
+    """``(True, data URL)`` for the image at `loc`, or ``(False, why not)``.
+
+    Blocking: call it from a worker thread.
+    """
+    shown = loc.shown
+    try:
+        fd = loc.open_read()
+    except PathRefused as exc:
+        return False, exc.message
+    except FileNotFoundError:
+        return False, f"{shown!r} does not exist."
+    except OSError as exc:
+        return False, f"Cannot read {shown!r}: {exc.strerror}."
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return False, f"{shown!r} is not a file."
+    with os.fdopen(fd, "rb") as stream:
+        if st.st_size > MAX_IMAGE_BYTES:
+            return False, _too_big(shown, st.st_size)
+        try:
+            # One byte more than the limit: a file grown since the fstat is caught.
+            data = stream.read(MAX_IMAGE_BYTES + 1)
+        except OSError as exc:
+            return False, f"Cannot read {shown!r}: {exc.strerror}."
+    if len(data) > MAX_IMAGE_BYTES:
+        return False, _too_big(shown, len(data))
+    mime = mimetypes.guess_type(loc.name)[0] or "application/octet-stream"
+    return True, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _too_big(shown: str, size: int) -> str:
+    return (
+        f"{shown!r} is {size:,} bytes; images above {MAX_IMAGE_BYTES:,} bytes are not "
+        f"returned. Use bash (e.g. `file` or an image tool) to inspect it."
+    )
