@@ -135,10 +135,72 @@ def simple_commands(script: str) -> tuple[SimpleCommand, ...]:
             redirects = (*redirects, *(t for t in targets if t is not None))
         elif kind == "command":
             found.append(_command(node, data, redirects, inside))
+        elif kind == "heredoc_body" and _expands(node):
+            found.extend(_heredoc_backticks(node, data))
         if kind in _SUBSTITUTIONS:
             inside, redirects = True, ()
         stack.extend((child, redirects, inside) for child in reversed(children))
     return tuple(found)
+
+
+def _expands(body: Node) -> bool:
+    """Whether a here-document's body is expanded: its delimiter word is unquoted."""
+    redirect = body.parent
+    if redirect is None:
+        return False
+    for child in redirect.children:
+        if child.type == "heredoc_start":
+            return not any(q in (child.text or b"") for q in (b"'", b'"', b"\\"))
+    return False
+
+
+def _heredoc_backticks(body: Node, data: bytes) -> list[SimpleCommand]:
+    """The commands of the backtick substitutions in an expanded here-document.
+
+    The grammar reads ``$(...)`` inside a here-document but leaves backticks
+    as text, though a shell runs them: they are found here, in the text
+    between the parts the grammar did read, and their scripts parsed.
+    """
+    gaps: list[tuple[int, int]] = []
+    start = body.start_byte
+    for child in body.children:
+        if child.type != "heredoc_content":
+            gaps.append((start, child.start_byte))
+            start = child.end_byte
+    gaps.append((start, body.end_byte))
+    found: list[SimpleCommand] = []
+    for begin, end in gaps:
+        text = data[begin:end].decode("utf-8", "surrogateescape")
+        at = len(data[:begin].decode("utf-8", "replace"))
+        for inner in _backtick_scripts(text, at):
+            found.extend(attrs.evolve(c, substitution=True) for c in simple_commands(inner))
+    return found
+
+
+def _backtick_scripts(text: str, offset: int) -> list[str]:
+    scripts: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char != "`":
+            index += 1
+            continue
+        close = index + 1
+        while close < len(text) and text[close] != "`":
+            close += 2 if text[close] == "\\" else 1
+        if close >= len(text):
+            raise ShellSyntaxError(
+                f"the command is not valid shell syntax: a backtick in a here-document at "
+                f"character {offset + index} is never closed; close it or write it as \\`",
+                offset + index,
+            )
+        # Inside backticks a backslash quotes only `, \ and $.
+        scripts.append(re.sub(r"\\([`\\$])", r"\1", text[index + 1 : close]))
+        index = close + 1
+    return scripts
 
 
 def _first_error(root: Node) -> int:
