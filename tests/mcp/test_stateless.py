@@ -20,6 +20,8 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from lionfactory.mcp._stateless import MODERN_VERSIONS
@@ -348,3 +350,29 @@ async def test_a_jobs_wait_reports_the_jobs_lines_of_output_as_they_grow(
     counts = _line_counts(seen)
     assert len(counts) == len(seen), seen
     assert counts == sorted(counts) and counts[-1] > counts[0], seen
+
+
+@HTTPX2_GENERATORS
+@pytest.mark.parametrize(
+    ("transport", "mode"),
+    # Over HTTP in 2026-07-28 the client also puts the name in an Mcp-Name
+    # header, and the HTTP server refuses a 100 KB header before any MCP
+    # code sees it; the legacy HTTP call reaches the SDK path's message.
+    [*(("stdio", mode) for mode in MODES), ("http", "legacy")],
+)
+async def test_a_huge_unknown_tool_name_gets_a_short_error(
+    transport: str,
+    mode: str,
+    stdio_server: Callable[..., StdioServerParameters],
+    start_http: StartHttp,
+) -> None:
+    name = "x" * 100_000
+    async with connected(transport, mode, stdio_server, start_http) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool(name, {})
+    assert caught.value.code == INVALID_PARAMS
+    message = caught.value.message
+    assert len(message) < 3_000, len(message)
+    assert message.startswith("Unknown tool 'xxxx")
+    assert "99,900 more characters" in message
+    assert "reader" in message and "bash" in message  # the served names, to pick from
