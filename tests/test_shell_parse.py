@@ -88,3 +88,10 @@ def test_a_quoted_here_document_runs_nothing() -> None:
 def test_an_unclosed_backtick_in_a_here_document_is_a_syntax_error() -> None:
     with pytest.raises(ShellSyntaxError, match="never closed"):
         simple_commands("cat <<EOF\n`rm -rf d\nEOF")
+
+
+def test_here_documents_and_here_strings_are_the_commands_stdin() -> None:
+    (doc,) = simple_commands("bash <<EOF > out\nrm -rf d\nEOF")
+    (string,) = simple_commands("sh <<< 'rm -rf d'")
+    assert doc.stdin == ("rm -rf d\n",)
+    assert string.stdin == ("rm -rf d",)

@@ -63,7 +63,7 @@ import attrs
 
 from lionfactory._shell_parse import ShellSyntaxError
 from lionfactory._shell_parse import simple_commands as parse_script
-from lionfactory.coding._shellwords import parse_command
+from lionfactory.coding._shellwords import _SHELLS, parse_command
 from lionfactory.errors import ApprovalRequired, ToolDenied
 
 __all__ = ["MODES", "PATH_ARGUMENTS", "Decision", "Mode", "Rule", "RuleHook", "mode_rules"]
@@ -97,8 +97,8 @@ def simple_commands(script: str) -> list[str]:
     here-documents) all count. Each command starts at the program's base
     name, seen through wrappers (``env``, ``timeout``, ``xargs``...) and
     assignments, as `deny_destructive_commands` sees it; the scripts it would
-    run (``sh -c '...'``, ``env -S '...'``, ``eval``'s joined arguments)
-    follow as commands of their own.
+    run (``sh -c '...'``, ``env -S '...'``, ``eval``'s joined arguments, the
+    here-document or here-string fed to a shell without ``-c``) follow as commands of their own.
 
     Raises:
         ShellSyntaxError: the script, or a script it runs, does not parse.
@@ -116,6 +116,9 @@ def _command_lines(script: str) -> tuple[str, ...]:
         for simple in parse_script(text):
             command = parse_command(simple.words)
             scripts = command.scripts
+            if command.name in _SHELLS and not scripts:
+                # A shell given no -c script runs what its stdin holds.
+                scripts = simple.stdin
             if command.name == "eval" and command.args:
                 # eval joins its arguments with spaces and runs the result.
                 scripts = (*scripts, " ".join(command.args))

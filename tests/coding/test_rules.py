@@ -134,6 +134,9 @@ _DENY_RM = RuleHook((Rule("bash", match="rm *", decision="deny", reason="no dele
         "sh -c \"sh -c 'rm -rf d'\"",
         "eval 'rm -rf' d",
         'eval "true && rm -rf d"',
+        "bash <<EOF\nrm -rf d\nEOF",
+        "env sh <<'X'\ntrue; rm -rf d\nX",
+        "bash <<< 'rm -rf d'",
     ],
 )
 def test_a_deny_glob_refuses_a_command_anywhere_in_the_script(script: str) -> None:
