@@ -17,7 +17,14 @@ from uuid import UUID
 
 import attrs
 
-__all__ = ["CallContext", "call_context", "current_call"]
+__all__ = [
+    "CallContext",
+    "Progress",
+    "call_context",
+    "current_call",
+    "current_progress",
+    "reporting_progress",
+]
 
 
 @attrs.define(eq=False)
@@ -60,3 +67,63 @@ def call_context(context: CallContext) -> Iterator[CallContext]:
         yield context
     finally:
         _current.reset(token)
+
+
+@attrs.define(eq=False)
+class Progress:
+    """How far a running call has come, for a transport that reports progress.
+
+    A transport (the MCP server) installs one with `reporting_progress`
+    around a call and reads it while the call runs; a tool that has a
+    measure of its own progress updates it (bash counts the lines its
+    command printed, ``jobs`` ``wait`` the lines of the awaited job). Nothing
+    here knows a transport, and a tool finds None when no one reports.
+
+    Attributes:
+        lines: lines of output so far (newlines seen).
+        counted: whether a tool counted anything (0 lines counted is news;
+            no tool counting is none).
+    """
+
+    lines: int = 0
+    counted: bool = False
+
+    def count_output(self, data: bytes) -> None:
+        """Add the lines of a chunk of output (its newlines)."""
+        self.lines += data.count(b"\n")
+        self.counted = True
+
+    def set_lines(self, lines: int) -> None:
+        """Say how many lines of output there are so far (a total, not a step)."""
+        self.lines = lines
+        self.counted = True
+
+    def message(self) -> str | None:
+        """The progress in words, or None when no tool counted anything."""
+        if not self.counted:
+            return None
+        return f"{self.lines} line{'' if self.lines == 1 else 's'} of output so far"
+
+
+_progress: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
+    "lionfactory_progress", default=None
+)
+
+
+def current_progress() -> Progress | None:
+    """The progress a transport reports for the call running now, or None."""
+    return _progress.get()
+
+
+@contextlib.contextmanager
+def reporting_progress(progress: Progress) -> Iterator[Progress]:
+    """Make `progress` the one tools update for the duration of the block.
+
+    Set before the call starts, it reaches the tool through the tasks and
+    worker threads the call runs in (each copies the context it starts in).
+    """
+    token = _progress.set(progress)
+    try:
+        yield progress
+    finally:
+        _progress.reset(token)

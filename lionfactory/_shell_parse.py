@@ -56,6 +56,9 @@ class SimpleCommand:
             known only when the script runs (``$x``, ``$(...)``, ``${x}``).
         substitution: the command runs inside a command or process
             substitution (its output becomes part of another command).
+        stdin: the here-documents and here-strings fed to its standard
+            input (or to the list it is part of), as written; a shell
+            reading one runs it as a script.
     """
 
     words: tuple[str, ...]
@@ -64,6 +67,7 @@ class SimpleCommand:
     text: str = ""
     dynamic: bool = False
     substitution: bool = False
+    stdin: tuple[str, ...] = ()
 
     @property
     def program(self) -> str | None:
@@ -123,9 +127,9 @@ def simple_commands(script: str) -> tuple[SimpleCommand, ...]:
         )
     found: list[SimpleCommand] = []
     # An explicit stack, not recursion: nesting depth is the script's to choose.
-    stack: list[tuple[Node, tuple[str, ...], bool]] = [(root, (), False)]
+    stack: list[tuple[Node, tuple[str, ...], bool, tuple[str, ...]]] = [(root, (), False, ())]
     while stack:
-        node, redirects, inside = stack.pop()
+        node, redirects, inside, stdin = stack.pop()
         kind = node.type
         children = node.children
         if kind == "redirected_statement":
@@ -133,12 +137,75 @@ def simple_commands(script: str) -> tuple[SimpleCommand, ...]:
                 _redirect_target(child, data) for child in children if child.type in _REDIRECTS
             )
             redirects = (*redirects, *(t for t in targets if t is not None))
+            stdin = (*stdin, *_stdin_texts(children, data))
         elif kind == "command":
-            found.append(_command(node, data, redirects, inside))
+            found.append(_command(node, data, redirects, inside, stdin))
+        elif kind == "heredoc_body" and _expands(node):
+            found.extend(_heredoc_backticks(node, data))
         if kind in _SUBSTITUTIONS:
-            inside, redirects = True, ()
-        stack.extend((child, redirects, inside) for child in reversed(children))
+            inside, redirects, stdin = True, (), ()
+        stack.extend((child, redirects, inside, stdin) for child in reversed(children))
     return tuple(found)
+
+
+def _expands(body: Node) -> bool:
+    """Whether a here-document's body is expanded: its delimiter word is unquoted."""
+    redirect = body.parent
+    if redirect is None:
+        return False
+    for child in redirect.children:
+        if child.type == "heredoc_start":
+            return not any(q in (child.text or b"") for q in (b"'", b'"', b"\\"))
+    return False
+
+
+def _heredoc_backticks(body: Node, data: bytes) -> list[SimpleCommand]:
+    """The commands of the backtick substitutions in an expanded here-document.
+
+    The grammar reads ``$(...)`` inside a here-document but leaves backticks
+    as text, though a shell runs them: they are found here, in the text
+    between the parts the grammar did read, and their scripts parsed.
+    """
+    gaps: list[tuple[int, int]] = []
+    start = body.start_byte
+    for child in body.children:
+        if child.type != "heredoc_content":
+            gaps.append((start, child.start_byte))
+            start = child.end_byte
+    gaps.append((start, body.end_byte))
+    found: list[SimpleCommand] = []
+    for begin, end in gaps:
+        text = data[begin:end].decode("utf-8", "surrogateescape")
+        at = len(data[:begin].decode("utf-8", "replace"))
+        for inner in _backtick_scripts(text, at):
+            found.extend(attrs.evolve(c, substitution=True) for c in simple_commands(inner))
+    return found
+
+
+def _backtick_scripts(text: str, offset: int) -> list[str]:
+    scripts: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char != "`":
+            index += 1
+            continue
+        close = index + 1
+        while close < len(text) and text[close] != "`":
+            close += 2 if text[close] == "\\" else 1
+        if close >= len(text):
+            raise ShellSyntaxError(
+                f"the command is not valid shell syntax: a backtick in a here-document at "
+                f"character {offset + index} is never closed; close it or write it as \\`",
+                offset + index,
+            )
+        # Inside backticks a backslash quotes only `, \ and $.
+        scripts.append(re.sub(r"\\([`\\$])", r"\1", text[index + 1 : close]))
+        index = close + 1
+    return scripts
 
 
 def _first_error(root: Node) -> int:
@@ -155,7 +222,20 @@ def _text(node: Node, data: bytes) -> str:
     return data[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
 
 
-def _command(node: Node, data: bytes, redirects: tuple[str, ...], inside: bool) -> SimpleCommand:
+def _stdin_texts(children: list[Node], data: bytes) -> list[str]:
+    """The here-document bodies and here-string words among redirect nodes."""
+    texts: list[str] = []
+    for child in children:
+        if child.type == "heredoc_redirect":
+            texts.extend(_text(c, data) for c in child.children if c.type == "heredoc_body")
+        elif child.type == "herestring_redirect":
+            texts.extend(_word(c, data)[0] for c in child.children if c.is_named)
+    return texts
+
+
+def _command(
+    node: Node, data: bytes, redirects: tuple[str, ...], inside: bool, stdin: tuple[str, ...]
+) -> SimpleCommand:
     words: list[str] = []
     assignments: list[str] = []
     own: list[str] = []
@@ -179,6 +259,7 @@ def _command(node: Node, data: bytes, redirects: tuple[str, ...], inside: bool) 
         text=_text(node, data),
         dynamic=dynamic,
         substitution=inside,
+        stdin=(*_stdin_texts(node.children, data), *stdin),
     )
 
 

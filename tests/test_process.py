@@ -221,3 +221,22 @@ async def test_no_file_descriptor_leaks(tmp_path: Path) -> None:
     before = len(os.listdir("/proc/self/fd"))
     await run_some()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_on_output_sees_every_chunk_of_both_streams_even_past_the_cap(
+    tmp_path: Path,
+) -> None:
+    seen: list[bytes] = []
+    script = "import sys\nfor i in range(500): print('x' * 99)\nprint('e', file=sys.stderr)"
+    result = await run_process(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        timeout=60,
+        max_bytes=1000,
+        on_output=seen.append,
+    )
+    assert result.returncode == 0
+    assert result.stdout_truncated  # only 1,000 bytes kept...
+    data = b"".join(seen)
+    assert data.count(b"\n") == 501  # ...but every line was seen as it came
+    assert len(data) == 500 * 100 + 2

@@ -70,3 +70,28 @@ def test_invalid_syntax_raises_with_the_position(script: str) -> None:
         simple_commands(script)
     assert "not valid shell syntax near character" in caught.value.message
     assert 0 <= caught.value.offset <= len(script)
+
+
+def test_backticks_in_an_expanded_here_document_are_commands() -> None:
+    # The grammar leaves them as text, but a shell runs them.
+    commands = simple_commands("cat <<EOF > out\nx `rm -rf d` $(id) `echo \\`date\\``\nEOF")
+    words = {c.words for c in commands}
+    assert ("rm", "-rf", "d") in words
+    assert ("date",) in words
+    assert all(c.substitution for c in commands if c.words != ("cat",))
+
+
+def test_a_quoted_here_document_runs_nothing() -> None:
+    assert [c.words for c in simple_commands("cat <<'EOF'\n`rm -rf d`\nEOF")] == [("cat",)]
+
+
+def test_an_unclosed_backtick_in_a_here_document_is_a_syntax_error() -> None:
+    with pytest.raises(ShellSyntaxError, match="never closed"):
+        simple_commands("cat <<EOF\n`rm -rf d\nEOF")
+
+
+def test_here_documents_and_here_strings_are_the_commands_stdin() -> None:
+    (doc,) = simple_commands("bash <<EOF > out\nrm -rf d\nEOF")
+    (string,) = simple_commands("sh <<< 'rm -rf d'")
+    assert doc.stdin == ("rm -rf d\n",)
+    assert string.stdin == ("rm -rf d",)

@@ -134,8 +134,12 @@ class _Capture:
     kept: int = 0
     total: int = 0
     spilled: BinaryIO | None = None
+    # Sees every chunk as it arrives (a progress count), whatever is kept.
+    on_output: Callable[[bytes], None] | None = None
 
     def feed(self, data: bytes) -> None:
+        if self.on_output is not None:
+            self.on_output(data)
         self.total += len(data)
         room = self.limit - self.kept
         if room > 0:
@@ -344,6 +348,7 @@ async def run_process(
     announce_truncation: bool = True,
     isolation: Isolation | None = None,
     spill: tuple[Callable[[], BinaryIO], Callable[[], BinaryIO]] | None = None,
+    on_output: Callable[[bytes], None] | None = None,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout`, then make sure its whole group is gone.
 
@@ -363,6 +368,8 @@ async def run_process(
             the whole stream once it outgrows `max_bytes` (called at most
             once, only then; the runner writes and closes it), so nothing a
             long output holds is lost.
+        on_output: called with every chunk of either stream as it arrives
+            (a progress count), on the event loop; it must be quick.
 
     Returns:
         The `ProcessResult`. A timeout is a result (``timed_out=True``), not an error.
@@ -413,8 +420,8 @@ async def run_process(
             os.close(fd)
     # start_new_session makes the child a session and group leader.
     pgid = process.pid
-    out = _Capture(max_bytes, spill[0] if spill else None)
-    err = _Capture(max_bytes, spill[1] if spill else None)
+    out = _Capture(max_bytes, spill[0] if spill else None, on_output=on_output)
+    err = _Capture(max_bytes, spill[1] if spill else None, on_output=on_output)
     try:
         with anyio.move_on_after(timeout) as deadline:
             async with anyio.create_task_group() as group:

@@ -282,8 +282,11 @@ async def run_supervised(
     env: Mapping[str, str] | None,
     max_bytes: int,
     spill: tuple[Callable[[], BinaryIO], Callable[[], BinaryIO]] | None = None,
+    on_output: Callable[[bytes], None] | None = None,
 ) -> ProcessResult:
     """Run `argv` through `supervisor` like `run_process` runs it directly.
+
+    `on_output` sees every chunk of either stream as it arrives, as for `run_process`.
 
     Raises:
         LaunchError: the program could not be started.
@@ -308,8 +311,8 @@ async def run_supervised(
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
     sock.setblocking(False)
-    out = _Capture(max_bytes, spill[0] if spill else None)
-    err = _Capture(max_bytes, spill[1] if spill else None)
+    out = _Capture(max_bytes, spill[0] if spill else None, on_output=on_output)
+    err = _Capture(max_bytes, spill[1] if spill else None, on_output=on_output)
     pid = 0
     code: int | None = None
     exec_error: str | None = None

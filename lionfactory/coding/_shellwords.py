@@ -1,7 +1,7 @@
 """Read a command line the way a POSIX shell would, for policy hooks.
 
-Nothing here runs anything. `split_commands` cuts a script into simple
-commands at unquoted operators; `parse_command` looks through keywords,
+Nothing here runs anything; the script itself is cut into simple commands by
+the shell grammar of `lionfactory._shell_parse`. `parse_command` looks through keywords,
 ``VAR=value`` assignments and wrapper programs (``env``, ``timeout``,
 ``xargs``, ...) to the program that actually runs, and collects the inner
 command lines it would run (``sh -c '...'``, ``env -S '...'``).
@@ -15,8 +15,6 @@ from collections.abc import Sequence
 
 import attrs
 
-from lionfactory.tools._bash_shellsplit import split
-
 __all__ = [
     "Command",
     "has_long",
@@ -24,13 +22,7 @@ __all__ = [
     "parse_command",
     "program_name",
     "short_flags",
-    "split_commands",
 ]
-
-# Shell control characters. The bash tool refuses them unquoted, but a hook
-# may guard a shell-backed tool too, and `sh -c '...'` scripts contain them:
-# each command of a list is checked on its own.
-_PUNCTUATION = ";&|()<>\n`"
 
 # Words that may precede the real program of a simple command in a script.
 _KEYWORDS = frozenset({"{", "}", "!", "if", "then", "do", "else", "elif", "while", "until"})
@@ -83,50 +75,6 @@ class Command:
     def name(self) -> str:
         """The program's base name (``rm`` for ``/bin/rm``), or ``""``."""
         return "" if self.program is None else program_name(self.program)
-
-
-def split_commands(script: str) -> list[list[str]]:
-    """The simple commands of `script`: split at unquoted shell operators, then by `shlex`.
-
-    Quoting follows POSIX shells (and `shlex`): single quotes keep everything,
-    a backslash escapes one character outside single quotes. A backtick or
-    ``$(`` inside double quotes still splits, because a shell would run it.
-    A piece `shlex` cannot split (an unclosed quote) is checked word by word.
-    """
-    pieces: list[str] = []
-    start = index = 0
-    quote: str | None = None
-    while index < len(script):
-        char = script[index]
-        if char == "\\" and quote != "'":
-            index += 2
-            continue
-        if quote is None and char in "'\"":
-            quote = char
-        elif quote is not None and char == quote:
-            quote = None
-        elif quote == '"' and (char == "`" or script.startswith("$(", index)):
-            # A substitution inside double quotes runs with quoting of its own.
-            width = 1 if char == "`" else 2
-            pieces.append(script[start:index])
-            quote = None
-            index += width
-            start = index
-            continue
-        elif quote is None and char in _PUNCTUATION:
-            pieces.append(script[start:index])
-            start = index + 1
-        index += 1
-    pieces.append(script[start:])
-    commands = []
-    for piece in pieces:
-        try:
-            argv = split(piece)  # shlex.split's words, in linear time
-        except ValueError:
-            argv = piece.split()
-        if argv:
-            commands.append(argv)
-    return commands
 
 
 def program_name(token: str) -> str:

@@ -60,6 +60,7 @@ from typing import Any
 from lionfactory._echo import shorten
 from lionfactory._shell_parse import ShellSyntaxError, simple_commands
 from lionfactory.coding._shellwords import (
+    _SHELLS,
     has_long,
     long_flags,
     parse_command,
@@ -166,16 +167,22 @@ def _check_script(script: str, *, depth: int) -> str | None:
     for command in commands:
         if not command.words:
             continue
-        reason = _check_argv(command.words, depth=depth)
+        reason = _check_argv(command.words, depth=depth, stdin=command.stdin)
         if reason is not None:
             return reason
     return None
 
 
-def _check_argv(argv: Sequence[str], *, depth: int) -> str | None:
-    """Check one simple command: the scripts it runs, then the program itself."""
+def _check_argv(argv: Sequence[str], *, depth: int, stdin: Sequence[str] = ()) -> str | None:
+    """Check one simple command: the scripts it runs, then the program itself.
+
+    `stdin` is the here-documents and here-strings fed to it: a shell given
+    no ``-c`` script runs them (``bash <<EOF ... EOF``).
+    """
     command = parse_command(argv)
     scripts = command.scripts
+    if command.name in _SHELLS and not scripts:
+        scripts = tuple(stdin)
     if command.name == "eval" and command.args:
         # eval joins its arguments with spaces and runs the result as a script.
         scripts = (*scripts, " ".join(command.args))

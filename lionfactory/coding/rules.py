@@ -14,11 +14,17 @@ A `Rule` names a tool (``"*"``: every tool) and, optionally, a glob
 (`fnmatch`, case-sensitive; ``*`` also crosses ``/`` and spaces):
 
 * for ``bash`` the glob is matched against **each simple command** of the
-  script, as its words joined by single spaces, starting at the program's
-  base name (``/usr/bin/git  push`` is ``git push``); wrappers (``env``,
-  ``timeout``, ``xargs``...) and leading ``VAR=value`` assignments are looked
-  through, and the scripts of ``sh -c '...'`` are checked command by command
-  too. A script matches when any of its commands does;
+  script, read by a real shell grammar (the commands joined by ``&&``,
+  ``;``, ``|``, inside subshells, groups, loops, functions and command
+  substitutions, in arguments, strings and here-documents), as its words
+  joined by single spaces, starting at the program's base name
+  (``/usr/bin/git  push`` is ``git push``); wrappers (``env``, ``timeout``,
+  ``xargs``...) and leading ``VAR=value`` assignments are looked through, and
+  the scripts of ``sh -c '...'``, ``env -S '...'`` and ``eval`` are checked
+  command by command too. A script matches when any of its commands does. A
+  script that does not parse is refused (`ToolDenied`, with where the syntax
+  breaks) by a rule set that has bash globs, whatever the rules say: they
+  cannot tell what it would run;
 * for the file tools (reader, editor, search, code_nav, ast_search,
   code_check) it is matched against the path argument, normalised (``./``
   and ``..`` folded, an absolute path inside the workspace made relative);
@@ -46,6 +52,7 @@ decide what a person wants to be asked about.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,7 +61,9 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from lionfactory.coding._shellwords import parse_command, split_commands
+from lionfactory._shell_parse import ShellSyntaxError
+from lionfactory._shell_parse import simple_commands as parse_script
+from lionfactory.coding._shellwords import _SHELLS, parse_command
 from lionfactory.errors import ApprovalRequired, ToolDenied
 
 __all__ = ["MODES", "PATH_ARGUMENTS", "Decision", "Mode", "Rule", "RuleHook", "mode_rules"]
@@ -82,23 +91,42 @@ _MAX_NESTING = 8
 def simple_commands(script: str) -> list[str]:
     """The simple commands of a bash script, each as its words joined by spaces.
 
-    The one place rules read a shell script, so a better parser (one that
-    understands the whole shell grammar) replaces only this function. Each
-    command starts at the program's base name, seen through wrappers and
-    assignments; the scripts it would run (``sh -c '...'``) follow as
-    commands of their own.
+    The script is read by the shell grammar `lionfactory.coding.simple_commands`
+    uses, so the commands joined by operators, inside subshells, groups,
+    loops, functions and command substitutions (in arguments, strings and
+    here-documents) all count. Each command starts at the program's base
+    name, seen through wrappers (``env``, ``timeout``, ``xargs``...) and
+    assignments, as `deny_destructive_commands` sees it; the scripts it would
+    run (``sh -c '...'``, ``env -S '...'``, ``eval``'s joined arguments, the
+    here-document or here-string fed to a shell without ``-c``) follow as commands of their own.
+
+    Raises:
+        ShellSyntaxError: the script, or a script it runs, does not parse.
     """
+    return list(_command_lines(script))
+
+
+@functools.lru_cache(maxsize=64)
+def _command_lines(script: str) -> tuple[str, ...]:
+    # Cached: every rule of a set reads the same script of one call.
     found: list[str] = []
     pending = [(script, 0)]
     while pending:
         text, depth = pending.pop(0)
-        for argv in split_commands(text):
-            command = parse_command(argv)
+        for simple in parse_script(text):
+            command = parse_command(simple.words)
+            scripts = command.scripts
+            if command.name in _SHELLS and not scripts:
+                # A shell given no -c script runs what its stdin holds.
+                scripts = simple.stdin
+            if command.name == "eval" and command.args:
+                # eval joins its arguments with spaces and runs the result.
+                scripts = (*scripts, " ".join(command.args))
             if command.program is not None:
                 found.append(" ".join([command.name, *command.args]))
             if depth < _MAX_NESTING:
-                pending.extend((inner, depth + 1) for inner in command.scripts)
-    return found
+                pending.extend((inner, depth + 1) for inner in scripts)
+    return tuple(found)
 
 
 def _check_tool(_instance: Any, _attribute: Any, value: Any) -> None:
@@ -167,6 +195,14 @@ class Rule:
             raise ValueError(
                 f"rule {self.describe()} has examples but no match: it matches every call"
             )
+        for example in (*self.examples, *self.counterexamples) if self.tool == "bash" else ():
+            try:
+                simple_commands(example)
+            except ShellSyntaxError as exc:
+                raise ValueError(
+                    f"rule {self.describe()} has an example that is not valid shell, "
+                    f"{example!r:.200}: {exc.message}"
+                ) from None
         for example in self.examples:
             if not self._matches_text(example, None):
                 raise ValueError(
@@ -215,7 +251,13 @@ class Rule:
         if glob is None:
             return True
         if (tool or self.tool) == "bash":
-            return any(fnmatch.fnmatchcase(c, glob) for c in simple_commands(text))
+            try:
+                commands = simple_commands(text)
+            except ShellSyntaxError:
+                # What cannot be read could run anything: it matches every
+                # glob (and `RuleHook` refuses it outright).
+                return True
+            return any(fnmatch.fnmatchcase(c, glob) for c in commands)
         return fnmatch.fnmatchcase(_normal_path(text, root), glob)
 
     def to_dict(self) -> dict[str, Any]:
@@ -334,8 +376,12 @@ class RuleHook:
     def decide(self, tool: str, arguments: Mapping[str, Any]) -> tuple[Decision, Rule | None]:
         """The decision for a call, and the rule that made it (None: no rule matched).
 
-        The strictest matching rule; of equally strict ones, the last.
+        The strictest matching rule; of equally strict ones, the last. A
+        bash script that does not parse, judged by a rule set that has bash
+        globs, is ``("deny", None)``: see `unreadable`.
         """
+        if self.unreadable(tool, arguments) is not None:
+            return ("deny", None)
         best: Rule | None = None
         for rule in self.rules:
             if rule.matches(tool, arguments, self.root) and (
@@ -344,8 +390,33 @@ class RuleHook:
                 best = rule
         return ("allow", None) if best is None else (best.decision, best)
 
+    def unreadable(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+        """Why the rules cannot read a bash call's script, or None when they can.
+
+        A script that does not parse is refused, not judged: the rules
+        cannot tell which commands it would run, and a shell runs the lines
+        before a syntax error. Only a rule set with bash globs reads
+        scripts; without one the script is not this hook's to refuse.
+        """
+        if tool != "bash" or not any(r.tool == "bash" and r.match for r in self.rules):
+            return None
+        command = arguments.get("command")
+        if not isinstance(command, str):
+            return None
+        try:
+            simple_commands(command)
+        except ShellSyntaxError as exc:
+            return (
+                f"The command could not be checked against the approval rules: {exc.message}. "
+                f"Fix the syntax (quote characters meant literally) and send it again."
+            )
+        return None
+
     def __call__(self, tool: str, arguments: dict[str, Any]) -> None:
         """Let the call through, refuse it (`ToolDenied`) or ask (`ApprovalRequired`)."""
+        unreadable = self.unreadable(tool, arguments)
+        if unreadable is not None:
+            raise ToolDenied(unreadable, tool)
         decision, rule = self.decide(tool, arguments)
         if rule is None or decision == "allow":
             return

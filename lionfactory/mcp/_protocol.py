@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from lionfactory._acting import ActionResult
+from lionfactory._echo import echo
 from lionfactory._tool import Tool
 from lionfactory.mcp._hints import mcp_annotations, output_schema
 
@@ -39,7 +40,35 @@ __all__ = [
     "call_result_json",
     "error_meta",
     "has_structured_content",
+    "unknown_tool_message",
 ]
+
+# The unknown-tool error quotes at most this much of the name a client sent
+# (it can be megabytes), and lists the served names up to the second cap.
+_NAME_ECHO = 100
+_NAMES_LISTED = 2_000
+
+
+def unknown_tool_message(name: object, served: Iterable[str]) -> str:
+    """The ``tools/call`` error for a name that is not served, on every transport.
+
+    Short whatever the client sent: the name is quoted to about
+    `_NAME_ECHO` characters, and the served names are listed, sorted, until
+    `_NAMES_LISTED` characters, then counted.
+    """
+    names = sorted(served)
+    shown: list[str] = []
+    used = 0
+    for item in names:
+        if shown and used + len(item) + 2 > _NAMES_LISTED:
+            break
+        shown.append(item)
+        used += len(item) + 2
+    listing = ", ".join(shown)
+    if len(shown) < len(names):
+        listing += f" and {len(names) - len(shown):,} more (tools/list names them all)"
+    return f"Unknown tool {echo(name, _NAME_ECHO)}. Call one of: {listing}."
+
 
 KNOWN_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 """Every protocol revision, oldest first (the SDK's list; a test keeps them equal)."""

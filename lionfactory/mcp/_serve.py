@@ -66,7 +66,7 @@ from lionfactory import ActionResult, Branch
 from lionfactory.errors import ConfigurationError
 from lionfactory.mcp._approvals import Elicit, ask_person, client_elicitation
 from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionMemory, SessionStatus
-from lionfactory.mcp._protocol import ServedTools, call_result
+from lionfactory.mcp._protocol import ServedTools, call_result, unknown_tool_message
 from lionfactory.mcp._stateless import (
     LISTING_TTL_MS,
     StatelessCalls,
@@ -241,9 +241,7 @@ def _call_session(ctx: Any, tool: str, names: frozenset[str]) -> str | None:
     from mcp_types import INVALID_PARAMS
 
     if tool not in names:
-        raise MCPError(
-            INVALID_PARAMS, f"Unknown tool {tool!r}. Call one of: {', '.join(sorted(names))}."
-        )
+        raise MCPError(INVALID_PARAMS, unknown_tool_message(tool, names))
     return _session_key(ctx)
 
 

@@ -41,6 +41,7 @@ import attrs
 
 from lionfactory._acting import ActionResult
 from lionfactory._branch import Branch
+from lionfactory._call import Progress, reporting_progress
 
 __all__ = [
     "LISTING_TTL_MS",
@@ -176,18 +177,28 @@ async def run_with_progress(report: Report | None, work: Callable[[], Awaitable[
     test run. The progress value is the elapsed time in seconds, so it grows
     with every notification, as the specification asks. A failed send (the
     client went away) stops the reports, never the call; what `work` raises
-    is raised as it is (not wrapped in an exception group).
+    is raised as it is (not wrapped in an exception group). The message adds
+    what the call's tool measured of its own progress through
+    `lionfactory._call.current_progress` (``12 lines of output so far`` for
+    a bash command or a waited job), where it measured any.
     """
     if report is None:
         return await work()
     start = anyio.current_time()
+    # Tools that can measure their progress (bash's lines of output, a
+    # waited job's) update this through `current_progress()`.
+    progress = Progress()
 
     async def tick() -> None:
         while True:
             await anyio.sleep(PROGRESS_INTERVAL)
             elapsed = anyio.current_time() - start
+            message = f"running for {math.floor(elapsed)} s"
+            counted = progress.message()
+            if counted is not None:
+                message = f"{message}, {counted}"
             try:
-                await report(round(elapsed, 3), f"running for {math.floor(elapsed)} s")
+                await report(round(elapsed, 3), message)
             except Exception:
                 return
 
@@ -196,7 +207,8 @@ async def run_with_progress(report: Report | None, work: Callable[[], Awaitable[
     async with anyio.create_task_group() as group:
         group.start_soon(tick)
         try:
-            result = await work()
+            with reporting_progress(progress):
+                result = await work()
         except Exception as exc:
             failure = exc
         finally:

@@ -53,6 +53,7 @@ from lionfactory.mcp._protocol import (
     LATEST_HANDSHAKE_VERSION,
     ServedTools,
     call_result_json,
+    unknown_tool_message,
 )
 from lionfactory.mcp._stateless import (
     MODERN_VERSIONS,
@@ -415,12 +416,8 @@ class _Connection:
         version = self._request_version(params)
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or name not in self.served.names:
-            valid = ", ".join(sorted(self.served.names))
-            await self.out.send(
-                _error(
-                    request_id, INVALID_PARAMS, f"Unknown tool {name!r:.100}. Call one of: {valid}."
-                )
-            )
+            message = unknown_tool_message(name, self.served.names)
+            await self.out.send(_error(request_id, INVALID_PARAMS, message))
             return
         if arguments is not None and not isinstance(arguments, dict):
             await self.out.send(

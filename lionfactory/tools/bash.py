@@ -74,6 +74,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._call import current_progress
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
@@ -512,6 +513,9 @@ class _BashHandler:
     async def _foreground(
         self, table: BranchJobs, prepared: _Prepared, spill: tuple[Any, Any]
     ) -> ProcessResult:
+        # A transport reporting progress learns how many lines came so far.
+        progress = current_progress()
+        on_output = None if progress is None else progress.count_output
         if self.isolation is None or not self.isolation.confined:
             return await run_process(
                 prepared.argv,
@@ -523,6 +527,7 @@ class _BashHandler:
                 # Unconfined ("none") still runs in a PID namespace where one
                 # can be had: no process outlives the call.
                 isolation=self.isolation,
+                on_output=on_output,
             )
         # Under kernel isolation every command of the branch runs in the
         # branch's one sandbox, so it reaches the branch's background jobs
@@ -542,6 +547,7 @@ class _BashHandler:
             env=prepared.env,
             max_bytes=DEFAULT_MAX_BYTES,
             spill=spill,
+            on_output=on_output,
         )
 
     @staticmethod

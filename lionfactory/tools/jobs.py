@@ -54,7 +54,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._call import current_call
+from lionfactory._call import current_call, current_progress
 from lionfactory._os.isolation import Isolation
 from lionfactory._os.process import LaunchError, _check_program
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone
@@ -656,12 +656,17 @@ class _JobsHandler:
             pattern = None
         matched = False
         scanner = _Scanner(job.output.path)
+        # A transport reporting progress learns how many lines the job printed.
+        progress = current_progress()
+        lines = _LineCount(job.output.path) if progress is not None else None
         delay = _POLL_START
         with anyio.move_on_after(request.timeout / 1000):
             while True:
                 # Read what the job wrote before asking whether it ended, so
                 # text printed just before the exit is still matched.
                 ended = not job.running
+                if progress is not None and lines is not None:
+                    progress.set_lines(await anyio.to_thread.run_sync(lines.advance))
                 if pattern is not None:
                     window = await anyio.to_thread.run_sync(scanner.advance)
                     if pattern.search(window):
@@ -718,6 +723,23 @@ class _Scanner:
         self.offset += len(data)
         self.window = (self.window + self.decoder.decode(data))[-_WINDOW_CHARS:]
         return self.window
+
+
+@attrs.define
+class _LineCount:
+    """Counts the lines of a growing output file, reading only what is new each time."""
+
+    path: Path
+    offset: int = 0
+    lines: int = 0
+
+    def advance(self) -> int:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            while chunk := handle.read(1 << 20):
+                self.offset += len(chunk)
+                self.lines += chunk.count(b"\n")
+        return self.lines
 
 
 def _tail_text(path: Path, limit: int) -> str:

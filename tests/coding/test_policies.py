@@ -366,3 +366,18 @@ def test_ordinary_scripts_pass(command: str) -> None:
 def test_a_script_that_does_not_parse_is_denied_with_a_clear_reason(command: str) -> None:
     reason = denial(command)
     assert reason is not None and "not valid shell syntax" in reason
+
+
+def test_a_backtick_in_an_expanded_here_document_is_checked() -> None:
+    with pytest.raises(ToolDenied, match="recursively"):
+        deny_destructive_commands("bash", {"command": "cat <<EOF > out\n`rm -rf /home`\nEOF"})
+
+
+@pytest.mark.parametrize("script", ["bash <<EOF\nrm -rf /home\nEOF", "sh <<< 'rm -rf /home'"])
+def test_a_script_fed_to_a_shell_on_stdin_is_checked(script: str) -> None:
+    with pytest.raises(ToolDenied, match="recursively"):
+        deny_destructive_commands("bash", {"command": script})
+
+
+def test_a_here_document_fed_to_another_program_is_data() -> None:
+    deny_destructive_commands("bash", {"command": "cat <<EOF\nrm -rf /home\nEOF"})

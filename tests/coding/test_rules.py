@@ -109,3 +109,71 @@ def test_every_mode_expands_to_rules_and_an_unknown_mode_is_refused() -> None:
     assert decisions == {"bash": "ask", "sandbox": "ask"}
     with pytest.raises(ValueError, match="mode must be one of"):
         mode_rules("yolo")
+
+
+_DENY_RM = RuleHook((Rule("bash", match="rm *", decision="deny", reason="no deleting"),))
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "true && rm -rf d",
+        "echo $(rm -rf d)",
+        'echo "done: `rm -rf d`"',
+        "ls | xargs rm -rf",
+        "ls | xargs -n 1 rm -rf",
+        "(cd sub; rm -rf d)",
+        "{ rm -rf d; }",
+        "for f in a b; do rm -rf $f; done",
+        "f() { rm -rf d; }; f",
+        "cat <<EOF\n$(rm -rf d)\nEOF",
+        "cat <<EOF > out\n`rm -rf d`\nEOF",
+        "diff <(rm -rf d) b",
+        "env -i timeout 5 rm -rf d",
+        "bash -c 'true; rm -rf d'",
+        "sh -c \"sh -c 'rm -rf d'\"",
+        "eval 'rm -rf' d",
+        'eval "true && rm -rf d"',
+        "bash <<EOF\nrm -rf d\nEOF",
+        "env sh <<'X'\ntrue; rm -rf d\nX",
+        "bash <<< 'rm -rf d'",
+    ],
+)
+def test_a_deny_glob_refuses_a_command_anywhere_in_the_script(script: str) -> None:
+    with pytest.raises(ToolDenied, match="no deleting"):
+        _DENY_RM("bash", {"command": script})
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["echo rm -rf d", "echo 'rm -rf d'", "cat <<'EOF'\nrm -rf d\nEOF", "grep 'rm *' notes"],
+)
+def test_a_deny_glob_lets_text_that_only_mentions_the_command_run(script: str) -> None:
+    _DENY_RM("bash", {"command": script})
+
+
+def test_an_ask_glob_holds_a_push_after_cd() -> None:
+    hook = RuleHook((Rule("bash", match="git push*", decision="ask", reason="pushes"),))
+    with pytest.raises(ApprovalRequired, match="pushes"):
+        hook("bash", {"command": "cd x && git push origin main"})
+    hook("bash", {"command": "cd x && git status"})
+
+
+@pytest.mark.parametrize(
+    "script", ["echo 'unclosed", "ls && (", "rm -rf d\nif then fi", "sh -c 'a ('"]
+)
+def test_a_script_that_does_not_parse_is_denied_even_by_allow_rules(script: str) -> None:
+    hook = RuleHook((Rule("bash", match="*", decision="allow"),))
+    assert hook.decide("bash", {"command": script}) == ("deny", None)
+    with pytest.raises(ToolDenied, match="could not be checked against the approval rules"):
+        hook("bash", {"command": script})
+
+
+def test_without_bash_globs_the_rules_do_not_read_the_script() -> None:
+    hook = RuleHook((Rule("editor", match="*.lock", decision="deny"),))
+    hook("bash", {"command": "echo 'unclosed"})
+
+
+def test_a_rule_example_that_is_not_shell_fails_at_construction() -> None:
+    with pytest.raises(ValueError, match="not valid shell"):
+        Rule("bash", "git push*", "ask", examples=["git push 'origin"])

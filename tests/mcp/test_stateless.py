@@ -9,6 +9,7 @@ in every era.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,8 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from lionfactory.mcp._stateless import MODERN_VERSIONS
@@ -278,3 +281,98 @@ async def test_cancelling_a_2026_call_over_http_ends_its_command(
             await client.call_tool("bash", {"command": "sh -c 'sleep 4; touch finished'"})
         await anyio.sleep(4)  # past the moment the command would have finished
     assert not marker.exists()
+
+
+_LINES = re.compile(r"(\d+) lines? of output so far")
+_TICKING = "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.5; done"
+
+
+def _line_counts(seen: list[tuple[float, str | None]]) -> list[int]:
+    counts = []
+    for _, message in seen:
+        match = _LINES.search(message or "")
+        if match:
+            counts.append(int(match.group(1)))
+    return counts
+
+
+@HTTPX2_GENERATORS
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_bash_call_reports_its_lines_of_output_as_they_grow(
+    transport: str,
+    mode: str,
+    stdio_server: Callable[..., StdioServerParameters],
+    start_http: StartHttp,
+) -> None:
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    async with connected(transport, mode, stdio_server, start_http) as client:
+        result = await client.call_tool(
+            "bash", {"command": _TICKING}, progress_callback=on_progress
+        )
+    assert not result.is_error, text(result)
+    # At least one a second over the three seconds the command runs.
+    assert len(seen) >= 3, seen
+    counts = _line_counts(seen)
+    assert len(counts) == len(seen), seen  # every message counts the lines
+    assert counts == sorted(counts) and counts[-1] > counts[0] >= 0, seen
+    assert counts[-1] <= 6
+
+
+@HTTPX2_GENERATORS
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_jobs_wait_reports_the_jobs_lines_of_output_as_they_grow(
+    transport: str,
+    stdio_server: Callable[..., StdioServerParameters],
+    start_http: StartHttp,
+) -> None:
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    # A session (legacy mode): the job must outlive the call that started it.
+    async with connected(transport, "legacy", stdio_server, start_http) as client:
+        started = await client.call_tool("bash", {"command": _TICKING, "background": True})
+        job_id = started.structured_content["job_id"]
+        waited = await client.call_tool(
+            "jobs",
+            {"action": "wait", "job_id": job_id, "timeout": 60_000},
+            progress_callback=on_progress,
+        )
+    assert not waited.is_error, text(waited)
+    assert waited.structured_content["return_code"] == 0, text(waited)
+    assert len(seen) >= 3, seen
+    counts = _line_counts(seen)
+    assert len(counts) == len(seen), seen
+    assert counts == sorted(counts) and counts[-1] > counts[0], seen
+
+
+@HTTPX2_GENERATORS
+@pytest.mark.parametrize(
+    ("transport", "mode"),
+    # Over HTTP in 2026-07-28 the client also puts the name in an Mcp-Name
+    # header, and the HTTP server refuses a 100 KB header before any MCP
+    # code sees it; the legacy HTTP call reaches the SDK path's message.
+    [*(("stdio", mode) for mode in MODES), ("http", "legacy")],
+)
+async def test_a_huge_unknown_tool_name_gets_a_short_error(
+    transport: str,
+    mode: str,
+    stdio_server: Callable[..., StdioServerParameters],
+    start_http: StartHttp,
+) -> None:
+    name = "x" * 100_000
+    async with connected(transport, mode, stdio_server, start_http) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool(name, {})
+    assert caught.value.code == INVALID_PARAMS
+    message = caught.value.message
+    assert len(message) < 3_000, len(message)
+    assert message.startswith("Unknown tool 'xxxx")
+    assert "99,900 more characters" in message
+    assert "reader" in message and "bash" in message  # the served names, to pick from

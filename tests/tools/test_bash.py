@@ -581,3 +581,17 @@ async def test_a_plain_script_runs_without_a_shell_and_a_missing_program_is_type
     # A builtin still goes to the shell, where it means what it says.
     assert (await tool(command="cd /"))["return_code"] == 0
     assert (await tool(command="X=1 printenv X"))["stdout"] == "1\n"
+
+
+@pytest.mark.parametrize("mechanism", ["none", *_mechanisms()])
+async def test_a_foreground_command_counts_its_lines_for_a_progress_reporter(
+    workspace: Path, mechanism: str
+) -> None:
+    from lionfactory._call import Progress, reporting_progress
+
+    tool = bash_tool(workspace_root=workspace, isolation=mechanism)
+    with reporting_progress(Progress()) as progress:
+        # Through sh -c: without confinement the tool runs no shell itself.
+        result = await tool(command="sh -c 'for i in 1 2 3 4; do echo $i; echo e >&2; done'")
+    assert result["error"] is None, result
+    assert progress.message() == "8 lines of output so far"  # stdout and stderr
