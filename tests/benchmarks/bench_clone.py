@@ -39,8 +39,13 @@ from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_to
 BENCH = "clone"
 
 SIZES: dict[Size, dict[str, Any]] = {
-    "tiny": {"messages": (100, 1_000, 3_000), "load": 10_000, "repeat": 3},
-    "full": {"messages": (1_000, 10_000, 100_000), "load": 10_000, "repeat": 15},
+    "tiny": {"messages": (100, 1_000, 3_000), "load": 2_000, "repeat": 3, "kept": (5, 50)},
+    "full": {
+        "messages": (1_000, 10_000, 100_000),
+        "load": 10_000,
+        "repeat": 15,
+        "kept": (50, 1_000),
+    },
 }
 
 
@@ -156,11 +161,11 @@ def run(size: Size) -> list[Row]:
     rows.append(check_row(BENCH, "clones hold every message, own tools", isolated, "correct"))
     with tempfile.TemporaryDirectory(prefix="lf-bench-load-") as root:
         rows.extend(load_rows(make_branch(params["load"], root, names), repeat))
-    rows += memory_rows(params["messages"][1], names)
+    rows += memory_rows(1_000, names, *params["kept"])
     return rows
 
 
-def memory_rows(messages: int, names: tuple[str, ...]) -> list[Row]:
+def memory_rows(messages: int, names: tuple[str, ...], traced: int, many: int) -> list[Row]:
     """What each kept clone of a toolkit branch allocates, and 1,000 clones' RSS growth.
 
     A clone shares what is immutable (the messages themselves, compiled
@@ -174,7 +179,7 @@ def memory_rows(messages: int, names: tuple[str, ...]) -> list[Row]:
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
-        kept = [branch.clone() for _ in range(50)]
+        kept = [branch.clone() for _ in range(traced)]
         per_clone = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
         tracemalloc.stop()
         refs = list(branch.messages)
@@ -198,10 +203,13 @@ def memory_rows(messages: int, names: tuple[str, ...]) -> list[Row]:
         del kept
         gc.collect()
         start = _rss_kib()
-        many = [branch.clone() for _ in range(1_000)]
-        grown = (_rss_kib() - start) / 1024
-        rows.append(budget_row(BENCH, "RSS growth for 1,000 kept clones", grown, 50, "MiB"))
-        del many
+        clones = [branch.clone() for _ in range(many)]
+        # Scaled to 1,000 clones (the tiny size keeps fewer).
+        grown = (_rss_kib() - start) / 1024 * 1_000 / many
+        rows.append(
+            budget_row(BENCH, f"RSS growth for 1,000 kept clones ({many:,} kept)", grown, 50, "MiB")
+        )
+        del clones
     return rows
 
 
