@@ -502,3 +502,24 @@ def test_writing_through_a_link_is_still_refused(ws: Workspace, strategy: str):
         ws.locate("docs/new.txt").make_parent()
     with pytest.raises(PathRefused, match="symbolic link"):
         ws.locate("docs/a.py").open(os.O_WRONLY)
+
+
+def test_dotdot_in_a_link_is_relative_to_the_links_directory(ws: Workspace, strategy: str):
+    (ws.root / "sub").mkdir()
+    (ws.root / "sub" / "up.py").symlink_to("../src/a.py")
+    (ws.root / "sub" / "far").symlink_to("../../" + ws.root.name + "/src")
+    assert _read(ws.locate("sub/up.py").open_read()) == b"print(1)\n"
+    # Out of the root and back in is still out: the kernel refuses the step above the root.
+    with pytest.raises(PathRefused, match="outside the workspace"):
+        ws.locate("sub/far/a.py").open_read()
+
+
+def test_open_following_reports_the_resolved_components(ws: Workspace, strategy: str):
+    (ws.root / "docs").symlink_to("src")
+    root_fd = ws.open_root()
+    try:
+        fd, real = _beneath.open_following(root_fd, ("docs", "a.py"), os.O_RDONLY)
+    finally:
+        os.close(root_fd)
+    os.close(fd)
+    assert real == ("src", "a.py")
