@@ -423,3 +423,103 @@ def test_a_custom_set_with_backup_spellings_keeps_its_meaning(tmp_path: Path) ->
     assert ws.is_protected("DB.conf.bak") and ws.is_protected("db.conf")
     assert not ws.is_protected("db.conf.bak.old") and not ws.is_protected("db.conf.txt")
     assert ws.is_protected("a.xz") and not ws.is_protected("a.xy")
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 100)
+    finally:
+        os.close(fd)
+
+
+def test_a_file_is_read_through_a_directory_link_inside(ws: Workspace, strategy: str):
+    (ws.root / "docs").symlink_to("src")
+    assert _read(ws.locate("docs/a.py").open_read()) == b"print(1)\n"
+
+
+def test_a_link_to_a_file_inside_is_read(ws: Workspace, strategy: str):
+    (ws.root / "src" / "alias.py").symlink_to("a.py")
+    (ws.root / "up.py").symlink_to("src/../src/a.py")
+    assert _read(ws.locate("src/alias.py").open_read()) == b"print(1)\n"
+    assert _read(ws.locate("up.py").open_read()) == b"print(1)\n"
+
+
+def test_a_directory_link_inside_is_listed(ws: Workspace, strategy: str):
+    (ws.root / "docs").symlink_to("src")
+    names = [path for path, _ in ws.entries(ws.locate("docs"), recursive=False)]
+    assert "docs/a.py" in names
+
+
+@pytest.mark.parametrize("target", ["../outside/secret.txt", "ABSOLUTE"])
+def test_a_link_leaving_the_root_is_refused(
+    ws: Workspace, strategy: str, tmp_path: Path, target: str
+):
+    outside = ws.root.parent / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE")
+    spelled = str(outside / "secret.txt") if target == "ABSOLUTE" else target
+    (ws.root / "leak.txt").symlink_to(spelled)
+    with pytest.raises(PathRefused, match="outside the workspace"):
+        ws.locate("leak.txt").open_read()
+
+
+@pytest.mark.parametrize(("name", "target"), [("notes", ".env"), ("x", ".git/config")])
+def test_a_link_to_a_protected_name_or_git_is_refused(
+    ws: Workspace, strategy: str, name: str, target: str
+):
+    (ws.root / ".env").write_text("SECRET=1\n")
+    (ws.root / ".git").mkdir(exist_ok=True)
+    (ws.root / ".git" / "config").write_text("[core]\n")
+    (ws.root / name).symlink_to(target)
+    with pytest.raises(PathRefused, match=r"protected|\.git"):
+        ws.locate(name).open_read()
+
+
+def test_a_link_to_a_directory_does_not_expose_its_protected_names(ws: Workspace, strategy: str):
+    (ws.root / "app").mkdir()
+    (ws.root / "app" / ".env").write_text("SECRET=1\n")
+    (ws.root / "cfg").symlink_to("app")
+    with pytest.raises(PathRefused, match="protected"):
+        ws.locate("cfg/.env").open_read()
+    (ws.root / "envlink").symlink_to("app/.env")
+    (ws.root / "indirect").symlink_to("envlink")
+    with pytest.raises(PathRefused, match="protected"):
+        ws.locate("indirect").open_read()
+
+
+def test_a_link_loop_is_refused(ws: Workspace, strategy: str):
+    (ws.root / "a").symlink_to("b")
+    (ws.root / "b").symlink_to("a")
+    with pytest.raises(PathRefused, match="loop"):
+        ws.locate("a").open_read()
+    with pytest.raises(PathRefused, match="loop"):
+        ws.locate("a/x.txt").open_read()
+
+
+def test_writing_through_a_link_is_still_refused(ws: Workspace, strategy: str):
+    (ws.root / "docs").symlink_to("src")
+    with pytest.raises(PathRefused, match="symbolic link"):
+        ws.locate("docs/new.txt").make_parent()
+    with pytest.raises(PathRefused, match="symbolic link"):
+        ws.locate("docs/a.py").open(os.O_WRONLY)
+
+
+def test_dotdot_in_a_link_is_relative_to_the_links_directory(ws: Workspace, strategy: str):
+    (ws.root / "sub").mkdir()
+    (ws.root / "sub" / "up.py").symlink_to("../src/a.py")
+    (ws.root / "sub" / "far").symlink_to("../../" + ws.root.name + "/src")
+    assert _read(ws.locate("sub/up.py").open_read()) == b"print(1)\n"
+    # Out of the root and back in is still out: the kernel refuses the step above the root.
+    with pytest.raises(PathRefused, match="outside the workspace"):
+        ws.locate("sub/far/a.py").open_read()
+
+
+def test_open_following_reports_the_resolved_components(ws: Workspace, strategy: str):
+    (ws.root / "docs").symlink_to("src")
+    root_fd = ws.open_root()
+    try:
+        fd, real = _beneath.open_following(root_fd, ("docs", "a.py"), os.O_RDONLY)
+    finally:
+        os.close(root_fd)
+    os.close(fd)
+    assert real == ("src", "a.py")

@@ -1,4 +1,4 @@
-"""Open a path below a directory descriptor without following any symbolic link.
+"""Open a path below a directory descriptor, never leaving it.
 
 This is the kernel half of the workspace seam. A path the model gives is
 checked once (lexically, for protected names) and then opened **relative to a
@@ -20,6 +20,11 @@ Two mechanisms, chosen once per process:
 
 Both fail with ``ELOOP`` on a symlink and ``ENOTDIR`` when a middle component
 is not a directory, so callers see the same errors whichever runs.
+
+`open_following` is the reading variant: it follows links while they stay
+below the root (``openat2(RESOLVE_BENEATH)`` alone, or a walk that reads each
+link relative to the descriptors it holds) and reports the resolved
+components, so the caller can judge the real path, not only the spelled one.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ __all__ = [
     "Strategy",
     "current_strategy",
     "forced_strategy",
+    "MAX_LINKS",
     "make_parents",
     "open_beneath",
+    "open_following",
     "open_child",
     "release_created",
 ]
@@ -70,7 +77,7 @@ class _OpenHow(ctypes.Structure):
     )
 
 
-_Openat2 = Callable[[int, str, int, int], int]
+_Openat2 = Callable[[int, str, int, int, int], int]
 
 
 def _load_openat2() -> _Openat2 | None:
@@ -84,11 +91,11 @@ def _load_openat2() -> _Openat2 | None:
         return None
     syscall.restype = ctypes.c_long
 
-    def openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
+    def openat2(dir_fd: int, path: str, flags: int, mode: int, resolve: int) -> int:
         how = _OpenHow(
             flags=flags,
             mode=mode if flags & os.O_CREAT else 0,  # the kernel refuses a stray mode
-            resolve=_RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS,
+            resolve=resolve,
         )
         encoded = os.fsencode(path)
         # EAGAIN: a concurrent rename disturbed a "beneath" lookup; the
@@ -117,7 +124,7 @@ def _load_openat2() -> _Openat2 | None:
     except OSError:
         return None
     try:
-        os.close(openat2(root, ".", DIRECTORY_FLAGS, 0))
+        os.close(openat2(root, ".", DIRECTORY_FLAGS, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS))
     except OSError:
         return None
     finally:
@@ -188,7 +195,8 @@ def open_beneath(root_fd: int, parts: tuple[str, ...], flags: int, mode: int = 0
     if not parts:
         return os.open(".", flags | _O_CLOEXEC, mode, dir_fd=root_fd)
     if _OPENAT2 is not None and current_strategy() == "openat2":
-        return _OPENAT2(root_fd, "/".join(parts), flags | _O_CLOEXEC, mode)
+        resolve = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS
+        return _OPENAT2(root_fd, "/".join(parts), flags | _O_CLOEXEC, mode, resolve)
     current = root_fd
     try:
         for part in parts[:-1]:
@@ -200,6 +208,105 @@ def open_beneath(root_fd: int, parts: tuple[str, ...], flags: int, mode: int = 0
     finally:
         if current != root_fd:
             os.close(current)
+
+
+MAX_LINKS = 40
+"""Most links one lookup follows before it is refused as a loop (the kernel's bound)."""
+
+
+def open_following(root_fd: int, parts: tuple[str, ...], flags: int) -> tuple[int, tuple[str, ...]]:
+    """Open ``root/parts`` following links, but only while they stay under `root_fd`.
+
+    ``openat2(RESOLVE_BENEATH)`` without ``RESOLVE_NO_SYMLINKS`` lets the
+    kernel follow each link and refuse (``EXDEV``) the first step that would
+    leave the root: an absolute target, a ``..`` above it. The walk does the
+    same by hand: each component is opened with ``O_NOFOLLOW`` relative to a
+    held descriptor; a link is read (``readlinkat``) and its target's
+    components are pushed in front of the rest; ``..`` goes back to the
+    descriptor already held for the parent, never to a name, so a directory
+    moved out of the root mid-walk cannot lead outside.
+
+    Only for opening what exists (reads, listings): `flags` must not create.
+
+    Returns:
+        The descriptor and the resolved components below the root (the real
+        path, for the caller's protected-name checks).
+
+    Raises:
+        OSError: ``EXDEV`` when a link leads outside the root, ``ELOOP`` after
+            `MAX_LINKS` links (a loop), or whatever ``open`` reports.
+    """
+    if flags & os.O_CREAT:
+        raise ValueError("open_following only opens existing files")
+    flags &= ~_O_NOFOLLOW  # DIRECTORY_FLAGS carries it; here the final link is followed too
+    if _OPENAT2 is not None and current_strategy() == "openat2" and parts:
+        fd = _OPENAT2(root_fd, "/".join(parts), flags | _O_CLOEXEC, 0, _RESOLVE_BENEATH)
+        try:
+            return fd, _resolved_below(root_fd, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+    return _walk_following(root_fd, parts, flags)
+
+
+def _resolved_below(root_fd: int, fd: int) -> tuple[str, ...]:
+    """The components of `fd`'s real path below `root_fd`'s, from ``/proc/self/fd``."""
+    root = os.readlink(f"/proc/self/fd/{root_fd}")
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    if real == root:
+        return ()
+    prefix = root.rstrip("/") + "/"
+    if not real.startswith(prefix):
+        # Moved out of the root after the open, or deleted ("... (deleted)").
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), real)
+    return tuple(real[len(prefix) :].split("/"))
+
+
+def _walk_following(
+    root_fd: int, parts: tuple[str, ...], flags: int
+) -> tuple[int, tuple[str, ...]]:
+    held: list[tuple[int, str]] = []  # (descriptor, name) of each directory below the root
+    pending = list(reversed(parts))  # a stack: the next component is last
+    links = 0
+    try:
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not held:
+                    raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), "/".join(parts))
+                os.close(held.pop()[0])
+                continue
+            current = held[-1][0] if held else root_fd
+            final = not any(p not in ("", ".") for p in pending)
+            step_flags = flags if final else DIRECTORY_FLAGS
+            try:
+                fd = os.open(part, step_flags | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=current)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                try:
+                    target = os.readlink(part, dir_fd=current)
+                except OSError:
+                    raise exc from None  # not a link: a plain ENOTDIR
+                links += 1
+                if links > MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), "/".join(parts)) from None
+                if target.startswith("/"):
+                    raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), target) from None
+                pending.extend(reversed(target.split("/")))
+                continue
+            if final:  # the last real name (only "." or "" may follow it)
+                return fd, (*(name for _, name in held), part)
+            held.append((fd, part))
+        # The lookup ended on a directory reached by "..", "." or a link to one.
+        current = held[-1][0] if held else root_fd
+        fd = os.open(".", flags | _O_CLOEXEC, dir_fd=current)
+        return fd, tuple(name for _, name in held)
+    finally:
+        for fd, _ in held:
+            os.close(fd)
 
 
 def make_parents(root_fd: int, parts: tuple[str, ...]) -> tuple[int, list[tuple[int, str]]]:

@@ -4,20 +4,27 @@ Every file-touching tool goes through a `Workspace`, the single seam between
 model input and the filesystem. A path is checked once, lexically
 (`Workspace.locate`): it must stay inside the root and no component may be a
 protected name. The resulting `Location` is then **opened relative to a
-descriptor of the root**, one atomic lookup that follows no symbolic link
-anywhere (`lionfactory._os.beneath`), so no name is ever checked and then
-resolved again: a directory swapped for a link to the outside between the
-check and the open gets a refusal, never the outside file. Writes happen
-relative to the descriptor of the parent directory for the same reason.
+descriptor of the root**, one atomic lookup that never leaves the root
+(`lionfactory._os.beneath`), so no name is ever checked and then resolved
+again: a directory swapped for a link to the outside between the check and
+the open gets a refusal, never the outside file. Writes happen relative to the
+descriptor of the parent directory for the same reason.
 
 Rules:
 
 * The root is resolved once, when the factory runs (`Workspace.at`).
 * Refused: a NUL byte, an empty path, a leading ``~``, anything that escapes
-  the root lexically (``..``, an absolute path elsewhere), a symbolic link in
-  *any* component (file tools never follow links, not even links that stay
-  inside), and a protected name in any component (``.env``, ``.netrc``,
-  private keys, cloud credentials...; `DEFAULT_PROTECTED_NAMES`).
+  the root lexically (``..``, an absolute path elsewhere), and a protected
+  name in any component (``.env``, ``.netrc``, private keys, cloud
+  credentials...; `DEFAULT_PROTECTED_NAMES`).
+* Reads and listings of a path the model names follow symbolic links that
+  stay beneath the root (``docs -> real_docs``, common in monorepos); a link
+  with an absolute target, one leading out of the root, a loop, and a link
+  whose *resolved* path has a protected name or ``.git`` component are
+  refused (`Location.open`). Writes refuse a link in any component: an atomic
+  replace renames over the final name, and through a link it would replace
+  the link, not its target. Recursive listings never descend into a
+  directory link, so a cycle cannot make them loop.
 * A file whose first bytes are a PEM or OpenSSH private-key header is refused
   whatever its name (`Location.open_read`): renaming a key does not make it
   readable.
@@ -208,36 +215,85 @@ class Location:
         """The path relative to the root in POSIX form (``"."`` for the root)."""
         return "/".join(self.parts) or "."
 
-    def open(self, flags: int, mode: int = 0o666) -> int:
-        """Open this location with `flags`, following no symlink and never leaving the root.
+    def open(self, flags: int, mode: int = 0o666, *, follow: bool = False) -> int:
+        """Open this location with `flags`, never leaving the root.
+
+        Args:
+            flags: `os.open` flags.
+            mode: the permission bits when `flags` creates the file.
+            follow: follow symbolic links that stay inside the root (for
+                reading and listing only; `flags` must not create). Without
+                it, a link in any component is refused.
 
         Raises:
-            PathRefused: a component is a symbolic link.
+            PathRefused: a component is a symbolic link (without `follow`);
+                with `follow`, a link leads outside the root, loops, or
+                resolves to a protected name or into ``.git``.
             OSError: anything else (``ENOENT``, ``ENOTDIR``, ``EACCES``...).
         """
         root_fd = self.workspace.open_root()
         try:
-            return _beneath.open_beneath(root_fd, self.parts, flags, mode)
+            if not follow:
+                return _beneath.open_beneath(root_fd, self.parts, flags, mode)
+            fd, real = _beneath.open_following(root_fd, self.parts, flags)
         except OSError as exc:
-            raise self._translate(exc) from None
+            raise self._translate(exc, follow=follow) from None
         finally:
             os.close(root_fd)
+        try:
+            self._check_resolved(real)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
-    def open_dir(self) -> int:
-        """A directory descriptor of this location (usable for ``dir_fd=``, scandir and flock)."""
-        return self.open(_beneath.DIRECTORY_FLAGS)
+    def _check_resolved(self, real: tuple[str, ...]) -> None:
+        """Refuse a path whose links led to a protected name or into ``.git``.
 
-    def open_read(self) -> int:
+        The spelled components were checked by `Workspace.locate`; a link
+        (``notes -> .env``, ``x -> .git/config``, ``cfg -> app`` then
+        ``cfg/.env``) is judged by where it really leads.
+        """
+        if real == self.parts:
+            return
+        for part in real:
+            if self.workspace.is_protected(part):
+                raise PathRefused(
+                    self.shown,
+                    f"{self.shown!r} is a link to a protected name ({part!r} may hold "
+                    f"secrets); tools never read, write, list or search it.",
+                )
+        if not self.in_git_dir and any(".git" in _spellings(part) for part in real):
+            raise PathRefused(
+                self.shown,
+                f"{self.shown!r} is a link into .git; links are not followed into "
+                f"repository internals. Give the .git path itself if you mean it.",
+            )
+
+    def open_dir(self, *, follow: bool = False) -> int:
+        """A directory descriptor of this location (usable for ``dir_fd=``, scandir and flock).
+
+        Args:
+            follow: follow links that stay inside the root (listing a
+                directory the model names through a link); writers keep the
+                default, so nothing is ever created through a link.
+        """
+        return self.open(_beneath.DIRECTORY_FLAGS, follow=follow)
+
+    def open_read(self, *, follow: bool = True) -> int:
         """Open for reading; a regular file that starts like a private key is refused.
 
-        Non-blocking, so a FIFO planted under a file's name cannot hang the
-        call; callers check the type with ``fstat``.
+        Links that stay inside the root are followed (``docs -> real_docs``),
+        judged by where they lead; see `open`. Non-blocking, so a FIFO
+        planted under a file's name cannot hang the call; callers check the
+        type with ``fstat``.
 
         Raises:
-            PathRefused: a symbolic link, or a private key.
+            PathRefused: a link leading outside, looping or to a protected
+                name; or a private key.
             OSError: as `open`.
         """
-        fd = self.open(os.O_RDONLY | _O_NONBLOCK)
+        fd = self.open(os.O_RDONLY | _O_NONBLOCK, follow=follow)
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
                 refuse_private_key(fd, self.shown)
@@ -265,12 +321,26 @@ class Location:
         finally:
             os.close(root_fd)
 
-    def _translate(self, exc: OSError) -> OSError | PathRefused:
+    def _translate(self, exc: OSError, *, follow: bool = False) -> OSError | PathRefused:
+        if exc.errno == errno.ELOOP and follow:
+            return PathRefused(
+                self.shown,
+                f"{self.shown!r} passes through a symbolic link loop (or more than "
+                f"{_beneath.MAX_LINKS} links); fix the link or use the real path of the file.",
+            )
+        if exc.errno == errno.EXDEV and follow:
+            return PathRefused(
+                self.shown,
+                f"{self.shown!r} is, or passes through, a symbolic link that leads outside the "
+                f"workspace {self.workspace.root} or has an absolute target; tools follow only "
+                f"links with a relative target that stays inside the workspace. Use the real "
+                f"path of the file, if it is inside the workspace.",
+            )
         if exc.errno == errno.ELOOP:
             return PathRefused(
                 self.shown,
-                f"{self.shown!r} is, or passes through, a symbolic link; file tools do not "
-                f"follow links. Use the real path of the file, if it is inside the workspace.",
+                f"{self.shown!r} is, or passes through, a symbolic link; tools do not write "
+                f"through links. Use the real path of the file, if it is inside the workspace.",
             )
         if exc.errno == errno.EXDEV:
             return PathRefused(self.shown, self.workspace.escape_message(self.shown))
@@ -353,7 +423,7 @@ class Workspace:
     def locate(self, path: object) -> Location:
         """Check a model-supplied path once, lexically, and return what to open.
 
-        No filesystem access: symbolic links are refused later, by the
+        No filesystem access: symbolic links are judged later, by the
         kernel, when the `Location` is opened.
 
         Raises:
@@ -391,7 +461,7 @@ class Workspace:
             PathRefused: the directory itself is (or passes through) a link.
             OSError: the directory cannot be opened (``ENOENT``, ``ENOTDIR``...).
         """
-        top = location.open_dir()
+        top = location.open_dir(follow=True)
         prefix = "" if not location.parts else location.relative + "/"
         try:
             listing = self._scan(top)

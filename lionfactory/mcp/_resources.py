@@ -208,7 +208,9 @@ class WorkspaceResources:
             location = self.workspace.locate(relative)
             if location.in_git_dir or not location.parts:
                 raise PathRefused(relative, f"{relative!r} is not a file resource of the workspace")
-            fd = location.open_read()
+            # No link followed: a resource is a file `resources/list` shows,
+            # and listings never show links.
+            fd = location.open_read(follow=False)
         except PathRefused as exc:
             raise ResourceError(RESOURCE_NOT_FOUND, str(exc)) from None
         except OSError as exc:

@@ -234,7 +234,11 @@ def _open_error(exc: OSError, shown: str) -> str:
             f"to find the right path."
         )
     if exc.errno == errno.ELOOP:
-        return f"{shown!r} is a symbolic link; tools do not follow links. Use the target's path."
+        return (
+            f"{shown!r} passes through a symbolic link loop, or a link the reader cannot "
+            f"follow; links are followed only while they stay inside the workspace. "
+            f"Use the target's real path."
+        )
     if exc.errno == errno.EACCES:
         return f"Permission denied reading {shown!r}; choose another file."
     reason = (exc.strerror or str(exc)).lower()

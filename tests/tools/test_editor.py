@@ -85,6 +85,20 @@ async def test_write_over_a_symlink_is_refused_and_the_target_kept(editor, works
     assert (workspace / "real.txt").read_text() == "keep"
 
 
+async def test_write_through_a_link_inside_is_refused_and_the_link_kept(editor, workspace: Path):
+    (workspace / "real_docs").mkdir()
+    (workspace / "real_docs" / "a.md").write_text("keep")
+    (workspace / "docs").symlink_to("real_docs")
+    (workspace / "alias.md").symlink_to("real_docs/a.md")
+    for path in ("docs/a.md", "docs/new.md", "alias.md"):
+        result = await editor(action="write", file_path=path, content="x")
+        assert result["success"] is False, path
+        assert "symbolic link" in result["error"]
+    assert (workspace / "real_docs" / "a.md").read_text() == "keep"
+    assert (workspace / "alias.md").is_symlink()
+    assert sorted(p.name for p in (workspace / "real_docs").iterdir()) == ["a.md"]
+
+
 @pytest.mark.parametrize(
     ("path", "expected"),
     [

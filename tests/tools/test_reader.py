@@ -151,12 +151,44 @@ async def test_directory_is_refused_with_list_dir_hint(reader, workspace: Path):
     assert "use action 'list_dir'" in result["error"]
 
 
-async def test_symlink_is_refused(reader, workspace: Path):
+async def test_absolute_symlink_is_refused(reader, workspace: Path):
     (workspace / "real.txt").write_text("x\n")
     (workspace / "link.txt").symlink_to(workspace / "real.txt")
     result = await reader(action="read", path="link.txt")
     assert result["success"] is False
     assert "symbolic link" in result["error"]
+
+
+async def test_read_follows_a_directory_link_inside_the_workspace(reader, workspace: Path):
+    (workspace / "real_docs").mkdir()
+    (workspace / "real_docs" / "guide.md").write_text("inside guide\n")
+    (workspace / "docs").symlink_to("real_docs")
+    result = await reader(action="read", path="docs/guide.md")
+    assert result["success"] is True, result
+    assert "inside guide" in result["content"]
+    listed = await reader(action="list_dir", path="docs")
+    assert listed["success"] is True, listed
+    assert listed["content"].split("\n") == ["docs/guide.md"]
+
+
+async def test_read_refuses_a_relative_link_leaving_the_workspace(reader, workspace: Path):
+    outside = workspace.parent / "outside_reader"
+    outside.mkdir()
+    (outside / "s.txt").write_text("OUTSIDE\n")
+    (workspace / "leak.txt").symlink_to(f"../{outside.name}/s.txt")
+    result = await reader(action="read", path="leak.txt")
+    assert result["success"] is False
+    assert "outside the workspace" in result["error"]
+    assert "OUTSIDE" not in str(result)
+
+
+async def test_read_refuses_a_link_to_env(reader, workspace: Path):
+    (workspace / ".env").write_text("TOKEN=hunter2\n")
+    (workspace / "notes").symlink_to(".env")
+    result = await reader(action="read", path="notes")
+    assert result["success"] is False
+    assert "protected" in result["error"]
+    assert "hunter2" not in str(result)
 
 
 async def test_binary_file_is_refused_with_bash_hint(reader, workspace: Path):
