@@ -384,7 +384,7 @@ def _read_local(loc: Location, cache: _Cache) -> tuple[Hashable, bytes, bool]:
     except OSError as exc:
         raise DocumentError(
             f"Cannot open {shown!r} ({(exc.strerror or str(exc)).lower()}); "
-            f"symbolic links are not followed, use the target's path."
+            f"a symbolic link is followed only while it stays inside the workspace."
         ) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):

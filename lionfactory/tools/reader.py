@@ -9,7 +9,8 @@
   through the same numbered window.
 
 Every path goes through the workspace (`lionfactory._os.workspace`), so nothing
-outside the root, no symlink and no protected name is ever read or listed.
+outside the root (a link is followed only while it stays inside) and no protected
+name is ever read or listed.
 """
 
 from __future__ import annotations
@@ -415,8 +416,9 @@ Actions:
 - open: convert a .pdf, .pptx, .docx, .html or .htm document (a workspace path, or an
   https:// URL on an allowed host) to Markdown and show it like 'read'.
 
-Paths are relative to the workspace root. Paths outside it, symbolic links and secret
-files (.env, .netrc, private keys, ...) are refused.
+Paths are relative to the workspace root. Paths outside it, symbolic links that lead
+outside it (links inside are followed), and secret files (.env, .netrc, private keys, ...)
+are refused.
 """
 
 
