@@ -121,6 +121,13 @@ def _spellings(name: str) -> tuple[str, ...]:
     return (folded,) if windows in (folded, "") else (folded, windows)
 
 
+@functools.lru_cache(maxsize=8192)
+def _protected_name(protected: re.Pattern[str], name: str) -> bool:
+    # Cached per (policy, name): a search's results repeat the same file names
+    # (``__init__.py``, ``test_*.py``) across directories.
+    return any(protected.match(n) for n in _spellings(name))
+
+
 @functools.lru_cache(maxsize=4096)
 def _hidden(protected: re.Pattern[str], relative: str) -> bool:
     # Cached per (policy, path): a search reports many matches per file and
@@ -130,7 +137,7 @@ def _hidden(protected: re.Pattern[str], relative: str) -> bool:
         return True
     if name in ("", "."):  # not components (Path.parts drops them too)
         return False
-    return name == ".git" or any(protected.match(n) for n in _spellings(name))
+    return name == ".git" or _protected_name(protected, name)
 
 
 _TRANSLATED = re.compile(r"\(\?s:(?P<body>.*)\)\\[Zz]", re.DOTALL)
@@ -397,7 +404,7 @@ class Workspace:
 
     def is_protected(self, name: str) -> bool:
         """Whether one path component is a protected name."""
-        return any(self._protected_re.match(n) for n in _spellings(name))
+        return _protected_name(self._protected_re, name)
 
     def is_hidden(self, relative: str | Path) -> bool:
         """Whether a root-relative path has a protected or ``.git`` component.
