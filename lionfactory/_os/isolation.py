@@ -237,10 +237,33 @@ def toolchain_paths(
     """
     env = os.environ if environ is None else environ
     path = env.get("PATH", os.defpath) if search_path is None else search_path
+    named = tuple(env.get(name) or "" for name in _TOOLCHAIN_VARIABLES)
+    # Cached per PATH, variables and each PATH directory's mtime: deriving
+    # scans every entry of every PATH directory (thousands of realpaths, tens
+    # of milliseconds), and a toolkit, each of its clones and each MCP session
+    # would pay it again; a tool installed since changes its directory's mtime.
+    return _toolchain_paths(path, named, _directory_stamps(path))
+
+
+_TOOLCHAIN_VARIABLES = ("PYENV_ROOT", "VIRTUAL_ENV", "CONDA_PREFIX")
+
+
+def _directory_stamps(path: str) -> tuple[int, ...]:
+    stamps = []
+    for entry in path.split(os.pathsep):
+        try:
+            stamps.append(os.stat(entry).st_mtime_ns if entry else 0)
+        except OSError:
+            stamps.append(0)
+    return tuple(stamps)
+
+
+@functools.lru_cache(maxsize=16)
+def _toolchain_paths(
+    path: str, named: tuple[str, ...], _stamps: tuple[int, ...]
+) -> tuple[Path, ...]:
     found: list[Path] = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
-    for name in ("PYENV_ROOT", "VIRTUAL_ENV", "CONDA_PREFIX"):
-        if env.get(name):
-            found.append(Path(env[name]))
+    found += [Path(value) for value in named if value]
     for entry in path.split(os.pathsep):
         if not entry or not os.path.isabs(entry) or not os.path.isdir(entry):
             continue
