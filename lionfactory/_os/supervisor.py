@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -60,6 +61,16 @@ from lionfactory._os.process import (
 __all__ = ["RemoteProcess", "Supervisor", "run_supervised"]
 
 MAIN = Path(__file__).with_name("supervisor_main.py")
+
+
+@functools.cache
+def _main_source() -> str:
+    # The supervisor runs from its source text (``python -c``), not its path:
+    # inside bwrap the private /tmp covers a checkout under /tmp (as CI may
+    # clone), and the package's files are not among what the sandbox shows.
+    return MAIN.read_text(encoding="utf-8")
+
+
 _TMP_VARS = ("TMPDIR", "TMP", "TEMP")
 # How long a killed command may take to be reported gone.
 _EXIT_GRACE = 5.0
@@ -89,7 +100,9 @@ class Supervisor:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             launch = isolation.launch(
-                [sys.executable, "-I", "-S", str(MAIN), str(child.fileno())], cwd=root, env=None
+                [sys.executable, "-I", "-S", "-c", _main_source(), str(child.fileno())],
+                cwd=root,
+                env=None,
             )
         except BaseException:
             parent.close()
