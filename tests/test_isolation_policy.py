@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from lionfactory._os.isolation import (
@@ -345,3 +346,14 @@ def test_slash_is_never_exposed(tmp_path: Path) -> None:
     argv = Isolation("landlock", policy).launch(["true"], cwd=tmp_path, env={}).argv
     shown = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-x"]
     assert shown == ["/usr"]
+
+
+def test_a_childless_program_skips_only_the_unconfined_pid_namespace(tmp_path: Path) -> None:
+    unconfined = resolve_isolation("none", Policy(writable=(tmp_path,)))
+    assert unconfined.policy.pid_namespace
+    childless = unconfined.childless()
+    assert not childless.policy.pid_namespace and not childless.wraps
+    assert attrs.evolve(childless.policy, pid_namespace=True) == unconfined.policy
+    if mechanism_problem("bwrap") is None:
+        confined = resolve_isolation("bwrap", Policy(writable=(tmp_path,)))
+        assert confined.childless() is confined

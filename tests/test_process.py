@@ -240,3 +240,19 @@ async def test_on_output_sees_every_chunk_of_both_streams_even_past_the_cap(
     data = b"".join(seen)
     assert data.count(b"\n") == 501  # ...but every line was seen as it came
     assert len(data) == 500 * 100 + 2
+
+
+async def test_a_chatty_writer_loses_nothing_and_keeps_its_order(tmp_path: Path) -> None:
+    # Thousands of small flushed writes: the reader pauses between short reads
+    # to let the pipe gather them, and must still see every byte in order.
+    code = (
+        "import sys\nfor i in range(3000):\n    print(i, flush=True)\n    sys.stderr.write('e')\n"
+    )
+    seen: list[bytes] = []
+    result = await run_process(
+        [sys.executable, "-c", code], cwd=tmp_path, timeout=60, on_output=seen.append
+    )
+    expected = "".join(f"{i}\n" for i in range(3000))
+    assert result.stdout == expected
+    assert result.stderr == "e" * 3000
+    assert b"".join(seen).count(b"\n") == 3000

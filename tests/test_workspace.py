@@ -410,9 +410,9 @@ def test_the_compact_protected_rule_agrees_with_every_pattern(
 
 def test_the_protected_rule_is_compiled_once_per_set(tmp_path: Path) -> None:
     first, second = Workspace.at(tmp_path), Workspace.at(tmp_path / "..")
-    assert first._protected_re is second._protected_re
+    assert first._protected_rule is second._protected_rule
     custom = Workspace.at(tmp_path, protected=["*.secret"])
-    assert custom._protected_re is not first._protected_re
+    assert custom._protected_rule is not first._protected_rule
     assert custom.is_protected("a.SECRET") and not custom.is_protected(".env")
 
 

@@ -418,6 +418,20 @@ class Isolation:
             )
         return attrs.evolve(self, policy=policy)
 
+    def childless(self) -> Isolation:
+        """This isolation for a program that starts no process of its own.
+
+        Unconfined, such a program needs no PID namespace: nothing it runs
+        can outlive it, and the call's process-group kill ends the program
+        itself. The namespace cost ripgrep 5 ms a search (a bwrap start and
+        an ``env``), a quarter of a small search. Confined, nothing changes:
+        the mechanism is the boundary. Only for programs whose arguments the
+        tool writes (ripgrep with ``--no-config`` and no preprocessor, grep).
+        """
+        if self.confined or not self.policy.pid_namespace:
+            return self
+        return attrs.evolve(self, policy=attrs.evolve(self.policy, pid_namespace=False))
+
     @property
     def wraps(self) -> bool:
         """Whether `launch` wraps the program (a mechanism, or ``"none"``'s PID namespace)."""

@@ -171,12 +171,40 @@ class _Capture:
         return text
 
 
+# A chatty writer wakes the event loop once per write: ripgrep writes each
+# matching file's lines separately, over a thousand writes for one search,
+# and each wake-up costs more than the read. After a run of short reads, the
+# reader waits a millisecond so that the pipe gathers more (it holds 64 KiB,
+# so a fast writer is never held up): a 2,000-file search was 15 ms slower to
+# read than `subprocess.run` read it, and is now no slower. The first reads
+# are taken at once, so a short output (most commands') is not delayed.
+_PROMPT_READS = 16
+_SHORT_READ = 16_384
+_SETTLE_SECONDS = 0.001
+
+
+@attrs.define
+class ReadPace:
+    """When a drain loop should pause before its next read (see `_PROMPT_READS`)."""
+
+    reads: int = 0
+
+    async def after(self, size: int) -> None:
+        """Call after each read of `size` bytes."""
+        self.reads += 1
+        if self.reads > _PROMPT_READS and size < _SHORT_READ:
+            await anyio.sleep(_SETTLE_SECONDS)
+
+
 async def _drain(stream: ByteReceiveStream | None, capture: _Capture) -> None:
     if stream is None:
         return
+    pace = ReadPace()
     try:
         while True:
-            capture.feed(await stream.receive())
+            data = await stream.receive()
+            capture.feed(data)
+            await pace.after(len(data))
     except (anyio.EndOfStream, anyio.ClosedResourceError):
         return
 

@@ -53,6 +53,7 @@ from lionfactory._os.isolation import Isolation
 from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
+    ReadPace,
     _Capture,
     _check_program,
     not_started_inside,
@@ -272,6 +273,7 @@ async def _next_report(sock: socket.socket) -> dict[str, Any] | None:
 
 
 async def _drain(fd: int, capture: _Capture, done: anyio.Event) -> None:
+    pace = ReadPace()
     try:
         while True:
             try:
@@ -282,6 +284,7 @@ async def _drain(fd: int, capture: _Capture, done: anyio.Event) -> None:
             if not data:
                 return
             capture.feed(data)
+            await pace.after(len(data))
     finally:
         done.set()
 

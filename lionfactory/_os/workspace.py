@@ -61,8 +61,10 @@ __all__ = [
     "DEFAULT_PROTECTED_NAMES",
     "Location",
     "PathRefused",
+    "ProtectedRule",
     "Workspace",
     "protected_matcher",
+    "protected_rule",
     "refuse_private_key",
 ]
 
@@ -121,23 +123,61 @@ def _spellings(name: str) -> tuple[str, ...]:
     return (folded,) if windows in (folded, "") else (folded, windows)
 
 
-@functools.lru_cache(maxsize=8192)
-def _protected_name(protected: re.Pattern[str], name: str) -> bool:
-    # Cached per (policy, name): a search's results repeat the same file names
-    # (``__init__.py``, ``test_*.py``) across directories.
-    return any(protected.match(n) for n in _spellings(name))
+# Bounds on the answers a rule remembers: far more names and directories than
+# a search reports, a few hundred KiB at most.
+_NAMES_REMEMBERED = 8192
+_PATHS_REMEMBERED = 4096
 
 
-@functools.lru_cache(maxsize=4096)
-def _hidden(protected: re.Pattern[str], relative: str) -> bool:
-    # Cached per (policy, path): a search reports many matches per file and
-    # many files per directory, so most lookups hit the parent's answer.
-    head, _, name = relative.rpartition("/")
-    if head and _hidden(protected, head):
-        return True
-    if name in ("", "."):  # not components (Path.parts drops them too)
-        return False
-    return name == ".git" or _protected_name(protected, name)
+class ProtectedRule:
+    """The compiled protected-name rule of one set, with its answers remembered.
+
+    Answers are remembered because a search's results repeat the same file
+    names (``__init__.py``, ``test_*.py``) and directories. They are kept on
+    the rule rather than in a cache keyed by the compiled expression:
+    hashing a compiled expression hashes its whole program (2.4 us for the
+    default set, every lookup), which cost more than the match it saved.
+    One rule per distinct set (`protected_rule`), shared by every Workspace.
+    """
+
+    __slots__ = ("_names", "_paths", "regex")
+
+    def __init__(self, regex: re.Pattern[str]) -> None:
+        self.regex = regex
+        self._names: dict[str, bool] = {}
+        self._paths: dict[str, bool] = {}
+
+    def name(self, name: str) -> bool:
+        """Whether one path component is protected (any spelling of it)."""
+        known = self._names.get(name)
+        if known is None:
+            known = any(self.regex.match(n) for n in _spellings(name))
+            if len(self._names) >= _NAMES_REMEMBERED:
+                self._names.clear()  # dict operations are atomic under the GIL
+            self._names[name] = known
+        return known
+
+    def hidden(self, relative: str) -> bool:
+        """Whether a root-relative POSIX path has a ``.git`` or protected component."""
+        known = self._paths.get(relative)
+        if known is None:
+            head, _, name = relative.rpartition("/")
+            if head and self.hidden(head):
+                known = True
+            elif name in ("", "."):  # not components (Path.parts drops them too)
+                known = False
+            else:
+                known = name == ".git" or self.name(name)
+            if len(self._paths) >= _PATHS_REMEMBERED:
+                self._paths.clear()
+            self._paths[relative] = known
+        return known
+
+
+@functools.lru_cache(maxsize=32)
+def protected_rule(patterns: frozenset[str]) -> ProtectedRule:
+    """The shared `ProtectedRule` of a normalised set of patterns."""
+    return ProtectedRule(protected_matcher(patterns))
 
 
 _TRANSLATED = re.compile(r"\(\?s:(?P<body>.*)\)\\[Zz]", re.DOTALL)
@@ -371,14 +411,14 @@ class Workspace:
     # One compiled alternation of every pattern: searches check one name per
     # match, and fnmatch per pattern per name cost ~6 us each (the search
     # benchmark's 2,000 matches spent 13 ms here). Compiled once per process
-    # for each distinct set (`protected_matcher`): a toolkit builds several
+    # for each distinct set (`protected_rule`): a toolkit builds several
     # Workspaces per branch and per clone, and compiling the default set
     # cost 12 ms each time.
-    _protected_re: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+    _protected_rule: ProtectedRule = attrs.field(init=False, repr=False, eq=False)
 
-    @_protected_re.default
-    def _compile(self) -> re.Pattern[str]:
-        return protected_matcher(self.protected)
+    @_protected_rule.default
+    def _compile(self) -> ProtectedRule:
+        return protected_rule(self.protected)
 
     @classmethod
     def at(
@@ -404,7 +444,7 @@ class Workspace:
 
     def is_protected(self, name: str) -> bool:
         """Whether one path component is a protected name."""
-        return _protected_name(self._protected_re, name)
+        return self._protected_rule.name(name)
 
     def is_hidden(self, relative: str | Path) -> bool:
         """Whether a root-relative path has a protected or ``.git`` component.
@@ -412,7 +452,7 @@ class Workspace:
         Listings and searches skip these; direct access to ``.git`` is allowed
         (a model may read ``.git/HEAD``), protected names never are.
         """
-        return _hidden(self._protected_re, Path(relative).as_posix())
+        return self._protected_rule.hidden(Path(relative).as_posix())
 
     def relative(self, path: Path) -> str:
         """`path` relative to the root, in POSIX form (``"."`` for the root itself)."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +17,7 @@ from hypothesis import strategies as st
 from lionfactory._os.binaries import BinaryFinder
 from lionfactory._os.project import ProjectView
 from lionfactory._os.workspace import Workspace
+from lionfactory.tools import _search_engines as engines
 from lionfactory.tools.search import search_tool
 
 DIRS = ("", "a", "b", "build", "a/sub", "b/build", "a/sub/deep", ".hidden")
@@ -150,3 +154,155 @@ async def test_engines_agree_on_context_case_and_modes(tmp_path: Path) -> None:
         answers = await both_engines(root, action="grep", **arguments)
         assert answers["ripgrep"]["content"] == answers["builtin"]["content"], arguments
         assert answers["ripgrep"]["total"] == answers["builtin"]["total"], arguments
+
+
+# -- ripgrep's plain output against its JSON events --------------------------------
+
+
+def _adversarial_tree(root: Path) -> None:
+    root.mkdir()
+    files: dict[bytes, bytes] = {
+        b"a.txt": b"one needle\ntwo\nthree needle\n",
+        b"crlf.txt": b"needle\r\nfoo\r\nNEEDLE bar\r\n",
+        b"co:lon-12:x.txt": b"needle colon\n12:needle-ish\n",
+        b"caf\xe9.txt": b"needle in a latin-1 name\n",
+        b"latin.txt": b"needle caf\xe9 \xff\n",
+        b"new\nline.txt": b"needle behind a newline in the name\n",
+        b"--": b"needle in a file called --\n",
+        b"multi.txt": b"aaa\nneedle\nbbb\nneedle2\nccc\n",
+        b"ctx.txt": b"".join(
+            b"l%d needle\n" % i if i % 5 == 0 else b"l%d\n" % i for i in range(30)
+        ),
+        b"early.bin": b"\0start\nneedle here\n",
+        # A match before the first NUL, which lies past ripgrep's first
+        # buffer: its plain output adds a notice about the binary file.
+        b"late.bin": b"needle early\n" + b"filler line\n" * 20_000 + b"\0\nneedle late\n",
+        b"sub/deep.txt": b"needle deep\n",
+    }
+    for name, data in files.items():
+        path = os.path.join(os.fsencode(root), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as file:
+            file.write(data)
+
+
+QUERIES = (
+    {"pattern": "needle"},
+    {"pattern": "needle", "case_insensitive": True},
+    {"pattern": "needle", "before": 2, "after": 1},
+    {"pattern": "needle\\nbbb\\nneedle2", "multiline": True},
+    {"pattern": "needle", "multiline": True, "after": 1},
+    {"pattern": "^l[0-9]+ needle$", "before": 3, "after": 3},
+    {"pattern": "needle", "globs": ("*.txt",)},
+    {"pattern": "needle", "target": "./sub"},
+    {"pattern": "needle", "target": "./late.bin"},
+    {"pattern": "needle", "target": "./early.bin"},
+    {"pattern": "needle", "target": "./new\nline.txt"},
+    {"pattern": "absent"},
+)
+
+
+async def test_plain_lines_and_json_events_give_the_same_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    _adversarial_tree(root)
+    workspace = Workspace.at(root)
+    view = ProjectView(workspace)
+    rg = BinaryFinder().find("rg")
+    assert rg is not None
+    parse = engines._parse_text_lines
+    plain_answers: list[bool] = []
+
+    def watched(stdout: str) -> list[engines.Line] | None:
+        lines = parse(stdout)
+        plain_answers.append(lines is not None)
+        return lines
+
+    for arguments in QUERIES:
+        query = engines.GrepQuery(**{"target": ".", **arguments})  # type: ignore[arg-type]
+        monkeypatch.setattr(engines, "_parse_text_lines", watched)
+        plain = await engines.grep_ripgrep(rg, workspace, view, query)
+        monkeypatch.setattr(engines, "_parse_text_lines", lambda stdout: None)
+        events = await engines.grep_ripgrep(rg, workspace, view, query)
+        assert plain == events, arguments
+    # The plain output answered the searches that do not reach the name with
+    # a newline (the multiline pair, ctx.txt's lines, ./sub, late.bin given
+    # by name, nothing found); the rest met that name, or early.bin's
+    # binary notice, and fell back to the events.
+    TEXT, JSON = True, False  # which output answered each query
+    assert plain_answers == [
+        *(JSON, JSON, JSON),  # the whole tree, case-insensitive, context
+        *(TEXT, JSON, TEXT),  # the multiline pair, multiline + context, ctx.txt
+        *(JSON, TEXT, TEXT),  # *.txt, ./sub, late.bin by name
+        *(JSON, JSON, TEXT),  # early.bin by name, the newline name, nothing
+    ]
+    everything = await engines.grep_ripgrep(
+        rg, workspace, view, engines.GrepQuery(pattern="needle", target=".")
+    )
+    assert {line.path for line in everything.lines} >= {"new\nline.txt", "caf\ufffd.txt", "--"}
+
+
+def test_plain_lines_refuse_what_they_cannot_read_exactly() -> None:
+    parse = engines._parse_text_lines
+    assert parse("./a\x001:x\n--\n./b\x002-y\n./cut\x003:fragm") == [
+        engines.Line("a", 1, "x", True),
+        engines.Line("b", 2, "y", False),
+    ]
+    assert parse("./a\x001:text with \x00 and : inside\n") == [
+        engines.Line("a", 1, "text with \x00 and : inside", True)
+    ]
+    assert parse("") == []
+    assert parse("./new\nline.txt\x001:x\n") is None  # a name with a newline
+    assert parse("./late.bin: WARNING: stopped searching binary file\n") is None
+    assert parse("b.txt\x001:x\n") is None  # every path starts with the target's "./"
+    assert parse("./a\x00x:y\n") is None
+
+
+# -- the protected names as ripgrep globs ------------------------------------------
+
+_NAME_PARTS = (
+    ".env", "env", ".", "id_rsa", "id_ed25519", ".pub", "pub", "_sk", ".bak", "~", ".swp",
+    ".copy", "pem", ".key", "key", "x", "-", ".netrc", "netrc", "credentials", ".aws", "p",
+)  # fmt: skip
+
+
+@given(
+    names=st.sets(
+        st.lists(st.sampled_from(_NAME_PARTS), min_size=1, max_size=4)
+        .map("".join)
+        .flatmap(lambda name: st.sampled_from([name, name.upper(), name.title()]))
+        .filter(lambda name: name not in (".", "..")),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_ripgrep_globs_exclude_exactly_the_protected_patterns(names: set[str]) -> None:
+    rg = BinaryFinder().find("rg")
+    assert rg is not None
+    protected = Workspace.at(Path("/")).protected
+    expected = {
+        name
+        for name in names
+        if not any(fnmatch.fnmatchcase(name.casefold(), pattern) for pattern in protected)
+    }
+    with tempfile.TemporaryDirectory(prefix="lf-globs-") as base:
+        for name in names:
+            Path(base, name).write_text("x\n")
+        done = subprocess.run(
+            [
+                rg,
+                "--no-config",
+                "--hidden",
+                "--files",
+                "--null",
+                *engines._protected_globs(protected),
+            ],
+            cwd=base,
+            capture_output=True,
+            check=False,
+        )
+    listed = {
+        os.fsdecode(record).removeprefix("./") for record in done.stdout.split(b"\0") if record
+    }
+    assert listed == expected
