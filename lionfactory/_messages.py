@@ -117,7 +117,7 @@ class ToolCall(BaseModel):
             answers the call with a `ToolInputError` instead of running it).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: str = Field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
     name: str
@@ -168,7 +168,7 @@ class Message(BaseModel):
             coverage). Treat it as read-only: messages are shared.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: str = Field(default_factory=_new_id)
     role: Role

@@ -23,7 +23,21 @@ import attrs
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser
 
-__all__ = ["ShellSyntaxError", "SimpleCommand", "simple_commands"]
+__all__ = ["MAX_COMMAND_CHARS", "ShellSyntaxError", "SimpleCommand", "simple_commands"]
+
+# Here rather than in the bash tool: the policies that check a command before
+# it runs share the cap without importing the tool.
+MAX_COMMAND_CHARS = 32_768
+"""Longest command a call may send.
+
+Linux refuses any single argument longer than 131,072 bytes
+(``MAX_ARG_STRLEN``); 32,768 characters stay under that even when every
+character takes four bytes in UTF-8, so no command the kernel would run is
+refused for its length. Content longer than that belongs in a file written
+with the editor, not in a command line; and the cap bounds the work of
+checking a command (splitting, parsing, operator scan, policy hooks) before it
+runs.
+"""
 
 
 class ShellSyntaxError(ValueError):

@@ -6,6 +6,9 @@ subagent), guarded by read-before-edit evidence that follows the branch's
 active view, with hooks and nudges. See `lionfactory.coding._toolkit`.
 """
 
+import importlib as _importlib
+import typing as _typing
+
 from lionfactory._shell_parse import ShellSyntaxError, SimpleCommand, simple_commands
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._nudges import (
@@ -17,9 +20,16 @@ from lionfactory.coding._nudges import (
     NudgeSnapshot,
     default_nudge_rules,
 )
-from lionfactory.coding._toolkit import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
 from lionfactory.coding.policies import deny_destructive_commands
 from lionfactory.coding.rules import Rule
+
+if _typing.TYPE_CHECKING:
+    from lionfactory.coding._toolkit import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
+
+# The toolkit module imports every tool module; it is imported when one of
+# its names is first asked for, so that importing this package for a rule or
+# a nudge does not build every tool's models.
+_FROM_TOOLKIT = frozenset({"ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"})
 
 __all__ = [
     "ALL_CODING_TOOLS",
@@ -40,6 +50,15 @@ __all__ = [
     "simple_commands",
 ]
 
-# Report the public import path in manifests and saved branches (as trio does
-# for its public API): `lionfactory.coding:coding_toolkit`.
-coding_toolkit.__module__ = __name__
+
+def __getattr__(name: str) -> object:
+    if name not in _FROM_TOOLKIT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    toolkit = _importlib.import_module("lionfactory.coding._toolkit")
+    for each in _FROM_TOOLKIT:
+        globals()[each] = getattr(toolkit, each)
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM_TOOLKIT})

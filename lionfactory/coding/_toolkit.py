@@ -548,3 +548,8 @@ def _toolkit_isolation(
         exposed=exposed,
         env_policy=DEFAULT_ENV_POLICY if env_policy is None else env_policy,
     )
+
+
+# Report the public import path in manifests and saved branches (as trio does
+# for its public API): `lionfactory.coding:coding_toolkit`.
+coding_toolkit.__module__ = "lionfactory.coding"

@@ -58,7 +58,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from lionfactory._echo import shorten
-from lionfactory._shell_parse import ShellSyntaxError, simple_commands
+from lionfactory._shell_parse import MAX_COMMAND_CHARS, ShellSyntaxError, simple_commands
 from lionfactory.coding._shellwords import (
     _SHELLS,
     has_long,
@@ -68,7 +68,6 @@ from lionfactory.coding._shellwords import (
     short_flags,
 )
 from lionfactory.errors import ToolDenied
-from lionfactory.tools.bash import MAX_COMMAND_CHARS
 
 __all__ = ["deny_destructive_commands"]
 

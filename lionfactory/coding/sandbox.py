@@ -111,7 +111,7 @@ fails: commit on the sandbox branch and use merge."""
 class SandboxRequest(BaseModel):
     """Arguments of one ``sandbox`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["create", "diff", "commit", "merge", "discard"] = Field(
         description=(
@@ -132,7 +132,7 @@ class SandboxRequest(BaseModel):
 class SandboxResponse(BaseModel):
     """The outcome of one ``sandbox`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action was carried out.")
     action: str = Field(description="The action that was asked for.")

@@ -111,7 +111,7 @@ The answer is cut to {MAX_RESPONSE_CHARS:,} characters."""
 class SubagentRequest(BaseModel):
     """Arguments of one ``subagent`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     instruction: str = Field(
         description=(
@@ -152,7 +152,7 @@ class SubagentRequest(BaseModel):
 class SubagentResponse(BaseModel):
     """The outcome of one ``subagent`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the sub-agent finished with a final answer.")
     response: str = Field(

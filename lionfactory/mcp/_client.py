@@ -67,7 +67,7 @@ _MAX_IMAGE_BASE64 = 4 * ((5 * 1024 * 1024 + 2) // 3)
 class McpResourceRef(BaseModel):
     """A resource a tool's result pointed to (``resource_link``) or carried (``resource``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     kind: Literal["resource_link", "resource"] = Field(
         description="resource_link: a reference to read later; resource: its contents came along."
@@ -86,7 +86,7 @@ class McpResourceRef(BaseModel):
 class McpToolResponse(BaseModel):
     """What a tool of an MCP server returned."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="False when the server reported the call as failed.")
     content: str = Field(
@@ -593,7 +593,7 @@ _MAX_RESOURCE_TEXT = 200_000
 class McpResourcesRequest(BaseModel):
     """List or read the resources of an MCP server."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["list", "read"] = Field(
         description="list: one page of the server's resources; read: one resource's contents."
@@ -620,7 +620,7 @@ class McpResourcesRequest(BaseModel):
 class McpResourceEntry(BaseModel):
     """One resource the server lists, or one part of a resource read."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     uri: str = Field(description="The resource's URI (pass it to read).")
     name: str | None = Field(default=None, description="Its name, when listed.")
@@ -634,7 +634,7 @@ class McpResourceEntry(BaseModel):
 class McpResourcesResponse(BaseModel):
     """What the server's resources tool returned."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="False when the server refused or could not be reached.")
     resources: list[McpResourceEntry] = Field(

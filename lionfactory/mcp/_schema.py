@@ -39,7 +39,7 @@ _SCALARS: dict[str, Any] = {
 class RemoteRequest(BaseModel):
     """Base of the request models built from a server's input schema."""
 
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    model_config = ConfigDict(defer_build=True, extra="allow", protected_namespaces=())
     remote_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
 
     @classmethod
@@ -53,7 +53,7 @@ class RemoteRequest(BaseModel):
 
 
 class _ClosedRemoteRequest(RemoteRequest):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(defer_build=True, extra="forbid", protected_namespaces=())
 
 
 def _union(options: list[Any]) -> Any:

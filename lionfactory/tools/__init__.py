@@ -13,7 +13,8 @@ Adding a tool is one module plus one export:
    and whether a response reports a failure) and ``hints=ToolHints(...)``
    (title, read-only, destructive, idempotent, open-world). Heavy private
    parts go in ``_<name>_*.py`` next to it.
-2. Re-export the factory and its models here (and in ``__all__``).
+2. Re-export the factory and its models here: name them in ``_EXPORTS``
+   (imported on first use), under ``TYPE_CHECKING`` and in ``__all__``.
 3. For a workspace tool only: add ``"<name>"`` to ``WORKSPACE_TOOLS`` in
    ``lionfactory/_builtins.py`` (the command line, ``mcp serve --toolkit
    standalone`` and the coding toolkit read that one list); to have the
@@ -26,39 +27,90 @@ read what the `Tool` says. ``tests/integrations/test_new_tool_recipe.py``
 serves a tool written this way through every one of them.
 """
 
+import importlib as _importlib
+import typing as _typing
+
 from lionfactory._os.environment import EnvPolicy
-from lionfactory.tools.ast_search import (
-    AstSearchMatch,
-    AstSearchRequest,
-    AstSearchResponse,
-    ast_search_tool,
-)
-from lionfactory.tools.bash import BashRequest, BashResponse, bash_tool
-from lionfactory.tools.code_check import (
-    CodeCheckRequest,
-    CodeCheckResponse,
-    CodeDiagnostic,
-    code_check_tool,
-)
-from lionfactory.tools.code_nav import NavItem, NavRequest, NavResponse, code_nav_tool
-from lionfactory.tools.context import (
-    ContextMessage,
-    ContextRequest,
-    ContextResponse,
-    context_tool,
-)
-from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
-from lionfactory.tools.jobs import JobInfo, JobsRequest, JobsResponse, jobs_tool
-from lionfactory.tools.messenger import (
-    MessengerEvent,
-    MessengerRequest,
-    MessengerResponse,
-    ReceivedMessage,
-    RecipientResult,
-    messenger_tool,
-)
-from lionfactory.tools.reader import ReaderRequest, ReaderResponse, reader_tool
-from lionfactory.tools.search import SearchRequest, SearchResponse, search_tool
+
+if _typing.TYPE_CHECKING:
+    from lionfactory.tools.ast_search import (
+        AstSearchMatch,
+        AstSearchRequest,
+        AstSearchResponse,
+        ast_search_tool,
+    )
+    from lionfactory.tools.bash import BashRequest, BashResponse, bash_tool
+    from lionfactory.tools.code_check import (
+        CodeCheckRequest,
+        CodeCheckResponse,
+        CodeDiagnostic,
+        code_check_tool,
+    )
+    from lionfactory.tools.code_nav import NavItem, NavRequest, NavResponse, code_nav_tool
+    from lionfactory.tools.context import (
+        ContextMessage,
+        ContextRequest,
+        ContextResponse,
+        context_tool,
+    )
+    from lionfactory.tools.editor import EditorRequest, EditorResponse, editor_tool
+    from lionfactory.tools.jobs import JobInfo, JobsRequest, JobsResponse, jobs_tool
+    from lionfactory.tools.messenger import (
+        MessengerEvent,
+        MessengerRequest,
+        MessengerResponse,
+        ReceivedMessage,
+        RecipientResult,
+        messenger_tool,
+    )
+    from lionfactory.tools.reader import ReaderRequest, ReaderResponse, reader_tool
+    from lionfactory.tools.search import SearchRequest, SearchResponse, search_tool
+
+# Each tool module is imported when one of its names is first asked for
+# (``from lionfactory.tools import reader_tool`` imports only the reader):
+# the ten modules together cost more than the rest of the package
+# (their request models and records are built when the module runs), and a
+# program that serves one tool should not pay for all of them.
+_EXPORTS: dict[str, str] = {
+    "AstSearchMatch": "lionfactory.tools.ast_search",
+    "AstSearchRequest": "lionfactory.tools.ast_search",
+    "AstSearchResponse": "lionfactory.tools.ast_search",
+    "BashRequest": "lionfactory.tools.bash",
+    "BashResponse": "lionfactory.tools.bash",
+    "CodeCheckRequest": "lionfactory.tools.code_check",
+    "CodeCheckResponse": "lionfactory.tools.code_check",
+    "CodeDiagnostic": "lionfactory.tools.code_check",
+    "ContextMessage": "lionfactory.tools.context",
+    "ContextRequest": "lionfactory.tools.context",
+    "ContextResponse": "lionfactory.tools.context",
+    "EditorRequest": "lionfactory.tools.editor",
+    "EditorResponse": "lionfactory.tools.editor",
+    "JobInfo": "lionfactory.tools.jobs",
+    "JobsRequest": "lionfactory.tools.jobs",
+    "JobsResponse": "lionfactory.tools.jobs",
+    "MessengerEvent": "lionfactory.tools.messenger",
+    "MessengerRequest": "lionfactory.tools.messenger",
+    "MessengerResponse": "lionfactory.tools.messenger",
+    "NavItem": "lionfactory.tools.code_nav",
+    "NavRequest": "lionfactory.tools.code_nav",
+    "NavResponse": "lionfactory.tools.code_nav",
+    "ReaderRequest": "lionfactory.tools.reader",
+    "ReaderResponse": "lionfactory.tools.reader",
+    "ReceivedMessage": "lionfactory.tools.messenger",
+    "RecipientResult": "lionfactory.tools.messenger",
+    "SearchRequest": "lionfactory.tools.search",
+    "SearchResponse": "lionfactory.tools.search",
+    "ast_search_tool": "lionfactory.tools.ast_search",
+    "bash_tool": "lionfactory.tools.bash",
+    "code_check_tool": "lionfactory.tools.code_check",
+    "code_nav_tool": "lionfactory.tools.code_nav",
+    "context_tool": "lionfactory.tools.context",
+    "editor_tool": "lionfactory.tools.editor",
+    "jobs_tool": "lionfactory.tools.jobs",
+    "messenger_tool": "lionfactory.tools.messenger",
+    "reader_tool": "lionfactory.tools.reader",
+    "search_tool": "lionfactory.tools.search",
+}
 
 __all__ = [
     "AstSearchMatch",
@@ -101,3 +153,16 @@ __all__ = [
     "reader_tool",
     "search_tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

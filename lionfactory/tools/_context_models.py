@@ -23,7 +23,7 @@ ContextAction = Literal[
 class ContextRequest(BaseModel):
     """Arguments of one ``context`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: ContextAction = Field(
         description=(
@@ -86,7 +86,7 @@ class ContextRequest(BaseModel):
 class ContextMessage(BaseModel):
     """One message in a ``get_messages`` listing."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     index: int = Field(description="View index (scope 'active') or record index (scope 'all').")
     role: Literal["system", "user", "assistant", "tool"] = Field(description="The role.")
@@ -105,7 +105,7 @@ class ContextMessage(BaseModel):
 class ContextResponse(BaseModel):
     """The result of one ``context`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action worked; if not, read `error`.")
     action: ContextAction = Field(description="The action this answers.")

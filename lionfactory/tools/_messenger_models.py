@@ -70,7 +70,7 @@ EventCallback = Callable[[MessengerEvent], "Awaitable[Any] | Any"]
 class MessengerRequest(BaseModel):
     """Arguments of one ``messenger`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: MessengerAction = Field(
         description=(
@@ -109,7 +109,7 @@ class MessengerRequest(BaseModel):
 class RecipientResult(BaseModel):
     """What happened for one addressed name."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str = Field(description="The name as you wrote it.")
     delivered: bool = Field(description="Whether the message reached that teammate's inbox.")
@@ -120,7 +120,7 @@ class RecipientResult(BaseModel):
 class ReceivedMessage(BaseModel):
     """One message taken from the inbox."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     sender: str = Field(description="Who sent it: a roster name when known (reply to it).")
     sender_id: str = Field(description="The sending branch's id.")
@@ -133,7 +133,7 @@ class ReceivedMessage(BaseModel):
 class MessengerResponse(BaseModel):
     """The result of one ``messenger`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action fully worked; if not, read `error`.")
     action: MessengerAction = Field(description="The action this answers.")

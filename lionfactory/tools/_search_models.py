@@ -31,7 +31,7 @@ MAX_CONTEXT = 50
 class SearchRequest(BaseModel):
     """Arguments of one ``search`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["grep", "find"] = Field(
         description="'grep' searches file contents; 'find' searches file and directory names."
@@ -170,7 +170,7 @@ class SearchRequest(BaseModel):
 class SearchResponse(BaseModel):
     """The outcome of one ``search`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the search ran (finding nothing is a success).")
     content: str | None = Field(

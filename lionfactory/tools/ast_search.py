@@ -80,7 +80,7 @@ or "error" (see summary)."""
 class AstSearchRequest(BaseModel):
     """Arguments of one ``ast_search`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     pattern: str = Field(
         min_length=1,
@@ -110,7 +110,7 @@ class AstSearchRequest(BaseModel):
 class AstSearchMatch(BaseModel):
     """One structural match."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     file: str = Field(description="The file, relative to the workspace root.")
     line: int = Field(description="One-based line where the match starts.")
@@ -121,7 +121,7 @@ class AstSearchMatch(BaseModel):
 class AstSearchResponse(BaseModel):
     """The outcome of one ``ast_search`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     status: Literal["ok", "matches", "unavailable", "error"] = Field(
         description="'matches': see the list; 'ok': nothing matched; 'unavailable': "

@@ -80,6 +80,7 @@ from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
 from lionfactory._os.supervisor import SupervisorGone, run_supervised
 from lionfactory._os.workspace import PathRefused, Workspace
+from lionfactory._shell_parse import MAX_COMMAND_CHARS
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._bash_shellsplit import leading_assignments, split, unquoted_operator
 from lionfactory.tools.jobs import REGISTRY, BranchJobs, JobLimit, JobRegistry, read_output
@@ -94,17 +95,6 @@ MAX_TIMEOUT_MS = 300_000
 
 HEAD_BYTES = DEFAULT_MAX_BYTES // 2
 """Bytes of a cut stream's beginning the answer shows (its end gets the same)."""
-
-MAX_COMMAND_CHARS = 32_768
-"""Longest command a call may send.
-
-Linux refuses any single argument longer than 131,072 bytes
-(``MAX_ARG_STRLEN``); 32,768 characters stay under that even when every
-character takes four bytes in UTF-8, so no command the kernel would run is
-refused for its length. Content longer than that belongs in a file written
-with the editor, not in a command line; and the cap bounds the work of
-checking a command (splitting, operator scan, policy hooks) before it runs.
-"""
 
 # Commands longer than this are split in a worker thread, so even the
 # longest allowed command does not hold up the event loop; shorter ones
@@ -162,7 +152,7 @@ def _description(shell: str | None, default_timeout: int) -> str:
 class BashRequest(BaseModel):
     """Arguments of one ``bash`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     command: str = Field(
         max_length=MAX_COMMAND_CHARS,
@@ -203,7 +193,7 @@ class BashRequest(BaseModel):
 class BashResponse(BaseModel):
     """The outcome of one ``bash`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     stdout: str = Field(default="", description="What the command wrote to stdout (capped).")
     stderr: str = Field(default="", description="What the command wrote to stderr (capped).")

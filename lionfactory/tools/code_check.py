@@ -89,7 +89,7 @@ or "error" (see summary)."""
 class CodeDiagnostic(BaseModel):
     """One finding of the linter."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     file: str = Field(description="The file, relative to the workspace root.")
     line: int = Field(description="One-based line where the finding starts.")
@@ -110,7 +110,7 @@ class CodeDiagnostic(BaseModel):
 class CodeCheckRequest(BaseModel):
     """Arguments of one ``code_check`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     paths: list[str] = Field(
         default_factory=list,
@@ -140,7 +140,7 @@ class CodeCheckRequest(BaseModel):
 class CodeCheckResponse(BaseModel):
     """The outcome of one ``code_check`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     status: Literal["ok", "diagnostics", "unavailable", "error"] = Field(
         description="'ok': no findings; 'diagnostics': see the list; 'unavailable': ruff is "

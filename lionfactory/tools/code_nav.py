@@ -68,7 +68,7 @@ _Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 class NavRequest(BaseModel):
     """Arguments of one ``code_nav`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["outline", "find_definition", "find_references"] = Field(
         description="'outline' lists the definitions; 'find_definition' and "
@@ -85,7 +85,7 @@ class NavRequest(BaseModel):
 class NavItem(BaseModel):
     """One definition or reference."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     kind: str = Field(
         description="class, function, async function, method, async method, variable, "
@@ -104,7 +104,7 @@ class NavItem(BaseModel):
 class NavResponse(BaseModel):
     """The outcome of one ``code_nav`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the file could be parsed and the action ran.")
     items: list[NavItem] = Field(

@@ -85,7 +85,7 @@ MAX_PATCH_CHARS = 8 * 1024 * 1024
 class EditSpec(BaseModel):
     """One replacement of a ``multi_edit`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     old_string: str = Field(
         min_length=1,
@@ -100,7 +100,7 @@ class EditSpec(BaseModel):
 class EditorRequest(BaseModel):
     """Arguments of one ``editor`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["write", "edit", "multi_edit", "insert", "apply_patch"] = Field(
         description=(
@@ -170,7 +170,7 @@ class EditorRequest(BaseModel):
 class EditorResponse(BaseModel):
     """The result of one ``editor`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the file was changed; if not, read `error`.")
     content: str | None = Field(

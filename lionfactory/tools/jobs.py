@@ -462,7 +462,7 @@ def read_output(path: Path, offset: int, limit: int) -> tuple[str, int, int]:
 class JobsRequest(BaseModel):
     """Arguments of one ``jobs`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["list", "output", "wait", "kill"] = Field(
         description=(
@@ -506,7 +506,7 @@ class JobsRequest(BaseModel):
 class JobInfo(BaseModel):
     """One job in a ``list`` answer."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     job_id: str = Field(description="The job's id.")
     command: str = Field(description="The command it runs (cut to 200 characters).")
@@ -519,7 +519,7 @@ class JobInfo(BaseModel):
 class JobsResponse(BaseModel):
     """The outcome of one ``jobs`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     jobs: list[JobInfo] | None = Field(default=None, description="list: the branch's jobs.")
     job_id: str | None = Field(default=None, description="The job or output the answer is about.")

@@ -62,7 +62,7 @@ _BINARY_DOCUMENTS = frozenset({".pdf", ".docx", ".pptx"})
 class ReaderRequest(BaseModel):
     """Arguments of one ``reader`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["read", "open", "list_dir"] = Field(
         description=(
@@ -108,7 +108,7 @@ class ReaderRequest(BaseModel):
 class ReaderResponse(BaseModel):
     """The result of one ``reader`` call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action worked; if not, read `error`.")
     content: str | None = Field(
