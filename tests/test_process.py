@@ -256,3 +256,56 @@ async def test_a_chatty_writer_loses_nothing_and_keeps_its_order(tmp_path: Path)
     assert result.stdout == expected
     assert result.stderr == "e" * 3000
     assert b"".join(seen).count(b"\n") == 3000
+
+
+def test_a_garbled_info_pipe_names_no_process() -> None:
+    from lionfactory._os import process
+
+    for data in (b"", b"{", b'{"child-pid": "7"}', b'{"child-pid": 1}', b"[]", b'{"x": 5}'):
+        read, write = os.pipe()
+        os.write(write, data)
+        os.close(write)
+        try:
+            assert process._reported_pid(read) is None, data
+        finally:
+            os.close(read)
+
+
+def _running_with(marker: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as file:
+                if marker.encode() in file.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+async def test_the_sandbox_first_process_is_awaited_not_the_whole_proc_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lionfactory._os import isolation, process
+
+    if isolation.containment() != "bwrap":
+        pytest.skip("the unconfined PID namespace is bwrap's only where bwrap works")
+
+    async def no_scan(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the group was scanned in /proc")
+
+    monkeypatch.setattr(process, "_wait_group_gone", no_scan)
+    marker = "31.4159"
+    iso = isolation.workspace_isolation("none", tmp_path)
+    result = await run_process(
+        ["sh", "-c", f"setsid sleep {marker} & sleep {marker}1 & echo started"],
+        cwd=tmp_path,
+        timeout=30,
+        isolation=iso,
+    )
+    assert result.stdout == "started\n"
+    # The namespace died with its first process: neither the detached nor
+    # the background sleep outlived the call.
+    assert _running_with(marker) == []

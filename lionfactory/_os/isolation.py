@@ -334,6 +334,9 @@ class Launch:
             handed to the child and closed by the caller once it started.
         graceful: the wrapper is a subreaper that must get ``SIGTERM``
             (and a moment) before the group kill, to kill what it adopted.
+        first_process: the read end of a pipe on which bwrap reports the
+            host pid of the sandbox's first process (``--info-fd``), when
+            asked for; the caller closes it.
     """
 
     argv: tuple[str, ...]
@@ -341,6 +344,7 @@ class Launch:
     tmpdir: Path | None
     pass_fds: tuple[int, ...] = ()
     graceful: bool = False
+    first_process: int | None = None
 
 
 @attrs.frozen
@@ -437,15 +441,29 @@ class Isolation:
         """Whether `launch` wraps the program (a mechanism, or ``"none"``'s PID namespace)."""
         return self.confined or (self.policy.pid_namespace and containment() != "group")
 
-    def launch(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None) -> Launch:
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        report_first_process: bool = False,
+    ) -> Launch:
         """Wrap `argv` in the mechanism; creates the private temp dir when the policy wants one.
 
         The one translation from policy to process: every caller that starts
         a program under an isolation (the process seam, a long-lived shell)
         uses this, so what the README promises holds for each.
+
+        With `report_first_process`, a bwrap launch also gets an info pipe
+        (`Launch.first_process`): when bwrap's first process in the sandbox
+        is gone, so is everything in its PID namespace (the kernel kills the
+        rest before the namespace's init finishes exiting), so a caller
+        waits for that one process instead of scanning ``/proc``.
         """
         if not self.confined:
-            return _contained(tuple(argv), cwd, env, self.policy.pid_namespace)
+            launch = _contained(tuple(argv), cwd, env, self.policy.pid_namespace)
+            return _reporting(launch) if report_first_process else launch
         tmpdir = None
         child_env = dict(os.environ if env is None else env)
         policy = self.policy
@@ -461,7 +479,8 @@ class Isolation:
                 fd = _seccomp_fd()
                 fds = (fd,)
                 head[1:1] = ["--seccomp", str(fd)]
-            return Launch((*head, *argv), child_env, None, pass_fds=fds)
+            launch = Launch((*head, *argv), child_env, None, pass_fds=fds)
+            return _reporting(launch) if report_first_process else launch
         if policy.private_tmp:
             # Landlock can only grant access to existing host directories.
             tmpdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-tmp-")))
@@ -506,6 +525,17 @@ def _contained(
     if how == "helper":
         return Launch((sys.executable, "-I", "-S", str(HELPER), "-P", "--", *argv), env, None)
     return Launch(argv, env, None)
+
+
+def _reporting(launch: Launch) -> Launch:
+    """`launch` with bwrap's ``--info-fd`` on a new pipe (unchanged for other wrappers)."""
+    if not launch.argv or os.path.basename(launch.argv[0]) != "bwrap":
+        return launch
+    read, write = os.pipe2(os.O_CLOEXEC)
+    # Only the reader never blocks: bwrap writes its few bytes at once.
+    os.set_blocking(read, False)
+    argv = (launch.argv[0], "--info-fd", str(write), *launch.argv[1:])
+    return attrs.evolve(launch, argv=argv, pass_fds=(*launch.pass_fds, write), first_process=read)
 
 
 def _seccomp_fd() -> int:

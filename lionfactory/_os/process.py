@@ -37,6 +37,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import functools
+import json
 import os
 import shutil
 import signal
@@ -268,6 +269,59 @@ async def _wait_group_gone(pgid: int, *, zombies_count: bool = True) -> None:
             delay = min(delay * 2, 0.05)
 
 
+def _reported_pid(fd: int) -> int | None:
+    """The ``child-pid`` bwrap wrote on its info pipe, or None when it wrote none.
+
+    The sandboxed program may have written there too; a pid it names is
+    only waited for if it is in the call's own process group (and killed).
+    """
+    try:
+        data = os.read(fd, 4096)
+        pid = json.loads(data)["child-pid"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+async def _wait_process_gone(pid: int, pgid: int) -> None:
+    """Wait until the sandbox's first process `pid` has exited (bounded).
+
+    When a PID namespace's first process has exited, the kernel has killed
+    and reaped everything else in the namespace, so this is all that
+    `_wait_group_gone` would wait for, with one descriptor instead of a
+    scan of every ``/proc`` entry (1.4 ms of a 7 ms ``bash true``).
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # reaped already
+    except OSError:
+        await _wait_group_gone(pgid, zombies_count=False)
+        return
+    try:
+        # The number might have been reused since (by the time it was read):
+        # only a member of the call's group is the process meant.
+        if _live_group_of(pid) not in (None, pgid):
+            return
+        with anyio.move_on_after(_GROUP_GONE_GRACE):
+            await anyio.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+
+
+def _live_group_of(pid: int) -> int | None:
+    """The process group of a running `pid` (None when it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2 :].split()
+    if len(fields) < 3 or fields[0] == b"Z":
+        return None
+    return int(fields[2])
+
+
 def _check_program(program: str, cwd: Path, env: Mapping[str, str] | None) -> None:
     """Fail like exec would for a program a wrapper could not start.
 
@@ -420,14 +474,15 @@ async def run_process(
     launch_argv, launch_env, tmpdir = list(args), env, None
     pass_fds: tuple[int, ...] = ()
     graceful = False
+    first_process: int | None = None
     wrapped = isolation is not None and isolation.wraps
     if isolation is not None and wrapped:
         if any("\x00" in arg for arg in args):
             raise LaunchError(args[0], "embedded null byte")
         _check_program(args[0], Path(cwd), env)
-        launch = isolation.launch(args, cwd=Path(cwd), env=env)
+        launch = isolation.launch(args, cwd=Path(cwd), env=env, report_first_process=True)
         launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
-        pass_fds, graceful = launch.pass_fds, launch.graceful
+        pass_fds, graceful, first_process = launch.pass_fds, launch.graceful, launch.first_process
     try:
         process = await anyio.open_process(
             launch_argv,
@@ -442,6 +497,8 @@ async def run_process(
     except (OSError, ValueError) as exc:
         # ValueError: an argument with a NUL byte never reaches exec().
         _remove(tmpdir)
+        if first_process is not None:
+            os.close(first_process)
         raise LaunchError(args[0], _launch_reason(exc)) from None
     finally:
         for fd in pass_fds:
@@ -479,7 +536,12 @@ async def run_process(
             alive = _signal_group(pgid, signal.SIGKILL)
             with anyio.move_on_after(_REAP_GRACE):
                 await process.aclose()
-            if alive:
+            first = _reported_pid(first_process) if first_process is not None else None
+            if first_process is not None:
+                os.close(first_process)
+            if alive and first is not None:
+                await _wait_process_gone(first, pgid)
+            elif alive:
                 # Under a mechanism, every call leaves the sandbox's first
                 # process as a zombie for init; waiting for init to reap it
                 # guarantees nothing more (it runs nothing, and its namespace
