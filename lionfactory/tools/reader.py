@@ -155,7 +155,9 @@ def _failure(message: str) -> ReaderResponse:
     return ReaderResponse(success=False, error=message)
 
 
-def _window_response(window: Window, offset: int, what: str) -> ReaderResponse:
+def _window_response(
+    window: Window, offset: int, what: str, content_hash: str | None = None
+) -> ReaderResponse:
     notes: list[str] = []
     if window.past_end:
         notes.append(
@@ -188,6 +190,7 @@ def _window_response(window: Window, offset: int, what: str) -> ReaderResponse:
         next_offset=window.next_offset,
         total_lines=window.total_lines,
         notice=" ".join(notes) or None,
+        content_hash=content_hash,
     )
 
 
@@ -222,10 +225,10 @@ def _read_file(
     if want_evidence:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0
         evidence = FileEvidence.of(loc.path, st, digest, whole_file=whole)
-    response = _window_response(window, offset, "file")
-    if evidence is not None and evidence.sha256 is not None:
-        response = response.model_copy(update={"content_hash": evidence.sha256})
-    return response, evidence
+    # The hash goes in as the response is made (a copy of a response holding
+    # the whole window, made only to add it, cost more than building it).
+    digest_hex = None if evidence is None else evidence.sha256
+    return _window_response(window, offset, "file", digest_hex), evidence
 
 
 def _open_error(exc: OSError, shown: str) -> str:
