@@ -152,18 +152,32 @@ class Compaction:
     stubbed: int
     dropped: int
     held: int
+    sizes: list[int] = attrs.field(factory=list, eq=False, repr=False)
+    """The size of each record entry of the compacted log, in record order."""
 
 
-def compact(branch: Branch, budget: int) -> Compaction:
+def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> Compaction:
     """Compact `branch` until it holds at most ``budget // 2`` (see the module docstring).
 
     The log is rebuilt with the stubs in place of the originals (same ids,
     order, view and summaries) when stubbing is enough; when calls must be
     dropped, it is rebuilt from the kept messages of the active view.
+
+    Args:
+        branch: the branch whose log is compacted.
+        budget: the session's budget in characters.
+        sizes: `_chars` of every record entry, when the caller counted them
+            already (`SessionMemory` does, call by call); counted here otherwise.
     """
     target = budget // 2
     record, keys, active, summaries = branch.messages.state()
-    sizes = [_chars(message) for message in record]
+    # Counting every message again (a JSON dump of each one's metadata) made
+    # each compaction cost the whole session's length: in a long session,
+    # about a third of the server's time. Record entries never change in
+    # place, so the sizes counted when they arrived still hold.
+    sizes = (
+        [_chars(m) for m in record] if sizes is None or len(sizes) != len(record) else list(sizes)
+    )
     held = sum(sizes)
     stubbed = 0
     for index, message in enumerate(record):
@@ -182,16 +196,16 @@ def compact(branch: Branch, budget: int) -> Compaction:
     if held <= target:
         if stubbed:
             branch.messages = MessageLog.from_state(record, keys, active, summaries)
-        return Compaction(stubbed, 0, held)
+        return Compaction(stubbed, 0, held, sizes)
     kept, held = _drop_oldest(record, sizes, active, target)
-    branch.messages = MessageLog(kept)
-    return Compaction(stubbed, len(record) - len(kept), held)
+    branch.messages = MessageLog([record[i] for i in kept])
+    return Compaction(stubbed, len(record) - len(kept), held, [sizes[i] for i in kept])
 
 
 def _drop_oldest(
     record: list[Message], sizes: list[int], active: list[int], target: int
-) -> tuple[list[Message], int]:
-    """The active view without its oldest tool traffic, down to `target` if it can be.
+) -> tuple[list[int], int]:
+    """The record indices of the active view without its oldest tool traffic, down to `target`.
 
     Messages outside the active view (already compacted away by a summary)
     go first: the guard never looks at them.
@@ -228,7 +242,7 @@ def _drop_oldest(
             if i not in dropped and droppable(i, keep_evidence):
                 dropped.add(i)
                 held -= sizes[i]
-    return [record[i] for i in view if i not in dropped], held
+    return [i for i in view if i not in dropped], held
 
 
 @attrs.define(eq=False)
@@ -244,10 +258,10 @@ class SessionMemory:
     dropped: int = 0
     compactions: int = 0
     peak: int = 0
-    # The log counted so far and how many of its record entries: a log
-    # replaced behind our back (a branch loaded from a store) is counted again.
+    # The log counted so far and the size of each of its record entries: a
+    # log replaced behind our back (a branch loaded from a store) is counted again.
     _log: MessageLog | None = None
-    _counted: int = 0
+    _sizes: list[int] = attrs.field(factory=list)
 
     def reset(self) -> None:
         """Count the branch again from scratch at the next call (it was replaced)."""
@@ -256,17 +270,21 @@ class SessionMemory:
     def after_call(self, branch: Branch, budget: int | None) -> None:
         """Count what the last calls added; compact when over `budget`."""
         messages = branch.messages
-        if messages is not self._log or messages.total < self._counted:
-            self._log, self._counted, self.held = messages, 0, 0
-        self.held += held_chars(messages.record_since(self._counted))
-        self._counted = messages.total
+        if messages is not self._log or messages.total < len(self._sizes):
+            self._log, self._sizes, self.held = messages, [], 0
+        added = [_chars(message) for message in messages.record_since(len(self._sizes))]
+        self._sizes += added
+        self.held += sum(added)
         if budget is not None and self.held > budget:
-            done = compact(branch, budget)
+            done = compact(branch, budget, self._sizes)
             self.held = done.held
             self.compacted += done.stubbed
             self.dropped += done.dropped
             self.compactions += 1
-            self._log, self._counted = branch.messages, branch.messages.total
+            self._log, self._sizes = branch.messages, done.sizes
+            if branch.messages.total != len(self._sizes):  # never expected: count afresh
+                self._sizes = [_chars(message) for message in branch.messages.record_since(0)]
+                self.held = sum(self._sizes)
         self.peak = max(self.peak, self.held)
 
     def status(self, branch: Branch, budget: int | None) -> SessionStatus:

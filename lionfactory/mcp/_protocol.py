@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from lionfactory._acting import ActionResult
+from lionfactory._acting import ActionResult, encode_json_string
 from lionfactory._echo import echo
 from lionfactory._tool import Tool
 from lionfactory.mcp._hints import mcp_annotations, output_schema
@@ -210,7 +210,7 @@ def call_result_json(
         meta: more ``_meta`` entries (a 2026-07-28 result's server identity).
     """
     text, structured, is_error = _parts(action)
-    head = '{"content":[{"type":"text","text":' + json.dumps(text, ensure_ascii=False) + "}]"
+    head = '{"content":[{"type":"text","text":' + encode_json_string(text) + "}]"
     tail = ',"isError":' + ("true" if is_error else "false")
     if structured is not None and has_structured_content(version):
         tail += ',"structuredContent":' + structured

@@ -155,7 +155,9 @@ def _failure(message: str) -> ReaderResponse:
     return ReaderResponse(success=False, error=message)
 
 
-def _window_response(window: Window, offset: int, what: str) -> ReaderResponse:
+def _window_response(
+    window: Window, offset: int, what: str, content_hash: str | None = None
+) -> ReaderResponse:
     notes: list[str] = []
     if window.past_end:
         notes.append(
@@ -188,6 +190,7 @@ def _window_response(window: Window, offset: int, what: str) -> ReaderResponse:
         next_offset=window.next_offset,
         total_lines=window.total_lines,
         notice=" ".join(notes) or None,
+        content_hash=content_hash,
     )
 
 
@@ -222,10 +225,10 @@ def _read_file(
     if want_evidence:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0
         evidence = FileEvidence.of(loc.path, st, digest, whole_file=whole)
-    response = _window_response(window, offset, "file")
-    if evidence is not None and evidence.sha256 is not None:
-        response = response.model_copy(update={"content_hash": evidence.sha256})
-    return response, evidence
+    # The hash goes in as the response is made (a copy of a response holding
+    # the whole window, made only to add it, cost more than building it).
+    digest_hex = None if evidence is None else evidence.sha256
+    return _window_response(window, offset, "file", digest_hex), evidence
 
 
 def _open_error(exc: OSError, shown: str) -> str:
@@ -330,6 +333,10 @@ def _list_dir(
     )
 
 
+_LOCATED_PATHS = 1024
+"""Located paths one reader keeps (then it starts again): bounded, whatever a client sends."""
+
+
 class _ReaderHandler:
     """The ``reader`` handler: one workspace, one document opener."""
 
@@ -343,6 +350,13 @@ class _ReaderHandler:
         self.workspace = workspace
         self.opener = opener
         self.images = images
+        # Paths this handler located before. `Workspace.locate` is lexical (no
+        # filesystem access) and the workspace is immutable, so the same path
+        # gives the same Location; redoing the pathlib work was about 3% of a
+        # served 20 KB read. Links and file types are still judged by the
+        # kernel when the Location is opened, on every call. Refused paths
+        # are not kept (their check raises again).
+        self._located: dict[str, Location] = {}
 
     def __repr__(self) -> str:
         return f"<reader handler root={str(self.workspace.root)!r}>"
@@ -358,7 +372,7 @@ class _ReaderHandler:
                 f"hosts). For workspace files give a path."
             )
         try:
-            loc = self.workspace.locate(request.path)
+            loc = self._locate(request.path)
         except PathRefused as exc:
             return _failure(exc.message)
         if request.action == "read":
@@ -386,6 +400,15 @@ class _ReaderHandler:
                 _list_dir, self.workspace, loc, bool(request.recursive), types, view
             )
         return await self._open(loc, offset, limit)
+
+    def _locate(self, path: str) -> Location:
+        loc = self._located.get(path)
+        if loc is None:
+            loc = self.workspace.locate(path)
+            if len(self._located) >= _LOCATED_PATHS:
+                self._located.clear()
+            self._located[path] = loc
+        return loc
 
     async def _open(self, target: str | Location, offset: int, limit: int) -> ReaderResponse:
         try:

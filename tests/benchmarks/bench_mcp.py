@@ -62,17 +62,46 @@ Profile findings (``python -X importtime -m lionfactory mcp serve``, and
 * What is still slower than Node. Start-up: in CPU time both servers now
   take about 0.30 s; the rest of the wall-clock gap is Python's start plus the
   imports of pydantic, attrs and trio (about 0.25 s before any lionfactory
-  code) and the served tools' models. Per call, measured with a raw JSON-RPC
-  driver and ``/usr/bin/time`` on each server for 1 and for 300 reads: about
-  1.1 ms of server CPU per 20 KB read against Node's 0.6 ms. ``cProfile``
-  of ``lionfactory._cli.main(["mcp", "serve", ...])`` under 300 reads puts
-  about 0.23 ms per call in ``Workspace.resolve`` (``realpath`` and ``stat``
-  calls that keep the path inside the workspace), 0.08 ms in encoding the
-  result as the tool message's JSON (``json.dumps`` of 22 KB with
-  ``ensure_ascii=False``), 0.05 ms in escaping that JSON as the text block,
-  and the rest in ``Branch.act``'s records, the toolkit's evidence, trio's
-  scheduling and one worker-thread round trip for the file read (so that
-  file I/O never blocks the event loop).
+  code) and the served tools' models.
+* Per call (second round of profiling, ``py-spy`` of the server under a raw
+  JSON-RPC driver, and the server's CPU time from ``/proc`` over 300 and
+  2,000 reads, alternating trees): the two JSON escapes of a 20 KB result
+  (the tool message's JSON, then that JSON as the text block) cost 0.24 ms
+  with the json module and 0.07 ms now (`lionfactory._acting.encode_json`:
+  long strings are escaped by pydantic_core, the text is byte for byte what
+  ``json.dumps`` made); the session budget counted every message of the
+  session again at each compaction (a third of the server's time after a few
+  thousand calls) and now counts each message once; the reader's lexical
+  path check is remembered per path. Server CPU per read went from 1.43-1.49
+  ms (best of the rounds; medians 1.60-1.95) to 1.03-1.17 ms (medians
+  1.47-1.56); Node's is 0.8-0.95 ms.
+* Where a served read's time goes now (in process, a quiet machine, of
+  about 1.4 ms from the client's write to its read of the reply): the file
+  read itself (open beneath the root, fstat, sniff, the 256-row window, the
+  SHA-256 evidence) 0.28 ms; the worker-thread round trip it runs in 0.2-0.26
+  ms (kept: a read of a file on a hung network mount must not stop the
+  event loop, which also answers pings and cancellations); `Branch.act`'s
+  records (a ToolCall, two pydantic Messages, their token estimates, ids)
+  about 0.15 ms; the result's encoding 0.07 ms; the toolkit's nudge hook and
+  argument validation 0.06 ms; trio's task per call, the pipe writes of the
+  45 KB reply and the budget's count about 0.3 ms; and, every ~90 calls, a
+  compaction whose cost grows with the session: ``MessageLog.from_state``
+  recomputes every message's token estimate (a JSON dump of each call's
+  arguments), about 8% of the server's time after 3,000 calls. The rest of
+  the gap in the benchmark's figures is the official Python client, which
+  costs the same against both servers (about 1.3 ms per call: parsing the
+  reply, pydantic, and validating ``structuredContent`` against the tool's
+  ``outputSchema`` with ``jsonschema``, 0.2 ms for the reader's nine
+  fields against the reference server's one).
+* HTTP: each handshake-era call costs 8-9 ms end to end on this machine
+  for both servers, nearly all of it in the SDK's Streamable HTTP stack
+  (Starlette, SSE, the SDK's own validation) and in the client; lionfactory
+  adds `Branch.act` (about 0.8 ms of CPU) to what the bare server does. A
+  stateless (2026-07-28) call also builds the served branch (about 4 ms of
+  CPU for the coding toolkit, measured 3-4 ms): nearly half of it resolving each tool's
+  isolation policy again (``realpath`` of every exposed PATH directory, per
+  tool), and ``sysconfig.get_paths`` for each helper tool's binary finder,
+  work that could be shared across branches.
 """
 
 from __future__ import annotations

@@ -256,3 +256,35 @@ async def test_a_call_in_flight_keeps_its_call_while_others_compact(tmp_path: Pa
     call = next(m for m in messages if m.tool_calls and m.tool_calls[0].name == "wait_for_release")
     answer = next(m for m in messages if m.call_id == call.tool_calls[0].id)
     assert messages.index(call) < messages.index(answer)
+
+
+async def test_a_compaction_counts_no_message_again_and_its_count_stays_exact(
+    big_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lionfactory.mcp import _budget
+
+    counted: list[str] = []
+    original = _budget._chars
+
+    def counting(message: Any) -> int:
+        counted.append(message.id)
+        return original(message)
+
+    monkeypatch.setattr(_budget, "_chars", counting)
+    sessions = SessionBranches(toolkit_maker(big_files), memory_budget=60_000)
+    for _ in range(80):  # ~50 kB each: a compaction per call, stubbing, then dropping
+        with sessions.use("s") as branch:
+            assert (await branch.act("reader", {"action": "read", "path": "big.txt"})).ok
+    status = sessions.status("s")
+    assert status is not None and status.compactions >= 5 and status.dropped_messages > 0
+    with sessions.use("s") as branch:
+        record = branch.messages.record
+    # The running count is the log's true size, though compactions reused the sizes.
+    assert status.held_chars == original_held(record, original)
+    # Every message was counted when it arrived and each stub when it was made: a
+    # compaction never walked the whole session again.
+    assert len(counted) <= 2 * 80 + 2 * 80
+
+
+def original_held(record: Any, chars: Callable[[Any], int]) -> int:
+    return sum(chars(message) for message in record)

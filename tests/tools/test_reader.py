@@ -518,3 +518,30 @@ async def test_a_read_asked_for_evidence_returns_the_whole_file_hash(reader, wor
     assert whole["content_hash"] == window["content_hash"] == hashlib.sha256(data).hexdigest()
     plain = await reader(action="read", path="h.txt")
     assert plain["content_hash"] is None  # nothing asked for evidence: nothing hashed
+
+
+async def test_a_path_read_before_is_judged_again_when_it_became_a_link_leaving(
+    reader, workspace: Path
+):
+    # The reader remembers where a path points lexically; where it leads is the
+    # kernel's answer at every open, so a swap between two reads is caught.
+    outside = workspace.parent / "outside_swap"
+    outside.mkdir()
+    (outside / "s.txt").write_text("OUTSIDE\n")
+    (workspace / "notes.txt").write_text("inside\n")
+    first = await reader(action="read", path="notes.txt")
+    assert first["success"] is True and "inside" in first["content"]
+    (workspace / "notes.txt").unlink()
+    (workspace / "notes.txt").symlink_to(f"../{outside.name}/s.txt")
+    second = await reader(action="read", path="notes.txt")
+    assert second["success"] is False
+    assert "outside the workspace" in second["error"]
+    assert "OUTSIDE" not in str(second)
+
+
+async def test_a_refused_path_is_refused_every_time(reader, workspace: Path):
+    (workspace / ".env").write_text("TOKEN=hunter2\n")
+    for _ in range(2):
+        result = await reader(action="read", path=".env")
+        assert result["success"] is False
+        assert "hunter2" not in str(result)

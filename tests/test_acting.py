@@ -1,0 +1,88 @@
+"""`lionfactory._acting`: the fast JSON encoding of tool results matches json.dumps exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lionfactory._acting import encode_json, encode_json_string
+
+
+def _reference(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def test_every_code_point_is_escaped_as_json_does() -> None:
+    # Long enough for the fast path: each code point sits inside a 200-character string.
+    for start in range(0, sys.maxunicode + 1, 4096):
+        chars = "".join(chr(c) for c in range(start, min(start + 4096, sys.maxunicode + 1)))
+        for i in range(0, len(chars), 64):
+            text = "x" * 150 + chars[i : i + 64] + '"\\/\n\t\r\b\f\x00\x1f\x7f'
+            assert encode_json_string(text) == json.dumps(text, ensure_ascii=False)
+
+
+def test_a_lone_surrogate_is_encoded_as_json_does() -> None:
+    text = "row\n" * 100 + "\ud800 end"
+    assert encode_json_string(text) == json.dumps(text, ensure_ascii=False)
+    assert encode_json({"content": text}) == _reference({"content": text})
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=300),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=20), json_values, max_size=8))
+def test_a_response_mapping_encodes_like_json_dumps(value: dict[str, Any]) -> None:
+    assert encode_json(value) == _reference(value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(json_values)
+def test_any_other_value_encodes_like_json_dumps(value: Any) -> None:
+    assert encode_json(value) == _reference(value)
+
+
+def test_values_json_cannot_encode_go_through_default_str() -> None:
+    value = {"path": object.__new__(type("P", (), {"__str__": lambda self: "p"})), 1: "k"}
+    assert encode_json(value) == _reference(value)
+    assert encode_json({"big": {1, 2}, "text": "y" * 500}) == _reference(
+        {"big": {1, 2}, "text": "y" * 500}
+    )
+
+
+def test_non_string_keys_and_special_floats_match() -> None:
+    for value in ({1: "a", "b": 2}, {"nan": math.nan, "inf": -math.inf}, {"t": (1, "x" * 200)}):
+        assert encode_json(value) == _reference(value)
+
+
+def test_a_circular_result_raises_like_json_dumps() -> None:
+    value: dict[str, Any] = {"content": "x" * 200}
+    value["self"] = value
+    with pytest.raises(ValueError, match="Circular reference"):
+        _reference(value)
+    with pytest.raises(ValueError, match="Circular reference"):
+        encode_json(value)
+
+
+def test_an_integer_too_long_to_print_raises_like_json_dumps() -> None:
+    value = {"n": 10 ** (sys.get_int_max_str_digits() + 10)}
+    with pytest.raises(ValueError, match="integer string conversion"):
+        _reference(value)
+    with pytest.raises(ValueError, match="integer string conversion"):
+        encode_json(value)
