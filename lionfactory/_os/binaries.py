@@ -14,6 +14,7 @@ timeout or an unexpected exit status into an error.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -42,12 +43,20 @@ def environment_dirs() -> tuple[Path, ...]:
     has another scheme). The executable is not resolved: in a virtual
     environment it is a symlink whose *own* folder is the one we want.
     """
+    # Derived once per interpreter layout: sysconfig expands its scheme on
+    # every call (0.4 ms), and each helper tool of every toolkit asked.
+    return _environment_dirs(sys.prefix, sys.exec_prefix, sys.executable)
+
+
+@functools.lru_cache(maxsize=4)
+def _environment_dirs(prefix: str, exec_prefix: str, executable: str) -> tuple[Path, ...]:
+    del prefix, exec_prefix  # the cache key: sysconfig reads them itself
     dirs: list[Path] = []
     scripts = sysconfig.get_path("scripts")
     if scripts:
         dirs.append(Path(scripts))
-    if sys.executable:
-        dirs.append(Path(sys.executable).parent)
+    if executable:
+        dirs.append(Path(executable).parent)
     return tuple(dict.fromkeys(dirs))
 
 

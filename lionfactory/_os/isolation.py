@@ -106,8 +106,20 @@ _SANDBOX_UID = 1000
 _ENV = "/usr/bin/env"
 
 
+class _Resolved(tuple[Path, ...]):
+    """Paths `_paths` already resolved (and de-duplicated)."""
+
+    __slots__ = ()
+
+
 def _paths(values: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
-    return tuple(dict.fromkeys(Path(os.path.realpath(v)) for v in values))
+    # attrs runs converters again on every `attrs.evolve`, and the toolkit
+    # narrows one policy per tool: resolving the same thirty toolchain paths
+    # with realpath each time was 40% of building a coding toolkit. Paths
+    # resolved here come back marked, and pass through untouched.
+    if isinstance(values, _Resolved):
+        return values
+    return _Resolved(dict.fromkeys(Path(os.path.realpath(v)) for v in values))
 
 
 def _under(path: Path, root: Path) -> bool:
