@@ -474,8 +474,9 @@ class Isolation:
         waits for that one process instead of scanning ``/proc``.
         """
         if not self.confined:
-            launch = _contained(tuple(argv), cwd, env, self.policy.pid_namespace)
-            return _reporting(launch) if report_first_process else launch
+            return _contained(
+                tuple(argv), cwd, env, self.policy.pid_namespace, report_first_process
+            )
         tmpdir = None
         child_env = dict(os.environ if env is None else env)
         policy = self.policy
@@ -519,7 +520,11 @@ def containment() -> Literal["bwrap", "helper", "group"]:
 
 
 def _contained(
-    argv: tuple[str, ...], cwd: Path, env: Mapping[str, str] | None, pid_namespace: bool
+    argv: tuple[str, ...],
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    pid_namespace: bool,
+    report_first_process: bool = False,
 ) -> Launch:
     how = containment() if pid_namespace else "group"
     if how == "bwrap":
@@ -533,16 +538,15 @@ def _contained(
             # bwrap always sets PWD after its chdir; an environment given
             # without it must reach the program without it.
             head += [_ENV, "-u", "PWD", "--"]
-        return Launch((*head, *argv), env, None)
+        launch = Launch((*head, *argv), env, None)
+        return _reporting(launch) if report_first_process else launch
     if how == "helper":
         return Launch((sys.executable, "-I", "-S", str(HELPER), "-P", "--", *argv), env, None)
     return Launch(argv, env, None)
 
 
 def _reporting(launch: Launch) -> Launch:
-    """`launch` with bwrap's ``--info-fd`` on a new pipe (unchanged for other wrappers)."""
-    if not launch.argv or os.path.basename(launch.argv[0]) != "bwrap":
-        return launch
+    """A bwrap `launch` with ``--info-fd`` on a new pipe (see `Isolation.launch`)."""
     read, write = os.pipe2(os.O_CLOEXEC)
     # Only the reader never blocks: bwrap writes its few bytes at once.
     os.set_blocking(read, False)

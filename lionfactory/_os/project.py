@@ -350,7 +350,6 @@ class ProjectView:
     _chains: dict[str, tuple[_Rules, ...]] = attrs.field(init=False, factory=dict)
     _levels: dict[str, _Level] = attrs.field(init=False, factory=dict)
     _global: _Rules = attrs.field(init=False)
-    _hidden_dirs: dict[str, bool] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         top, _ = project_top(self.workspace.root)
@@ -460,19 +459,11 @@ class ProjectView:
     def hidden(self, relative: str) -> bool:
         """`Workspace.is_hidden` for many paths: ``.git`` or a protected component.
 
-        Remembers the answer per directory, so a helper's output of tens of
-        thousands of paths costs one name check per path.
+        The workspace's protected-name rule remembers its answers per path and
+        per name, so a helper's output of tens of thousands of paths costs one
+        dictionary lookup for most of them.
         """
-        head, _, name = relative.rpartition("/")
-        if self._excluded_name(name):
-            return True
-        if not head:
-            return False
-        known = self._hidden_dirs.get(head)
-        if known is None:
-            known = self.hidden(head)
-            self._hidden_dirs[head] = known
-        return known
+        return self.workspace.is_hidden(relative)
 
     def visible(self, relative: str, start: str = ".") -> bool:
         """Whether a root-relative path is project content when reached from `start`.

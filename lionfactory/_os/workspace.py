@@ -63,6 +63,7 @@ __all__ = [
     "PathRefused",
     "ProtectedRule",
     "Workspace",
+    "factor_backups",
     "protected_matcher",
     "protected_rule",
     "refuse_private_key",
@@ -127,6 +128,8 @@ def _spellings(name: str) -> tuple[str, ...]:
 # a search reports, a few hundred KiB at most.
 _NAMES_REMEMBERED = 8192
 _PATHS_REMEMBERED = 4096
+# Located paths one workspace remembers (then it starts again).
+_LOCATED_PATHS = 1024
 
 
 class ProtectedRule:
@@ -189,6 +192,20 @@ def _translated_body(pattern: str) -> str | None:
     return found["body"] if found else None
 
 
+def factor_backups(patterns: frozenset[str]) -> tuple[list[str], tuple[str, ...], list[str]]:
+    """`patterns` as ``(bases, suffixes, rest)``: each base and base + suffix, then the rest.
+
+    A base is a pattern whose every backup spelling (`BACKUP_SUFFIXES`,
+    casefolded) is in the set too; `rest` is what no base covers. Both are
+    sorted. The compiled rule and ripgrep's globs are written from this one
+    factoring.
+    """
+    suffixes = tuple(s.casefold() for s in BACKUP_SUFFIXES)
+    bases = sorted(p for p in patterns if all(p + s in patterns for s in suffixes))
+    covered = {b + s for b in bases for s in suffixes}
+    return bases, suffixes, sorted(patterns - covered - set(bases))
+
+
 @functools.lru_cache(maxsize=32)
 def protected_matcher(patterns: frozenset[str]) -> re.Pattern[str]:
     """One regular expression matching exactly the names any of `patterns` matches.
@@ -201,10 +218,7 @@ def protected_matcher(patterns: frozenset[str]) -> re.Pattern[str]:
     ``b`` matches followed by ``s``) with a ninth of the alternatives. Patterns
     that do not factor stay as they are.
     """
-    suffixes = tuple(s.casefold() for s in BACKUP_SUFFIXES)
-    bases = sorted(p for p in patterns if all(p + s in patterns for s in suffixes))
-    covered = {b + s for b in bases for s in suffixes}
-    rest = sorted(patterns - covered - set(bases))
+    bases, suffixes, rest = factor_backups(patterns)
     bodies = [_translated_body(b) for b in bases]
     if any(body is None for body in bodies):  # an unexpected translate(): no factoring
         bases, rest = [], sorted(patterns)
@@ -415,6 +429,7 @@ class Workspace:
     # Workspaces per branch and per clone, and compiling the default set
     # cost 12 ms each time.
     _protected_rule: ProtectedRule = attrs.field(init=False, repr=False, eq=False)
+    _located: dict[str, Location] = attrs.field(init=False, repr=False, eq=False, factory=dict)
 
     @_protected_rule.default
     def _compile(self) -> ProtectedRule:
@@ -452,7 +467,10 @@ class Workspace:
         Listings and searches skip these; direct access to ``.git`` is allowed
         (a model may read ``.git/HEAD``), protected names never are.
         """
-        return self._protected_rule.hidden(Path(relative).as_posix())
+        # A string is taken as it is (no Path round trip: searches ask this for
+        # every result); the rule reads empty and "." components as nothing.
+        text = relative if isinstance(relative, str) else relative.as_posix()
+        return self._protected_rule.hidden(text)
 
     def relative(self, path: Path) -> str:
         """`path` relative to the root, in POSIX form (``"."`` for the root itself)."""
@@ -476,10 +494,22 @@ class Workspace:
         Raises:
             PathRefused: with a message telling the model what to do instead.
         """
+        # The check is lexical and the workspace immutable, so a path string
+        # gives the same Location every time: remembered per workspace
+        # (bounded), since redoing the pathlib work was about 3% of a served
+        # 20 KB read. Refused paths are not kept: their check raises again.
+        known = self._located.get(path) if type(path) is str else None
+        if known is not None:
+            return known
         shown, lexical = self._lexical(path)
         parts = lexical.relative_to(self.root).parts
         self._refuse_protected(shown, parts)
-        return Location(workspace=self, parts=parts, shown=shown)
+        location = Location(workspace=self, parts=parts, shown=shown)
+        if type(path) is str:
+            if len(self._located) >= _LOCATED_PATHS:
+                self._located.clear()  # dict operations are atomic under the GIL
+            self._located[path] = location
+        return location
 
     def entries(
         self,

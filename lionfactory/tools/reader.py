@@ -333,10 +333,6 @@ def _list_dir(
     )
 
 
-_LOCATED_PATHS = 1024
-"""Located paths one reader keeps (then it starts again): bounded, whatever a client sends."""
-
-
 class _ReaderHandler:
     """The ``reader`` handler: one workspace, one document opener."""
 
@@ -350,13 +346,6 @@ class _ReaderHandler:
         self.workspace = workspace
         self.opener = opener
         self.images = images
-        # Paths this handler located before. `Workspace.locate` is lexical (no
-        # filesystem access) and the workspace is immutable, so the same path
-        # gives the same Location; redoing the pathlib work was about 3% of a
-        # served 20 KB read. Links and file types are still judged by the
-        # kernel when the Location is opened, on every call. Refused paths
-        # are not kept (their check raises again).
-        self._located: dict[str, Location] = {}
 
     def __repr__(self) -> str:
         return f"<reader handler root={str(self.workspace.root)!r}>"
@@ -372,7 +361,7 @@ class _ReaderHandler:
                 f"hosts). For workspace files give a path."
             )
         try:
-            loc = self._locate(request.path)
+            loc = self.workspace.locate(request.path)
         except PathRefused as exc:
             return _failure(exc.message)
         if request.action == "read":
@@ -400,15 +389,6 @@ class _ReaderHandler:
                 _list_dir, self.workspace, loc, bool(request.recursive), types, view
             )
         return await self._open(loc, offset, limit)
-
-    def _locate(self, path: str) -> Location:
-        loc = self._located.get(path)
-        if loc is None:
-            loc = self.workspace.locate(path)
-            if len(self._located) >= _LOCATED_PATHS:
-                self._located.clear()
-            self._located[path] = loc
-        return loc
 
     async def _open(self, target: str | Location, offset: int, limit: int) -> ReaderResponse:
         try:
