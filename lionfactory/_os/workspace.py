@@ -161,19 +161,40 @@ class ProtectedRule:
         return known
 
     def hidden(self, relative: str) -> bool:
-        """Whether a root-relative POSIX path has a ``.git`` or protected component."""
-        known = self._paths.get(relative)
+        """Whether a root-relative POSIX path has a ``.git`` or protected component.
+
+        Directories are remembered, not the paths under them: a listing
+        reports tens of thousands of files, each once, in a few hundred
+        directories, and remembering every file filled the bound and dropped
+        the directories with it.
+        """
+        head, _, name = relative.rpartition("/")
+        if head:
+            known = self._paths.get(head)
+            if known is None:
+                known = self._directory(head)
+            if known:
+                return True
+        known = self._names.get(name)
         if known is None:
-            head, _, name = relative.rpartition("/")
-            if head and self.hidden(head):
-                known = True
-            elif name in ("", "."):  # not components (Path.parts drops them too)
-                known = False
-            else:
-                known = name == ".git" or self.name(name)
+            return self._component(name)
+        # A remembered name is a protected-name answer; ".git" and the
+        # non-components "" and "." are never protected names.
+        return known or name == ".git"
+
+    def _component(self, name: str) -> bool:
+        if name in ("", "."):  # not components (Path.parts drops them too)
+            return False
+        return name == ".git" or self.name(name)
+
+    def _directory(self, path: str) -> bool:
+        known = self._paths.get(path)
+        if known is None:
+            head, _, name = path.rpartition("/")
+            known = (bool(head) and self._directory(head)) or self._component(name)
             if len(self._paths) >= _PATHS_REMEMBERED:
-                self._paths.clear()
-            self._paths[relative] = known
+                self._paths.clear()  # dict operations are atomic under the GIL
+            self._paths[path] = known
         return known
 
 
