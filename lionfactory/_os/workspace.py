@@ -596,15 +596,19 @@ class Workspace:
                 os.close(fd)
 
     def _scan(self, fd: int) -> list[tuple[str, bool]]:
+        found: list[tuple[str, bool]] = []
+        protected = self._protected_rule.name
         with os.scandir(fd) as scan:
-            found = [
-                (entry.name, entry.is_dir(follow_symlinks=False))
-                for entry in scan
-                if entry.name != ".git"
-                and not self.is_protected(entry.name)
-                and (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False))
-            ]
-        return sorted(found)
+            for entry in scan:
+                name = entry.name
+                if name == ".git" or protected(name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    found.append((name, True))
+                elif entry.is_file(follow_symlinks=False):
+                    found.append((name, False))
+        found.sort()
+        return found
 
     def directory(self, cwd: str | None) -> Path:
         """A model's working directory for a program: inside the root and existing.
