@@ -176,6 +176,14 @@ def test_is_hidden_marks_git_and_protected_paths(ws: Workspace):
     assert not ws.is_hidden("src/a.py")
 
 
+def test_is_hidden_answers_for_a_path_deeper_than_python_recursion(ws: Workspace) -> None:
+    deep = "d/" * 3000
+    assert not ws.is_hidden(deep + "a.py")
+    assert ws.is_hidden(deep + ".env/" + deep + "a.py")
+    assert ws.is_hidden(deep + ".git/" + deep + "a.py")
+    assert not ws.is_hidden(deep + "a.py")  # the same answers again, remembered
+
+
 _COMPONENTS = st.sampled_from(
     ["src", "a.py", ".git", ".env", ".ENV.", "id_rsa", "id_rsa.pub", "notes", ".", "", "pkg"]
 )

@@ -128,6 +128,8 @@ def _spellings(name: str) -> tuple[str, ...]:
 # a search reports, a few hundred KiB at most.
 _NAMES_REMEMBERED = 8192
 _PATHS_REMEMBERED = 4096
+# Components `ProtectedRule.hidden` answers without the protected-name rule.
+_NOT_NAMES = frozenset({"", ".", ".git"})
 # Located paths one workspace remembers (then it starts again).
 _LOCATED_PATHS = 1024
 
@@ -175,26 +177,35 @@ class ProtectedRule:
                 known = self._directory(head)
             if known:
                 return True
-        known = self._names.get(name)
-        if known is None:
-            return self._component(name)
-        # A remembered name is a protected-name answer; ".git" and the
-        # non-components "" and "." are never protected names.
-        return known or name == ".git"
+        return self._component(name)
 
     def _component(self, name: str) -> bool:
-        if name in ("", "."):  # not components (Path.parts drops them too)
-            return False
-        return name == ".git" or self.name(name)
+        if name in _NOT_NAMES:
+            return name == ".git"  # "" and "." are not components (nor in Path.parts)
+        known = self._names.get(name)
+        return self.name(name) if known is None else known
 
     def _directory(self, path: str) -> bool:
-        known = self._paths.get(path)
-        if known is None:
-            head, _, name = path.rpartition("/")
-            known = (bool(head) and self._directory(head)) or self._component(name)
+        """`hidden` for a directory, remembered for it and for each parent on the way.
+
+        A loop, not a recursion: a command can make a tree thousands of
+        levels deep, and a search of it must not end in a RecursionError.
+        """
+        unknown = []
+        known = False
+        current = path
+        while current:
+            remembered = self._paths.get(current)
+            if remembered is not None:
+                known = remembered
+                break
+            unknown.append(current)
+            current = current.rpartition("/")[0]
+        for directory in reversed(unknown):  # from the top down
+            known = known or self._component(directory.rpartition("/")[2])
             if len(self._paths) >= _PATHS_REMEMBERED:
                 self._paths.clear()  # dict operations are atomic under the GIL
-            self._paths[path] = known
+            self._paths[directory] = known
         return known
 
 

@@ -500,3 +500,34 @@ async def test_the_global_excludes_file_applies_before_and_after_git_was_asked(
             root, engine, action="grep", pattern="needle", output_mode="files_with_matches"
         )
         assert found["content"].splitlines() == ["kept.py", "notes.swp"]
+
+
+@pytest.fixture
+def deep_tree(tmp_path: Path) -> Path:
+    """A workspace whose file lies 1,200 directories down (deeper than Python recursion).
+
+    A command in the workspace can make such a tree (``mkdir`` relative to
+    each new directory); the tools read what it made.
+    """
+    root = tmp_path / "ws"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(1200):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    with open(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as out:
+        out.write("needle\n")
+    os.close(fd)
+    return root
+
+
+async def test_a_tree_deeper_than_python_recursion_is_searched(
+    deep_tree: Path, engine: str
+) -> None:
+    found = await search(deep_tree, engine, action="grep", pattern="needle")
+    assert found["success"] is True, found
+    assert found["content"] == "d/" * 1200 + "deep.txt:1:needle"
+    listed = await search(deep_tree, engine, action="find", pattern="deep.txt")
+    assert listed["content"] == "d/" * 1200 + "deep.txt"
