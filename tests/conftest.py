@@ -1,4 +1,4 @@
-"""Shared fixtures: a temporary workspace, hypothesis profiles, a real redis-server."""
+"""Shared fixtures: a temporary workspace, hypothesis profiles, a real redis-server, deep trees."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,53 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
     return root
+
+
+@pytest.fixture
+def deep_directory() -> Iterator[Callable[[Path, int], Path]]:
+    """``make(root, depth)``: `root`/d/d/... `depth` levels down, as a command can make it.
+
+    Deeper than Python's recursion limit is the point: `pathlib`'s
+    ``mkdir(parents=True)``, `os.makedirs` and, on Python 3.11, `os.walk` and
+    `shutil.rmtree` recurse once a level. The chain is made one directory at
+    a time relative to the last, and removed the same way afterwards (pytest's
+    own clean-up of old temporary folders would recurse on it).
+    """
+    made: list[Path] = []
+
+    def make(root: Path, depth: int) -> Path:
+        fd = os.open(root, os.O_RDONLY)
+        try:
+            for _ in range(depth):
+                os.mkdir("d", dir_fd=fd)
+                child = os.open("d", os.O_RDONLY, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        finally:
+            os.close(fd)
+        made.append(root / "d")
+        return root.joinpath(*["d"] * depth)
+
+    yield make
+    for top in made:
+        _remove_tree(os.fspath(top))
+
+
+def _remove_tree(top: str) -> None:
+    """`shutil.rmtree` without recursion (paths stay under PATH_MAX here)."""
+    stack = [(top, False)]
+    while stack:
+        path, emptied = stack.pop()
+        if emptied:
+            os.rmdir(path)
+            continue
+        stack.append((path, True))
+        with os.scandir(path) as scan:
+            for entry in scan:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, False))
+                else:
+                    os.unlink(entry.path)
 
 
 @pytest.fixture(scope="session")

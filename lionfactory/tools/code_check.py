@@ -190,13 +190,43 @@ def _config_files(workspace: Workspace, targets: list[Path]) -> Iterator[Path]:
                     seen.add(folder / name)
                     yield folder / name
         if target.is_dir():
-            for walked, dirs, files in os.walk(target):
-                dirs[:] = [d for d in dirs if d != ".git"]
-                for name in _CONFIG_NAMES:
-                    path = Path(walked) / name
-                    if name in files and path not in seen:
-                        seen.add(path)
-                        yield path
+            for path in _configs_below(target):
+                if path not in seen:
+                    seen.add(path)
+                    yield path
+
+
+def _configs_below(top: Path) -> Iterator[Path]:
+    """The ruff configuration files under `top`, as a top-down `os.walk` finds them.
+
+    Links are listed, never entered, and ``.git`` is skipped. An explicit
+    stack instead of `os.walk`, which recurses once a directory on Python
+    3.11: a command can make a tree deeper than the recursion limit, and the
+    check of it must not end in a RecursionError.
+    """
+    stack = [os.fspath(top)]
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as scan:
+                entries = list(scan)
+        except OSError:
+            continue  # gone or unreadable, as os.walk skips it
+        files = set()
+        below = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                files.add(entry.name)
+            elif entry.name != ".git" and not entry.is_symlink():
+                below.append(entry.path)
+        for name in _CONFIG_NAMES:
+            if name in files:
+                yield Path(directory) / name
+        stack.extend(reversed(below))  # the first subdirectory is walked next
 
 
 def _extend_of(path: Path, data: dict[str, Any]) -> Any:

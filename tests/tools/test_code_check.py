@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +299,58 @@ async def test_an_env_policy_keeps_secrets_from_ruff(
     unfiltered = code_check_tool(workspace_root=workspace, _binaries=finder)
     await unfiltered()
     assert "LF_TEST_API_KEY=sk-ruff-secret" in seen.read_text()
+
+
+async def test_a_tree_deeper_than_python_recursion_is_checked(
+    workspace: Path, deep_directory: Callable[[Path, int], Path]
+) -> None:
+    (deep_directory(workspace, 1200) / "deep.py").write_text("import os\n")
+
+    result = await code_check_tool(workspace_root=workspace)(paths=["."])
+
+    assert result["status"] == "diagnostics"
+    assert sorted(d["file"].rpartition("/")[2] for d in result["diagnostics"]) == [
+        "deep.py",
+        "unused.py",
+    ]
+
+
+async def test_a_config_extending_outside_deep_in_the_tree_is_refused(
+    workspace: Path, outside_secret: Path, deep_directory: Callable[[Path, int], Path]
+) -> None:
+    (deep_directory(workspace, 1200) / "ruff.toml").write_text(
+        f"extend = {str(outside_secret)!r}\n"
+    )
+
+    result = await code_check_tool(workspace_root=workspace)(paths=["."])
+
+    assert result["status"] == "error"
+    assert "outside the workspace" in result["summary"]
+    assert SECRET not in json.dumps(result)
+
+
+def test_configs_below_are_found_as_a_top_down_walk_finds_them(tmp_path: Path) -> None:
+    from lionfactory.tools.code_check import _CONFIG_NAMES, _configs_below
+
+    for folder in ("a", "a/b", "a/.git", "c", "c/d", "e"):
+        (tmp_path / folder).mkdir()
+    for config in ("ruff.toml", "a/pyproject.toml", "a/b/.ruff.toml", "a/.git/ruff.toml"):
+        (tmp_path / config).write_text("")
+    (tmp_path / "c" / "d" / "ruff.toml").write_text("")
+    (tmp_path / "c" / "ruff.toml").symlink_to(tmp_path / "nowhere")  # dangling: still listed
+    (tmp_path / "e" / "linked").symlink_to(tmp_path / "a", target_is_directory=True)
+    walked = [
+        Path(top) / name
+        for top, dirs, files in _walk_skipping_git(tmp_path)
+        for name in _CONFIG_NAMES
+        if name in files
+    ]
+    assert list(_configs_below(tmp_path)) == walked
+    assert tmp_path / "a" / ".git" / "ruff.toml" not in walked
+    assert not any("linked" in str(path) for path in walked)
+
+
+def _walk_skipping_git(top: Path) -> Any:
+    for walked in os.walk(top):
+        walked[1][:] = [d for d in walked[1] if d != ".git"]
+        yield walked

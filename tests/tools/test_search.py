@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from fnmatch import fnmatchcase as fnmatch
 from pathlib import Path
 from typing import Any
@@ -503,23 +504,11 @@ async def test_the_global_excludes_file_applies_before_and_after_git_was_asked(
 
 
 @pytest.fixture
-def deep_tree(tmp_path: Path) -> Path:
-    """A workspace whose file lies 1,200 directories down (deeper than Python recursion).
-
-    A command in the workspace can make such a tree (``mkdir`` relative to
-    each new directory); the tools read what it made.
-    """
+def deep_tree(tmp_path: Path, deep_directory: Callable[[Path, int], Path]) -> Path:
+    """A workspace whose one file lies 1,200 directories down (deeper than Python recursion)."""
     root = tmp_path / "ws"
     root.mkdir()
-    fd = os.open(root, os.O_RDONLY)
-    for _ in range(1200):
-        os.mkdir("d", dir_fd=fd)
-        child = os.open("d", os.O_RDONLY, dir_fd=fd)
-        os.close(fd)
-        fd = child
-    with open(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as out:
-        out.write("needle\n")
-    os.close(fd)
+    (deep_directory(root, 1200) / "deep.txt").write_text("needle\n")
     return root
 
 
