@@ -170,7 +170,7 @@ def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> 
             already (`SessionMemory` does, call by call); counted here otherwise.
     """
     target = budget // 2
-    record, keys, active, summaries = branch.messages.state()
+    record, _, active, _ = branch.messages.state()
     # Counting every message again (a JSON dump of each one's metadata) made
     # each compaction cost the whole session's length: in a long session,
     # about a third of the server's time. Record entries never change in
@@ -179,7 +179,7 @@ def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> 
         [_chars(m) for m in record] if sizes is None or len(sizes) != len(record) else list(sizes)
     )
     held = sum(sizes)
-    stubbed = 0
+    stubs: dict[int, Message] = {}
     for index, message in enumerate(record):
         if held <= target:
             break
@@ -189,17 +189,20 @@ def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> 
         stub_size = _chars(stub)
         if stub_size >= sizes[index]:
             continue  # already as small as a stub: only dropping it helps
-        record[index] = stub
+        record[index] = stubs[index] = stub
         held += stub_size - sizes[index]
         sizes[index] = stub_size
-        stubbed += 1
+    # The new log keeps the token estimates of the entries left as they were
+    # (estimating every message again made each compaction cost the session's
+    # length once more).
+    log = branch.messages.with_replaced(stubs) if stubs else branch.messages
     if held <= target:
-        if stubbed:
-            branch.messages = MessageLog.from_state(record, keys, active, summaries)
-        return Compaction(stubbed, 0, held, sizes)
+        if stubs:
+            branch.messages = log
+        return Compaction(len(stubs), 0, held, sizes)
     kept, held = _drop_oldest(record, sizes, active, target)
-    branch.messages = MessageLog([record[i] for i in kept])
-    return Compaction(stubbed, len(record) - len(kept), held, [sizes[i] for i in kept])
+    branch.messages = log.kept(kept)
+    return Compaction(len(stubs), len(record) - len(kept), held, [sizes[i] for i in kept])
 
 
 def _drop_oldest(

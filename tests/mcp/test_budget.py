@@ -288,3 +288,32 @@ async def test_a_compaction_counts_no_message_again_and_its_count_stays_exact(
 
 def original_held(record: Any, chars: Callable[[Any], int]) -> int:
     return sum(chars(message) for message in record)
+
+
+async def test_a_compaction_estimates_no_message_again_and_the_estimate_stays_exact(
+    big_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lionfactory import _messages
+    from lionfactory._messages import estimate_tokens
+
+    estimated: list[str] = []
+    original = _messages._message_tokens
+
+    def counting(message: Any) -> int:
+        estimated.append(message.id)
+        return original(message)
+
+    monkeypatch.setattr(_messages, "_message_tokens", counting)
+    sessions = SessionBranches(toolkit_maker(big_files), memory_budget=60_000)
+    for _ in range(80):  # a compaction per call, stubbing, then dropping
+        with sessions.use("s") as branch:
+            assert (await branch.act("reader", {"action": "read", "path": "big.txt"})).ok
+            # The log's running estimate is what estimating its view afresh gives.
+            monkeypatch.setattr(_messages, "_message_tokens", original)
+            assert branch.messages.estimate_tokens() == estimate_tokens(list(branch.messages))
+            monkeypatch.setattr(_messages, "_message_tokens", counting)
+    status = sessions.status("s")
+    assert status is not None and status.compactions >= 5 and status.dropped_messages > 0
+    # Each message was estimated when it arrived and each stub when it was
+    # made: rebuilding the log after a compaction estimated nothing again.
+    assert len(estimated) <= 2 * 80 + 2 * 80
