@@ -94,9 +94,16 @@ class SessionStatus:
     peak_chars: int = 0
 
 
+# A stub of a message without metadata holds only its compacted size there:
+# ``{"mcp_compacted_chars": 123}``, counted without encoding it.
+_LONE_COMPACTED_CHARS = len(json.dumps({COMPACTED_KEY: 0})) - 1
+
+
 def _metadata_chars(message: Message) -> int:
     if not message.metadata:
         return 0
+    if len(message.metadata) == 1 and type(message.metadata.get(COMPACTED_KEY)) is int:
+        return _LONE_COMPACTED_CHARS + len(str(message.metadata[COMPACTED_KEY]))
     try:
         return len(json.dumps(message.metadata, ensure_ascii=False, default=str))
     except (ValueError, TypeError, RecursionError):  # not JSON-ready: count its repr
@@ -106,7 +113,12 @@ def _metadata_chars(message: Message) -> int:
 def _text_chars(message: Message) -> int:
     size = len(message.content)
     for call in message.tool_calls:
-        size += len(json.dumps(call.arguments, ensure_ascii=False, default=str))
+        # A stub's calls have no arguments: "{}" needs no encoder.
+        size += (
+            len(json.dumps(call.arguments, ensure_ascii=False, default=str))
+            if call.arguments
+            else 2
+        )
     return size
 
 
@@ -119,8 +131,9 @@ def held_chars(messages: Sequence[Message]) -> int:
     return sum(_chars(message) for message in messages)
 
 
-def _stub(message: Message) -> Message:
-    size = _text_chars(message)
+def _stub(message: Message, size: int | None = None) -> Message:
+    """The stub of `message`; `size` is its `_text_chars` when the caller knows it."""
+    size = _text_chars(message) if size is None else size
     if message.role == "tool":
         update: dict[str, object] = {"content": f"[compacted by the MCP server: {size:,} chars]"}
     else:
@@ -185,7 +198,10 @@ def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> 
             break
         if not _tool_traffic(message) or COMPACTED_KEY in message.metadata:
             continue
-        stub = _stub(message)
+        # Without metadata a message's size is the overhead and its text:
+        # its text's size needs no second encoding of its arguments.
+        known = None if message.metadata else sizes[index] - MESSAGE_OVERHEAD
+        stub = _stub(message, known)
         stub_size = _chars(stub)
         if stub_size >= sizes[index]:
             continue  # already as small as a stub: only dropping it helps

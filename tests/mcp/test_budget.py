@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
 from lionfactory import Branch, function_tool
@@ -317,3 +319,50 @@ async def test_a_compaction_estimates_no_message_again_and_the_estimate_stays_ex
     # Each message was estimated when it arrived and each stub when it was
     # made: rebuilding the log after a compaction estimated nothing again.
     assert len(estimated) <= 2 * 80 + 2 * 80
+
+
+def _encoded_chars(message: Any) -> int:
+    """What a message holds, counted with the encoder alone (no shortcut)."""
+    import json
+
+    size = MESSAGE_OVERHEAD + len(message.content)
+    for call in message.tool_calls:
+        size += len(json.dumps(call.arguments, ensure_ascii=False, default=str))
+    if message.metadata:
+        try:
+            size += len(json.dumps(message.metadata, ensure_ascii=False, default=str))
+        except (ValueError, TypeError, RecursionError):
+            size += len(repr(message.metadata))
+    return size
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+
+
+@given(
+    arguments=st.lists(st.dictionaries(st.text(max_size=6), JSONISH, max_size=3), max_size=3),
+    metadata=st.dictionaries(st.text(max_size=8), JSONISH, max_size=3)
+    | st.builds(lambda n: {COMPACTED_KEY: n}, st.integers())
+    | st.builds(lambda b: {COMPACTED_KEY: b}, st.booleans()),
+    content=st.text(max_size=20),
+)
+def test_a_message_and_its_stub_are_counted_as_the_encoder_counts_them(
+    arguments: list[dict[str, Any]], metadata: dict[str, Any], content: str
+) -> None:
+    from lionfactory._messages import Message, ToolCall
+    from lionfactory.mcp._budget import _chars, _stub
+
+    calls = tuple(ToolCall(name="t", arguments=a) for a in arguments)
+    role = "assistant" if calls else "tool"
+    message = Message(role=role, content=content, tool_calls=calls, metadata=metadata)
+    assert _chars(message) == _encoded_chars(message)
+    if COMPACTED_KEY in metadata:
+        return  # compaction never stubs a stub
+    known = _chars(message) - MESSAGE_OVERHEAD if not metadata else None
+    stub = _stub(message, known)
+    assert stub == _stub(message)  # the size the caller knew is the size counted here
+    assert _chars(stub) == _encoded_chars(stub)
