@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -318,12 +318,16 @@ class MessageLog:
             ValueError: for a second system message (use `set_system`) or a
                 message id already in the record.
         """
+        return self._append(message, None)
+
+    def _append(self, message: Message, tokens: int | None) -> Message:
+        """`append`, with the message's token estimate when it is already known."""
         self._writable()
         if message.role == "system" and self._pinned_index() is not None:
             raise ValueError("the log already has a system message; use set_system() to replace it")
         index = len(self._record)
         # A system message is pinned first, whatever came before it.
-        self._add_record(message, (-1, index) if message.role == "system" else (index,))
+        self._add_record(message, (-1, index) if message.role == "system" else (index,), tokens)
         if message.role == "system":
             self._active.insert(0, index)
         else:
@@ -463,6 +467,57 @@ class MessageLog:
         clone._shared = self._shared = True
         return clone
 
+    def with_replaced(self, entries: Mapping[int, Message]) -> MessageLog:
+        """A copy of the log in which some record entries are other versions of themselves.
+
+        Each key of `entries` is a record index, each value the message to
+        hold there instead, with the id of the one it replaces (a shortened
+        stub of it, say). Sort keys, the active view and the summaries stay
+        as they are, and the other entries keep their token estimates: the
+        copy costs the entries replaced, not the log's length (rebuilding
+        from `state()` estimated every message again, a JSON dump of each
+        call's arguments). This log is left unchanged.
+
+        Raises:
+            ValueError: an index outside the record, or a message whose id is
+                not the id of the entry it would replace.
+        """
+        for index, message in entries.items():
+            if not 0 <= index < len(self._record):
+                raise ValueError(f"record index {index} is outside the log")
+            if message.id != self._record[index].id:
+                raise ValueError(
+                    f"message {message.id!r} cannot replace {self._record[index].id!r}: "
+                    "a replacement keeps the id of the entry it replaces"
+                )
+        clone = self.copy()
+        clone._writable()
+        active = set(clone._active)
+        for index, message in entries.items():
+            tokens = _message_tokens(message)
+            if index in active:
+                clone._active_tokens += tokens - clone._tokens[index]
+            clone._record[index] = message
+            clone._tokens[index] = tokens
+        return clone
+
+    def kept(self, record_indices: Iterable[int]) -> MessageLog:
+        """A new log of these record entries, appended in this order.
+
+        The same log as ``MessageLog(log.record[i] for i in record_indices)``,
+        without estimating each message's tokens again.
+
+        Raises:
+            IndexError: an index outside the record.
+            ValueError: as `append` (an entry twice, a second system message).
+        """
+        log = MessageLog()
+        for index in record_indices:
+            if index < 0:
+                raise IndexError(f"record index {index} is outside the log")
+            log._append(self._record[index], self._tokens[index])
+        return log
+
     def state(
         self,
     ) -> tuple[list[Message], list[tuple[int, ...]], list[int], dict[int, tuple[int, ...]]]:
@@ -516,14 +571,14 @@ class MessageLog:
             self._summaries = self._summaries.copy()
             self._shared = False
 
-    def _add_record(self, message: Message, key: tuple[int, ...]) -> int:
+    def _add_record(self, message: Message, key: tuple[int, ...], tokens: int | None = None) -> int:
         if message.id in self._index:
             raise ValueError(f"message id {message.id!r} is already in the log")
         index = len(self._record)
         self._record.append(message)
         self._keys.append(key)
         self._index[message.id] = index
-        self._tokens.append(_message_tokens(message))
+        self._tokens.append(_message_tokens(message) if tokens is None else tokens)
         return index
 
     def _key(self, index: int) -> tuple[int, ...]:

@@ -350,3 +350,19 @@ def test_a_reader_that_goes_away_ends_the_call_quietly_with_status_141(workspace
     assert first.startswith(b"1\t000000 x")
     assert b"Traceback" not in errors and b"BrokenPipe" not in errors, errors
     assert proc.returncode == 141
+
+
+def test_the_served_process_freezes_what_it_built_before_serving(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gc
+
+    from lionfactory._cli import _serving
+
+    before = gc.get_freeze_count()
+    try:
+        _serving("stdio")
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
+    assert capsys.readouterr().err == "lionfactory: serving MCP at stdio\n"

@@ -41,3 +41,19 @@ def test_the_check_sees_a_heavy_module_when_one_is_imported() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "httpx" in json.loads(proc.stdout)
+
+
+def test_a_toolkit_without_context_leaves_the_context_tool_unloaded() -> None:
+    # ``mcp serve`` builds the toolkit without ``context`` (the client owns
+    # the conversation): its start-up should not build that tool's models.
+    code = (
+        "import sys, tempfile; from lionfactory import Branch; "
+        "from lionfactory.coding import coding_toolkit; "
+        "b = Branch(); b.register(coding_toolkit, workspace_root=tempfile.mkdtemp(), "
+        "tools=['reader', 'editor', 'bash']); "
+        "print(sorted(m for m in sys.modules if m.startswith('lionfactory.tools._context')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.strip() == "[]"

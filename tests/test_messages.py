@@ -145,3 +145,88 @@ def test_a_copy_and_its_source_share_until_either_changes() -> None:
     second.restore()
     assert [m.content for m in second][1:] == [f"m{i}" for i in range(6)]
     assert len(second) == 7
+
+
+def _stub_of(message: Message, text: str) -> Message:
+    calls = tuple(call.model_copy(update={"arguments": {}}) for call in message.tool_calls)
+    return message.model_copy(update={"content": text, "tool_calls": calls})
+
+
+def _varied_log() -> MessageLog:
+    """A log with a system message, tool traffic, an eviction and a summary."""
+    log, _ = log_with(0)
+    for i in range(6):
+        call = ToolCall(name="reader", arguments={"path": f"f{i}.txt", "pad": "x" * 40 * i})
+        log.append(Message(role="assistant", tool_calls=(call,)))
+        log.append(Message(role="tool", call_id=call.id, tool="reader", content="r" * 90 * i))
+    log.evict(3, 5)
+    view = [m.id for m in log][5:8]
+    log.replace(view, Message(role="assistant", content="summary of three"))
+    return log
+
+
+def _same_log(a: MessageLog, b: MessageLog) -> None:
+    assert a.state() == b.state()
+    assert a.estimate_tokens() == b.estimate_tokens() == estimate_tokens(list(a))
+    # The per-message estimates agree too: restoring everything sums them all.
+    a.restore()
+    b.restore()
+    assert a.estimate_tokens() == b.estimate_tokens() == estimate_tokens(list(a))
+
+
+@pytest.mark.parametrize("chosen", [(), (1,), (2, 3), (0, 4, 9), tuple(range(1, 14))])
+def test_with_replaced_is_the_log_rebuilt_from_its_state(chosen: tuple[int, ...]) -> None:
+    log = _varied_log()
+    record, keys, active, summaries = log.state()
+    entries = {i: _stub_of(record[i], f"stub {i}") for i in chosen}
+    expected = MessageLog.from_state(
+        [entries.get(i, m) for i, m in enumerate(record)], keys, active, summaries
+    )
+    before = log.state()
+    replaced = log.with_replaced(entries)
+    assert log.state() == before  # the source log is unchanged
+    _same_log(replaced, expected)
+
+
+def test_with_replaced_refuses_another_id_or_an_index_outside_the_record() -> None:
+    log = _varied_log()
+    with pytest.raises(ValueError, match="keeps the id"):
+        log.with_replaced({2: Message(role="tool", content="impostor")})
+    with pytest.raises(ValueError, match="outside the log"):
+        log.with_replaced({log.total: Message(role="tool", content="x")})
+
+
+def test_with_replaced_estimates_only_the_replaced_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lionfactory import _messages
+
+    log = _varied_log()
+    estimated: list[str] = []
+    original = _messages._message_tokens
+
+    def counting(message: Message) -> int:
+        estimated.append(message.id)
+        return original(message)
+
+    monkeypatch.setattr(_messages, "_message_tokens", counting)
+    record = log.record
+    log.with_replaced({2: _stub_of(record[2], "stub")})
+    assert estimated == [record[2].id]
+
+
+@pytest.mark.parametrize("chosen", [[], [0], [0, 2, 1], [12, 3, 0, 7], list(range(14))])
+def test_kept_is_the_log_of_those_entries_appended_in_order(chosen: list[int]) -> None:
+    log = _varied_log()
+    record = log.record
+    _same_log(log.kept(chosen), MessageLog([record[i] for i in chosen]))
+
+
+def test_kept_refuses_what_append_refuses_and_indices_outside_the_record() -> None:
+    log = _varied_log()
+    with pytest.raises(ValueError, match="already in the log"):
+        log.kept([1, 1])
+    with pytest.raises(IndexError):
+        log.kept([-1])
+    with pytest.raises(IndexError):
+        log.kept([log.total])

@@ -276,24 +276,95 @@ def _toolchain_paths(
 ) -> tuple[Path, ...]:
     found: list[Path] = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     found += [Path(value) for value in named if value]
+    real = _RealPaths()
+    # A directory on PATH twice, or under two names (``/bin`` is a link to
+    # ``/usr/bin`` on merged-/usr systems), finds the same links again:
+    # realpath resolves the directory first, so each link resolves alike.
+    scanned: set[str] = set()
+    # Folders links led to, whose prefixes are already in `found`.
+    led_to: set[str] = set()
     for entry in path.split(os.pathsep):
         if not entry or not os.path.isabs(entry) or not os.path.isdir(entry):
             continue
         directory = Path(entry)
-        for candidate in {directory, Path(os.path.realpath(directory))}:
+        resolved = real(str(directory))
+        for candidate in {directory, Path(resolved)}:
             found += _prefix_of(candidate)
+        if resolved in scanned:
+            continue
         try:
             with os.scandir(directory) as entries:
                 for count, item in enumerate(entries):
                     if count >= _MAX_PATH_ENTRIES:
                         break
                     if item.is_symlink():
-                        target = Path(os.path.realpath(item.path))
-                        if target.is_file():
-                            found += _prefix_of(target.parent)
+                        parent = _linked_file_parent(item.path, real)
+                        if parent is not None and parent not in led_to:
+                            led_to.add(parent)
+                            found += _prefix_of(Path(parent))
         except OSError:
             continue
-    return _paths(p for p in found if p.exists())
+        scanned.add(resolved)
+    # Most links of a directory lead to the same few folders: each distinct
+    # path is checked and resolved once (the first of equal paths keeps its
+    # place, so the result is the same tuple in the same order).
+    return _paths(p for p in dict.fromkeys(found) if p.exists())
+
+
+class _RealPaths(dict[str, str]):
+    """`os.path.realpath` of each path asked, remembered for one derivation."""
+
+    __slots__ = ()
+
+    def __call__(self, path: str) -> str:
+        resolved = self.get(path)
+        if resolved is None:
+            resolved = self[path] = os.path.realpath(path)
+        return resolved
+
+
+_MAX_LINK_HOPS = 40
+"""Links a chain may hold before the kernel gives up (ELOOP): the fast path follows no more."""
+
+
+def _linked_file_parent(link: str, real: _RealPaths) -> str | None:
+    """The resolved folder of the file `link` leads to; None when it leads to no file.
+
+    Exactly ``str(Path(os.path.realpath(link)).parent)`` when that path is a
+    file, and None when it is not, but cheaper: a PATH directory holds
+    hundreds of links (``/usr/bin`` about 400), mostly into a few folders
+    (``../lib/...``, ``/etc/alternatives``). When the kernel can follow the
+    link to a regular file, the chain is followed one link at a time with
+    the folder of each target resolved once per derivation, instead of
+    resolving every link's whole path component by component. A link the
+    kernel cannot follow (dangling, a loop, too many hops) takes the
+    realpath way as before: realpath tolerates a missing component
+    (``missing/../tool``) where the kernel does not.
+    """
+    from stat import S_ISREG
+
+    try:
+        regular = S_ISREG(os.stat(link).st_mode)
+    except (OSError, ValueError):
+        target = Path(os.path.realpath(link))
+        return str(target.parent) if target.is_file() else None
+    if not regular:
+        return None  # the same object realpath reaches: a folder, a device
+    current = link
+    for _ in range(_MAX_LINK_HOPS):
+        try:
+            text = os.readlink(current)
+        except OSError:  # changed since: leave it to realpath, which never raises
+            break
+        head, name = os.path.split(os.path.join(os.path.dirname(current), text))
+        if name in ("", ".", ".."):
+            break  # leads to a folder, never to a file: leave it to realpath
+        folder = real(head)
+        current = os.path.join(folder, name)
+        if not os.path.islink(current):
+            return folder
+    target = Path(os.path.realpath(link))
+    return str(target.parent) if target.is_file() else None
 
 
 def default_exposed(

@@ -76,6 +76,10 @@ class NudgeSnapshot:
         recent_calls: this toolkit's recent calls, oldest first, this one last.
         files_with_evidence: paths this toolkit may edit without a new read
             (computed on first use: it scans the active view).
+        tools: the names of the tools the branch has, or None when not known
+            (a snapshot made by hand). A rule that advises a tool checks it
+            is there (`has_tool`): the branch of an MCP session has no
+            ``context`` tool, for instance.
     """
 
     tool: str
@@ -87,6 +91,11 @@ class NudgeSnapshot:
     threshold: float
     recent_calls: tuple[CallRecord, ...]
     evidence: Callable[[], Sequence[str]] = attrs.field(repr=False, alias="evidence")
+    tools: frozenset[str] | None = None
+
+    def has_tool(self, name: str) -> bool:
+        """Whether the branch has tool `name` (True when the tools are not known)."""
+        return self.tools is None or name in self.tools
 
     @functools.cached_property
     def files_with_evidence(self) -> tuple[str, ...]:
@@ -108,13 +117,18 @@ class ContextUsage:
 
     It speaks when usage first reaches the threshold, then again only after
     usage grew by `step` more, or after it dropped below and came back, so it
-    informs without repeating itself on every call.
+    informs without repeating itself on every call. Its advice is the
+    ``context`` tool, so a branch without one hears nothing: there, another
+    party owns the conversation (an MCP client keeps its own, and the served
+    session's view is not what its model sees).
     """
 
     step: float = 0.05
     _last: float | None = None
 
     def __call__(self, snapshot: NudgeSnapshot) -> str | None:
+        if not snapshot.has_tool("context"):
+            return None
         usage = snapshot.usage
         if usage < snapshot.threshold:
             self._last = None
@@ -157,12 +171,17 @@ class BashFailureStreak:
 
 @attrs.define(eq=False)
 class EditsWithoutCheck:
-    """Nudge after `limit` successful edits or writes with no code_check since."""
+    """Nudge after `limit` successful edits or writes with no code_check since.
+
+    Silent on a branch without ``code_check``: the advice is to run it.
+    """
 
     limit: int = 3
 
     def __call__(self, snapshot: NudgeSnapshot) -> str | None:
         if snapshot.tool != "editor" or not snapshot.succeeded:
+            return None
+        if not snapshot.has_tool("code_check"):
             return None
         edits = 0
         for call in reversed(snapshot.recent_calls):
@@ -214,6 +233,7 @@ class NudgeHook:
                 threshold=self.threshold,
                 recent_calls=tuple(self.history),
                 evidence=self.files_with_evidence,
+                tools=frozenset(self.branch.tools),
             )
         except Exception:
             logger.warning("could not build the nudge snapshot", exc_info=True)

@@ -46,7 +46,6 @@ from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.coding.rules import Rule, RuleHook, rule_set
-from lionfactory.tools.context import context_tool
 from lionfactory.tools.jobs import jobs_tool
 
 if TYPE_CHECKING:
@@ -378,6 +377,9 @@ def coding_toolkit(
         built["jobs"] = jobs_tool()
         names = _with_jobs(names)
     if "context" in names:
+        # Imported here: a toolkit without it (``mcp serve``'s) skips its models.
+        from lionfactory.tools.context import context_tool
+
         built["context"] = context_tool(branch)
     if "sandbox" in names:
         from lionfactory.coding.sandbox import sandbox_tool

@@ -94,9 +94,16 @@ class SessionStatus:
     peak_chars: int = 0
 
 
+# A stub of a message without metadata holds only its compacted size there:
+# ``{"mcp_compacted_chars": 123}``, counted without encoding it.
+_LONE_COMPACTED_CHARS = len(json.dumps({COMPACTED_KEY: 0})) - 1
+
+
 def _metadata_chars(message: Message) -> int:
     if not message.metadata:
         return 0
+    if len(message.metadata) == 1 and type(message.metadata.get(COMPACTED_KEY)) is int:
+        return _LONE_COMPACTED_CHARS + len(str(message.metadata[COMPACTED_KEY]))
     try:
         return len(json.dumps(message.metadata, ensure_ascii=False, default=str))
     except (ValueError, TypeError, RecursionError):  # not JSON-ready: count its repr
@@ -106,7 +113,12 @@ def _metadata_chars(message: Message) -> int:
 def _text_chars(message: Message) -> int:
     size = len(message.content)
     for call in message.tool_calls:
-        size += len(json.dumps(call.arguments, ensure_ascii=False, default=str))
+        # A stub's calls have no arguments: "{}" needs no encoder.
+        size += (
+            len(json.dumps(call.arguments, ensure_ascii=False, default=str))
+            if call.arguments
+            else 2
+        )
     return size
 
 
@@ -119,8 +131,9 @@ def held_chars(messages: Sequence[Message]) -> int:
     return sum(_chars(message) for message in messages)
 
 
-def _stub(message: Message) -> Message:
-    size = _text_chars(message)
+def _stub(message: Message, size: int | None = None) -> Message:
+    """The stub of `message`; `size` is its `_text_chars` when the caller knows it."""
+    size = _text_chars(message) if size is None else size
     if message.role == "tool":
         update: dict[str, object] = {"content": f"[compacted by the MCP server: {size:,} chars]"}
     else:
@@ -170,7 +183,7 @@ def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> 
             already (`SessionMemory` does, call by call); counted here otherwise.
     """
     target = budget // 2
-    record, keys, active, summaries = branch.messages.state()
+    record, _, active, _ = branch.messages.state()
     # Counting every message again (a JSON dump of each one's metadata) made
     # each compaction cost the whole session's length: in a long session,
     # about a third of the server's time. Record entries never change in
@@ -179,27 +192,33 @@ def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> 
         [_chars(m) for m in record] if sizes is None or len(sizes) != len(record) else list(sizes)
     )
     held = sum(sizes)
-    stubbed = 0
+    stubs: dict[int, Message] = {}
     for index, message in enumerate(record):
         if held <= target:
             break
         if not _tool_traffic(message) or COMPACTED_KEY in message.metadata:
             continue
-        stub = _stub(message)
+        # Without metadata a message's size is the overhead and its text:
+        # its text's size needs no second encoding of its arguments.
+        known = None if message.metadata else sizes[index] - MESSAGE_OVERHEAD
+        stub = _stub(message, known)
         stub_size = _chars(stub)
         if stub_size >= sizes[index]:
             continue  # already as small as a stub: only dropping it helps
-        record[index] = stub
+        record[index] = stubs[index] = stub
         held += stub_size - sizes[index]
         sizes[index] = stub_size
-        stubbed += 1
+    # The new log keeps the token estimates of the entries left as they were
+    # (estimating every message again made each compaction cost the session's
+    # length once more).
+    log = branch.messages.with_replaced(stubs) if stubs else branch.messages
     if held <= target:
-        if stubbed:
-            branch.messages = MessageLog.from_state(record, keys, active, summaries)
-        return Compaction(stubbed, 0, held, sizes)
+        if stubs:
+            branch.messages = log
+        return Compaction(len(stubs), 0, held, sizes)
     kept, held = _drop_oldest(record, sizes, active, target)
-    branch.messages = MessageLog([record[i] for i in kept])
-    return Compaction(stubbed, len(record) - len(kept), held, [sizes[i] for i in kept])
+    branch.messages = log.kept(kept)
+    return Compaction(len(stubs), len(record) - len(kept), held, [sizes[i] for i in kept])
 
 
 def _drop_oldest(

@@ -119,3 +119,41 @@ def test_rule_state_does_not_cross_clones(workspace):
 def test_default_rule_types():
     assert BashFailureStreak().limit == 3
     assert EditsWithoutCheck().limit == 3
+
+
+async def test_the_context_nudge_stays_silent_without_the_context_tool(workspace):
+    # Its advice is to call the context tool; a branch without one (an MCP
+    # session's) cannot follow it.
+    (workspace / "big.txt").write_text((("x" * 99) + "\n") * 100)
+    branch = Branch("sys")
+    branch.register(
+        coding_toolkit,
+        workspace_root=workspace,
+        tools=["reader", "editor"],
+        notify_max_tokens=10_000,
+        notify_threshold=0.5,
+    )
+    results = [await branch.act("reader", {"action": "read", "path": "big.txt"}) for _ in range(6)]
+    assert all(r.ok and "system" not in r.result for r in results)
+
+
+async def test_the_unchecked_edits_nudge_stays_silent_without_code_check(workspace):
+    branch = Branch("sys")
+    branch.register(coding_toolkit, workspace_root=workspace, tools=["reader", "editor"])
+    for i in range(6):
+        write = {"action": "write", "file_path": f"m{i}.py", "content": "x = 1\n"}
+        result = await branch.act("editor", write)
+        assert result.ok and "system" not in result.result
+
+
+async def test_rules_see_the_tools_the_branch_has(workspace):
+    seen = []
+    branch = Branch("sys")
+    branch.register(
+        coding_toolkit,
+        workspace_root=workspace,
+        tools=["reader", "bash"],
+        nudge_rules=[seen.append],
+    )
+    await branch.act("bash", {"command": "true"})
+    assert seen[-1].tools == frozenset({"reader", "bash", "jobs"})

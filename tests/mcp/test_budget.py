@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
 from lionfactory import Branch, function_tool
@@ -288,3 +290,79 @@ async def test_a_compaction_counts_no_message_again_and_its_count_stays_exact(
 
 def original_held(record: Any, chars: Callable[[Any], int]) -> int:
     return sum(chars(message) for message in record)
+
+
+async def test_a_compaction_estimates_no_message_again_and_the_estimate_stays_exact(
+    big_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lionfactory import _messages
+    from lionfactory._messages import estimate_tokens
+
+    estimated: list[str] = []
+    original = _messages._message_tokens
+
+    def counting(message: Any) -> int:
+        estimated.append(message.id)
+        return original(message)
+
+    monkeypatch.setattr(_messages, "_message_tokens", counting)
+    sessions = SessionBranches(toolkit_maker(big_files), memory_budget=60_000)
+    for _ in range(80):  # a compaction per call, stubbing, then dropping
+        with sessions.use("s") as branch:
+            assert (await branch.act("reader", {"action": "read", "path": "big.txt"})).ok
+            # The log's running estimate is what estimating its view afresh gives.
+            monkeypatch.setattr(_messages, "_message_tokens", original)
+            assert branch.messages.estimate_tokens() == estimate_tokens(list(branch.messages))
+            monkeypatch.setattr(_messages, "_message_tokens", counting)
+    status = sessions.status("s")
+    assert status is not None and status.compactions >= 5 and status.dropped_messages > 0
+    # Each message was estimated when it arrived and each stub when it was
+    # made: rebuilding the log after a compaction estimated nothing again.
+    assert len(estimated) <= 2 * 80 + 2 * 80
+
+
+def _encoded_chars(message: Any) -> int:
+    """What a message holds, counted with the encoder alone (no shortcut)."""
+    import json
+
+    size = MESSAGE_OVERHEAD + len(message.content)
+    for call in message.tool_calls:
+        size += len(json.dumps(call.arguments, ensure_ascii=False, default=str))
+    if message.metadata:
+        try:
+            size += len(json.dumps(message.metadata, ensure_ascii=False, default=str))
+        except (ValueError, TypeError, RecursionError):
+            size += len(repr(message.metadata))
+    return size
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+
+
+@given(
+    arguments=st.lists(st.dictionaries(st.text(max_size=6), JSONISH, max_size=3), max_size=3),
+    metadata=st.dictionaries(st.text(max_size=8), JSONISH, max_size=3)
+    | st.builds(lambda n: {COMPACTED_KEY: n}, st.integers())
+    | st.builds(lambda b: {COMPACTED_KEY: b}, st.booleans()),
+    content=st.text(max_size=20),
+)
+def test_a_message_and_its_stub_are_counted_as_the_encoder_counts_them(
+    arguments: list[dict[str, Any]], metadata: dict[str, Any], content: str
+) -> None:
+    from lionfactory._messages import Message, ToolCall
+    from lionfactory.mcp._budget import _chars, _stub
+
+    calls = tuple(ToolCall(name="t", arguments=a) for a in arguments)
+    role = "assistant" if calls else "tool"
+    message = Message(role=role, content=content, tool_calls=calls, metadata=metadata)
+    assert _chars(message) == _encoded_chars(message)
+    if COMPACTED_KEY in metadata:
+        return  # compaction never stubs a stub
+    known = _chars(message) - MESSAGE_OVERHEAD if not metadata else None
+    stub = _stub(message, known)
+    assert stub == _stub(message)  # the size the caller knew is the size counted here
+    assert _chars(stub) == _encoded_chars(stub)

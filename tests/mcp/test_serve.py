@@ -389,3 +389,39 @@ def test_the_cli_reports_a_port_in_use(
         argv = ["mcp", "serve", "--workspace", str(git_workspace), "--transport", "http"]
         assert main([*argv, "--port", port]) == 1
     assert "cannot serve" in capsys.readouterr().err
+
+
+# 2,000 rows of 100 characters: one read is about 50,000 estimated tokens, so
+# the fourth read of a session crosses the toolkit's default nudge threshold
+# (0.7 of 200,000 tokens).
+BIG_ROWS = ("y" * 99 + "\n") * 2000
+
+
+async def _nudges_after_reads(params: StdioServerParameters, reads: int) -> list[str]:
+    notes = []
+    async with Client(params) as client:
+        for _ in range(reads):
+            result = await client.call_tool("reader", {"action": "read", "path": "big.txt"})
+            assert not result.is_error, text(result)
+            notes.append(str(result.structured_content.get("system", "")))
+            assert json.loads(text(result)).get("system") == result.structured_content.get("system")
+    return notes
+
+
+async def test_a_served_session_without_the_context_tool_is_not_told_to_use_it(
+    git_workspace: Path, stdio_server: Callable[..., StdioServerParameters]
+) -> None:
+    # mcp serve leaves context out (the client owns the conversation): a note
+    # telling the model to call a tool it does not have would mislead it.
+    (git_workspace / "big.txt").write_text(BIG_ROWS, encoding="utf-8")
+    notes = await _nudges_after_reads(stdio_server(), 6)
+    assert notes == [""] * 6
+
+
+async def test_a_served_session_with_the_context_tool_is_told_to_use_it(
+    git_workspace: Path, stdio_server: Callable[..., StdioServerParameters]
+) -> None:
+    (git_workspace / "big.txt").write_text(BIG_ROWS, encoding="utf-8")
+    notes = await _nudges_after_reads(stdio_server("--tools", "reader,context"), 6)
+    assert notes[:3] == ["", "", ""]
+    assert "Context usage is about" in notes[3] and "context tool" in notes[3]
