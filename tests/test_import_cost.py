@@ -57,3 +57,21 @@ def test_a_toolkit_without_context_leaves_the_context_tool_unloaded() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert proc.stdout.strip() == "[]"
+
+
+def test_pathspec_loads_with_the_first_ignore_file_not_with_the_tools() -> None:
+    # Every server imports the walking tools at start-up; pathspec (the
+    # gitignore matcher) is needed only once an ignore file is read.
+    code = (
+        "import sys, tempfile, pathlib, trio; "
+        "from lionfactory.tools import reader_tool, search_tool; "
+        "root = pathlib.Path(tempfile.mkdtemp()); search_tool(workspace_root=root); "
+        "tool = reader_tool(workspace_root=root); before = 'pathspec' in sys.modules; "
+        "(root / '.gitignore').write_text('*.log\\n'); (root / 'a.py').write_text('x\\n'); "
+        "trio.run(lambda: tool(action='list_dir', path='.')); "
+        "print(before, 'pathspec' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.split() == ["False", "True"]

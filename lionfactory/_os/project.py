@@ -62,13 +62,16 @@ import re
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio.from_thread
 import attrs
-from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from lionfactory._os import beneath as _beneath
 from lionfactory._os.workspace import Workspace
+
+if TYPE_CHECKING:
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 __all__ = [
     "IGNORE_FILES",
@@ -136,6 +139,10 @@ def _parse_patterns(data: bytes | None) -> tuple[GitIgnoreSpecPattern, ...]:
         return ()
     if len(data) == _MAX_IGNORE_FILE:
         data = data[: data.rfind(b"\n") + 1]  # a cut line is not a pattern
+    # Imported on the first ignore file read, not with the module: the tools
+    # that walk a tree are imported by every server at start-up (10 ms).
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
     patterns = []
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
