@@ -313,6 +313,10 @@ class ResourceWatch:
     async def changes(self) -> tuple[list[str], bool]:
         """Wait one interval; the subscribed URIs that changed, and whether the listing did."""
         await anyio.sleep(self.interval)
+        if not self._subscribed and self._listing is None:
+            # Nothing to look at (most sessions never subscribe): no worker
+            # thread is started once a second for it.
+            return [], False
         # Abandoned on cancellation: a walk of a large tree must not delay shutdown.
         return await anyio.to_thread.run_sync(self._poll, abandon_on_cancel=True)
 

@@ -247,3 +247,26 @@ async def test_over_stdio_a_subscribed_file_and_the_listing_report_their_changes
             assert (await receive())["id"] == 3
             assert (await receive())["id"] == 4
         process.kill()
+
+
+async def test_a_watch_with_nothing_to_watch_starts_no_poll(
+    project: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: object
+) -> None:
+    from lionfactory.mcp._resources import ResourceWatch
+
+    polls: list[int] = []
+    real_poll = ResourceWatch._poll
+
+    def counted(self: ResourceWatch) -> tuple[list[str], bool]:
+        polls.append(1)
+        return real_poll(self)
+
+    monkeypatch.setattr(ResourceWatch, "_poll", counted)
+    watch = ResourceWatch(WorkspaceResources.at(project))
+    assert await watch.changes() == ([], False)
+    assert polls == []
+    uri = (project / "src" / "app.py").as_uri()
+    watch.subscribe({"uri": uri})
+    (project / "src" / "app.py").write_text("changed\n", encoding="utf-8")
+    assert await watch.changes() == ([uri], False)
+    assert polls == [1]
