@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import sqlite3
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from lionfactory import Branch, Exchange, Message
+from lionfactory import Branch, Exchange, Message, Tool, function_tool, register_factory
 from lionfactory.backends import (
     BranchStore,
     RedisBranchStore,
@@ -365,3 +367,73 @@ async def test_a_row_planted_for_a_stdio_session_runs_nothing_in_mcp_serve(
         with contextlib.suppress(Exception):  # refused, however the server reports it
             await client.call_tool("reader", {"action": "read", "path": "notes.txt"})
     assert not marker.exists()
+
+
+_COLLECTOR_SEEN: list[bool] = []
+
+
+def _ping() -> str:
+    """Answer pong."""
+    return "pong"
+
+
+def _recording_factory() -> Tool:
+    """A registered factory that notes whether the collector runs while a load replays it."""
+    _COLLECTOR_SEEN.append(gc.isenabled())
+    return function_tool(_ping)
+
+
+register_factory(_recording_factory, name="tests.backends:recording_factory")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_a_load_pauses_the_collector_and_leaves_it_as_it_was(
+    store: BranchStore, enabled: bool
+) -> None:
+    branch = Branch("s", name="gc")
+    branch.register(_recording_factory)
+    await store.save(branch)
+    _COLLECTOR_SEEN.clear()
+    before = gc.isenabled()
+    try:
+        if not enabled:
+            gc.disable()
+        await store.load(branch.id)
+        assert _COLLECTOR_SEEN == [False]  # paused while the branch was rebuilt
+        assert gc.isenabled() is enabled
+    finally:
+        if before:
+            gc.enable()
+
+
+async def test_a_failed_load_leaves_the_collector_on(store: BranchStore) -> None:
+    assert gc.isenabled()
+    victim = uuid.uuid4()
+    await store._write(victim, None, 0, b'{"format": 1}\n[{"role": 7}]')
+    with pytest.raises(ConfigurationError, match="not a saved branch"):
+        await store.load(victim)
+    assert gc.isenabled()
+
+
+def test_pauses_from_two_threads_switch_the_collector_back_on_once_both_end() -> None:
+    from lionfactory.backends._store import collector_paused
+
+    assert gc.isenabled()
+    first_in, second_out = threading.Event(), threading.Event()
+    states: list[bool] = []
+
+    def first() -> None:
+        with collector_paused():
+            first_in.set()
+            second_out.wait(10)
+            states.append(gc.isenabled())  # the second pause has ended: still paused
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    first_in.wait(10)
+    with collector_paused():
+        states.append(gc.isenabled())
+    second_out.set()
+    thread.join(10)
+    assert states == [False, False]
+    assert gc.isenabled()
