@@ -128,20 +128,75 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, 65536)
 
 
+def _reason(exc: BaseException) -> str:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None:
+        reason = f"{reason} ({os.fsdecode(exc.filename)})"
+    return reason
+
+
 def _exec(request: dict[str, object], report: socket.socket) -> None:
     argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
     env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
     try:
         os.set_inheritable(report.fileno(), False)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        for number in _RESET_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
         os.chdir(str(request["cwd"]))
         os.execvpe(argv[0], argv, env)
     except BaseException as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        if isinstance(exc, OSError) and exc.filename is not None:
-            reason = f"{reason} ({os.fsdecode(exc.filename)})"
-        _send(report, {"exec_error": reason})
+        _send(report, {"exec_error": _reason(exc)})
     os._exit(127)
+
+
+# What Python ignores at start-up and an ignored disposition would carry
+# through exec: a command gets them at their defaults, as from a shell.
+_RESET_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
+)
+
+
+def _candidates(program: str, env: dict[str, str]) -> list[str]:
+    """Where execvpe(3) would look for `program`, in order (``os._execvpe``'s rules)."""
+    if os.path.dirname(program):
+        return [program]
+    path = env.get("PATH", os.defpath)
+    return [os.path.join(directory, program) for directory in path.split(os.pathsep)]
+
+
+def _spawn(request: dict[str, object], report: socket.socket) -> int | None:
+    """Start the command with ``posix_spawn`` (a vfork and an exec); None when it cannot run.
+
+    What a fork of this interpreter would cost is most of a command's start:
+    a forked Python process copies its page tables and then faults on every
+    page either side writes (reference counts), about half a millisecond,
+    and ``os.execvpe`` imports `warnings` in the child first. ``posix_spawn``
+    shares the memory until the exec. The program is looked up on the
+    request's ``PATH`` exactly as ``os.execvpe`` would (a name that is not
+    there is skipped, any other failure is kept and reported if nothing
+    later starts); the exec failure of the last candidate is the report.
+    """
+    try:
+        argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
+        env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
+        os.set_inheritable(report.fileno(), False)
+        os.chdir(str(request["cwd"]))
+        saved: OSError | None = None
+        last: OSError | None = None
+        for path in _candidates(argv[0], env):
+            try:
+                os.stat(path)
+                return os.posix_spawn(path, argv, env, setsigdef=_RESET_SIGNALS, setsigmask=())
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                last = exc
+            except OSError as exc:
+                last = exc
+                saved = saved or exc
+        error = saved or last
+        raise error if error is not None else FileNotFoundError(2, "No such file", argv[0])
+    except BaseException as exc:
+        _send(report, {"exec_error": _reason(exc)})
+        return None
 
 
 def _start(
@@ -185,11 +240,11 @@ def _start(
     # The namespace's first process: it dies with the leader (a kill of the
     # group reaches both), and it reaps whatever the command orphans.
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    command = os.fork()
-    if command == 0:
-        os.close(status)
-        _exec(request, report)
+    command = _spawn(request, report)
     report.close()
+    if command is None:
+        os.write(status, _STATUS.pack(127 << 8))  # as an exec failure in a forked child
+        os._exit(0)
     while True:
         try:
             done, code = os.waitpid(-1, 0)
