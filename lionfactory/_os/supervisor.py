@@ -96,15 +96,21 @@ class Supervisor:
     lock: threading.Lock = attrs.Factory(threading.Lock)
 
     @classmethod
-    def start(cls, isolation: Isolation, root: Path) -> Supervisor:
-        """Start a supervisor under `isolation` (blocking: call it in a worker thread)."""
+    def start(
+        cls, isolation: Isolation, root: Path, *, command_namespaces: bool = True
+    ) -> Supervisor:
+        """Start a supervisor under `isolation` (blocking: call it in a worker thread).
+
+        `command_namespaces` False makes it run every command without a PID
+        namespace of its own, as where the kernel refuses one (tests use it
+        to exercise that path on a machine that allows them).
+        """
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        script = [sys.executable, "-I", "-S", "-c", _main_source(), str(child.fileno())]
+        if not command_namespaces:
+            script.append("--no-namespaces")
         try:
-            launch = isolation.launch(
-                [sys.executable, "-I", "-S", "-c", _main_source(), str(child.fileno())],
-                cwd=root,
-                env=None,
-            )
+            launch = isolation.launch(script, cwd=root, env=None)
         except BaseException:
             parent.close()
             child.close()
