@@ -53,9 +53,9 @@ from lionfactory._os.isolation import Isolation
 from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
-    ReadPace,
     _Capture,
     _check_program,
+    drain_fd,
     not_started_inside,
 )
 
@@ -279,18 +279,8 @@ async def _next_report(sock: socket.socket) -> dict[str, Any] | None:
 
 
 async def _drain(fd: int, capture: _Capture, done: anyio.Event) -> None:
-    pace = ReadPace()
     try:
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
-            if not data:
-                return
-            capture.feed(data)
-            await pace.after(len(data))
+        await drain_fd(fd, capture)
     finally:
         done.set()
 
