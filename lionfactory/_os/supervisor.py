@@ -7,16 +7,17 @@ the first confined command of a branch starts the *supervisor*
 (`lionfactory._os.supervisor_main`) under the branch's `Isolation`, built by
 the same policy-to-argv translation every confined process uses
 (`Isolation.launch`), and every later command of that branch (foreground or
-background) is forked by the supervisor inside that one sandbox. They share
+background) is started by the supervisor inside that one sandbox. They share
 its network namespace (so its loopback, and nothing beyond it under
 ``network="none"``), its private ``/tmp`` and its PID namespace; they are
 confined exactly as a command started on its own would be.
 
 Each command's stdout and stderr are pipes (or a job's output file) whose
 write ends are handed to the supervisor with the request, so output never
-passes through the supervisor. A command leads its own session and, where
-the kernel allows (a user namespace for an unprivileged PID namespace), gets
-a PID namespace of its own inside the sandbox: when it ends, is killed or its
+passes through the supervisor. A command runs in a session of its own and,
+where the kernel allows (a user namespace for an unprivileged PID namespace),
+in a PID namespace of its own inside the sandbox, made ready before the
+command is asked for: when it ends, is killed or its
 caller gives up, its process group is killed and its namespace with it, so a
 child that started a session of its own dies too, exactly as when every
 command had a sandbox of its own. (For uid 0 the kernel refuses to map root

@@ -29,11 +29,11 @@ what the command orphans, and tells the supervisor the command's status
 just before it exits; when it exits, the kernel kills everything left in
 its namespace. The supervisor is the runner's parent (a subreaper), so it
 reaps the runner and knows then that nothing of the command is left. A
-fork of this interpreter costs about half a millisecond, and its exit
-another (page tables, then copy-on-write faults on every page either side
-writes); preparing the next namespace while the current command runs
-takes both off the time from request to exit, which is then one message,
-one vfork-and-exec and one process exit.
+fork of this interpreter and its exit cost about half a millisecond (page
+tables, then copy-on-write faults on every page either side writes): the
+two a command needs (leader, runner) happen while the previous command
+runs, and the command itself is a vfork-and-exec, so the time from request
+to exit is one message, one ``posix_spawn`` and one process exit.
 """
 
 from __future__ import annotations
