@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, run_process
+from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ReadPace, run_process
 
 PY = sys.executable
 
@@ -342,3 +342,53 @@ async def test_the_sandbox_first_process_is_awaited_not_the_whole_proc_scan(
     # The namespace died with its first process: neither the detached nor
     # the background sleep outlived the call.
     assert _running_with(marker) == []
+
+
+# -- pacing the pipe reads ----------------------------------------------------------
+
+
+async def test_a_read_after_the_writer_exited_is_not_paused(autojump_clock: object) -> None:
+    exited = trio.Event()
+    exited.set()
+    pace = ReadPace(exited)
+    start = trio.current_time()
+    for _ in range(40):
+        await pace.after(10)
+    assert trio.current_time() == start
+
+
+async def test_a_pause_ends_when_the_writer_exits(autojump_clock: object) -> None:
+    exited = trio.Event()
+    pace = ReadPace(exited)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+
+        async def exit_soon() -> None:
+            await trio.sleep(0.0002)
+            exited.set()
+
+        nursery.start_soon(exit_soon)
+        await pace.after(10)  # the first short read already pauses
+    assert trio.current_time() - start == pytest.approx(0.0002)
+
+
+async def test_pauses_double_while_reads_stay_short(autojump_clock: object) -> None:
+    pace = ReadPace(trio.Event())
+    waited = []
+    for size in (10, 10, 10, 10, 10, 10, 64 * 1024, 10):
+        start = trio.current_time()
+        await pace.after(size)
+        waited.append(round(trio.current_time() - start, 6))
+    # A full read: the writer is fast, so it is read on at once and the
+    # pauses start again from a millisecond.
+    assert waited == [0.001, 0.002, 0.004, 0.008, 0.008, 0.008, 0.0, 0.001]
+
+
+async def test_without_the_exit_the_first_reads_are_prompt(autojump_clock: object) -> None:
+    pace = ReadPace()
+    start = trio.current_time()
+    for _ in range(16):
+        await pace.after(10)
+    assert trio.current_time() == start
+    await pace.after(10)
+    assert trio.current_time() - start == pytest.approx(0.001)

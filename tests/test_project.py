@@ -11,7 +11,7 @@ import pytest
 
 from lionfactory import Branch
 from lionfactory._os.binaries import BinaryFinder
-from lionfactory._os.global_excludes import global_excludes
+from lionfactory._os.global_excludes import global_excludes, known_global_excludes
 from lionfactory._os.project import ProjectView, project_top, stray_ignore_files
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding import coding_toolkit
@@ -279,6 +279,30 @@ async def test_a_changed_git_config_is_asked_again(
     assert await global_excludes(repo, BinaryFinder()) == home / "first"
     (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/second\n\n")
     assert await global_excludes(repo, BinaryFinder()) == home / "second"
+
+
+async def test_the_remembered_answer_is_known_without_asking_git(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "ignore").write_text("*.swp\n")
+    monkeypatch.setenv("HOME", str(home))
+    (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/ignore\n")
+    assert known_global_excludes(repo) == (False, None)
+    assert await global_excludes(repo, BinaryFinder()) == home / "ignore"
+    assert known_global_excludes(repo) == (True, home / "ignore")
+    # The file it names is checked every time, not remembered.
+    (home / "ignore").unlink()
+    assert known_global_excludes(repo) == (True, None)
+    (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/other\n")
+    assert known_global_excludes(repo) == (False, None)
+
+
+def test_outside_a_repository_nothing_is_asked(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert known_global_excludes(plain) == (True, None)
 
 
 def test_patterns_git_cannot_read_are_skipped(tmp_path: Path) -> None:

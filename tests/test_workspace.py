@@ -176,6 +176,31 @@ def test_is_hidden_marks_git_and_protected_paths(ws: Workspace):
     assert not ws.is_hidden("src/a.py")
 
 
+def test_is_hidden_answers_for_a_path_deeper_than_python_recursion(ws: Workspace) -> None:
+    deep = "d/" * 3000
+    assert not ws.is_hidden(deep + "a.py")
+    assert ws.is_hidden(deep + ".env/" + deep + "a.py")
+    assert ws.is_hidden(deep + ".git/" + deep + "a.py")
+    assert not ws.is_hidden(deep + "a.py")  # the same answers again, remembered
+
+
+_COMPONENTS = st.sampled_from(
+    ["src", "a.py", ".git", ".env", ".ENV.", "id_rsa", "id_rsa.pub", "notes", ".", "", "pkg"]
+)
+
+
+@given(paths=st.lists(st.lists(_COMPONENTS, min_size=1, max_size=4).map("/".join), max_size=30))
+def test_is_hidden_answers_as_its_components_do_in_any_order(paths: list[str]) -> None:
+    # The rule remembers directories and names; whatever order paths come
+    # in (a directory before or after the files under it, the same path
+    # twice), each answer is what its components say.
+    ws = Workspace.at(Path("/"))
+    for path in paths + paths:
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        expected = any(part == ".git" or ws.is_protected(part) for part in parts)
+        assert ws.is_hidden(path) is expected, path
+
+
 @pytest.fixture(params=["openat2", "walk"])
 def strategy(request: pytest.FixtureRequest):
     """Each opening test runs with the kernel's openat2 and with the component walk."""

@@ -15,6 +15,7 @@ is in the project.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -26,7 +27,7 @@ from lionfactory._os.process import LaunchError, run_process
 from lionfactory._os.project import ProjectView, project_top
 from lionfactory._os.workspace import Workspace
 
-__all__ = ["global_excludes", "project_view"]
+__all__ = ["global_excludes", "known_global_excludes", "known_view", "project_view"]
 
 _GIT_TIMEOUT = 10.0
 
@@ -69,6 +70,29 @@ def _excludes_key(top: Path) -> tuple[object, ...]:
     return (str(top), env, *(_signature(path) for path in _config_files()))
 
 
+def _top_and_key(root: Path) -> tuple[Path, tuple[object, ...]]:
+    top, _ = project_top(root)
+    return top, _excludes_key(top)
+
+
+def known_global_excludes(root: Path) -> tuple[bool, Path | None]:
+    """`global_excludes` when git need not be asked: ``(True, answer)``, else ``(False, None)``.
+
+    Blocking (a few ``stat`` calls): run it in a worker thread. Callers that
+    have other filesystem checks to make put them in the same thread hop; on
+    a loaded machine each round trip to a worker thread costs more than the
+    checks themselves.
+    """
+    top, is_repo = project_top(root)
+    if not is_repo:
+        return True, None
+    key = _excludes_key(top)
+    if key not in _EXCLUDES_CACHE:
+        return False, None
+    configured = _EXCLUDES_CACHE[key]
+    return True, configured if configured is not None and _is_regular(configured) else None
+
+
 async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
     """The global excludes file git names, for a workspace inside a repository, else None.
 
@@ -78,17 +102,14 @@ async def global_excludes(root: Path, binaries: BinaryFinder) -> Path | None:
     None when that is not a regular file, or when the workspace is not in a
     repository (git applies it to repositories only).
     """
-    top, is_repo = project_top(root)
-    if not is_repo:
-        return None
-    key = await anyio.to_thread.run_sync(_excludes_key, top)
-    if key in _EXCLUDES_CACHE:
-        configured = _EXCLUDES_CACHE[key]
-    else:
-        configured = await _ask_git(top, binaries)
-        if len(_EXCLUDES_CACHE) >= _EXCLUDES_CACHE_SIZE:
-            _EXCLUDES_CACHE.clear()
-        _EXCLUDES_CACHE[key] = configured
+    known, answer = await anyio.to_thread.run_sync(known_global_excludes, root)
+    if known:
+        return answer
+    top, key = await anyio.to_thread.run_sync(_top_and_key, root)
+    configured = await _ask_git(top, binaries)
+    if len(_EXCLUDES_CACHE) >= _EXCLUDES_CACHE_SIZE:
+        _EXCLUDES_CACHE.clear()
+    _EXCLUDES_CACHE[key] = configured
     if configured is None:
         return None
     return configured if await anyio.to_thread.run_sync(_is_regular, configured) else None
@@ -130,6 +151,16 @@ async def _ask_git(top: Path, binaries: BinaryFinder) -> Path | None:
     return path if path.is_absolute() else top / path
 
 
+def known_view(workspace: Workspace, *, include_ignored: bool) -> ProjectView | None:
+    """`project_view` when no process has to be asked, else None (blocking: a worker thread)."""
+    if include_ignored:
+        return ProjectView(workspace, include_ignored=True)
+    known, global_file = known_global_excludes(workspace.root)
+    if not known:
+        return None
+    return ProjectView(workspace, include_ignored=False, global_file=global_file)
+
+
 async def project_view(
     workspace: Workspace, binaries: BinaryFinder, *, include_ignored: bool
 ) -> ProjectView:
@@ -139,5 +170,12 @@ async def project_view(
     with ``include_ignored`` nothing but ``.git``, protected names and links
     is left out.
     """
-    global_file = None if include_ignored else await global_excludes(workspace.root, binaries)
-    return ProjectView(workspace, include_ignored=include_ignored, global_file=global_file)
+    if include_ignored:
+        return ProjectView(workspace, include_ignored=True)
+    view = await anyio.to_thread.run_sync(
+        functools.partial(known_view, workspace, include_ignored=include_ignored)
+    )
+    if view is not None:
+        return view
+    global_file = await global_excludes(workspace.root, binaries)
+    return ProjectView(workspace, include_ignored=False, global_file=global_file)

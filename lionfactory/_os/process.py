@@ -175,39 +175,70 @@ class _Capture:
 
 # A chatty writer wakes the event loop once per write: ripgrep writes each
 # matching file's lines separately, over a thousand writes for one search,
-# and each wake-up costs more than the read. After a run of short reads, the
-# reader waits a millisecond so that the pipe gathers more (it holds 64 KiB,
-# so a fast writer is never held up): a 2,000-file search was 15 ms slower to
-# read than `subprocess.run` read it, and is now no slower. The first reads
-# are taken at once, so a short output (most commands') is not delayed.
+# and each wake-up costs more than the read. After a short read, the reader
+# waits a little so that the pipe gathers more: a 2,000-file search was 15 ms
+# slower to read than `subprocess.run` read it, and is now no slower.
+#
+# When the reader knows when the process exits, the wait ends there, so no
+# output is read late: pausing starts at the first read, and while reads stay
+# short each pause doubles, up to 8 ms (a writer that prints a line a
+# millisecond, as ripgrep does on a small tree, woke the loop once a line
+# even with 1 ms pauses, and on a two-CPU machine the wake-ups' CPU slowed the
+# search itself). A full read ends the doubling: a fast writer fills the
+# 64 KiB pipe within the first millisecond and is read at once. Otherwise
+# (the supervisor's streams) the first reads are taken at once, so a short
+# output is not delayed, and the pauses stay at a millisecond.
 _PROMPT_READS = 16
 _SHORT_READ = 16_384
 _SETTLE_SECONDS = 0.001
+_LONGEST_SETTLE_SECONDS = 0.008
 
 
 @attrs.define
 class ReadPace:
-    """When a drain loop should pause before its next read (see `_PROMPT_READS`)."""
+    """When a drain loop should pause before its next read (see `_PROMPT_READS`).
 
+    Attributes:
+        exited: set when the writer has exited, if the reader knows; a pause
+            ends there (everything left is read at once).
+        reads: reads so far.
+        settle: the next pause, in seconds.
+    """
+
+    exited: anyio.Event | None = None
     reads: int = 0
+    settle: float = _SETTLE_SECONDS
 
-    async def after(self, size: int) -> None:
-        """Call after each read of `size` bytes."""
+    async def after(self, size: int) -> bool:
+        """Call after each read of `size` bytes; returns whether it paused."""
         self.reads += 1
-        if self.reads > _PROMPT_READS and size < _SHORT_READ:
+        if size >= _SHORT_READ:
+            self.settle = _SETTLE_SECONDS
+            return False
+        if self.exited is not None:
+            if self.exited.is_set():
+                return False
+            with anyio.move_on_after(self.settle):
+                await self.exited.wait()
+            self.settle = min(self.settle * 2, _LONGEST_SETTLE_SECONDS)
+            return True
+        if self.reads > _PROMPT_READS:
             await anyio.sleep(_SETTLE_SECONDS)
+            return True
+        return False
 
 
-async def drain_fd(fd: int, capture: _Capture) -> None:
+async def drain_fd(fd: int, capture: _Capture, exited: anyio.Event | None = None) -> None:
     """Read the non-blocking pipe `fd` into `capture` until end of file.
 
     Straight from the descriptor, not through anyio's stream wrapper: each
     of its receives takes two trips through the scheduler even when the
     bytes are there, and closing it two more, which a ``true`` pays on both
-    of its pipes. A checkpoint after every chunk keeps a writer that never
-    lets the pipe run dry from starving the loop (or a deadline).
+    of its pipes. `exited` is the writer's exit, for `ReadPace`. A read the
+    pace did not pause after ends with a checkpoint, so a writer that never
+    lets the pipe run dry cannot starve the loop (or a deadline).
     """
-    pace = ReadPace()
+    pace = ReadPace(exited)
     while True:
         try:
             data = os.read(fd, 65536)
@@ -217,8 +248,8 @@ async def drain_fd(fd: int, capture: _Capture) -> None:
         if not data:
             return
         capture.feed(data)
-        await pace.after(len(data))
-        await anyio.lowlevel.checkpoint()
+        if not await pace.after(len(data)):
+            await anyio.lowlevel.checkpoint()
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -545,11 +576,13 @@ async def run_process(
     out = _Capture(max_bytes, spill[0] if spill else None, on_output=on_output)
     err = _Capture(max_bytes, spill[1] if spill else None, on_output=on_output)
     try:
+        exited = anyio.Event()
         with anyio.move_on_after(timeout) as deadline:
             async with anyio.create_task_group() as group:
-                group.start_soon(drain_fd, out_r, out)
-                group.start_soon(drain_fd, err_r, err)
+                group.start_soon(drain_fd, out_r, out, exited)
+                group.start_soon(drain_fd, err_r, err, exited)
                 await process.wait()
+                exited.set()
                 # The leader is done; whatever it left running in its group
                 # would keep our pipes open (and outlive the call). Kill it so
                 # the drains reach end-of-file now, not at the deadline. The

@@ -60,7 +60,7 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio.from_thread
@@ -166,24 +166,38 @@ class _Rules:
 
     prefix: str  # the directory, with a trailing "/"
     patterns: tuple[GitIgnoreSpecPattern, ...]
+    # Per pattern, last first (the last matching pattern decides): its match
+    # function, whether it has a directory marker, and whether it ignores.
+    # Worked out once, not for each of the walk's tens of thousands of paths.
+    _checks: tuple[tuple[Callable[[str], re.Match[str] | None], bool, bool], ...] = attrs.field(
+        init=False, eq=False, repr=False
+    )
+
+    def __attrs_post_init__(self) -> None:
+        checks = []
+        for pattern in reversed(self.patterns):
+            regex = pattern.regex
+            assert regex is not None  # _parse_patterns keeps only compiled patterns
+            find = regex.match if regex.pattern[:1] == "^" else regex.search
+            checks.append((find, _DIR_MARK in regex.groupindex, bool(pattern.include)))
+        object.__setattr__(self, "_checks", tuple(checks))
 
     def decide(self, path: str, is_dir: bool) -> bool | None:
         """True: ignored; False: re-included by a ``!`` pattern; None: no pattern matches."""
-        if not self.patterns:
+        if not self._checks:
             return None
         text = path[len(self.prefix) :] + ("/" if is_dir else "")
-        for pattern in reversed(self.patterns):
-            regex = pattern.regex
-            assert regex is not None  # _load_patterns keeps only compiled patterns
-            match = regex.search(text) if regex.pattern[:1] != "^" else regex.match(text)
+        end = len(text)
+        for find, marked, ignores in self._checks:
+            match = find(text)
             if match is None:
                 continue
-            if _DIR_MARK in regex.groupindex and match.start(_DIR_MARK) != -1:
-                if not (is_dir and match.end(_DIR_MARK) == len(text)):
+            if marked and match.start(_DIR_MARK) != -1:
+                if not (is_dir and match.end(_DIR_MARK) == end):
                     continue
-            elif is_dir and match.end() == len(text):
+            elif is_dir and match.end() == end:
                 continue
-            return bool(pattern.include)
+            return ignores
         return None
 
 
@@ -347,6 +361,7 @@ class ProjectView:
     skipped: int = 0
     _top: str = attrs.field(init=False)
     _root: str = attrs.field(init=False)
+    _root_prefix: str = attrs.field(init=False)
     _chains: dict[str, tuple[_Rules, ...]] = attrs.field(init=False, factory=dict)
     _levels: dict[str, _Level] = attrs.field(init=False, factory=dict)
     _global: _Rules = attrs.field(init=False)
@@ -355,6 +370,7 @@ class ProjectView:
         top, _ = project_top(self.workspace.root)
         self._top = str(top)
         self._root = str(self.workspace.root)
+        self._root_prefix = _prefix(self._root)
         if self.global_file is None:
             self._global = _NO_RULES
         else:
@@ -435,7 +451,10 @@ class ProjectView:
 
     def _ignored(self, path: str, is_dir: bool) -> bool:
         """Whether the rules exclude `path` (absolute; its parent is not ignored)."""
-        for rules in self._rules(os.path.dirname(path)):
+        # The parent as `os.path.dirname` gives it for these paths (absolute,
+        # no doubled or trailing slashes), without its per-call overhead: a
+        # walk asks this for every entry.
+        for rules in self._rules(path.rpartition("/")[0] or "/"):
             decision = rules.decide(path, is_dir)
             if decision is not None:
                 return decision
@@ -448,7 +467,7 @@ class ProjectView:
         workspace's descriptor-based listing): `relative` is root-relative and
         its parent was not skipped. Counts what it skips in `skipped`.
         """
-        if not self.include_ignored and self._ignored(_prefix(self._root) + relative, is_dir):
+        if not self.include_ignored and self._ignored(self._root_prefix + relative, is_dir):
             self.skipped += 1
             return True
         return False

@@ -128,6 +128,8 @@ def _spellings(name: str) -> tuple[str, ...]:
 # a search reports, a few hundred KiB at most.
 _NAMES_REMEMBERED = 8192
 _PATHS_REMEMBERED = 4096
+# Components `ProtectedRule.hidden` answers without the protected-name rule.
+_NOT_NAMES = frozenset({"", ".", ".git"})
 # Located paths one workspace remembers (then it starts again).
 _LOCATED_PATHS = 1024
 
@@ -161,19 +163,49 @@ class ProtectedRule:
         return known
 
     def hidden(self, relative: str) -> bool:
-        """Whether a root-relative POSIX path has a ``.git`` or protected component."""
-        known = self._paths.get(relative)
-        if known is None:
-            head, _, name = relative.rpartition("/")
-            if head and self.hidden(head):
-                known = True
-            elif name in ("", "."):  # not components (Path.parts drops them too)
-                known = False
-            else:
-                known = name == ".git" or self.name(name)
+        """Whether a root-relative POSIX path has a ``.git`` or protected component.
+
+        Directories are remembered, not the paths under them: a listing
+        reports tens of thousands of files, each once, in a few hundred
+        directories, and remembering every file filled the bound and dropped
+        the directories with it.
+        """
+        head, _, name = relative.rpartition("/")
+        if head:
+            known = self._paths.get(head)
+            if known is None:
+                known = self._directory(head)
+            if known:
+                return True
+        return self._component(name)
+
+    def _component(self, name: str) -> bool:
+        if name in _NOT_NAMES:
+            return name == ".git"  # "" and "." are not components (nor in Path.parts)
+        known = self._names.get(name)
+        return self.name(name) if known is None else known
+
+    def _directory(self, path: str) -> bool:
+        """`hidden` for a directory, remembered for it and for each parent on the way.
+
+        A loop, not a recursion: a command can make a tree thousands of
+        levels deep, and a search of it must not end in a RecursionError.
+        """
+        unknown = []
+        known = False
+        current = path
+        while current:
+            remembered = self._paths.get(current)
+            if remembered is not None:
+                known = remembered
+                break
+            unknown.append(current)
+            current = current.rpartition("/")[0]
+        for directory in reversed(unknown):  # from the top down
+            known = known or self._component(directory.rpartition("/")[2])
             if len(self._paths) >= _PATHS_REMEMBERED:
-                self._paths.clear()
-            self._paths[relative] = known
+                self._paths.clear()  # dict operations are atomic under the GIL
+            self._paths[directory] = known
         return known
 
 
@@ -575,15 +607,19 @@ class Workspace:
                 os.close(fd)
 
     def _scan(self, fd: int) -> list[tuple[str, bool]]:
+        found: list[tuple[str, bool]] = []
+        protected = self._protected_rule.name
         with os.scandir(fd) as scan:
-            found = [
-                (entry.name, entry.is_dir(follow_symlinks=False))
-                for entry in scan
-                if entry.name != ".git"
-                and not self.is_protected(entry.name)
-                and (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False))
-            ]
-        return sorted(found)
+            for entry in scan:
+                name = entry.name
+                if name == ".git" or protected(name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    found.append((name, True))
+                elif entry.is_file(follow_symlinks=False):
+                    found.append((name, False))
+        found.sort()
+        return found
 
     def directory(self, cwd: str | None) -> Path:
         """A model's working directory for a program: inside the root and existing.

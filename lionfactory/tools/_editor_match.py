@@ -125,9 +125,17 @@ def is_python(name: str) -> bool:
 # --- exact ----------------------------------------------------------------------
 
 
-def _exact_sites(data: bytes, needle: bytes) -> list[int]:
-    """Start offsets of `needle` in `data` that split no CRLF, non-overlapping, in order."""
+def _exact_sites(data: bytes, needle: bytes) -> tuple[list[int], bool]:
+    """Start offsets of `needle` in `data` that split no CRLF, non-overlapping, in order.
+
+    And whether they are every occurrence ``bytes.replace`` would replace:
+    True when no occurrence was passed over for splitting a CRLF. (Comparing
+    their number with ``data.count(needle)`` cost one more scan of the file,
+    and could be fooled: a passed-over occurrence and an overlapping site
+    that ``count`` does not see make the numbers equal.)
+    """
     sites: list[int] = []
+    every = True
     starts_lf = needle.startswith(b"\n")
     ends_cr = needle.endswith(b"\r")
     start = data.find(needle)
@@ -137,11 +145,12 @@ def _exact_sites(data: bytes, needle: bytes) -> list[int]:
             ends_cr and data[end : end + 1] == b"\n"
         )
         if bad:
+            every = False
             start = data.find(needle, start + 1)
             continue
         sites.append(start)
         start = data.find(needle, end)
-    return sites
+    return sites, every
 
 
 def _uniform_crlf(data: bytes) -> bool:
@@ -189,7 +198,9 @@ def replace(data: bytes, old: str, new: str, *, replace_all: bool, shown: str) -
     new_b = _encoded(new)
     if new_b is None:
         return Refused("new_string cannot be encoded as UTF-8 (surrogates not allowed); fix it.")
-    crlf = b"\r\n" in data and _uniform_crlf(data)
+    # Looking for one byte first: a two-byte search of a file without CR
+    # costs seven times as much (60 ms in a 50 MiB file).
+    crlf = b"\r" in data and _uniform_crlf(data)
     attempts = [(old, new)]
     if crlf and "\n" in old and "\r" not in old:
         # The model writes "\n"; a file that uses CRLF throughout keeps CRLF.
@@ -198,14 +209,13 @@ def replace(data: bytes, old: str, new: str, *, replace_all: bool, shown: str) -
         old_b = _encoded(old_try)
         if old_b is None:
             break
-        sites = _exact_sites(data, old_b)
+        sites, every = _exact_sites(data, old_b)
         if not sites:
             continue
         if crlf and "\n" in new_try and "\r" not in old_try:
             new_try = _to_crlf(new_try)
         if len(sites) > 1 and not replace_all:
             return _several(len(sites), [_line_of(data, s) for s in sites], shown)
-        every = len(sites) == data.count(old_b)
         return _splice(data, sites, len(old_b), new_try.encode("utf-8"), every)
     if len(data) > MAX_TOLERANT_BYTES:
         return Refused(_cheap_not_found(data.decode("utf-8"), old, shown))

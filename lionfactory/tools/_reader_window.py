@@ -114,11 +114,14 @@ class _Lines:
         self._pos = 0
         self._chunk = _FIRST_CHUNK
 
-    def _fill(self) -> bool:
-        """Load the next chunk once the buffer is used up; False at end of stream."""
+    def _fill(self, most: int | None = None) -> bool:
+        """Load the next chunk once the buffer is used up; False at end of stream.
+
+        `most` caps the chunk (a budgeted count reads no further than it scans).
+        """
         if self._pos < len(self._buf):
             return True
-        chunk = self._raw.read(self._chunk)
+        chunk = self._raw.read(self._chunk if most is None else max(1, min(self._chunk, most)))
         self._chunk = min(self._chunk * 2, _CHUNK)
         if not chunk:
             return False
@@ -183,7 +186,9 @@ class _Lines:
                 if self._raw.read(1):
                     return None
                 break
-            if not self._fill():
+            # Reading a whole chunk past the budget would count up to a MiB
+            # the budget does not ask for (a third of a window's time).
+            if not self._fill(None if budget is None else budget - scanned):
                 break
             if self._pos < len(self._buf):
                 count += self._buf.count(b"\n", self._pos)

@@ -174,24 +174,55 @@ def _brace(patterns: Iterable[str]) -> str:
     return "{" + ",".join(_glob_escape(p) for p in patterns) + "}"
 
 
+def _families(patterns: list[str]) -> tuple[list[tuple[list[str], list[str]]], list[str]]:
+    """`patterns` as families ``(heads, tails)`` and what no family covers.
+
+    A family is literal heads that share one set of tails, every head and
+    every head + tail being in `patterns` (the private-key names: ``id_rsa``,
+    ``id_rsa.[!p]*``, ...), so ``{heads}`` and ``{heads}{tails}`` match
+    exactly those patterns' names. A family needs two heads or more.
+    """
+    given = set(patterns)
+    literal = [p for p in patterns if not any(c in p for c in "*?[")]
+    by_tails: dict[frozenset[str], list[str]] = {}
+    for head in literal:
+        tails = frozenset(p[len(head) :] for p in given if p != head and p.startswith(head))
+        if tails:
+            by_tails.setdefault(tails, []).append(head)
+    families = []
+    covered: set[str] = set()
+    for tails, heads in by_tails.items():
+        members = set(heads) | {h + t for h in heads for t in tails}
+        if len(heads) > 1 and not members & covered:
+            families.append((sorted(heads), sorted(tails)))
+            covered |= members
+    return families, sorted(given - covered)
+
+
 @functools.lru_cache(maxsize=32)
 def _protected_globs(protected: frozenset[str]) -> tuple[str, ...]:
     """The protected names as a few ripgrep override globs.
 
-    One brace alternation, not one ``--iglob`` a name: ripgrep compiles each
+    Brace alternations, not one ``--iglob`` a name: ripgrep compiles each
     case-insensitive glob into a regular expression, and 440 of them made
-    the same walk five to ten times slower. The alternation is also factored
-    as `protected_matcher` is (`factor_backups`): a base name whose every
-    backup spelling is in the set stands once in ``{bases}`` and once in
-    ``{bases}{suffixes}`` (a suffix is literal, so the pair matches exactly
-    what the long list does), which cut compiling the globs, paid by every
-    ripgrep run, from 6 ms to 1.5. (An empty alternative, ``{,~}``, would
-    say it in one glob, but ripgrep drops empty alternatives.)
+    the same walk five to ten times slower. The alternations are also
+    factored, which cut compiling the globs, paid by every ripgrep run, from
+    6 ms to about 1: a base name whose every backup spelling is in the set
+    stands once in ``{bases}`` and once in ``{bases}{suffixes}``, as
+    `protected_matcher` has it (`factor_backups`; a suffix is literal, so the
+    pair matches exactly what the long list does), and the private-key
+    families the same way (`_families`). (An empty alternative, ``{,~}``,
+    would say each pair in one glob, but ripgrep drops empty alternatives,
+    and it refuses nested braces.)
     """
     if not protected:
         return ()
     bases, suffixes, rest = factor_backups(protected)
-    globs = [_brace(bases), _brace(bases) + _brace(suffixes)] if bases else []
+    groups = [(bases, list(suffixes))] if bases else []
+    families, rest = _families(rest)
+    globs = []
+    for heads, tails in [*groups, *families]:
+        globs += [_brace(heads), _brace(heads) + _brace(tails)]
     if rest:
         globs.append(_brace(rest))
     return tuple(f"--iglob=!{glob}" for glob in globs)

@@ -7,12 +7,15 @@ and the factory) so that each module stays readable on its own.
 from __future__ import annotations
 
 import fnmatch
+import re
+from pathlib import Path
+from typing import NamedTuple
 
 import anyio.to_thread
 import attrs
 
 from lionfactory._os.binaries import BinaryFinder
-from lionfactory._os.global_excludes import project_view
+from lionfactory._os.global_excludes import known_view, project_view
 from lionfactory._os.isolation import Isolation
 from lionfactory._os.project import ProjectView, stray_ignore_files
 from lionfactory._os.workspace import PathRefused, Workspace
@@ -104,6 +107,19 @@ def _directories(files: list[str], base: str) -> set[str]:
     return found
 
 
+class _Prepared(NamedTuple):
+    relative: str
+    view: ProjectView | None
+    rg: str | None
+    stray: list[Path]
+
+
+class _Engine(NamedTuple):
+    view: ProjectView
+    rg: str | None
+    why: str | None
+
+
 @attrs.frozen
 class SearchHandler:
     """The ``search`` handler for one workspace."""
@@ -112,24 +128,40 @@ class SearchHandler:
     binaries: BinaryFinder
     isolation: Isolation | None = None
 
-    async def _view(self, request: SearchRequest) -> ProjectView:
-        return await project_view(
-            self.workspace, self.binaries, include_ignored=request.include_ignored
-        )
+    def _prepare(self, request: SearchRequest) -> _Prepared:
+        """Every filesystem check before the search, in one worker-thread hop.
 
-    async def _ripgrep(self, request: SearchRequest) -> tuple[str | None, str | None]:
-        """The rg binary to use, or None and why the builtin engine runs instead."""
-        rg = await anyio.to_thread.run_sync(self.binaries.find, "rg")
-        if rg is None:
-            return None, None
-        if not request.include_ignored:
-            stray = await anyio.to_thread.run_sync(stray_ignore_files, self.workspace.root)
-            if stray:
-                return None, (
-                    f"The builtin engine ran: ripgrep would also apply {stray[0]}, an ignore "
-                    f"file outside the project."
-                )
-        return rg, None
+        Blocking (``stat`` calls up the tree and along ``PATH``). Done in
+        one hop rather than one each: on a loaded machine the round trips
+        cost more than the checks, a millisecond or two of a small search.
+
+        Raises:
+            PathRefused: the search path is outside, hidden or missing.
+        """
+        relative = self.workspace.search_target(request.path)
+        view = known_view(self.workspace, include_ignored=request.include_ignored)
+        rg = self.binaries.find("rg")
+        stray: list[Path] = []
+        if rg is not None and not request.include_ignored:
+            stray = stray_ignore_files(self.workspace.root)
+        return _Prepared(relative, view, rg, stray)
+
+    async def _engine(self, request: SearchRequest, prepared: _Prepared) -> _Engine:
+        """The project view, and the rg binary or None and why the builtin engine runs."""
+        view = prepared.view
+        if view is None:
+            # git has to be asked for its global excludes file (once per
+            # configuration): a process, so not in the worker thread.
+            view = await project_view(
+                self.workspace, self.binaries, include_ignored=request.include_ignored
+            )
+        if prepared.stray:
+            why = (
+                f"The builtin engine ran: ripgrep would also apply {prepared.stray[0]}, an "
+                f"ignore file outside the project."
+            )
+            return _Engine(view, None, why)
+        return _Engine(view, prepared.rg, None)
 
     def _finish(
         self,
@@ -169,7 +201,8 @@ class SearchHandler:
             notice=" ".join(notes) or None,
         )
 
-    async def _grep(self, request: SearchRequest, relative: str) -> SearchResponse:
+    async def _grep(self, request: SearchRequest, prepared: _Prepared) -> SearchResponse:
+        relative = prepared.relative
         context = request.context or 0
         query = GrepQuery(
             pattern=request.pattern,
@@ -182,8 +215,7 @@ class SearchHandler:
             globs=_globs(request),
             include_ignored=request.include_ignored,
         )
-        view = await self._view(request)
-        rg, why = await self._ripgrep(request)
+        view, rg, why = await self._engine(request, prepared)
         if rg is not None:
             found = await grep_ripgrep(rg, self.workspace, view, query, self.isolation)
         else:
@@ -204,30 +236,28 @@ class SearchHandler:
             rows = [f"{path}:{n}" for path, n in list(counts.items())[:limit]]
         return self._finish(request, found, rows, len(counts), limit, "files", notes)
 
-    async def _find(self, request: SearchRequest, relative: str) -> SearchResponse:
+    async def _find(self, request: SearchRequest, prepared: _Prepared) -> SearchResponse:
         if "/" in request.pattern:
             return _failure(
                 "find matches names, not paths: give a glob without '/' as pattern and put "
                 "the directory in path (e.g. pattern='*.py', path='src')."
             )
-        view = await self._view(request)
-        rg, why = await self._ripgrep(request)
+        relative = prepared.relative
+        view, rg, why = await self._engine(request, prepared)
         target = "." if relative == "." else f"./{relative}"
         if rg is not None:
             found = await list_ripgrep(rg, self.workspace, view, target, self.isolation)
         else:
             found = await list_builtin(self.workspace, view, target)
-        files = [f for f in found.files if not view.hidden(f)]
-        directories = _directories(files, relative)
-        entries = sorted(
-            [(f, False) for f in files] + [(d, True) for d in directories],
-            key=lambda entry: entry[0],
-        )
-        matching = [
-            f"{path}/" if is_dir else path
-            for path, is_dir in entries
-            if fnmatch.fnmatchcase(path.rpartition("/")[2], request.pattern)
-        ]
+        hidden = view.hidden
+        files = [f for f in found.files if not hidden(f)]
+        # One compiled pattern, matched before sorting: a project lists tens
+        # of thousands of files, few of which a find keeps.
+        match = re.compile(fnmatch.translate(request.pattern)).match
+        entries = [(f, "") for f in files if match(f.rpartition("/")[2])]
+        entries += [(d, "/") for d in _directories(files, relative) if match(d.rpartition("/")[2])]
+        entries.sort()  # a file and a directory never share a path
+        matching = [path + slash for path, slash in entries]
         limit = request.max_results or request.head_limit or DEFAULT_FIND_RESULTS
         notes = [why] if why else []
         return self._finish(request, found, matching[:limit], len(matching), limit, "files", notes)
@@ -241,12 +271,12 @@ class SearchHandler:
                     f"for find put the glob in pattern."
                 )
         try:
-            relative = await anyio.to_thread.run_sync(self.workspace.search_target, request.path)
+            prepared = await anyio.to_thread.run_sync(self._prepare, request)
         except PathRefused as exc:
             return _failure(exc.message)
         try:
             if request.action == "grep":
-                return await self._grep(request, relative)
-            return await self._find(request, relative)
+                return await self._grep(request, prepared)
+            return await self._find(request, prepared)
         except EngineFailure as exc:
             return _failure(exc.message)

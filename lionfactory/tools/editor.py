@@ -370,7 +370,10 @@ def _read_utf8(dir_fd: int, loc: Location) -> Original | str:
     try:
         with os.fdopen(os.dup(opened.fd), "rb") as stream:
             data = stream.read()
-        data.decode("utf-8")
+        # ASCII is UTF-8: the check is a scan, not a 50 MB string (most code
+        # is ASCII; isascii stops at the first byte that is not).
+        if not data.isascii():
+            data.decode("utf-8")
     except UnicodeDecodeError as exc:
         os.close(opened.fd)
         return (

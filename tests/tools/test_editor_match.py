@@ -29,6 +29,22 @@ def test_an_old_string_ending_with_cr_never_splits_a_crlf():
     assert isinstance(result, Refused)
 
 
+def test_the_one_valid_site_is_the_one_replaced_when_a_raw_match_splits_a_crlf():
+    # "\nX\n" occurs twice as bytes: at 2 its newline is a CRLF's second half
+    # (no site), at 4 it is a line ending of its own (the only site). The
+    # replacement lands on the site, not on the first raw occurrence.
+    result = apply(b"a\r\nX\nX\n", "\nX\n", "\nY\n")
+    assert isinstance(result, Applied)
+    assert (result.site, result.count) == (4, 1)
+    assert result.data == b"a\r\nX\nY\n"
+
+
+def test_replace_all_skips_the_raw_matches_that_split_a_crlf():
+    result = apply(b"a\r\nX\nX\nX\n", "\nX", "\nY", replace_all=True)
+    assert isinstance(result, Applied)
+    assert result.data == b"a\r\nX\nY\nY\n"
+
+
 _line = st.text(alphabet="ab \t", max_size=4)
 
 

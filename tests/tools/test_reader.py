@@ -545,3 +545,28 @@ async def test_a_refused_path_is_refused_every_time(reader, workspace: Path):
         result = await reader(action="read", path=".env")
         assert result["success"] is False
         assert "hunter2" not in str(result)
+
+
+def test_a_budgeted_count_reads_no_further_than_its_budget() -> None:
+    import io
+
+    from lionfactory.tools._reader_window import read_window
+
+    class Counted(io.BytesIO):
+        taken = 0
+
+        def read(self, size: int | None = -1, /) -> bytes:
+            data = super().read(size)
+            self.taken += len(data)
+            return data
+
+    line = b"z" * 99 + b"\n"
+    stream = Counted(line * 500_000)  # 50 MB
+    window = read_window(stream, offset=0, limit=3, count_budget=100_000)
+    assert window.content.splitlines() == [f"{n}\t{'z' * 99}" for n in (1, 2, 3)]
+    assert window.total_lines is None
+    assert window.next_offset == 3
+    # The first chunk (64 KiB) holds the window; the count reads what is left
+    # of the budget after the window's bytes, and one byte to tell that the
+    # stream goes on.
+    assert stream.taken == 3 * len(line) + 100_000 + 1

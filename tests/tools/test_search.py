@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from fnmatch import fnmatchcase as fnmatch
 from pathlib import Path
 from typing import Any
@@ -460,3 +461,73 @@ async def test_include_globs_with_punctuation(workspace: Path, engine: str, incl
     result = await search(workspace, engine, action="grep", pattern="hit", include=include)
     expected = sorted(n for n in ("a,b.txt", "x:y.txt", "xzy.txt") if fnmatch(n, include))
     assert result["content"].splitlines() == [f"{n}:1:hit" for n in expected]
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
+
+
+async def test_the_global_excludes_file_applies_before_and_after_git_was_asked(
+    git_repo: Path, tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first search asks git for core.excludesFile; later ones reuse the
+    # answer from the same worker-thread hop as the path checks. Both hide
+    # what the file ignores, and a changed configuration is asked again.
+    root = git_repo
+    (root / "kept.py").write_text("needle\n")
+    (root / "notes.swp").write_text("needle\n")
+    (root / "draft.bak2").write_text("needle\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "first").write_text("*.swp\n")
+    (home / "second").write_text("*.bak2\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/first\n")
+    for _ in range(2):
+        found = await search(
+            root, engine, action="grep", pattern="needle", output_mode="files_with_matches"
+        )
+        assert found["content"].splitlines() == ["draft.bak2", "kept.py"]
+    (home / ".gitconfig").write_text("[core]\n\texcludesFile = ~/second\n")
+    for _ in range(2):
+        found = await search(
+            root, engine, action="grep", pattern="needle", output_mode="files_with_matches"
+        )
+        assert found["content"].splitlines() == ["kept.py", "notes.swp"]
+
+
+@pytest.fixture
+def deep_tree(tmp_path: Path) -> Path:
+    """A workspace whose file lies 1,200 directories down (deeper than Python recursion).
+
+    A command in the workspace can make such a tree (``mkdir`` relative to
+    each new directory); the tools read what it made.
+    """
+    root = tmp_path / "ws"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(1200):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    with open(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as out:
+        out.write("needle\n")
+    os.close(fd)
+    return root
+
+
+async def test_a_tree_deeper_than_python_recursion_is_searched(
+    deep_tree: Path, engine: str
+) -> None:
+    found = await search(deep_tree, engine, action="grep", pattern="needle")
+    assert found["success"] is True, found
+    assert found["content"] == "d/" * 1200 + "deep.txt:1:needle"
+    listed = await search(deep_tree, engine, action="find", pattern="deep.txt")
+    assert listed["content"] == "d/" * 1200 + "deep.txt"

@@ -306,3 +306,39 @@ def test_ripgrep_globs_exclude_exactly_the_protected_patterns(names: set[str]) -
         os.fsdecode(record).removeprefix("./") for record in done.stdout.split(b"\0") if record
     }
     assert listed == expected
+
+
+def _expanded(glob: str) -> set[str]:
+    """The patterns a brace glob of `_protected_globs` stands for (no nesting, no escapes)."""
+    head, brace, rest = glob.partition("{")
+    if not brace:
+        return {glob}
+    inside, _, tail = rest.partition("}")
+    return {head + choice + more for choice in inside.split(",") for more in _expanded(tail)}
+
+
+def test_the_factored_globs_stand_for_exactly_the_protected_patterns() -> None:
+    protected = Workspace.at(Path("/")).protected
+    globs = engines._protected_globs(protected)
+    assert len(globs) <= 5
+    stood_for: set[str] = set()
+    for argument in globs:
+        stood_for |= _expanded(argument.removeprefix("--iglob=!"))
+    assert stood_for == protected
+
+
+def test_families_are_heads_with_the_same_tails() -> None:
+    families, rest = engines._families(
+        ["a", "a.x", "a.y", "b", "b.x", "b.y", "c", "c.x", "solo", "solo.x", "*.pem", "d", "d.x"]
+    )
+    assert families == [(["a", "b"], [".x", ".y"]), (["c", "d", "solo"], [".x"])]
+    assert rest == ["*.pem"]
+
+
+def test_a_head_inside_another_head_is_not_factored() -> None:
+    # "ab" has the tails ".x", "c" and "c.x"; "abc" only ".x": no family
+    # stands for exactly these, so they stay as they are.
+    assert engines._families(["ab", "ab.x", "abc", "abc.x"]) == (
+        [],
+        ["ab", "ab.x", "abc", "abc.x"],
+    )
