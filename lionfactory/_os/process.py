@@ -39,6 +39,7 @@ import contextlib
 import functools
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -48,9 +49,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import attrs
-from anyio.abc import ByteReceiveStream
 
 from lionfactory._os.isolation import Isolation
 from lionfactory.errors import ToolFailure
@@ -208,34 +209,47 @@ class ReadPace:
     reads: int = 0
     settle: float = _SETTLE_SECONDS
 
-    async def after(self, size: int) -> None:
-        """Call after each read of `size` bytes."""
+    async def after(self, size: int) -> bool:
+        """Call after each read of `size` bytes; returns whether it paused."""
         self.reads += 1
         if size >= _SHORT_READ:
             self.settle = _SETTLE_SECONDS
-            return
+            return False
         if self.exited is not None:
-            if not self.exited.is_set():
-                with anyio.move_on_after(self.settle):
-                    await self.exited.wait()
-                self.settle = min(self.settle * 2, _LONGEST_SETTLE_SECONDS)
-        elif self.reads > _PROMPT_READS:
+            if self.exited.is_set():
+                return False
+            with anyio.move_on_after(self.settle):
+                await self.exited.wait()
+            self.settle = min(self.settle * 2, _LONGEST_SETTLE_SECONDS)
+            return True
+        if self.reads > _PROMPT_READS:
             await anyio.sleep(_SETTLE_SECONDS)
+            return True
+        return False
 
 
-async def _drain(
-    stream: ByteReceiveStream | None, capture: _Capture, exited: anyio.Event | None = None
-) -> None:
-    if stream is None:
-        return
+async def drain_fd(fd: int, capture: _Capture, exited: anyio.Event | None = None) -> None:
+    """Read the non-blocking pipe `fd` into `capture` until end of file.
+
+    Straight from the descriptor, not through anyio's stream wrapper: each
+    of its receives takes two trips through the scheduler even when the
+    bytes are there, and closing it two more, which a ``true`` pays on both
+    of its pipes. `exited` is the writer's exit, for `ReadPace`. A read the
+    pace did not pause after ends with a checkpoint, so a writer that never
+    lets the pipe run dry cannot starve the loop (or a deadline).
+    """
     pace = ReadPace(exited)
-    try:
-        while True:
-            data = await stream.receive()
-            capture.feed(data)
-            await pace.after(len(data))
-    except (anyio.EndOfStream, anyio.ClosedResourceError):
-        return
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+            continue
+        if not data:
+            return
+        capture.feed(data)
+        if not await pace.after(len(data)):
+            await anyio.lowlevel.checkpoint()
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -327,6 +341,11 @@ async def _wait_process_gone(pid: int, pgid: int) -> None:
         await _wait_group_gone(pgid, zombies_count=False)
         return
     try:
+        if _exited(pidfd):
+            # Gone already (usually: the group kill reached it while our
+            # pipes drained). Had the number been reused, the process meant
+            # would be gone too.
+            return
         # The number might have been reused since (by the time it was read):
         # only a member of the call's group is the process meant.
         if _live_group_of(pid) not in (None, pgid):
@@ -335,6 +354,13 @@ async def _wait_process_gone(pid: int, pgid: int) -> None:
             await anyio.wait_readable(pidfd)
     finally:
         os.close(pidfd)
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process of `pidfd` has exited, without waiting (a pidfd polls readable then)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _live_group_of(pid: int) -> int | None:
@@ -511,12 +537,16 @@ async def run_process(
         launch = isolation.launch(args, cwd=Path(cwd), env=env, report_first_process=True)
         launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
         pass_fds, graceful, first_process = launch.pass_fds, launch.graceful, launch.first_process
+    # Our own pipes (close-on-exec here, the child's stdout and stderr
+    # there), read straight from their descriptors (see `drain_fd`).
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     try:
         process = await anyio.open_process(
             launch_argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=out_w,
+            stderr=err_w,
             cwd=Path(cwd),
             env=launch_env,
             start_new_session=True,
@@ -524,13 +554,23 @@ async def run_process(
         )
     except (OSError, ValueError) as exc:
         # ValueError: an argument with a NUL byte never reaches exec().
+        os.close(out_r)
+        os.close(err_r)
         _remove(tmpdir)
         if first_process is not None:
             os.close(first_process)
         raise LaunchError(args[0], _launch_reason(exc)) from None
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
     finally:
+        os.close(out_w)
+        os.close(err_w)
         for fd in pass_fds:
             os.close(fd)
+    os.set_blocking(out_r, False)
+    os.set_blocking(err_r, False)
     # start_new_session makes the child a session and group leader.
     pgid = process.pid
     out = _Capture(max_bytes, spill[0] if spill else None, on_output=on_output)
@@ -539,8 +579,8 @@ async def run_process(
         exited = anyio.Event()
         with anyio.move_on_after(timeout) as deadline:
             async with anyio.create_task_group() as group:
-                group.start_soon(_drain, process.stdout, out, exited)
-                group.start_soon(_drain, process.stderr, err, exited)
+                group.start_soon(drain_fd, out_r, out, exited)
+                group.start_soon(drain_fd, err_r, err, exited)
                 await process.wait()
                 exited.set()
                 # The leader is done; whatever it left running in its group
@@ -564,8 +604,13 @@ async def run_process(
             # After a clean exit the group is usually empty already; then
             # there is nothing to wait for (a cheap signal tells).
             alive = _signal_group(pgid, signal.SIGKILL)
-            with anyio.move_on_after(_REAP_GRACE):
-                await process.aclose()
+            if process.returncode is None:
+                # Reaped already, there is nothing to close: the pipes are
+                # ours, and the wait took one more trip through the scheduler.
+                with anyio.move_on_after(_REAP_GRACE):
+                    await process.aclose()
+            os.close(out_r)
+            os.close(err_r)
             first = _reported_pid(first_process) if first_process is not None else None
             if first_process is not None:
                 os.close(first_process)

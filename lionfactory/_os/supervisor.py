@@ -7,16 +7,17 @@ the first confined command of a branch starts the *supervisor*
 (`lionfactory._os.supervisor_main`) under the branch's `Isolation`, built by
 the same policy-to-argv translation every confined process uses
 (`Isolation.launch`), and every later command of that branch (foreground or
-background) is forked by the supervisor inside that one sandbox. They share
+background) is started by the supervisor inside that one sandbox. They share
 its network namespace (so its loopback, and nothing beyond it under
 ``network="none"``), its private ``/tmp`` and its PID namespace; they are
 confined exactly as a command started on its own would be.
 
 Each command's stdout and stderr are pipes (or a job's output file) whose
 write ends are handed to the supervisor with the request, so output never
-passes through the supervisor. A command leads its own session and, where
-the kernel allows (a user namespace for an unprivileged PID namespace), gets
-a PID namespace of its own inside the sandbox: when it ends, is killed or its
+passes through the supervisor. A command runs in a session of its own and,
+where the kernel allows (a user namespace for an unprivileged PID namespace),
+in a PID namespace of its own inside the sandbox, made ready before the
+command is asked for: when it ends, is killed or its
 caller gives up, its process group is killed and its namespace with it, so a
 child that started a session of its own dies too, exactly as when every
 command had a sandbox of its own. (For uid 0 the kernel refuses to map root
@@ -53,9 +54,9 @@ from lionfactory._os.isolation import Isolation
 from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
-    ReadPace,
     _Capture,
     _check_program,
+    drain_fd,
     not_started_inside,
 )
 
@@ -96,15 +97,21 @@ class Supervisor:
     lock: threading.Lock = attrs.Factory(threading.Lock)
 
     @classmethod
-    def start(cls, isolation: Isolation, root: Path) -> Supervisor:
-        """Start a supervisor under `isolation` (blocking: call it in a worker thread)."""
+    def start(
+        cls, isolation: Isolation, root: Path, *, command_namespaces: bool = True
+    ) -> Supervisor:
+        """Start a supervisor under `isolation` (blocking: call it in a worker thread).
+
+        `command_namespaces` False makes it run every command without a PID
+        namespace of its own, as where the kernel refuses one (tests use it
+        to exercise that path on a machine that allows them).
+        """
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        script = [sys.executable, "-I", "-S", "-c", _main_source(), str(child.fileno())]
+        if not command_namespaces:
+            script.append("--no-namespaces")
         try:
-            launch = isolation.launch(
-                [sys.executable, "-I", "-S", "-c", _main_source(), str(child.fileno())],
-                cwd=root,
-                env=None,
-            )
+            launch = isolation.launch(script, cwd=root, env=None)
         except BaseException:
             parent.close()
             child.close()
@@ -273,18 +280,8 @@ async def _next_report(sock: socket.socket) -> dict[str, Any] | None:
 
 
 async def _drain(fd: int, capture: _Capture, done: anyio.Event) -> None:
-    pace = ReadPace()
     try:
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
-            if not data:
-                return
-            capture.feed(data)
-            await pace.after(len(data))
+        await drain_fd(fd, capture)
     finally:
         done.set()
 

@@ -6,10 +6,11 @@ socket pair whose other end the parent keeps. Every message on it is a
 request to start a command: JSON ``{"argv", "cwd", "env"}`` with three file
 descriptors attached (``SCM_RIGHTS``): a per-command socket, and the
 command's stdout and stderr. On the per-command socket the supervisor answers
-``{"pid": N}`` once the command is forked, ``{"exec_error": "..."}`` if it
-could not be executed, and ``{"exit": STATUS}`` when it ended (negative: a
-signal); the parent may send ``{"kill": true}`` there, and closing it kills
-the command too. Each command leads a new session, and when it ends (or is
+``{"pid": N}`` once the command is handed to its namespace (``N`` is the id
+of the command's process group), ``{"exec_error": "..."}`` if it could not
+be executed, and ``{"exit": STATUS}`` when it ended (negative: a signal);
+the parent may send ``{"kill": true}`` there, and closing it kills the
+command too. Each command runs in a new session, and when it ends (or is
 killed) its whole process group is killed with it, as for a call without the
 supervisor. When the parent's end closes, every command is killed and the
 supervisor exits, which ends the sandbox.
@@ -17,7 +18,22 @@ supervisor exits, which ends the sandbox.
 Why: the commands of one branch then share the sandbox's network namespace
 and ``/tmp``, so a server started in the background answers a later call
 even with no network beyond the branch's own loopback; and starting a
-command costs a fork and an exec instead of a new sandbox.
+command costs a message and a ``posix_spawn`` instead of a new sandbox.
+
+How a command starts. Where the kernel allows it, every command gets a PID
+namespace of its own (see `_prepare`), made *before* its request comes: a
+*leader* (forked from the supervisor) starts a session and the namespace,
+forks the namespace's first process, the *runner*, and exits. The runner
+waits for its one request, starts the command with ``posix_spawn``, reaps
+what the command orphans, and tells the supervisor the command's status
+just before it exits; when it exits, the kernel kills everything left in
+its namespace. The supervisor is the runner's parent (a subreaper), so it
+reaps the runner and knows then that nothing of the command is left. A
+fork of this interpreter and its exit cost about half a millisecond (page
+tables, then copy-on-write faults on every page either side writes): the
+two a command needs (leader, runner) happen while the previous command
+runs, and the command itself is a vfork-and-exec, so the time from request
+to exit is one message, one ``posix_spawn`` and one process exit.
 """
 
 from __future__ import annotations
@@ -37,13 +53,19 @@ import time
 _MAX_MESSAGE = 1 << 20
 
 
-def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     fds = array.array("i")
-    data, ancillary, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(3 * fds.itemsize))
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    return data, list(fds)
+    return list(fds)
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    data, ancillary, _flags, _addr = sock.recvmsg(
+        _MAX_MESSAGE, socket.CMSG_SPACE(3 * array.array("i").itemsize)
+    )
+    return data, _fds(ancillary)
 
 
 def _send(sock: socket.socket, message: dict[str, object]) -> None:
@@ -60,8 +82,6 @@ def _kill_group(pgid: int) -> None:
 
 
 _CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
-_PR_SET_PDEATHSIG = 1
-_STATUS = struct.Struct("i")
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once; forked commands inherit it
@@ -128,80 +148,212 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, 65536)
 
 
-def _exec(request: dict[str, object], report: socket.socket) -> None:
-    argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
-    env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
-    try:
-        os.set_inheritable(report.fileno(), False)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        os.chdir(str(request["cwd"]))
-        os.execvpe(argv[0], argv, env)
-    except BaseException as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        if isinstance(exc, OSError) and exc.filename is not None:
-            reason = f"{reason} ({os.fsdecode(exc.filename)})"
-        _send(report, {"exec_error": reason})
-    os._exit(127)
+def _reason(exc: BaseException) -> str:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None:
+        reason = f"{reason} ({os.fsdecode(exc.filename)})"
+    return reason
 
 
-def _start(
-    request: dict[str, object], stdout: int, stderr: int, report: socket.socket, status: int
-) -> int:
-    """Fork the command's leader; returns its pid (in our namespace).
+# What Python ignores at start-up and an ignored disposition would carry
+# through exec: a command gets them at their defaults, as from a shell.
+_RESET_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
+)
 
-    The leader starts a new session and, where the kernel allows, a PID
-    namespace of the command's own, whose first process runs the command
-    and waits for it: when the command ends, that first process exits and
-    the kernel kills everything left in its namespace, a process that
-    started a session of its own included. So no process of a command
-    outlives it, while every command shares the sandbox's network and
-    ``/tmp``. The command's wait status goes to `status`.
+
+def _candidates(program: str, env: dict[str, str]) -> list[str]:
+    """Where execvpe(3) would look for `program`, in order (``os._execvpe``'s rules)."""
+    if os.path.dirname(program):
+        return [program]
+    path = env.get("PATH", os.defpath)
+    return [os.path.join(directory, program) for directory in path.split(os.pathsep)]
+
+
+def _runner(channel: socket.socket) -> None:
+    """The namespace's first process: run one command, report its status, exit.
+
+    Waits for the request on `channel` (with the command's stdout and
+    stderr), starts the command, reaps every process the command orphans
+    (they are reparented to the first process of their namespace), and
+    sends ``{"status": WAIT_STATUS}`` (and ``"exec_error"`` when it could
+    not start) just before exiting. An end of file instead of a request
+    means the supervisor is gone.
     """
+    try:
+        data, fds = _receive(channel)
+    except OSError:
+        os._exit(1)
+    if not data or len(fds) != 2:
+        os._exit(1)
+    for target, fd in zip((1, 2), fds, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    message: dict[str, object]
+    try:
+        request = json.loads(data)
+        if not isinstance(request, dict):
+            raise TypeError("not an object")
+    except (ValueError, TypeError) as exc:
+        command: int | str = f"bad request: {exc}"
+    else:
+        command = _spawn(request)
+    if isinstance(command, str):
+        message = {"status": 127 << 8, "exec_error": command}  # as an exec failure
+    else:
+        while True:
+            try:
+                done, code = os.waitpid(-1, 0)
+            except ChildProcessError:
+                os._exit(1)
+            if done == command:
+                message = {"status": code}
+                break
+    with contextlib.suppress(OSError):
+        channel.send(json.dumps(message).encode())
+    os._exit(0)
+
+
+def _spawn(request: dict[str, object]) -> int | str:
+    """Start the command with ``posix_spawn`` (a vfork and an exec); the reason when it cannot.
+
+    A fork of this interpreter would cost about half a millisecond (its
+    page tables, then copy-on-write faults on every page either side
+    writes), and ``os.execvpe`` imports `warnings` in the child first;
+    ``posix_spawn`` shares the memory until the exec. The program is looked
+    up on the request's ``PATH`` exactly as ``os.execvpe`` would (a name
+    that is not there is skipped, any other failure is kept and reported if
+    nothing later starts). The runner's working directory is the command's.
+    """
+    try:
+        argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
+        env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
+        cwd = str(request["cwd"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        return f"bad request: {exc!r}"
+    try:
+        if not argv:
+            raise ValueError("empty argv")
+        os.chdir(cwd)
+        saved: OSError | None = None
+        last: OSError | None = None
+        for path in _candidates(argv[0], env):
+            try:
+                os.stat(path)
+                return os.posix_spawn(path, argv, env, setsigdef=_RESET_SIGNALS, setsigmask=())
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                last = exc
+            except OSError as exc:
+                last = exc
+                saved = saved or exc
+        error = saved or last
+        raise error if error is not None else FileNotFoundError(2, "No such file", argv[0])
+    except BaseException as exc:
+        return _reason(exc)
+
+
+class _Spare:
+    """A namespace made ready before its command: its leader, and a channel to its runner."""
+
+    __slots__ = ("channel", "leader", "runner")
+
+    def __init__(self, leader: int, channel: socket.socket) -> None:
+        self.leader = leader  # the session and process group of the command
+        self.channel = channel
+        self.runner = 0  # known once the leader said (`ready`)
+
+    def ready(self) -> bool:
+        """Wait for the leader's word (it forks the runner at once); False if it failed."""
+        if self.runner:
+            return True
+        self.channel.settimeout(_READY_TIMEOUT)
+        try:
+            data = self.channel.recv(64)
+        except OSError:
+            data = b""
+        self.channel.setblocking(False)
+        if len(data) != _PID.size:
+            return False
+        self.runner = _PID.unpack(data)[0]
+        return self.runner > 0
+
+    def discard(self) -> None:
+        _kill_group(self.leader)
+        self.channel.close()
+
+
+_PID = struct.Struct("i")
+_READY_TIMEOUT = 30.0
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prepare(namespaces: bool) -> _Spare:
+    """Fork the leader of the next command's session and namespace (see the module's docstring).
+
+    The leader starts a new session and, when `namespaces` and the kernel
+    allow it, a PID namespace whose first process (the runner) it forks
+    before exiting; it sends the runner's pid. Without a namespace the
+    leader is the runner itself: the group kill then ends what the command
+    leaves, except a process that started a session of its own.
+    """
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid:
-        return pid
+        theirs.close()
+        return _Spare(pid, mine)
     # The leader: nothing of the supervisor's own may leak into the command.
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        mine.close()
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        os.dup2(stdout, 1)
-        os.dup2(stderr, 2)
-        _close_all_but({report.fileno(), status})
-        own = _enter_pid_namespace()
+        _close_all_but({theirs.fileno()})
+        own = namespaces and _enter_pid_namespace()
+        runner = os.fork() if own else 0
+        if runner:
+            theirs.send(_PID.pack(runner))
+            os._exit(0)
+        if not own:
+            theirs.send(_PID.pack(os.getpid()))
     except BaseException:
         os._exit(126)
-    if not own:
-        os.close(status)
-        _exec(request, report)
-    first = os.fork()
-    if first:
-        # Still the leader: leave when the namespace's first process does.
-        os.close(status)
-        os.waitpid(first, 0)
-        os._exit(0)
-    # The namespace's first process: it dies with the leader (a kill of the
-    # group reaches both), and it reaps whatever the command orphans.
-    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    command = os.fork()
-    if command == 0:
-        os.close(status)
-        _exec(request, report)
-    report.close()
-    while True:
-        try:
-            done, code = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(1)
-        if done == command:
-            os.write(status, _STATUS.pack(code))
-            os._exit(0)
+    _runner(theirs)
+    os._exit(1)  # not reached
 
 
-def main(control_fd: int) -> None:
+class _Command:
+    """A command the supervisor handed to a runner."""
+
+    __slots__ = ("channel", "group", "report")
+
+    def __init__(self, group: int, report: socket.socket, channel: socket.socket) -> None:
+        self.group = group
+        self.report = report
+        self.channel = channel
+
+
+def _outcome(command: _Command, wait_status: int) -> tuple[int, str | None]:
+    """The command's exit code and exec error, from its runner's last word or its own end."""
+    try:
+        data = command.channel.recv(65536)
+        message = json.loads(data) if data else {}
+    except (OSError, ValueError):
+        message = {}
+    if not isinstance(message, dict) or not isinstance(message.get("status"), int):
+        message = {"status": wait_status}  # the runner was killed before it could tell
+    status = message["status"]
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    error = message.get("exec_error")
+    return code, None if error is None else str(error)
+
+
+def main(control_fd: int, *, namespaces: bool = True) -> None:
     control = socket.socket(fileno=control_fd)
+    # Runners whose leader has exited are reparented to us, not to the
+    # sandbox's init, so we reap them and learn that their command is over.
+    _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -209,8 +361,12 @@ def main(control_fd: int) -> None:
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wake_read, selectors.EVENT_READ, "wake")
-    running: dict[int, socket.socket] = {}  # pid -> its report socket
-    by_socket: dict[int, int] = {}  # report socket fd -> pid
+    running: dict[int, _Command] = {}  # runner pid -> its command
+    by_socket: dict[int, int] = {}  # report socket fd -> the command's group
+    # `namespaces` turns False when a leader could not make one (and is
+    # False from the start with --no-namespaces).
+    spare: _Spare | None = _prepare(namespaces)
+    buffer = bytearray(_MAX_MESSAGE)
 
     reaped: list[tuple[int, int]] = []
 
@@ -224,45 +380,71 @@ def main(control_fd: int) -> None:
                 return
             reaped.append((pid, status))
 
-    statuses: dict[int, int] = {}  # pid -> the read end of its status pipe
-
-    def command_status(pid: int, status: int) -> int:
-        """The command's own wait status when its namespace reported one, else the leader's."""
-        fd = statuses.pop(pid, None)
-        if fd is None:
-            return status
-        try:
-            data = os.read(fd, _STATUS.size)
-        except OSError:
-            data = b""
-        os.close(fd)
-        return _STATUS.unpack(data)[0] if len(data) == _STATUS.size else status
-
     def finish(pid: int, status: int) -> None:
-        report = running.get(pid)
-        if report is None:
-            return  # an orphan of some command, reaped as the namespace's init
-        status = command_status(pid, status)
+        command = running.pop(pid, None)
+        if command is None:
+            return  # a leader, or an orphan of some command (we are a subreaper)
+        code, error = _outcome(command, status)
         # What the command left running ends with it, and the exit is
         # reported only once the group is gone, so "done" means no process.
-        _kill_group(pid)
+        _kill_group(command.group)
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             try:
-                os.killpg(pid, 0)
+                os.killpg(command.group, 0)
             except OSError:
                 break
-            reap()  # members reparented to us (we may be the namespace's init)
+            reap()  # members reparented to us
             time.sleep(0.001)
-        running.pop(pid, None)
-        if report is None:
-            return
+        command.channel.close()
+        report = command.report
         by_socket.pop(report.fileno(), None)
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if error is not None:
+            _send(report, {"exec_error": error})
         _send(report, {"exit": code})
         with contextlib.suppress(KeyError, ValueError):  # gone when the parent closed it
             selector.unregister(report)
         report.close()
+
+    def hand_over(data: bytes, outputs: array.array[int]) -> _Spare | None:
+        """Give the request to a ready runner: the spare's, else a fresh one's (None: neither)."""
+        nonlocal spare, namespaces
+        for _attempt in range(2):
+            chosen = spare if spare is not None else _prepare(namespaces)
+            spare = None
+            if chosen.ready():
+                if chosen.runner == chosen.leader:
+                    namespaces = False  # the kernel refused: leaders run commands themselves
+                try:
+                    chosen.channel.sendmsg(
+                        [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, outputs)]
+                    )
+                except OSError:
+                    pass  # the runner is gone (killed, out of memory): try a fresh one
+                else:
+                    return chosen
+            chosen.discard()
+        return None
+
+    def start(data: bytes, fds: list[int]) -> None:
+        nonlocal spare
+        report = socket.socket(fileno=fds[0])
+        try:
+            chosen = hand_over(data, array.array("i", fds[1:]))
+        finally:
+            os.close(fds[1])
+            os.close(fds[2])
+        if chosen is None:
+            _send(report, {"exec_error": "the sandbox could not prepare the command's session"})
+            _send(report, {"exit": 127})
+            report.close()
+            return
+        running[chosen.runner] = _Command(chosen.leader, report, chosen.channel)
+        by_socket[report.fileno()] = chosen.leader
+        selector.register(report, selectors.EVENT_READ, "report")
+        _send(report, {"pid": chosen.leader})
+        # The next command's namespace, made while this one runs.
+        spare = _prepare(namespaces)
 
     while True:
         for key, _events in selector.select():
@@ -273,38 +455,23 @@ def main(control_fd: int) -> None:
                     finish(*reaped.pop(0))
             elif key.data == "control":
                 try:
-                    data, fds = _receive(control)
+                    size, ancillary, _flags, _addr = control.recvmsg_into(
+                        [buffer], socket.CMSG_SPACE(3 * array.array("i").itemsize)
+                    )
+                    fds = _fds(ancillary)
                 except OSError:
-                    data, fds = b"", []
-                if not data:
-                    for pid in list(running):
-                        _kill_group(pid)
+                    size, fds = 0, []
+                if not size:
+                    for command in running.values():
+                        _kill_group(command.group)
+                    if spare is not None:
+                        spare.discard()
                     return
                 if len(fds) != 3:
                     for fd in fds:
                         os.close(fd)
                     continue
-                report = socket.socket(fileno=fds[0])
-                try:
-                    status_read, status_write = os.pipe()
-                    os.set_blocking(status_read, False)
-                    try:
-                        pid = _start(json.loads(data), fds[1], fds[2], report, status_write)
-                    finally:
-                        os.close(status_write)
-                    statuses[pid] = status_read
-                except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
-                    _send(report, {"exec_error": f"bad request: {exc}"})
-                    report.close()
-                    pid = 0
-                finally:
-                    os.close(fds[1])
-                    os.close(fds[2])
-                if pid:
-                    running[pid] = report
-                    by_socket[report.fileno()] = pid
-                    selector.register(report, selectors.EVENT_READ, "report")
-                    _send(report, {"pid": pid})
+                start(bytes(buffer[:size]), fds)
             else:
                 fileobj = key.fileobj
                 assert isinstance(fileobj, socket.socket)
@@ -315,12 +482,12 @@ def main(control_fd: int) -> None:
                     message = b""
                 if not message:
                     selector.unregister(report)  # closed: nothing more to read
-                pid = by_socket.get(report.fileno(), 0)
-                if pid:
+                group = by_socket.get(report.fileno(), 0)
+                if group:
                     # A kill request, or the parent closed its end: either
                     # way the command and its group end now.
-                    _kill_group(pid)
+                    _kill_group(group)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), namespaces="--no-namespaces" not in sys.argv[2:])
