@@ -16,28 +16,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
+from _mechanisms import mechanism_params
 
-from lionfactory._os.isolation import Isolation, mechanism_problem, workspace_isolation
+from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.process import LaunchError, ProcessResult
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, run_supervised
 
 PY = sys.executable
 
 
-def mechanisms() -> list[Any]:
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
-
-
-@pytest.fixture(params=mechanisms())
+@pytest.fixture(params=mechanism_params())
 def isolation(request: pytest.FixtureRequest, tmp_path: Path) -> Isolation:
     root = tmp_path / "ws"
     root.mkdir()

@@ -17,22 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _mechanisms import mechanism_params
 
 from lionfactory import Branch
-from lionfactory._os.isolation import mechanism_problem
 from lionfactory.coding import coding_toolkit
 
-
-def mechanisms() -> list[object]:
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
-
-
-MECHANISMS = mechanisms()
+MECHANISMS = mechanism_params()
 
 
 def git(cwd: Path | str, *args: str) -> str:

@@ -13,20 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _mechanisms import mechanism_params
 
 from lionfactory import Branch
-from lionfactory._os.isolation import mechanism_problem
 from lionfactory.coding import coding_toolkit
 from lionfactory.coding._git import FALLBACK_IDENTITY
-
-
-def mechanisms() -> list[object]:
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
 
 
 def git(cwd: Path | str, *args: str) -> str:
@@ -51,7 +42,7 @@ def no_identity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return config
 
 
-@pytest.fixture(params=mechanisms())
+@pytest.fixture(params=mechanism_params())
 def kit(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Branch, Path]:
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _mechanisms import mechanism_params
 
 from lionfactory import Branch, Tool, function_tool
 from lionfactory.coding import ALL_CODING_TOOLS
@@ -419,17 +420,6 @@ async def test_the_subagent_description_names_the_parents_tools(workspace: Path)
     assert "only ever gets tools you have yourself: reader." in parent.tools["subagent"].description
 
 
-def _mechanisms() -> list[object]:
-    from lionfactory._os.isolation import mechanism_problem
-
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
-
-
 @pytest.fixture
 def listener() -> Any:
     import socket
@@ -441,7 +431,7 @@ def listener() -> Any:
     server.close()
 
 
-@pytest.mark.parametrize("mechanism", _mechanisms())
+@pytest.mark.parametrize("mechanism", mechanism_params())
 async def test_tools_isolation_network_hooks_and_workspace_all_narrow_together(
     workspace: Path, tmp_path: Path, mechanism: str, listener: int
 ) -> None:

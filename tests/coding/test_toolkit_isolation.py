@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _mechanisms import mechanism_params
 
 from lionfactory import Branch, Tool
 from lionfactory._os.isolation import Isolation, mechanism_problem, workspace_isolation
@@ -17,17 +18,7 @@ from lionfactory.errors import ConfigurationError
 from lionfactory.tools import EnvPolicy
 from lionfactory.tools.bash import bash_tool
 
-
-def mechanisms() -> list[object]:
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
-
-
-MECHANISMS = mechanisms()
+MECHANISMS = mechanism_params()
 PY = sys.executable
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _mechanisms import mechanism_params
 
 from lionfactory._os.isolation import (
     Isolation,
@@ -38,17 +39,7 @@ PY = sys.executable
 SECRET = "HOME_SECRET_51d2"
 
 
-def mechanisms() -> list[object]:
-    """The two mechanisms as parameters, each skipped (with the reason) where it cannot work."""
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
-
-
-MECHANISMS = mechanisms()
+MECHANISMS = mechanism_params()
 
 
 def _needs_pid_namespace(mechanism: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+from _mechanisms import mechanism_params
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -464,15 +465,6 @@ def test_factory_rejects_bad_shell_and_timeout_options(workspace: Path) -> None:
         bash_tool(workspace_root=workspace, default_timeout=300_001)
 
 
-def _mechanisms() -> list[Any]:
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
-
-
 SHELL_CONSTRUCTS = [
     pytest.param("printf 'a\\nb\\nc\\n' | wc -l", "3", id="pipe"),
     pytest.param("true && echo yes", "yes", id="and"),
@@ -487,7 +479,7 @@ SHELL_CONSTRUCTS = [
 ]
 
 
-@pytest.mark.parametrize("mechanism", _mechanisms())
+@pytest.mark.parametrize("mechanism", mechanism_params())
 @pytest.mark.parametrize(("command", "expected"), SHELL_CONSTRUCTS)
 async def test_shell_constructs_run_inside_the_confinement(
     workspace: Path, mechanism: str, command: str, expected: str
@@ -504,7 +496,7 @@ async def test_shell_constructs_run_inside_the_confinement(
     assert result["stdout"].strip() == expected, result
 
 
-@pytest.mark.parametrize("mechanism", _mechanisms())
+@pytest.mark.parametrize("mechanism", mechanism_params())
 async def test_a_script_stays_confined(tmp_path: Path, workspace: Path, mechanism: str) -> None:
     outside = tmp_path / "outside.txt"
     tool = bash_tool(workspace_root=workspace, isolation=mechanism)
@@ -569,7 +561,7 @@ async def test_on_timeout_background_that_finishes_in_time_is_a_plain_answer(
     assert not [job for job in listed if job["command"] == "echo quick"]
 
 
-@pytest.mark.parametrize("mechanism", _mechanisms())
+@pytest.mark.parametrize("mechanism", mechanism_params())
 async def test_a_plain_script_runs_without_a_shell_and_a_missing_program_is_typed(
     workspace: Path, mechanism: str
 ) -> None:
@@ -583,7 +575,7 @@ async def test_a_plain_script_runs_without_a_shell_and_a_missing_program_is_type
     assert (await tool(command="X=1 printenv X"))["stdout"] == "1\n"
 
 
-@pytest.mark.parametrize("mechanism", ["none", *_mechanisms()])
+@pytest.mark.parametrize("mechanism", ["none", *mechanism_params()])
 async def test_a_foreground_command_counts_its_lines_for_a_progress_reporter(
     workspace: Path, mechanism: str
 ) -> None:

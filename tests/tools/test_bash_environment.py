@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _mechanisms import mechanism_params
 
-from lionfactory._os.isolation import mechanism_problem
 from lionfactory.tools import EnvPolicy, bash_tool
 
 PY = sys.executable
@@ -19,16 +19,7 @@ PRINT_ENV = f'{PY} -c "import os; print(sorted(os.environ))"'
 NEEDS_KEY = f"{PY} -c \"import os; print(os.environ['LF_TEST_API_KEY'])\""
 
 
-def mechanisms() -> list[object]:
-    params = []
-    for name in ("bwrap", "landlock"):
-        problem = mechanism_problem(name)
-        skip = pytest.mark.skipif(problem is not None, reason=f"{name}: {problem}")
-        params.append(pytest.param(name, marks=skip))
-    return params
-
-
-MECHANISMS = mechanisms()
+MECHANISMS = mechanism_params()
 
 
 @pytest.fixture(autouse=True)
