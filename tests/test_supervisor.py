@@ -8,18 +8,16 @@ jobs, shared loopback and /tmp, kills) is tested through the tools in
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
-from _mechanisms import mechanism_params
+from _test_helpers import eventually, mechanism_params
 
 from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.process import LaunchError, ProcessResult
@@ -91,15 +89,6 @@ def submitted(supervisor: Supervisor, argv: list[str], **env: str) -> RemoteProc
 def status_field(text: str, name: str) -> str:
     (line,) = [line for line in text.splitlines() if line.startswith(f"{name}:")]
     return line.split(":", 1)[1].strip()
-
-
-async def eventually(predicate: Callable[[], bool], seconds: float) -> None:
-    """Poll `predicate` (another process's state, which no event reports) until it holds."""
-    with trio.fail_after(seconds):
-        for _ in itertools.count():
-            if predicate():
-                return
-            await trio.sleep(0.01)
 
 
 def stat_fields(pid: int) -> list[bytes]:

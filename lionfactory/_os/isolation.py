@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -341,10 +342,8 @@ def _linked_file_parent(link: str, real: _RealPaths) -> str | None:
     realpath way as before: realpath tolerates a missing component
     (``missing/../tool``) where the kernel does not.
     """
-    from stat import S_ISREG
-
     try:
-        regular = S_ISREG(os.stat(link).st_mode)
+        regular = stat.S_ISREG(os.stat(link).st_mode)
     except (OSError, ValueError):
         target = Path(os.path.realpath(link))
         return str(target.parent) if target.is_file() else None

@@ -51,6 +51,8 @@ import sys
 import time
 
 _MAX_MESSAGE = 1 << 20
+# Room for the three descriptors a request carries (``SCM_RIGHTS``).
+_FDS_SPACE = socket.CMSG_SPACE(3 * array.array("i").itemsize)
 
 
 def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
@@ -62,9 +64,7 @@ def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
 
 
 def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
-    data, ancillary, _flags, _addr = sock.recvmsg(
-        _MAX_MESSAGE, socket.CMSG_SPACE(3 * array.array("i").itemsize)
-    )
+    data, ancillary, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, _FDS_SPACE)
     return data, _fds(ancillary)
 
 
@@ -455,9 +455,7 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
                     finish(*reaped.pop(0))
             elif key.data == "control":
                 try:
-                    size, ancillary, _flags, _addr = control.recvmsg_into(
-                        [buffer], socket.CMSG_SPACE(3 * array.array("i").itemsize)
-                    )
+                    size, ancillary, _flags, _addr = control.recvmsg_into([buffer], _FDS_SPACE)
                     fds = _fds(ancillary)
                 except OSError:
                     size, fds = 0, []

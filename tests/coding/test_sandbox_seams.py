@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _mechanisms import mechanism_params
+from _test_helpers import mechanism_params
 
 from lionfactory import Branch
 from lionfactory.coding import coding_toolkit

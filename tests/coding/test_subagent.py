@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _mechanisms import mechanism_params
+from _test_helpers import mechanism_params
 
 from lionfactory import Branch, Tool, function_tool
 from lionfactory.coding import ALL_CODING_TOOLS

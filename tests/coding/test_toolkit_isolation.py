@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _mechanisms import mechanism_params
+from _test_helpers import mechanism_params
 
 from lionfactory import Branch, Tool
 from lionfactory._os.isolation import Isolation, mechanism_problem, workspace_isolation

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _mechanisms import mechanism_params
+from _test_helpers import mechanism_params
 
 from lionfactory._os.isolation import (
     Isolation,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import trio
-from _mechanisms import mechanism_params
+from _test_helpers import mechanism_params
 from hypothesis import given
 from hypothesis import strategies as st
 

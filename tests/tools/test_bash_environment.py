@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _mechanisms import mechanism_params
+from _test_helpers import mechanism_params
 
 from lionfactory.tools import EnvPolicy, bash_tool
 

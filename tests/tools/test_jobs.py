@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import shlex
 import socket
 import sys
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from _test_helpers import eventually
 
 from lionfactory import Branch
 from lionfactory._os.isolation import mechanism_problem
@@ -52,15 +51,6 @@ async def act(branch: Branch, tool: str, **arguments: Any) -> dict[str, Any]:
     result = await branch.act(tool, arguments)
     assert result.ok, result.error
     return dict(result.result)
-
-
-async def eventually(predicate: Callable[[], bool], seconds: float) -> None:
-    """Poll `predicate` (another process's state, which no event reports) until it holds."""
-    with trio.fail_after(seconds):
-        for _ in itertools.count():
-            if predicate():
-                return
-            await trio.sleep(0.01)
 
 
 def tagged_sleeper() -> tuple[str, str]:
