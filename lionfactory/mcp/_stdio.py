@@ -25,7 +25,13 @@ progress token gets ``notifications/progress`` while it runs.
 I/O runs on the event loop: stdin is read when the loop says it is readable
 (``os.read`` on a readable pipe returns what is there without blocking, so
 the descriptor is never switched to non-blocking mode, which would change it
-for every process sharing it), and replies are written the same way. Tool
+for every process sharing it). A write is different: a pipe is "writable"
+once it has any room, and a blocking write of a reply larger than that room
+waits for the client to read, stopping the event loop (every running call,
+and the end-of-file that ends the server) with it. So replies are written
+with ``RWF_NOWAIT``, the per-call form of non-blocking mode for pipes and
+sockets (Linux): what fits is written, and the rest waits on the loop. A
+terminal, a file, or a system without it is written as before. Tool
 calls run as tasks, so a ``ping`` or a second call is answered while a long
 command runs; the rest is answered inline. When stdin reaches end of file,
 the client has gone: the calls in flight are cancelled (the process seam
@@ -34,6 +40,7 @@ kills their process groups) and the server returns at once.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -89,6 +96,10 @@ MAX_QUEUED_BYTES = 4 << 20
 """Reply bytes waiting for the client to read them before the server stops reading requests."""
 
 _CHUNK = 1 << 16
+_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
+# What pwritev2 says of a descriptor it cannot write without blocking (a
+# terminal, a regular file) or of a kernel without the flag.
+_NOWAIT_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.ESPIPE})
 _RESOURCE_METHODS = frozenset(
     {
         "resources/list",
@@ -134,6 +145,7 @@ class _Pipe:
     queued: int = 0
     _room: anyio.Event | None = None
     _poller: select.poll | None = None
+    _nowait: bool = _NOWAIT is not None
 
     def _writable_now(self) -> bool:
         """Whether the loop would find the descriptor writable at once (a zero-timeout poll).
@@ -196,15 +208,30 @@ class _Pipe:
         async with self.lock:
             view = memoryview(data)
             while view:
-                if self.pollable and not self._writable_now():
-                    await anyio.wait_writable(self.fd)
                 try:
-                    written = os.write(self.fd, view[:_CHUNK])
-                except BlockingIOError:
-                    continue
+                    written = await self._write_some(view[:_CHUNK])
                 except (BrokenPipeError, ConnectionResetError):
                     raise _ClientGone from None
                 view = view[written:]
+
+    async def _write_some(self, chunk: memoryview) -> int:
+        """Write a part of `chunk` (maybe none of it) without blocking the event loop."""
+        if self._nowait:
+            try:
+                return os.pwritev(self.fd, [chunk], -1, _NOWAIT)  # type: ignore[arg-type]
+            except BlockingIOError:
+                await anyio.wait_writable(self.fd)
+                return 0
+            except OSError as exc:
+                if exc.errno not in _NOWAIT_UNSUPPORTED:
+                    raise
+                self._nowait = False  # a terminal or a file: written as below from now on
+        if self.pollable and not self._writable_now():
+            await anyio.wait_writable(self.fd)
+        try:
+            return os.write(self.fd, chunk)
+        except BlockingIOError:  # a descriptor someone else made non-blocking
+            return 0
 
 
 def _encode(text: str) -> bytes:

@@ -308,6 +308,67 @@ async def test_a_client_that_stops_reading_ends_the_server_quietly(git_workspace
     assert b"Traceback" not in errors
 
 
+async def _fill_the_unread_pipe(raw: Raw, git_workspace: Path) -> None:
+    """Replies a client does not read: four of about 40 KB, for a pipe that holds 64 KiB.
+
+    The first fits; the second finds room for part of it, which is what a
+    blocking write waits on until the client reads.
+    """
+    (git_workspace / "wide.txt").write_text(("y" * 120 + "\n") * 400, encoding="utf-8")
+    await raw.initialize("2025-11-25")
+    for request_id in range(1, 5):
+        arguments = {"action": "read", "path": "wide.txt", "limit": 150}
+        await raw.send(
+            {
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": "reader", "arguments": arguments},
+            }
+        )
+
+
+async def test_replies_stuck_in_a_full_pipe_do_not_stop_the_calls_behind_them(
+    raw: Raw, git_workspace: Path
+) -> None:
+    """A reply the client has no room for waits on the event loop, not in a blocking write.
+
+    Writing a 40 KB reply into a pipe with 24 KB free blocks the writing
+    thread until the client reads; when that thread is the event loop's,
+    every call stops with it. Here the client reads nothing, and a command
+    sent after the stuck replies still runs.
+    """
+    await _fill_the_unread_pipe(raw, git_workspace)
+    fifo = git_workspace / "started"
+    os.mkfifo(fifo)
+    handle = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        command = {"command": "sleep 0.5; echo ran > started", "timeout": 60_000}
+        call = {"name": "bash", "arguments": command}
+        await raw.send({"id": 9, "method": "tools/call", "params": call})
+        with anyio.fail_after(15):
+            await anyio.wait_readable(handle)
+        assert os.read(handle, 64) == b"ran\n"
+    finally:
+        os.close(handle)
+    seen = {(await raw.receive())["id"] for _ in range(5)}  # and every reply still comes
+    assert seen == {1, 2, 3, 4, 9}
+
+
+async def test_closing_stdin_ends_the_server_while_its_replies_go_unread(
+    raw: Raw, git_workspace: Path
+) -> None:
+    """The stdio shutdown (close stdin, wait for the exit) works on a client that stopped reading.
+
+    A blocking write of a reply with nowhere to go never saw the end of file.
+    """
+    await _fill_the_unread_pipe(raw, git_workspace)
+    await anyio.sleep(0.5)  # the reads are done and their replies wait for room
+    assert raw.process.stdin is not None
+    await raw.process.stdin.aclose()
+    with anyio.fail_after(10):
+        assert await raw.process.wait() == 0
+
+
 async def test_two_calls_in_flight_with_one_id_both_get_replies(raw: Raw) -> None:
     await raw.initialize("2025-11-25")
     call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call"}
@@ -586,6 +647,60 @@ async def test_calls_beyond_the_in_flight_limit_are_refused_and_pings_still_answ
             os.close(pipes.requests)
     finally:
         pipes.close()
+
+
+@pytest.mark.parametrize("target", ["file", "terminal"])
+async def test_replies_to_a_file_or_a_terminal_are_written_whole(
+    tmp_path: Path, target: str
+) -> None:
+    """Replies to a descriptor without per-call non-blocking writes (file, terminal) come whole."""
+    import pty
+    import tty
+
+    async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        raise AssertionError("no call is made")
+
+    requests_read, requests = os.pipe()
+    if target == "file":
+        out = os.open(tmp_path / "replies", os.O_WRONLY | os.O_CREAT, 0o600)
+        reader = None
+    else:
+        reader, out = pty.openpty()
+        tty.setraw(out)  # no newline translation
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                functools.partial(
+                    serve_stdio,
+                    _served(tmp_path),
+                    act,
+                    name="t",
+                    version="0",
+                    stdin=requests_read,
+                    stdout=out,
+                )
+            )
+            pings = b"".join(
+                json.dumps({"jsonrpc": "2.0", "id": i, "method": "ping"}).encode() + b"\n"
+                for i in range(1, 201)
+            )
+            os.write(requests, pings)
+            os.close(requests)
+        if reader is None:
+            written = (tmp_path / "replies").read_bytes()
+        else:
+            written = b""
+            with anyio.fail_after(10):
+                while written.count(b"\n") < 200:
+                    await anyio.wait_readable(reader)
+                    written += os.read(reader, 1 << 16)
+        replies = [json.loads(line) for line in written.splitlines()]
+        assert [r["id"] for r in replies] == list(range(1, 201))
+    finally:
+        for fd in (requests_read, out, reader):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 async def test_an_exception_while_answering_answers_that_request_and_the_server_goes_on(
