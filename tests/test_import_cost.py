@@ -75,3 +75,24 @@ def test_pathspec_loads_with_the_first_ignore_file_not_with_the_tools() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert proc.stdout.split() == ["False", "True"]
+
+
+def test_the_editors_matcher_and_patch_parser_load_with_the_first_edit() -> None:
+    # Every server builds the editor at start-up; its matcher (and difflib)
+    # and its patch parser are needed only once an edit or a patch is made.
+    code = (
+        "import sys, tempfile, pathlib, trio; "
+        "from lionfactory.tools import editor_tool; "
+        "root = pathlib.Path(tempfile.mkdtemp()); (root / 'a.txt').write_text('one\\n'); "
+        "tool = editor_tool(workspace_root=root); "
+        "names = ('lionfactory.tools._editor_match', 'lionfactory.tools._editor_patch'); "
+        "before = [n in sys.modules for n in names]; "
+        "trio.run(lambda: tool(action='edit', file_path='a.txt', old_string='one', "
+        "new_string='two')); "
+        "print(*before, 'lionfactory.tools._editor_match' in sys.modules, "
+        "(root / 'a.txt').read_text().strip())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.split() == ["False", "False", "True", "two"]

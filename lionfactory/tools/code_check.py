@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -239,6 +238,8 @@ def _extend_of(path: Path, data: dict[str, Any]) -> Any:
 
 def _config_problem(workspace: Workspace, config: Path) -> str | None:
     """Why ruff must not read `config` and its ``extend`` chain, or None."""
+    import tomllib  # only a workspace with a ruff configuration needs the parser
+
     current, shown = config, workspace.relative(config)
     for _ in range(_MAX_EXTEND_DEPTH):
         real = Path(os.path.realpath(current))

@@ -31,7 +31,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio.to_thread
 import attrs
@@ -57,19 +57,16 @@ from lionfactory.tools._editor_files import (
     directory_lock,
     remove_stale_temps,
 )
-from lionfactory.tools._editor_match import (
-    Placed,
-    Refused,
-    apply_placed,
-    find_line,
-    is_python,
-    lines_of,
-    place_hunk,
-    python_parses,
-    replace,
-)
-from lionfactory.tools._editor_patch import FileOp, PatchError, parse_patch
 from lionfactory.tools._editor_text import snippet
+
+if TYPE_CHECKING:
+    from lionfactory.tools._editor_match import Placed
+    from lionfactory.tools._editor_patch import FileOp
+
+# The matcher (`_editor_match`) and the patch parser (`_editor_patch`) are
+# imported by the calls that use them, not with this module: together they
+# were about a tenth of what an MCP server imports before it can answer
+# `initialize`, for tools that may never edit.
 
 __all__ = ["EditSpec", "EditorCheck", "EditorRequest", "EditorResponse", "editor_tool"]
 
@@ -425,6 +422,8 @@ def _note(matched: str) -> str:
 
 
 def _edit_transform(old: str, new: str, replace_all: bool, shown: str) -> _Transform:
+    from lionfactory.tools._editor_match import Refused, replace
+
     def transform(data: bytes) -> _Change | str:
         outcome = replace(data, old, new, replace_all=replace_all, shown=shown)
         if isinstance(outcome, Refused):
@@ -442,6 +441,8 @@ def _edit_transform(old: str, new: str, replace_all: bool, shown: str) -> _Trans
 
 
 def _multi_transform(edits: list[EditSpec], shown: str) -> _Transform:
+    from lionfactory.tools._editor_match import Refused, is_python, python_parses, replace
+
     def transform(data: bytes) -> _Change | str:
         original = data
         rules: list[str] = []
@@ -691,6 +692,15 @@ def _must_be_absent(loc: Location, what: str) -> None:
 
 
 def _plan_update(plan: _Planned, text: str) -> bytes:
+    from lionfactory.tools._editor_match import (
+        apply_placed,
+        find_line,
+        is_python,
+        lines_of,
+        place_hunk,
+        python_parses,
+    )
+
     op, shown = plan.op, plan.loc.shown
     lines = lines_of(text)
     placed: list[Placed] = []
@@ -1056,6 +1066,8 @@ class _EditorHandler:
 
 def patch_operations(request: EditorRequest) -> list[FileOp] | str:
     """The file operations of an ``apply_patch`` request, or why it cannot be used."""
+    from lionfactory.tools._editor_patch import PatchError, parse_patch
+
     if not request.patch or not request.patch.strip():
         return "action 'apply_patch' needs `patch`: the patch text."
     for name in ("file_path", "content", "old_string", "new_string", "edits", "insert_line"):
