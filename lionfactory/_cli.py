@@ -36,6 +36,7 @@ traceback and not the status of a failed tool.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -302,10 +303,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line and return its exit status (130 after Ctrl-C)."""
+def main(argv: Sequence[str] | None = None, *, collector_paused: bool = False) -> int:
+    """Run the command line and return its exit status (130 after Ctrl-C).
+
+    Args:
+        argv: the arguments (default: the process's).
+        collector_paused: the caller (``python -m lionfactory``) turned the
+            cyclic garbage collector off while the command loads; it is
+            turned on again once the command is ready to work.
+    """
     try:
-        return _main(argv)
+        return _main(argv, collector_paused)
     except BaseException as exc:
         if _holds(exc, KeyboardInterrupt):
             return EXIT_INTERRUPTED
@@ -340,12 +348,14 @@ def _discard_output() -> None:
         os.close(devnull)
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, collector_paused: bool = False) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if collector_paused and args.command != "mcp":
+        gc.enable()  # a server turns it on when it is ready (`_serving`)
     workspace: Path | None = args.workspace
     if workspace is not None and not workspace.is_dir():
         print(
@@ -361,7 +371,7 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"lionfactory: --rules/--mode: {exc}", file=sys.stderr)
             return EXIT_USAGE
         return _call(args.tool, args.arguments, workspace, as_json=args.json, rules=hook)
-    return _serve(args, workspace)
+    return _serve(args, workspace, collector_paused)
 
 
 def _list_tools(workspace: Path | None, *, as_json: bool, out: TextIO) -> int:
@@ -566,7 +576,7 @@ def _stream_session(args: argparse.Namespace, store: Any) -> str | None:
     return name
 
 
-def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
+def _serve(args: argparse.Namespace, workspace: Path | None, collector_paused: bool) -> int:
     try:
         from lionfactory.mcp import serve_mcp
         from lionfactory.mcp._serve import check_serve_options
@@ -626,7 +636,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
             stream_session=session,
             resources=None if args.no_resources else (workspace or Path.cwd()).resolve(),
             **memory,
-            on_ready=_serving,
+            on_ready=functools.partial(_serving, resume_collector=collector_paused),
         )
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -636,7 +646,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None) -> int:
     return EXIT_OK
 
 
-def _serving(url: str) -> None:
+def _serving(url: str, *, resume_collector: bool = False) -> None:
     """Say where the server is, once it is ready to take requests.
 
     Everything made until now (the modules, the tools' classes and models,
@@ -645,6 +655,10 @@ def _serving(url: str) -> None:
     long session's calls set off no longer walk those ~50,000 objects each
     time (a full one took 30-45 ms). Only this command does it: the process
     is its own, where a program calling `serve_mcp` may want otherwise.
+    With `resume_collector` the collector, paused while the server loaded,
+    runs again from now on.
     """
     gc.freeze()
+    if resume_collector:
+        gc.enable()
     print(f"lionfactory: serving MCP at {url}", file=sys.stderr, flush=True)

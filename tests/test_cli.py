@@ -366,3 +366,60 @@ def test_the_served_process_freezes_what_it_built_before_serving(
     finally:
         gc.unfreeze()
     assert capsys.readouterr().err == "lionfactory: serving MCP at stdio\n"
+
+
+_COLLECTOR_PROBE = """
+import gc, sys
+import lionfactory._cli as cli
+from lionfactory.__main__ import main
+
+serving = cli._serving
+def probe(url, **kwargs):
+    loading = gc.isenabled()
+    serving(url, **kwargs)
+    print("loading", loading, "serving", gc.isenabled(), file=sys.stderr, flush=True)
+cli._serving = probe
+listing = cli._list_tools
+def listed(*args, **kwargs):
+    print("tools", gc.isenabled(), file=sys.stderr, flush=True)
+    return listing(*args, **kwargs)
+cli._list_tools = listed
+sys.argv[0] = "lionfactory"
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["mcp", "serve", "--tools", "reader"], "loading False serving True"),
+        (["tools"], "tools True"),
+    ],
+)
+def test_the_program_pauses_the_collector_only_while_it_loads(
+    tmp_path: Path, command: list[str], said: str
+) -> None:
+    # Loading a server sets off a hundred collections that free nothing; the
+    # collector runs again once the server is ready, and for any other command
+    # before it starts.
+    proc = subprocess.run(
+        [sys.executable, "-c", _COLLECTOR_PROBE, *command, "--workspace", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert said in proc.stderr, proc.stderr
+
+
+def test_main_called_by_a_program_leaves_its_collector_alone(tmp_path: Path) -> None:
+    import gc
+
+    from lionfactory._cli import main
+
+    gc.disable()
+    try:
+        assert main(["tools", "--workspace", str(tmp_path)]) == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
