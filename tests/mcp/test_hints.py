@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from mcp import Client
 
 from lionfactory import Branch, function_tool
@@ -76,3 +79,78 @@ async def test_the_sdk_server_lists_hints_and_returns_valid_structured_content(
     assert not read.is_error
     assert read.structured_content is not None
     assert read.structured_content["content"] == "1\talpha"
+
+
+_JSON_VALUES = [None, True, False, 0, -3, 7, 1.5, "", "x", [], ["a"], [1, None], {}, {"k": 1}]
+_OF_TYPE = {
+    "null": [None],
+    "boolean": [True, False],
+    "integer": [0, -3, 7],
+    "number": [0, 1.5],
+    "string": ["", "x"],
+    "array": [[], ["a"], [1, None]],
+    "object": [{}, {"k": 1}],
+}
+
+
+def _pydantic_schema(tool: object) -> dict[str, Any]:
+    """The response schema as pydantic writes it, opened as `output_schema` opens it."""
+    model = tool.response_model  # type: ignore[attr-defined]
+    schema: dict[str, Any] = model.model_json_schema(mode="serialization")
+    schema.pop("additionalProperties", None)
+    return schema
+
+
+def _declared_types(field: dict[str, Any]) -> list[str]:
+    branches = field.get("anyOf", [field])
+    return [b["type"] for b in branches if isinstance(b.get("type"), str)]
+
+
+@given(data=st.data())
+@settings(max_examples=400, deadline=None)
+def test_served_output_schemas_accept_exactly_what_pydantics_do(data: st.DataObject) -> None:
+    """Type lists in place of ``anyOf`` of bare types change no verdict, for any built-in."""
+    from jsonschema import Draft202012Validator
+
+    tools = coding_toolkit(Branch(), tools=list(ALL_CODING_TOOLS))
+    tool = data.draw(st.sampled_from(tools))
+    original, served = _pydantic_schema(tool), output_schema(tool)
+    assert served is not None
+    fields: dict[str, dict[str, Any]] = original["properties"]
+    required = set(original.get("required", ()))
+    instance: dict[str, Any] = {}
+    for name, field in [*fields.items(), ("extra", {})]:
+        if name not in required and data.draw(st.booleans()):
+            continue  # left out
+        fitting = [v for t in _declared_types(field) for v in _OF_TYPE[t]]
+        # Mostly a value of a declared type, so that whole instances are valid too.
+        pool = fitting if fitting and data.draw(st.integers(0, 9)) else _JSON_VALUES
+        instance[name] = data.draw(st.sampled_from(pool))
+    verdicts = {Draft202012Validator(schema).is_valid(instance) for schema in (original, served)}
+    assert len(verdicts) == 1, (tool.name, instance)
+    event(f"valid: {verdicts.pop()}")  # both kinds are drawn (--hypothesis-show-statistics)
+
+
+def test_optional_fields_are_served_as_type_lists_and_richer_unions_as_written() -> None:
+    from lionfactory.mcp._hints import _type_lists
+
+    schema = {
+        "properties": {
+            "a": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+            "b": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]},
+            "c": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
+            "d": {"items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+        }
+    }
+    assert _type_lists(schema) == {
+        "properties": {
+            "a": {"type": ["string", "null"], "default": None},
+            "b": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]},
+            "c": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
+            "d": {"items": {"type": ["integer", "string"]}},
+        }
+    }
+    reader = output_schema(reader_tool(workspace_root=Path.cwd()))
+    assert reader is not None
+    assert reader["properties"]["content"]["type"] == ["string", "null"]
+    assert "anyOf" not in str(reader["properties"]["content"])
