@@ -649,6 +649,72 @@ async def test_calls_beyond_the_in_flight_limit_are_refused_and_pings_still_answ
         pipes.close()
 
 
+async def test_replies_larger_than_a_sockets_buffer_reach_a_slow_reader_whole(
+    tmp_path: Path,
+) -> None:
+    """Over a socket pair (how Node spawns a server), replies are written part by part as it drains.
+
+    The reads' replies are about 0.5 MB each, more than twice what the socket
+    holds, and the client reads them in small pieces with pauses.
+    """
+    import socket
+
+    from lionfactory import Branch
+    from lionfactory.tools import reader_tool
+
+    (tmp_path / "wide.txt").write_text(("z" * 200 + "\n") * 2000, encoding="utf-8")
+    branch = Branch()
+    branch.register(reader_tool, workspace_root=tmp_path)
+    served = ServedTools.of(branch.tools.values())
+
+    async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        return await branch.act(tool, dict(arguments))
+
+    requests_read, requests = os.pipe()
+    client, server = socket.socketpair()
+    client.setblocking(False)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                functools.partial(
+                    serve_stdio,
+                    served,
+                    act,
+                    name="t",
+                    version="0",
+                    stdin=requests_read,
+                    stdout=server.fileno(),
+                )
+            )
+            arguments = {"action": "read", "path": "wide.txt", "limit": 2000}
+            call = {"name": "reader", "arguments": arguments}
+            calls = b"".join(
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": call}
+                ).encode()
+                + b"\n"
+                for i in range(1, 4)
+            )
+            os.write(requests, calls)
+            received = b""
+            with anyio.fail_after(60):
+                while received.count(b"\n") < 3:
+                    await anyio.wait_readable(client)
+                    received += client.recv(4096)
+                    await anyio.sleep(0.0005)  # a slow reader
+            os.close(requests)
+        replies = [json.loads(line) for line in received.splitlines()]
+        assert sorted(r["id"] for r in replies) == [1, 2, 3]
+        for reply in replies:
+            assert len(reply["result"]["structuredContent"]["content"]) > 250_000
+    finally:
+        for fd in (requests_read,):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        client.close()
+        server.close()
+
+
 @pytest.mark.parametrize("target", ["file", "terminal"])
 async def test_replies_to_a_file_or_a_terminal_are_written_whole(
     tmp_path: Path, target: str
