@@ -357,3 +357,46 @@ def test_a_childless_program_skips_only_the_unconfined_pid_namespace(tmp_path: P
     if mechanism_problem("bwrap") is None:
         confined = resolve_isolation("bwrap", Policy(writable=(tmp_path,)))
         assert confined.childless() is confined
+
+
+def test_a_workspace_policy_is_the_one_resolving_every_path_afresh_gives(tmp_path: Path) -> None:
+    """The derived toolchain is taken as derived (resolved); extras and hidden ones are resolved."""
+    from lionfactory._os.isolation import default_exposed, default_hidden
+
+    real = tmp_path / "real-tools"
+    real.mkdir()
+    link = tmp_path / "tools-link"
+    link.symlink_to(real)
+    toolchain = default_exposed()
+    extras = [link, toolchain[0], tmp_path / "missing"]  # a link, a duplicate, a missing path
+    got = workspace_isolation("none", tmp_path, exposed=extras).policy
+    afresh = Policy(
+        writable=(str(tmp_path),),
+        hidden=[str(p) for p in default_hidden()],
+        exposed=[*map(str, toolchain), *map(str, extras)],
+    )
+    assert got.exposed == afresh.exposed
+    assert got.hidden == afresh.hidden
+    assert real in got.exposed and link not in got.exposed
+    assert (
+        workspace_isolation("none", tmp_path).policy.exposed
+        == Policy(writable=(str(tmp_path),), exposed=[*map(str, toolchain)]).exposed
+    )
+
+
+def test_building_a_workspace_policy_resolves_no_derived_toolchain_path_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lionfactory._os.isolation import default_exposed
+
+    derived = {str(p) for p in default_exposed()}
+    asked: list[str] = []
+    realpath = os.path.realpath
+
+    def counting(path: str | os.PathLike[str], **kwargs: bool) -> str:
+        asked.append(os.fspath(path))
+        return realpath(path, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(os.path, "realpath", counting)
+    workspace_isolation("none", tmp_path)
+    assert not derived & set(asked), sorted(derived & set(asked))

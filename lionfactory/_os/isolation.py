@@ -815,12 +815,27 @@ def workspace_isolation(
     policy = Policy(
         writable=(root,),
         hidden=default_hidden() if hidden is None else tuple(hidden),
-        exposed=(*default_exposed(environ=environ), *exposed),
+        exposed=_joined(default_exposed(environ=environ), exposed),
         network=network,  # type: ignore[arg-type]
     )
     if env_policy is not None and not isinstance(env_policy, EnvPolicy):
         raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
     return attrs.evolve(resolve_isolation(isolation, policy), env_policy=env_policy)
+
+
+def _joined(derived: tuple[Path, ...], extra: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    """`derived` (the toolchain, resolved when it was derived) and `extra`, resolved.
+
+    Re-resolving the derived toolchain's forty-odd paths (realpath walks
+    each component) was a third of building a coding toolkit, paid again by
+    every clone and every MCP session; the derivation resolved them, and is
+    derived again when a ``PATH`` directory changes. `extra` and the hidden
+    paths are resolved at each call.
+    """
+    extra = tuple(extra)
+    if not extra and isinstance(derived, _Resolved):
+        return derived
+    return _Resolved(dict.fromkeys((*_paths(derived), *_paths(extra))))
 
 
 def _binary_for(mechanism: str) -> str | None:
