@@ -548,3 +548,12 @@ def test_open_following_reports_the_resolved_components(ws: Workspace, strategy:
         os.close(root_fd)
     os.close(fd)
     assert real == ("src", "a.py")
+
+
+def test_a_workspace_with_the_asked_protected_names_is_taken_as_it_is(tmp_path: Path) -> None:
+    built = Workspace.at(tmp_path)
+    assert Workspace.at(built) is built
+    assert Workspace.at(built, protected=sorted(built.protected)) is built
+    other = Workspace.at(built, protected=["*.secret"])
+    assert other is not built and other.root == built.root
+    assert other.is_protected("a.secret") and not other.is_protected(".env")

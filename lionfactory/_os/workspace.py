@@ -470,23 +470,32 @@ class Workspace:
     @classmethod
     def at(
         cls,
-        root: str | os.PathLike[str] | None = None,
+        root: str | os.PathLike[str] | Workspace | None = None,
         *,
         protected: Iterable[str] | None = None,
     ) -> Workspace:
         """Resolve `root` (default: the current directory) once.
 
+        A `Workspace` with the asked protected names is taken as it is: a
+        toolkit builds its workspace once and hands it to each of its tools,
+        which resolved the same root again, one realpath each (a tenth of
+        building a coding toolkit, paid by every clone and MCP session).
+
         Raises:
             ValueError: the root does not exist or is not a directory.
             TypeError: the root is not a path.
         """
+        patterns = _normalise_patterns(DEFAULT_PROTECTED_NAMES if protected is None else protected)
+        if isinstance(root, Workspace):
+            if root.protected == patterns:
+                return root
+            root = root.root
         if root is not None and not isinstance(root, (str, os.PathLike)):
             raise TypeError(f"workspace_root must be a path or None, got {root!r}")
         resolved = Path.cwd() if root is None else Path(root).expanduser()
         resolved = resolved.resolve()
         if not resolved.is_dir():
             raise ValueError(f"workspace_root must be an existing directory, got {str(root)!r}")
-        patterns = _normalise_patterns(DEFAULT_PROTECTED_NAMES if protected is None else protected)
         return cls(root=resolved, protected=patterns)
 
     def is_protected(self, name: str) -> bool:

@@ -80,7 +80,7 @@ TOOLKIT_BASH_TIMEOUT_MS = 120_000
 
 def _workspace_tool(
     name: str,
-    root: Path,
+    root: Path | Workspace,
     isolation: Isolation,
     check: EvidenceCheck,
     git_env: Mapping[str, str] | None = None,
@@ -363,7 +363,7 @@ def coding_toolkit(
     )
     check = EvidenceCheck(branch, EvidenceStore())
     home = {
-        name: _workspace_tool(name, workspace.root, confinement, check)
+        name: _workspace_tool(name, workspace, confinement, check)
         for name in names
         if name in WORKSPACE_TOOLS
     }

@@ -627,3 +627,13 @@ async def test_evidence_of_a_big_file_has_no_hash_so_a_touch_asks_for_a_new_read
     refused = _ok(await branch.act("editor", edit2))
     assert refused["success"] is False
     assert "changed since it was last read" in refused["error"]
+
+
+def test_a_toolkits_tools_share_the_workspace_it_resolved(tmp_path: Path) -> None:
+    """The root is resolved once per toolkit, not once per tool (every clone builds them again)."""
+    branch = Branch()
+    branch.register(coding_toolkit, workspace_root=tmp_path)
+    kit = branch.tools["reader"].handler.kit
+    assert {id(tool.handler.workspace) for tool in kit.home.values()} == {id(kit.where.home)}
+    clone = branch.clone()
+    assert clone.tools["reader"].handler.kit.where.home is not kit.where.home
