@@ -19,15 +19,20 @@ HEAVY = (
 )
 
 
+def _fresh(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` run by a fresh interpreter (a module loaded in this one would hide nothing)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
 def test_import_loads_no_heavy_dependency() -> None:
     code = (
         "import lionfactory, lionfactory.tools, lionfactory.coding, lionfactory.integrations; "
         "import sys, json; "
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = _fresh(code)
     assert json.loads(proc.stdout) == []
 
 
@@ -37,9 +42,7 @@ def test_the_check_sees_a_heavy_module_when_one_is_imported() -> None:
         "import lionfactory, httpx; import sys, json; "
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = _fresh(code)
     assert "httpx" in json.loads(proc.stdout)
 
 
@@ -53,9 +56,7 @@ def test_a_toolkit_without_context_leaves_the_context_tool_unloaded() -> None:
         "tools=['reader', 'editor', 'bash']); "
         "print(sorted(m for m in sys.modules if m.startswith('lionfactory.tools._context')))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = _fresh(code)
     assert proc.stdout.strip() == "[]"
 
 
@@ -71,9 +72,7 @@ def test_pathspec_loads_with_the_first_ignore_file_not_with_the_tools() -> None:
         "trio.run(lambda: tool(action='list_dir', path='.')); "
         "print(before, 'pathspec' in sys.modules)"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = _fresh(code)
     assert proc.stdout.split() == ["False", "True"]
 
 
@@ -92,7 +91,5 @@ def test_the_editors_matcher_and_patch_parser_load_with_the_first_edit() -> None
         "print(*before, 'lionfactory.tools._editor_match' in sys.modules, "
         "(root / 'a.txt').read_text().strip())"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = _fresh(code)
     assert proc.stdout.split() == ["False", "False", "True", "two"]

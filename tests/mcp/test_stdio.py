@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -602,6 +602,22 @@ def _served(tmp_path: Path) -> ServedTools:
     return ServedTools.of(branch.tools.values())
 
 
+def _serve_in(
+    group: anyio.abc.TaskGroup,
+    served: ServedTools,
+    act: Callable[[str, Mapping[str, Any]], Awaitable[ActionResult]],
+    stdin: int,
+    stdout: int,
+    **options: Any,
+) -> None:
+    """Start `serve_stdio` in `group` on the two descriptors."""
+    group.start_soon(
+        functools.partial(
+            serve_stdio, served, act, name="t", version="0", stdin=stdin, stdout=stdout, **options
+        )
+    )
+
+
 async def test_calls_beyond_the_in_flight_limit_are_refused_and_pings_still_answered(
     tmp_path: Path,
 ) -> None:
@@ -617,17 +633,13 @@ async def test_calls_beyond_the_in_flight_limit_are_refused_and_pings_still_answ
     pipes = InProcess()
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(
-                functools.partial(
-                    serve_stdio,
-                    _served(tmp_path),
-                    act,
-                    name="t",
-                    version="0",
-                    stdin=pipes.requests_read,
-                    stdout=pipes.replies_write,
-                    max_in_flight=3,
-                )
+            _serve_in(
+                group,
+                _served(tmp_path),
+                act,
+                pipes.requests_read,
+                pipes.replies_write,
+                max_in_flight=3,
             )
             call = {"method": "tools/call", "params": {"name": "reader", "arguments": {}}}
             await pipes.send(*({"id": i, **call} for i in range(1, 6)))
@@ -675,17 +687,7 @@ async def test_replies_larger_than_a_sockets_buffer_reach_a_slow_reader_whole(
     client.setblocking(False)
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(
-                functools.partial(
-                    serve_stdio,
-                    served,
-                    act,
-                    name="t",
-                    version="0",
-                    stdin=requests_read,
-                    stdout=server.fileno(),
-                )
-            )
+            _serve_in(group, served, act, requests_read, server.fileno())
             arguments = {"action": "read", "path": "wide.txt", "limit": 2000}
             call = {"name": "reader", "arguments": arguments}
             calls = b"".join(
@@ -735,17 +737,7 @@ async def test_replies_to_a_file_or_a_terminal_are_written_whole(
         tty.setraw(out)  # no newline translation
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(
-                functools.partial(
-                    serve_stdio,
-                    _served(tmp_path),
-                    act,
-                    name="t",
-                    version="0",
-                    stdin=requests_read,
-                    stdout=out,
-                )
-            )
+            _serve_in(group, _served(tmp_path), act, requests_read, out)
             pings = b"".join(
                 json.dumps({"jsonrpc": "2.0", "id": i, "method": "ping"}).encode() + b"\n"
                 for i in range(1, 201)
@@ -778,17 +770,7 @@ async def test_an_exception_while_answering_answers_that_request_and_the_server_
     pipes = InProcess()
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(
-                functools.partial(
-                    serve_stdio,
-                    _served(tmp_path),
-                    act,
-                    name="t",
-                    version="0",
-                    stdin=pipes.requests_read,
-                    stdout=pipes.replies_write,
-                )
-            )
+            _serve_in(group, _served(tmp_path), act, pipes.requests_read, pipes.replies_write)
             call = {"method": "tools/call", "params": {"name": "reader", "arguments": {}}}
             await pipes.send({"id": 1, **call})
             reply = await pipes.receive()
