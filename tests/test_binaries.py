@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lionfactory._os.binaries import BinaryFinder, environment_dirs
 
@@ -56,3 +59,25 @@ def test_hidden_names_are_never_found(tmp_path: Path) -> None:
     other = make_program(tmp_path / "a", "other")
     finder = BinaryFinder(env_dirs=(), path=str(tmp_path / "a"), hidden={"tool"})
     assert (finder.find("tool"), finder.find("other")) == (None, str(other))
+
+
+@given(layout=st.lists(st.sampled_from(["exec", "plain", "folder", "none"]), max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_find_is_the_first_candidate(layout: list[str]) -> None:
+    """`find` stops at the first hit; it names what `candidates` lists first, or None."""
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        dirs = []
+        for index, kind in enumerate(layout):
+            directory = root / f"d{index}"
+            directory.mkdir()
+            if kind == "exec":
+                make_program(directory, "tool")
+            elif kind == "plain":
+                make_program(directory, "tool", mode=0o644)
+            elif kind == "folder":
+                (directory / "tool").mkdir()
+            dirs.append(str(directory))
+        finder = BinaryFinder(env_dirs=dirs[:1], path=":".join(dirs[1:] + dirs[:1]))
+        candidates = finder.candidates("tool")
+        assert finder.find("tool") == (candidates[0] if candidates else None)

@@ -102,9 +102,19 @@ class BinaryFinder:
         return found
 
     def find(self, name: str) -> str | None:
-        """The first executable called `name`, or None."""
-        candidates = self.candidates(name)
-        return candidates[0] if candidates else None
+        """The first executable called `name`, or None (the first of `candidates`).
+
+        It stops at the first hit: checking every folder of ``PATH`` for the
+        ``rg`` a search found in its first folder was a tenth of a small
+        search's own time.
+        """
+        if name in self.hidden:
+            return None
+        for directory in self._search_dirs():
+            candidate = directory / name
+            if _is_executable(candidate):
+                return str(candidate)
+        return None
 
 
 def finder_or_default(finder: object) -> BinaryFinder:
