@@ -329,7 +329,10 @@ class _Known:
             for i in dropped:
                 self.traffic.remove(log[i])
             kept = log.without(dropped)
-            sizes = [size for i, size in enumerate(sizes) if i not in dropped] if dropped else sizes
+            # Only the entries up to the last dropped one move: the rest is a slice.
+            cut = max(dropped, default=-1) + 1
+            sizes = [sizes[i] for i in range(cut) if i not in dropped] + sizes[cut:]
+            self.counted = kept.total
         else:  # evicted or summarised messages: look at the view afresh
             record, _, view, _ = log.state()
             traffic = _Traffic()
@@ -340,8 +343,9 @@ class _Known:
             indices = [i for i in view if i not in dropped]
             kept = log.kept(indices)
             sizes = [sizes[i] for i in indices]
-            self.traffic = _Traffic()  # of the new log: counted afresh when needed
-        self.counted = self.unstubbed = kept.total
+            # What `traffic` knew was of the old record: the new one is counted afresh.
+            self.traffic, self.counted = _Traffic(), 0
+        self.unstubbed = kept.total
         branch.messages = self.log = kept
         self.sizes, self.held = sizes, held
         return Compaction(len(stubs), log.total - kept.total, held, sizes)
