@@ -561,7 +561,8 @@ def evidence(path: str, whole_file: bool, size: int) -> dict[str, Any]:
 
 
 def call_and_result(tool: str, content: str, metadata: dict[str, Any]) -> list[Message]:
-    call = ToolCall(name=tool, arguments={"path": "x" * (len(content) % 7)})
+    # Arguments of every size: a stub of a call with small ones is no smaller.
+    call = ToolCall(name=tool, arguments={"path": "x" * (len(content) * 7 % 601)})
     return [
         Message(role="assistant", tool_calls=(call,)),
         Message(role="tool", call_id=call.id, tool=tool, content=content, metadata=metadata),
