@@ -29,8 +29,9 @@ from __future__ import annotations
 import bisect
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -221,6 +222,7 @@ class MessageLog:
     __slots__ = (
         "_active",
         "_active_tokens",
+        "_append_order",
         "_index",
         "_keys",
         "_record",
@@ -244,6 +246,8 @@ class MessageLog:
         # the first change copies them (`_writable`), so a clone of a branch
         # with many messages costs no per-message memory until it diverges.
         self._shared = False
+        # See `in_append_order`: every change that could end it sets it False.
+        self._append_order = True
         for message in messages:
             self.append(message)
 
@@ -309,6 +313,17 @@ class MessageLog:
         """Estimated tokens of the active view (see `estimate_tokens`); O(1)."""
         return self._active_tokens
 
+    def in_append_order(self) -> bool:
+        """Whether the view is the whole record, in record order, as appending it gave.
+
+        That is: a view index is a record index, nothing was summarised,
+        only the first entry may be a system message, and the log is what
+        appending its record in order to a new log gives. O(1), so it may
+        answer False for such a log: one whose view was changed and changed
+        back (an eviction restored) does.
+        """
+        return self._append_order
+
     # -- changing ------------------------------------------------------------
 
     def append(self, message: Message) -> Message:
@@ -329,6 +344,7 @@ class MessageLog:
         # A system message is pinned first, whatever came before it.
         self._add_record(message, (-1, index) if message.role == "system" else (index,), tokens)
         if message.role == "system":
+            self._append_order = self._append_order and index == 0
             self._active.insert(0, index)
         else:
             self._active.append(index)
@@ -343,6 +359,7 @@ class MessageLog:
         self._writable()
         message = Message(role="system", content=content)
         index = len(self._record)
+        self._append_order = self._append_order and index == 0
         self._add_record(message, (-1, index))
         if self.system is not None:
             self._active_tokens -= self._tokens[self._active[0]]
@@ -365,6 +382,7 @@ class MessageLog:
         lo, hi = self._clamp(start, end)
         removed = self._active[lo:hi]
         del self._active[lo:hi]
+        self._append_order = self._append_order and not removed
         self._active_tokens -= sum(self._tokens[i] for i in removed)
         return [self._record[i] for i in removed]
 
@@ -382,6 +400,7 @@ class MessageLog:
             else:
                 kept.append(index)
         self._active = kept
+        self._append_order = self._append_order and not removed
         return removed
 
     def restore(self, start: int = 0, end: int | None = None) -> list[Message]:
@@ -441,6 +460,7 @@ class MessageLog:
         if self._pinned_index() in indices:
             raise ValueError("the system message cannot be compacted")
         covered = tuple(sorted(set(indices)))
+        self._append_order = False
         gone = set(covered)
         self._active = [i for i in self._active if i not in gone]
         self._active_tokens -= sum(self._tokens[i] for i in covered)
@@ -463,6 +483,7 @@ class MessageLog:
         clone._active = self._active
         clone._index = self._index
         clone._summaries = self._summaries
+        clone._append_order = self._append_order
         # Both sides copy before their next change; until then they share.
         clone._shared = self._shared = True
         return clone
@@ -495,6 +516,8 @@ class MessageLog:
         active = set(clone._active)
         for index, message in entries.items():
             tokens = _message_tokens(message)
+            if message.role != clone._record[index].role:
+                clone._append_order = False  # a system message where appending puts none
             if index in active:
                 clone._active_tokens += tokens - clone._tokens[index]
             clone._record[index] = message
@@ -516,6 +539,41 @@ class MessageLog:
             if index < 0:
                 raise IndexError(f"record index {index} is outside the log")
             log._append(self._record[index], self._tokens[index])
+        return log
+
+    def without(self, record_indices: Collection[int]) -> MessageLog:
+        """A new log of the active view without these record entries, in view order.
+
+        The same log as ``log.kept(i for i in view if i not in record_indices)``.
+        For a log `in_append_order` (a served session's, compacted oldest
+        first) only the entries up to the last one left out are visited;
+        the rest of the record is copied as slices, so leaving out the
+        oldest entries of a long log costs what is left out, not the log's
+        length in Python steps (the lists and the id index are still copied).
+        """
+        if not self._append_order:
+            drop = set(record_indices)
+            return self.kept([i for i in self._active if i not in drop])
+        n = len(self._record)
+        drop = {i for i in record_indices if 0 <= i < n}
+        cut = max(drop, default=-1) + 1
+        front = [i for i in range(cut) if i not in drop]
+        record = [self._record[i] for i in front] + self._record[cut:]
+        tokens = [self._tokens[i] for i in front] + self._tokens[cut:]
+        log = MessageLog.__new__(MessageLog)
+        log._record = record
+        log._tokens = tokens
+        # In append order the keys are (i,), but (-1, 0) for a system
+        # message at 0, and the view is range(n): slices of both serve.
+        log._keys = self._keys[: len(record)]
+        if record:
+            log._keys[0] = (-1, 0) if record[0].role == "system" else (0,)
+        log._active = self._active[: len(record)]
+        log._index = dict(zip(map(attrgetter("id"), record), range(len(record)), strict=True))
+        log._summaries = {}
+        log._active_tokens = self._active_tokens - sum(self._tokens[i] for i in drop)
+        log._shared = False
+        log._append_order = True
         return log
 
     def state(
@@ -556,6 +614,13 @@ class MessageLog:
         log._tokens = [_message_tokens(m) for m in log._record]
         log._active_tokens = sum(log._tokens[i] for i in log._active)
         log._shared = False
+        log._append_order = (
+            not log._summaries
+            and log._active == list(range(n))
+            and all(key == (i,) for i, key in enumerate(log._keys) if i)
+            and (not n or log._keys[0] == ((-1, 0) if record[0].role == "system" else (0,)))
+            and not any(m.role == "system" for m in record[1:])
+        )
         return log
 
     # -- internals -----------------------------------------------------------

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from lionfactory import Message, MessageLog, ToolCall, estimate_tokens
@@ -230,3 +234,121 @@ def test_kept_refuses_what_append_refuses_and_indices_outside_the_record() -> No
         log.kept([-1])
     with pytest.raises(IndexError):
         log.kept([log.total])
+
+
+def _in_append_order(log: MessageLog) -> bool:
+    """`in_append_order` by its definition, the long way."""
+    state = log.state()
+    return state[2] == list(range(log.total)) and state == MessageLog(log.record).state()
+
+
+def test_a_log_of_appends_is_in_append_order_and_stops_being_so_when_its_view_changes() -> None:
+    log, msgs = log_with(3)  # the system message first, then appends
+    assert log.in_append_order() and _in_append_order(log)
+    evicted = log.copy()
+    evicted.evict(1, 2)
+    summarised = log.copy()
+    summarised.replace([msgs[0].id], Message(role="assistant", content="S"))
+    late_system, _ = log_with(2, system=None)
+    late_system.set_system("late")  # pinned before the messages appended earlier
+    for changed in (evicted, summarised, late_system):
+        assert not changed.in_append_order()
+        assert not _in_append_order(changed)
+    assert log.in_append_order()  # the copies' changes are theirs alone
+
+
+def test_a_log_rebuilt_from_its_state_knows_whether_it_is_in_append_order() -> None:
+    plain, _ = log_with(4)
+    assert MessageLog.from_state(*plain.state()).in_append_order()
+    assert not MessageLog.from_state(*_varied_log().state()).in_append_order()
+    record, keys, active, summaries = plain.state()
+    # Keys that sort the view the other way round: not what appending gives.
+    shuffled = MessageLog.from_state(record, [keys[0], *reversed(keys[1:])], active, summaries)
+    assert not shuffled.in_append_order()
+
+
+def _apply(log: MessageLog, op: tuple[str, int, int]) -> MessageLog:
+    """One change of `op`'s kind to `log` (a new log for the kinds that make one)."""
+    kind, a, b = op
+    record = log.record
+    if kind == "append":
+        role = ("user", "assistant", "tool", "system")[a % 4]
+        with contextlib.suppress(ValueError):  # a second system message
+            log.append(Message(role=role, content="c" * b))
+    elif kind == "set_system":
+        log.set_system(f"system {a}")
+    elif kind == "evict":
+        log.evict(a, a + b)
+    elif kind == "evict_ids" and record:
+        log.evict_ids([record[a % len(record)].id])
+    elif kind == "restore":
+        log.restore(a, a + b)
+    elif kind == "replace" and len(log):
+        ids = [m.id for m in log][a % len(log) :][: b + 1]
+        if log.system is None or log.system.id not in ids:
+            log.replace(ids, Message(role="assistant", content="summary"))
+    elif kind == "with_replaced" and record:
+        i = a % len(record)
+        role = record[i].role if b % 2 else ("user", "assistant", "tool", "system")[b % 4]
+        return log.with_replaced({i: record[i].model_copy(update={"role": role, "content": "s"})})
+    elif kind == "from_state":
+        return MessageLog.from_state(*log.state())
+    elif kind == "copy":
+        return log.copy()
+    elif kind == "without":
+        return log.without(range(a, a + b))
+    return log
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "append",
+                "append",
+                "append",
+                "set_system",
+                "evict",
+                "evict_ids",
+                "restore",
+                "replace",
+                "with_replaced",
+                "from_state",
+                "copy",
+                "without",
+            ]
+        ),
+        st.integers(0, 12),
+        st.integers(0, 4),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS, dropped=st.sets(st.integers(-1, 30), max_size=8))
+def test_without_is_kept_of_the_rest_of_the_view_and_append_order_is_never_claimed_wrongly(
+    ops: list[tuple[str, int, int]], dropped: set[int]
+) -> None:
+    log = MessageLog()
+    for op in ops:
+        log = _apply(log, op)
+        if log.in_append_order():
+            assert _in_append_order(log)
+        record, _, view, _ = log.state()
+        try:
+            expected = log.kept([i for i in view if i not in dropped])
+        except ValueError:  # a view kept cannot append (two system messages in view)
+            continue
+        got = log.without(dropped)
+        assert got.state() == expected.state()
+        assert got.in_append_order() == expected.in_append_order()
+        assert got.estimate_tokens() == expected.estimate_tokens() == estimate_tokens(list(got))
+        for index, message in enumerate(got.record):
+            assert got.get(message.id) is message and got.record_index(message.id) == index
+            assert got.is_active(message.id)
+        assert all(got.get(record[i].id) is None for i in dropped if 0 <= i < len(record))
+        # The new log goes on like one built by appending.
+        got.append(Message(role="user", content="next"))
+        expected.append(Message(role="user", content="next"))
+        assert [m.content for m in got] == [m.content for m in expected]

@@ -37,11 +37,21 @@ steps:
 So after every call a session holds at most its budget (at most half of it
 right after a compaction), whatever the sizes of the calls, unless the
 messages that are never touched exceed it alone.
+
+A compaction costs what it changes, not the session's length: in a long
+session the log is thousands of stubs, and walking all of them at every
+compaction (every ~90 calls of 20 kB) was a tenth of the server's time. The
+session's memory remembers, from one compaction to the next, where stubbing
+stopped (everything before it is a stub or cannot shrink), which calls are
+answered and which message carries the newest evidence of each path; the
+oldest calls are dropped from the front of the log. A log whose view was
+evicted or summarised is compacted by looking at its whole view, as before.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 
 import attrs
@@ -180,67 +190,197 @@ def compact(branch: Branch, budget: int, sizes: Sequence[int] | None = None) -> 
         branch: the branch whose log is compacted.
         budget: the session's budget in characters.
         sizes: `_chars` of every record entry, when the caller counted them
-            already (`SessionMemory` does, call by call); counted here otherwise.
+            already; counted here otherwise.
     """
-    target = budget // 2
-    record, _, active, _ = branch.messages.state()
+    log = branch.messages
     # Counting every message again (a JSON dump of each one's metadata) made
-    # each compaction cost the whole session's length: in a long session,
-    # about a third of the server's time. Record entries never change in
-    # place, so the sizes counted when they arrived still hold.
-    sizes = (
-        [_chars(m) for m in record] if sizes is None or len(sizes) != len(record) else list(sizes)
+    # each compaction cost the whole session's length. Record entries never
+    # change in place, so the sizes counted when they arrived still hold.
+    counted = (
+        [_chars(m) for m in log.record_since(0)]
+        if sizes is None or len(sizes) != log.total
+        else list(sizes)
     )
-    held = sum(sizes)
-    stubs: dict[int, Message] = {}
-    for index, message in enumerate(record):
-        if held <= target:
-            break
-        if not _tool_traffic(message) or COMPACTED_KEY in message.metadata:
-            continue
-        # Without metadata a message's size is the overhead and its text:
-        # its text's size needs no second encoding of its arguments.
-        known = None if message.metadata else sizes[index] - MESSAGE_OVERHEAD
-        stub = _stub(message, known)
-        stub_size = _chars(stub)
-        if stub_size >= sizes[index]:
-            continue  # already as small as a stub: only dropping it helps
-        record[index] = stubs[index] = stub
-        held += stub_size - sizes[index]
-        sizes[index] = stub_size
-    # The new log keeps the token estimates of the entries left as they were
-    # (estimating every message again made each compaction cost the session's
-    # length once more).
-    log = branch.messages.with_replaced(stubs) if stubs else branch.messages
-    if held <= target:
-        if stubs:
-            branch.messages = log
-        return Compaction(len(stubs), 0, held, sizes)
-    kept, held = _drop_oldest(record, sizes, active, target)
-    branch.messages = log.kept(kept)
-    return Compaction(len(stubs), len(record) - len(kept), held, [sizes[i] for i in kept])
+    return _Known(log, counted, sum(counted)).compact(branch, budget)
 
 
-def _drop_oldest(
-    record: list[Message], sizes: list[int], active: list[int], target: int
-) -> tuple[list[int], int]:
-    """The record indices of the active view without its oldest tool traffic, down to `target`.
+@attrs.define(eq=False)
+class _Traffic:
+    """What dropping asks of the tool messages of a log, kept up to date as they come and go.
 
-    Messages outside the active view (already compacted away by a summary)
-    go first: the guard never looks at them.
+    Attributes:
+        answered: call ids of the tool messages, each with how many answer it.
+        newest: for each kind of evidence (path, whole file), the id and call
+            id of the tool message with the newest one.
+        carriers: the ids of the messages in `newest`.
+        carrier_calls: the call ids of the messages in `newest`, with how many.
     """
-    view = active  # record indices in view order
-    held = sum(sizes[i] for i in view)
-    answered = {m.call_id for i in view if (m := record[i]).role == "tool"}
-    # The newest evidence of each kind for each path: kept while anything else can go.
-    newest: dict[tuple[str, bool], int] = {}
-    for i in view:
-        message = record[i]
-        evidence = FileEvidence.from_metadata(message.metadata) if message.role == "tool" else None
-        if evidence is not None:
-            newest[(evidence.path, evidence.whole_file)] = i
-    carriers = set(newest.values())
-    carrier_calls = {record[i].call_id for i in carriers}
+
+    answered: Counter[str | None] = attrs.field(factory=Counter)
+    newest: dict[tuple[str, bool], tuple[str, str | None]] = attrs.field(factory=dict)
+    carriers: set[str] = attrs.field(factory=set)
+    carrier_calls: Counter[str | None] = attrs.field(factory=Counter)
+
+    def add(self, message: Message) -> None:
+        """Count a message that comes after every message counted so far."""
+        if message.role != "tool":
+            return
+        self.answered[message.call_id] += 1
+        evidence = FileEvidence.from_metadata(message.metadata)
+        if evidence is None:
+            return
+        kind = (evidence.path, evidence.whole_file)
+        superseded = self.newest.get(kind)
+        if superseded is not None:
+            self._forget_carrier(*superseded)
+        self.newest[kind] = (message.id, message.call_id)
+        self.carriers.add(message.id)
+        self.carrier_calls[message.call_id] += 1
+
+    def remove(self, message: Message) -> None:
+        """Forget a message that left the log.
+
+        A carrier leaves only once every other tool message left (see
+        `_drop`), so no older evidence of its kind is left to take its place.
+        """
+        if message.role != "tool":
+            return
+        _uncount(self.answered, message.call_id)
+        if message.id in self.carriers:
+            evidence = FileEvidence.from_metadata(message.metadata)
+            assert evidence is not None  # it was a carrier for its evidence
+            del self.newest[(evidence.path, evidence.whole_file)]
+            self._forget_carrier(message.id, message.call_id)
+
+    def _forget_carrier(self, message_id: str, call_id: str | None) -> None:
+        self.carriers.discard(message_id)
+        _uncount(self.carrier_calls, call_id)
+
+
+def _uncount(counter: Counter[str | None], key: str | None) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]  # membership means "at least one"
+
+
+@attrs.define(eq=False)
+class _Known:
+    """What one log's compactions know of it, kept between them so each costs what it changes.
+
+    In a long session most of the log is stubs already; walking all of it
+    again at every compaction (to find the first message left to stub, the
+    answered calls, the newest evidence of each path) cost the session's
+    length, every ~90 calls: about a tenth of the server's time after a few
+    thousand calls.
+
+    Attributes:
+        log: the log this describes (a log replaced behind our back is not it).
+        sizes: `_chars` of every record entry, in record order.
+        held: their sum.
+        unstubbed: no record entry before this index can be stubbed: each is
+            a stub, not tool traffic, or no larger than its stub. Entries
+            never change in place, and a log rebuilt by dropping was first
+            walked to its end, so this only moves forward.
+        traffic: `_Traffic` of the record entries before `counted`.
+        counted: how many record entries `traffic` has seen.
+    """
+
+    log: MessageLog
+    sizes: list[int]
+    held: int
+    unstubbed: int = 0
+    traffic: _Traffic = attrs.field(factory=_Traffic)
+    counted: int = 0
+
+    def count_new(self) -> None:
+        """Count the record entries appended since the last count."""
+        added = [_chars(message) for message in self.log.record_since(len(self.sizes))]
+        self.sizes += added
+        self.held += sum(added)
+
+    def compact(self, branch: Branch, budget: int) -> Compaction:
+        """`compact` of `branch`, whose log is `log`; this then describes its new log."""
+        target = budget // 2
+        log, sizes, held = self.log, self.sizes, self.held
+        stubs: dict[int, Message] = {}
+        start, self.unstubbed = self.unstubbed, log.total
+        for index, message in enumerate(log.record_since(start), start=start):
+            if held <= target:
+                self.unstubbed = index  # not looked at: the next compaction starts here
+                break
+            if not _tool_traffic(message) or COMPACTED_KEY in message.metadata:
+                continue
+            # Without metadata a message's size is the overhead and its text:
+            # its text's size needs no second encoding of its arguments.
+            known = None if message.metadata else sizes[index] - MESSAGE_OVERHEAD
+            stub = _stub(message, known)
+            stub_size = _chars(stub)
+            if stub_size >= sizes[index]:
+                continue  # already as small as a stub: only dropping it helps
+            stubs[index] = stub
+            held += stub_size - sizes[index]
+            sizes[index] = stub_size
+        # The new log keeps the token estimates of the entries left as they
+        # were (estimating every message again cost the session's length).
+        if stubs:
+            log = log.with_replaced(stubs)
+        if held <= target:
+            branch.messages = self.log = log
+            self.held = held
+            return Compaction(len(stubs), 0, held, sizes)
+        # Stubbing walked the whole record without reaching the target.
+        if log.in_append_order():
+            # The view is the record: what `traffic` knows of the record is
+            # what dropping asks of the view, and the dropped leave it.
+            for message in log.record_since(self.counted):
+                self.traffic.add(message)
+            dropped, held = _drop(log, range(len(log)), sizes, held, target, self.traffic)
+            for i in dropped:
+                self.traffic.remove(log[i])
+            kept = log.without(dropped)
+            # Only the entries up to the last dropped one move: the rest is a slice.
+            cut = max(dropped, default=-1) + 1
+            sizes = [sizes[i] for i in range(cut) if i not in dropped] + sizes[cut:]
+            self.counted = kept.total
+        else:  # evicted or summarised messages: look at the view afresh
+            record, _, view, _ = log.state()
+            traffic = _Traffic()
+            for i in view:
+                traffic.add(record[i])
+            in_view = sum(sizes[i] for i in view)
+            dropped, held = _drop(record, view, sizes, in_view, target, traffic)
+            indices = [i for i in view if i not in dropped]
+            kept = log.kept(indices)
+            sizes = [sizes[i] for i in indices]
+            # What `traffic` knew was of the old record: the new one is counted afresh.
+            self.traffic, self.counted = _Traffic(), 0
+        self.unstubbed = kept.total
+        branch.messages = self.log = kept
+        self.sizes, self.held = sizes, held
+        return Compaction(len(stubs), log.total - kept.total, held, sizes)
+
+
+def _drop(
+    record: Sequence[Message] | MessageLog,
+    view: Sequence[int],
+    sizes: list[int],
+    held: int,
+    target: int,
+    traffic: _Traffic,
+) -> tuple[set[int], int]:
+    """The record indices to drop, oldest first in `view` order, to get `held` down to `target`.
+
+    `record` is indexed by record index (a log in append order by its view
+    indices, which are record indices), `held` is what the view holds and
+    `traffic` what its tool messages
+    answer and carry. Each pass stops once the target is reached, so in a
+    long session it visits the dropped messages and the few kept before
+    them, not the whole view. A first pass keeps the newest evidence of
+    each kind for each path (with its call) and calls still running; only
+    when that pass went through the whole view does a second one drop the
+    evidence too.
+    """
+    answered, carriers, carrier_calls = traffic.answered, traffic.carriers, traffic.carrier_calls
     dropped: set[int] = set()
 
     def droppable(i: int, keep_evidence: bool) -> bool:
@@ -248,11 +388,11 @@ def _drop_oldest(
         if not _tool_traffic(message):
             return False
         if message.role == "assistant":
-            ids = {call.id for call in message.tool_calls}
-            if not ids <= answered:
+            ids = [call.id for call in message.tool_calls]
+            if not all(call_id in answered for call_id in ids):
                 return False  # a call still running: its result is yet to come
-            return not (keep_evidence and ids & carrier_calls)
-        return not (keep_evidence and i in carriers)
+            return not (keep_evidence and any(call_id in carrier_calls for call_id in ids))
+        return not (keep_evidence and message.id in carriers)
 
     for keep_evidence in (True, False):
         for i in view:
@@ -261,7 +401,7 @@ def _drop_oldest(
             if i not in dropped and droppable(i, keep_evidence):
                 dropped.add(i)
                 held -= sizes[i]
-    return [i for i in view if i not in dropped], held
+    return dropped, held
 
 
 @attrs.define(eq=False)
@@ -269,7 +409,8 @@ class SessionMemory:
     """The running count of what one session's branch holds, and its compactions.
 
     Each call counts only the messages it added (`MessageLog.record_since`),
-    so counting costs the call's own size, not the session's.
+    so counting costs the call's own size, not the session's; what one
+    compaction learnt of the log (`_Known`) serves the next.
     """
 
     held: int = 0
@@ -277,33 +418,32 @@ class SessionMemory:
     dropped: int = 0
     compactions: int = 0
     peak: int = 0
-    # The log counted so far and the size of each of its record entries: a
-    # log replaced behind our back (a branch loaded from a store) is counted again.
-    _log: MessageLog | None = None
-    _sizes: list[int] = attrs.field(factory=list)
+    # What is known of the log counted so far: a log replaced behind our
+    # back (a branch loaded from a store) is counted again.
+    _known: _Known | None = None
 
     def reset(self) -> None:
         """Count the branch again from scratch at the next call (it was replaced)."""
-        self._log = None
+        self._known = None
 
     def after_call(self, branch: Branch, budget: int | None) -> None:
         """Count what the last calls added; compact when over `budget`."""
         messages = branch.messages
-        if messages is not self._log or messages.total < len(self._sizes):
-            self._log, self._sizes, self.held = messages, [], 0
-        added = [_chars(message) for message in messages.record_since(len(self._sizes))]
-        self._sizes += added
-        self.held += sum(added)
+        known = self._known
+        if known is None or messages is not known.log or messages.total < len(known.sizes):
+            known = self._known = _Known(messages, [], 0)
+        known.count_new()
+        self.held = known.held
         if budget is not None and self.held > budget:
-            done = compact(branch, budget, self._sizes)
+            done = known.compact(branch, budget)
             self.held = done.held
             self.compacted += done.stubbed
             self.dropped += done.dropped
             self.compactions += 1
-            self._log, self._sizes = branch.messages, done.sizes
-            if branch.messages.total != len(self._sizes):  # never expected: count afresh
-                self._sizes = [_chars(message) for message in branch.messages.record_since(0)]
-                self.held = sum(self._sizes)
+            if branch.messages.total != len(known.sizes):  # never expected: count afresh
+                self._known = _Known(branch.messages, [], 0)
+                self._known.count_new()
+                self.held = self._known.held
         self.peak = max(self.peak, self.held)
 
     def status(self, branch: Branch, budget: int | None) -> SessionStatus:

@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
 from lionfactory import Branch, function_tool
+from lionfactory._evidence import EVIDENCE_KEY, FileEvidence
+from lionfactory._messages import Message, MessageLog, ToolCall
 from lionfactory.coding import coding_toolkit
 from lionfactory.mcp import SessionBranches, serve_mcp
-from lionfactory.mcp._budget import COMPACTED_KEY, MESSAGE_OVERHEAD, held_chars
+from lionfactory.mcp._budget import (
+    COMPACTED_KEY,
+    MESSAGE_OVERHEAD,
+    Compaction,
+    SessionMemory,
+    _chars,
+    _stub,
+    _tool_traffic,
+    compact,
+    held_chars,
+)
 
 LINE = "y" * 99 + "\n"
 
@@ -366,3 +379,355 @@ def test_a_message_and_its_stub_are_counted_as_the_encoder_counts_them(
     stub = _stub(message, known)
     assert stub == _stub(message)  # the size the caller knew is the size counted here
     assert _chars(stub) == _encoded_chars(stub)
+
+
+# -- The incremental compaction gives what compacting afresh gave -------------
+#
+# `SessionMemory` keeps what one compaction learnt of the log for the next
+# (where stubbing stopped, the answered calls, the newest evidence of each
+# path), so that a compaction costs what it changes. Below is the algorithm
+# it replaced, copied verbatim but for the names (it walked the whole log at
+# every compaction); the tests hold the new one to it, call after call.
+
+
+def reference_compact(
+    branch: Branch, budget: int, sizes: Sequence[int] | None = None
+) -> Compaction:
+    """Compact `branch` until it holds at most ``budget // 2`` (see the module docstring).
+
+    The log is rebuilt with the stubs in place of the originals (same ids,
+    order, view and summaries) when stubbing is enough; when calls must be
+    dropped, it is rebuilt from the kept messages of the active view.
+
+    Args:
+        branch: the branch whose log is compacted.
+        budget: the session's budget in characters.
+        sizes: `_chars` of every record entry, when the caller counted them
+            already (`SessionMemory` does, call by call); counted here otherwise.
+    """
+    target = budget // 2
+    record, _, active, _ = branch.messages.state()
+    # Counting every message again (a JSON dump of each one's metadata) made
+    # each compaction cost the whole session's length: in a long session,
+    # about a third of the server's time. Record entries never change in
+    # place, so the sizes counted when they arrived still hold.
+    sizes = (
+        [_chars(m) for m in record] if sizes is None or len(sizes) != len(record) else list(sizes)
+    )
+    held = sum(sizes)
+    stubs: dict[int, Message] = {}
+    for index, message in enumerate(record):
+        if held <= target:
+            break
+        if not _tool_traffic(message) or COMPACTED_KEY in message.metadata:
+            continue
+        # Without metadata a message's size is the overhead and its text:
+        # its text's size needs no second encoding of its arguments.
+        known = None if message.metadata else sizes[index] - MESSAGE_OVERHEAD
+        stub = _stub(message, known)
+        stub_size = _chars(stub)
+        if stub_size >= sizes[index]:
+            continue  # already as small as a stub: only dropping it helps
+        record[index] = stubs[index] = stub
+        held += stub_size - sizes[index]
+        sizes[index] = stub_size
+    # The new log keeps the token estimates of the entries left as they were
+    # (estimating every message again made each compaction cost the session's
+    # length once more).
+    log = branch.messages.with_replaced(stubs) if stubs else branch.messages
+    if held <= target:
+        if stubs:
+            branch.messages = log
+        return Compaction(len(stubs), 0, held, sizes)
+    kept, held = reference_drop_oldest(record, sizes, active, target)
+    branch.messages = log.kept(kept)
+    return Compaction(len(stubs), len(record) - len(kept), held, [sizes[i] for i in kept])
+
+
+def reference_drop_oldest(
+    record: list[Message], sizes: list[int], active: list[int], target: int
+) -> tuple[list[int], int]:
+    """The record indices of the active view without its oldest tool traffic, down to `target`.
+
+    Messages outside the active view (already compacted away by a summary)
+    go first: the guard never looks at them.
+    """
+    view = active  # record indices in view order
+    held = sum(sizes[i] for i in view)
+    answered = {m.call_id for i in view if (m := record[i]).role == "tool"}
+    # The newest evidence of each kind for each path: kept while anything else can go.
+    newest: dict[tuple[str, bool], int] = {}
+    for i in view:
+        message = record[i]
+        evidence = FileEvidence.from_metadata(message.metadata) if message.role == "tool" else None
+        if evidence is not None:
+            newest[(evidence.path, evidence.whole_file)] = i
+    carriers = set(newest.values())
+    carrier_calls = {record[i].call_id for i in carriers}
+    dropped: set[int] = set()
+
+    def droppable(i: int, keep_evidence: bool) -> bool:
+        message = record[i]
+        if not _tool_traffic(message):
+            return False
+        if message.role == "assistant":
+            ids = {call.id for call in message.tool_calls}
+            if not ids <= answered:
+                return False  # a call still running: its result is yet to come
+            return not (keep_evidence and ids & carrier_calls)
+        return not (keep_evidence and i in carriers)
+
+    for keep_evidence in (True, False):
+        for i in view:
+            if held <= target:
+                break
+            if i not in dropped and droppable(i, keep_evidence):
+                dropped.add(i)
+                held -= sizes[i]
+    return [i for i in view if i not in dropped], held
+
+
+@attrs.define(eq=False)
+class ReferenceMemory:
+    """The running count of what one session's branch holds, and its compactions.
+
+    Each call counts only the messages it added (`MessageLog.record_since`),
+    so counting costs the call's own size, not the session's.
+    """
+
+    held: int = 0
+    compacted: int = 0
+    dropped: int = 0
+    compactions: int = 0
+    peak: int = 0
+    # The log counted so far and the size of each of its record entries: a
+    # log replaced behind our back (a branch loaded from a store) is counted again.
+    _log: MessageLog | None = None
+    _sizes: list[int] = attrs.field(factory=list)
+
+    def reset(self) -> None:
+        """Count the branch again from scratch at the next call (it was replaced)."""
+        self._log = None
+
+    def after_call(self, branch: Branch, budget: int | None) -> None:
+        """Count what the last calls added; compact when over `budget`."""
+        messages = branch.messages
+        if messages is not self._log or messages.total < len(self._sizes):
+            self._log, self._sizes, self.held = messages, [], 0
+        added = [_chars(message) for message in messages.record_since(len(self._sizes))]
+        self._sizes += added
+        self.held += sum(added)
+        if budget is not None and self.held > budget:
+            done = reference_compact(branch, budget, self._sizes)
+            self.held = done.held
+            self.compacted += done.stubbed
+            self.dropped += done.dropped
+            self.compactions += 1
+            self._log, self._sizes = branch.messages, done.sizes
+            if branch.messages.total != len(self._sizes):  # never expected: count afresh
+                self._sizes = [_chars(message) for message in branch.messages.record_since(0)]
+                self.held = sum(self._sizes)
+        self.peak = max(self.peak, self.held)
+
+    def figures(self) -> tuple[int, int, int, int, int]:
+        return (self.held, self.compacted, self.dropped, self.compactions, self.peak)
+
+
+def figures(memory: SessionMemory) -> tuple[int, int, int, int, int]:
+    return (memory.held, memory.compacted, memory.dropped, memory.compactions, memory.peak)
+
+
+def assert_same(branch: Branch, memory: SessionMemory, ref: Branch, ref_memory: Any) -> None:
+    assert branch.messages.state() == ref.messages.state()
+    assert branch.messages.estimate_tokens() == ref.messages.estimate_tokens()
+    assert figures(memory) == ref_memory.figures()
+    assert memory.held == held_chars(branch.messages.record)
+
+
+PATHS = ["/w/a.py", "/w/b.txt", "/w/c/d.md", "/w/e"]
+
+
+def evidence(path: str, whole_file: bool, size: int) -> dict[str, Any]:
+    """Metadata as the coding toolkit's reader and editor write it on a tool message."""
+    return {
+        EVIDENCE_KEY: {
+            "path": path,
+            "mtime_ns": 1_796_150_184_696_192_310 + size,
+            "size": size,
+            "sha256": f"{size:064x}",
+            "whole_file": whole_file,
+        }
+    }
+
+
+def call_and_result(tool: str, content: str, metadata: dict[str, Any]) -> list[Message]:
+    # Arguments of every size: a stub of a call with small ones is no smaller.
+    call = ToolCall(name=tool, arguments={"path": "x" * (len(content) * 7 % 601)})
+    return [
+        Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", call_id=call.id, tool=tool, content=content, metadata=metadata),
+    ]
+
+
+READ = st.tuples(st.just("read"), st.sampled_from(PATHS), st.booleans(), st.integers(0, 2500))
+STEP = st.one_of(
+    READ,
+    READ,
+    READ,
+    st.tuples(st.just("edit"), st.sampled_from(PATHS), st.booleans(), st.integers(0, 300)),
+    st.tuples(st.just("bash"), st.integers(0, 1500)),
+    st.tuples(st.just("start"), st.integers(1, 3), st.integers(0, 400)),
+    st.tuples(st.just("finish"), st.integers(0, 3), st.sampled_from(PATHS)),
+    st.tuples(st.just("odd"), st.integers(0, 4), st.integers(0, 300)),
+    st.tuples(st.just("view"), st.integers(0, 5), st.integers(0, 40), st.integers(1, 6)),
+    st.tuples(st.just("replaced"), st.integers(0, 2)),
+)
+
+
+def apply_step(
+    step: tuple[Any, ...], branches: list[Branch], memories: list[Any], running: list[ToolCall]
+) -> None:
+    """Do `step` to every branch alike (the same messages), as a served session would."""
+    kind = step[0]
+    new: list[Message] = []
+    if kind == "read":
+        _, path, whole, size = step
+        new = call_and_result("reader", "r" * size, evidence(path, whole, size))
+    elif kind == "edit":  # a successful edit leaves whole-file evidence; a failed one none
+        _, path, ok, size = step
+        new = call_and_result("editor", "e" * size, evidence(path, True, size) if ok else {})
+    elif kind == "bash":
+        new = call_and_result("bash", "b" * step[1], {})
+    elif kind == "start":  # calls whose results have not arrived (one message, several calls)
+        calls = tuple(
+            ToolCall(name="bash", arguments={"command": "c" * step[2]}) for _ in range(step[1])
+        )
+        running.extend(calls)
+        new = [Message(role="assistant", tool_calls=calls)]
+    elif kind == "finish" and running:
+        call = running.pop(step[1] % len(running))
+        new = [
+            Message(
+                role="tool",
+                call_id=call.id,
+                tool="reader",
+                content="f" * 200,
+                metadata=evidence(step[2], False, 200),
+            )
+        ]
+    elif kind == "odd":
+        variant, size = step[1], step[2]
+        if variant == 0:
+            new = [Message(role="user", content="u" * size)]
+        elif variant == 1:  # a result answering a call the log never had
+            new = [Message(role="tool", call_id="call_unknown", content="o" * size)]
+        elif variant == 2:  # evidence of another shape: no evidence at all
+            new = call_and_result("reader", "m" * size, {EVIDENCE_KEY: {"path": "/w/a.py"}})
+        elif variant == 3:  # a stub already (a log loaded from a store)
+            new = call_and_result("reader", "", {COMPACTED_KEY: size})
+        elif branches[0].messages.system is None:  # a system prompt pinned before the calls
+            new = [Message(role="system", content="s" * size)]
+    elif kind == "view":  # the view changed: evicted, restored or summarised
+        _, how, at, span = step
+        summary = Message(role="assistant", content="summary " * span)
+        for branch in branches:
+            log = branch.messages
+            if how == 0:
+                log.evict(at, at + span)
+            elif how == 1:
+                log.restore(at, at + span)
+            elif how == 2 and len(log) > 1:
+                ids = [m.id for m in log][1:][at % (len(log) - 1) :][:span]
+                log.replace(ids, summary)
+            elif how == 3:
+                log.restore()
+    elif kind == "replaced":  # behind the memory's back: a store load, with or without reset
+        for branch, memory in zip(branches, memories, strict=True):
+            if step[1] == 2:
+                branch.messages = branch.messages.copy()
+            else:
+                branch.messages = MessageLog.from_state(*branch.messages.state())
+                if step[1] == 1:
+                    memory.reset()
+    for branch in branches:
+        for message in new:
+            branch.messages.append(message)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    steps=st.lists(STEP, min_size=20, max_size=120),
+    budget=st.integers(300, 4000),
+    system=st.booleans(),
+)
+def test_the_memory_compacts_as_compacting_the_whole_log_afresh_did(
+    steps: list[tuple[Any, ...]], budget: int, system: bool
+) -> None:
+    branch, ref = Branch(name="new"), Branch(name="reference")
+    if system:
+        prompt = Message(role="system", content="You are served over MCP.")
+        for b in (branch, ref):
+            b.messages.append(prompt)
+    memory, ref_memory = SessionMemory(), ReferenceMemory()
+    running: list[ToolCall] = []
+    for step in steps:
+        apply_step(step, [branch, ref], [memory, ref_memory], running)
+        memory.after_call(branch, budget)
+        ref_memory.after_call(ref, budget)
+        assert_same(branch, memory, ref, ref_memory)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(STEP, max_size=40), budget=st.integers(300, 8000))
+def test_compact_alone_compacts_as_before(steps: list[tuple[Any, ...]], budget: int) -> None:
+    """`compact` without a memory (no sizes, nothing known) is the reference too."""
+    branch, ref = Branch(name="new"), Branch(name="reference")
+    running: list[ToolCall] = []
+    for step in steps:
+        apply_step(step, [branch, ref], [SessionMemory(), ReferenceMemory()], running)
+    done, expected = compact(branch, budget), reference_compact(ref, budget)
+    assert (done.stubbed, done.dropped, done.held) == (
+        expected.stubbed,
+        expected.dropped,
+        expected.held,
+    )
+    assert done.sizes == expected.sizes
+    assert branch.messages.state() == ref.messages.state()
+
+
+async def test_a_real_session_compacts_as_compacting_the_whole_log_afresh_did(
+    tmp_path: Path,
+) -> None:
+    """The coding toolkit's own reads, edits and bash calls, mirrored into a reference branch."""
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text(f"{name}\n" + "line\n" * 150, encoding="utf-8")
+    branch = Branch(name="mcp-session")
+    branch.register(coding_toolkit, workspace_root=tmp_path, tools=["reader", "editor", "bash"])
+    ref, memory, ref_memory = Branch(name="reference"), SessionMemory(), ReferenceMemory()
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for i in range(60):
+        name = ("a.txt", "b.txt", "c.txt")[i % 3]
+        calls.append(("reader", {"action": "read", "path": name}))
+        calls.append(("reader", {"action": "read", "path": name, "offset": 3, "limit": 5}))
+        if i % 4 == 0:
+            edit = {
+                "action": "edit",
+                "file_path": name,
+                "old_string": f"{name}\n",
+                "new_string": f"{name}\n",
+            }
+            calls.append(("editor", edit))
+        if i % 7 == 0:
+            calls.append(("bash", {"command": f"echo {i}"}))
+    outcomes = []
+    for tool, arguments in calls:
+        before = branch.messages.total
+        result = await branch.act(tool, arguments)
+        outcomes.append(result.ok)
+        for message in branch.messages.record_since(before):
+            ref.messages.append(message)
+        memory.after_call(branch, 6000)
+        ref_memory.after_call(ref, 6000)
+        assert_same(branch, memory, ref, ref_memory)
+    assert all(outcomes) and memory.dropped > 0 and memory.compactions > 10
+    assert any(FileEvidence.from_metadata(m.metadata) for m in branch.messages)
