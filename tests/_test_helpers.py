@@ -1,4 +1,4 @@
-"""Helpers several test modules share: the confinement mechanisms as parameters, polling.
+"""Helpers several test modules share: the mechanisms as parameters, polling, live processes.
 
 Importable from any test module: pytest puts this folder (the one holding
 ``conftest.py``) on ``sys.path``.
@@ -7,6 +7,7 @@ Importable from any test module: pytest puts this folder (the one holding
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -33,3 +34,22 @@ async def eventually(predicate: Callable[[], bool], seconds: float) -> None:
             if predicate():
                 return
             await trio.sleep(0.01)
+
+
+def processes_tagged(tag: str) -> list[int]:
+    """Live (non-zombie) processes whose argv holds `tag`: seen from the host, any namespace."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                argv = cmdline.read()
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        state = data[data.rindex(b")") + 2 :].split()[0]
+        if tag.encode() in argv and state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found

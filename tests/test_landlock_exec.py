@@ -9,9 +9,9 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from _test_helpers import processes_tagged
 
 from lionfactory._os.landlock_exec import unix_socket_filter
 from lionfactory._os.mechanisms import HELPER, landlock_abi
@@ -27,22 +27,9 @@ LEAVE = (
 )
 
 
-def _tagged(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
-
-
 def _gone(marker: str) -> bool:
     for _ in range(100):
-        if not _tagged(marker):
+        if not processes_tagged(marker):
             return True
         time.sleep(0.05)
     return False
@@ -56,7 +43,7 @@ def _helper(mode: str, marker: str, *flags: str) -> list[str]:
 def marker() -> Iterator[str]:
     token = f"lf-reaper-{uuid.uuid4().hex}"
     yield token
-    for pid in _tagged(token):
+    for pid in processes_tagged(token):
         os.kill(pid, signal.SIGKILL)
 
 
@@ -75,7 +62,7 @@ def test_without_namespaces_sigterm_makes_the_subreaper_kill_everything(marker: 
     with subprocess.Popen(_helper("hang", marker, "-P"), stdout=subprocess.PIPE) as child:
         assert child.stdout is not None
         assert child.stdout.readline() == b"LEFT\n"
-        assert len(_tagged(marker)) >= 6
+        assert len(processes_tagged(marker)) >= 6
         child.send_signal(signal.SIGTERM)
         child.wait(timeout=30)
     assert _gone(marker)

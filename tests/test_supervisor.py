@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _test_helpers import eventually, mechanism_params
+from _test_helpers import eventually, mechanism_params, processes_tagged
 
 from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.process import LaunchError, ProcessResult
@@ -316,25 +316,7 @@ async def test_a_timed_out_command_is_killed_with_its_namespace(supervisor: Supe
     script = f"import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(600) # {tag}"
     result = await run(supervisor, [PY, "-I", "-S", "-c", script], timeout=1)
     assert result.timed_out
-    assert not tagged(tag)
-
-
-def tagged(tag: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                if tag.encode() not in cmdline.read():
-                    continue
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                data = stat.read()
-        except OSError:
-            continue
-        if data[data.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X"):
-            found.append(int(name))
-    return found
+    assert not processes_tagged(tag)
 
 
 async def prepared_tree(supervisor: Supervisor) -> dict[int, bytes]:
@@ -407,7 +389,7 @@ async def test_without_namespaces_what_the_command_leaves_in_its_group_is_killed
     script = f"import os, time\nif os.fork() == 0:\n    time.sleep(600) # {tag}\n"
     result = await run(flat_supervisor, [PY, "-I", "-S", "-c", script])
     assert result.returncode == 0, result.stderr
-    assert not tagged(tag)
+    assert not processes_tagged(tag)
 
 
 async def test_without_namespaces_exec_errors_and_exit_codes_are_reported(

@@ -18,7 +18,7 @@ import functools
 import os
 import sys
 import sysconfig
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -90,16 +90,18 @@ class BinaryFinder:
         dirs = [*self.env_dirs, *(Path(d) for d in path.split(os.pathsep) if d)]
         return list(dict.fromkeys(dirs))
 
-    def candidates(self, name: str) -> list[str]:
-        """Every executable called `name`, in lookup order, without duplicates."""
-        found: list[str] = []
+    def _executables(self, name: str) -> Iterator[str]:
+        """The executables called `name`, in lookup order (a folder listed twice, twice)."""
         if name in self.hidden:
-            return found
+            return
         for directory in self._search_dirs():
             candidate = directory / name
-            if _is_executable(candidate) and str(candidate) not in found:
-                found.append(str(candidate))
-        return found
+            if _is_executable(candidate):
+                yield str(candidate)
+
+    def candidates(self, name: str) -> list[str]:
+        """Every executable called `name`, in lookup order, without duplicates."""
+        return list(dict.fromkeys(self._executables(name)))
 
     def find(self, name: str) -> str | None:
         """The first executable called `name`, or None (the first of `candidates`).
@@ -108,8 +110,7 @@ class BinaryFinder:
         ``rg`` a search found in its first folder was a tenth of a small
         search's own time.
         """
-        if name in self.hidden:
-            return None
+        return next(self._executables(name), None)
         for directory in self._search_dirs():
             candidate = directory / name
             if _is_executable(candidate):

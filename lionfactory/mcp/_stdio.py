@@ -96,7 +96,7 @@ MAX_QUEUED_BYTES = 4 << 20
 """Reply bytes waiting for the client to read them before the server stops reading requests."""
 
 _CHUNK = 1 << 16
-_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
+_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)  # 0: not on this system
 # What pwritev2 says of a descriptor it cannot write without blocking (a
 # terminal, a regular file) or of a kernel without the flag.
 _NOWAIT_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.ESPIPE})
@@ -145,7 +145,7 @@ class _Pipe:
     queued: int = 0
     _room: anyio.Event | None = None
     _poller: select.poll | None = None
-    _nowait: bool = _NOWAIT is not None
+    _nowait: bool = _NOWAIT != 0
 
     def _writable_now(self) -> bool:
         """Whether the loop would find the descriptor writable at once (a zero-timeout poll).
@@ -218,7 +218,7 @@ class _Pipe:
         """Write a part of `chunk` (maybe none of it) without blocking the event loop."""
         if self._nowait:
             try:
-                return os.pwritev(self.fd, [chunk], -1, _NOWAIT)  # type: ignore[arg-type]
+                return os.pwritev(self.fd, [chunk], -1, _NOWAIT)
             except BlockingIOError:
                 await anyio.wait_writable(self.fd)
                 return 0

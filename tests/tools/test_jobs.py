@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from _test_helpers import eventually
+from _test_helpers import eventually, processes_tagged
 
 from lionfactory import Branch
 from lionfactory._os.isolation import mechanism_problem
@@ -57,25 +57,6 @@ def tagged_sleeper() -> tuple[str, str]:
     """A sleeper command carrying a unique tag in its argv, and the tag."""
     tag = f"lf-tag-{uuid.uuid4().hex}"
     return f"{SLEEPER} {tag}", tag
-
-
-def processes_tagged(tag: str) -> list[int]:
-    """Live (non-zombie) processes whose argv holds `tag`: seen from the host, any namespace."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                argv = cmdline.read()
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                data = stat.read()
-        except OSError:
-            continue
-        state = data[data.rindex(b")") + 2 :].split()[0]
-        if tag.encode() in argv and state not in (b"Z", b"X"):
-            found.append(int(name))
-    return found
 
 
 async def test_background_answers_at_once_with_a_job_id(workspace: Path) -> None:
