@@ -111,11 +111,6 @@ class BinaryFinder:
         search's own time.
         """
         return next(self._executables(name), None)
-        for directory in self._search_dirs():
-            candidate = directory / name
-            if _is_executable(candidate):
-                return str(candidate)
-        return None
 
 
 def finder_or_default(finder: object) -> BinaryFinder:
