@@ -39,6 +39,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+from lionfactory._os import mounts as _mounts
+
 __all__ = [
     "DIRECTORY_FLAGS",
     "Strategy",
@@ -49,6 +51,7 @@ __all__ = [
     "open_beneath",
     "open_following",
     "open_child",
+    "read_cached",
     "release_created",
 ]
 
@@ -62,8 +65,15 @@ DIRECTORY_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 """Flags of a directory descriptor the walk (and `os.scandir`, `flock`) can use."""
 
 # openat2(2): struct open_how and the RESOLVE_* bits from <linux/openat2.h>.
+_RESOLVE_NO_XDEV = 0x01
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
+_RESOLVE_CACHED = 0x20  # Linux 5.12+; EAGAIN when a step is not in the lookup cache
+_O_PATH = getattr(os, "O_PATH", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_NOCTTY = getattr(os, "O_NOCTTY", 0)
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+_AT_FDCWD = -100
 # openat2 came after the syscall tables were unified: 437 on every
 # architecture this list names (alpha and ia64 differ; they use the walk).
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "riscv64": 437, "ppc64le": 437}
@@ -77,7 +87,7 @@ class _OpenHow(ctypes.Structure):
     )
 
 
-_Openat2 = Callable[[int, str, int, int, int], int]
+_Openat2 = Callable[..., int]
 
 
 def _load_openat2() -> _Openat2 | None:
@@ -91,7 +101,9 @@ def _load_openat2() -> _Openat2 | None:
         return None
     syscall.restype = ctypes.c_long
 
-    def openat2(dir_fd: int, path: str, flags: int, mode: int, resolve: int) -> int:
+    def openat2(
+        dir_fd: int, path: str, flags: int, mode: int, resolve: int, *, tries: int = 8
+    ) -> int:
         how = _OpenHow(
             flags=flags,
             mode=mode if flags & os.O_CREAT else 0,  # the kernel refuses a stray mode
@@ -100,7 +112,7 @@ def _load_openat2() -> _Openat2 | None:
         encoded = os.fsencode(path)
         # EAGAIN: a concurrent rename disturbed a "beneath" lookup; the
         # kernel asks for a retry. A few retries, then report it.
-        for _ in range(8):
+        for _ in range(tries):
             fd = int(
                 syscall(
                     ctypes.c_long(number),
@@ -208,6 +220,80 @@ def open_beneath(root_fd: int, parts: tuple[str, ...], flags: int, mode: int = 0
     finally:
         if current != root_fd:
             os.close(current)
+
+
+def read_cached(
+    root: str, parts: tuple[str, ...], most: int
+) -> tuple[os.stat_result, bytes] | None:
+    """The whole regular file ``root/parts``, read without waiting for any I/O, or None.
+
+    For reading on an event loop. Every step is one that cannot wait: the
+    root and the file are looked up with ``RESOLVE_CACHED`` (the kernel
+    fails instead of revalidating or reading a directory), the file must lie
+    on the root's own mount (``RESOLVE_NO_XDEV``) and that mount must hold a
+    local filesystem (`lionfactory._os.mounts`: a network filesystem's open
+    may wait on its server), and the data is read with ``RWF_NOWAIT`` (it
+    fails instead of reading from the disk). A link anywhere below the root,
+    a file that is not regular or is larger than `most` bytes, or any error
+    gives None: the caller then opens the path the ordinary way in a worker
+    thread, where every refusal and error is reported as usual.
+    """
+    if _OPENAT2 is None or current_strategy() != "openat2" or not parts or not _RWF_NOWAIT:
+        return None
+    root_fd = fd = -1
+    try:
+        root_fd = _OPENAT2(
+            _AT_FDCWD,
+            root,
+            _O_PATH | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC,
+            0,
+            _RESOLVE_CACHED,
+            tries=1,
+        )
+        if not _mounts.is_local_mount(_mounts.mount_id(root_fd)):
+            return None
+        fd = _OPENAT2(
+            root_fd,
+            "/".join(parts),
+            os.O_RDONLY | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC,
+            0,
+            _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_XDEV | _RESOLVE_CACHED,
+            tries=1,
+        )
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > most:
+            return None
+        data = _read_nowait(fd, info.st_size, most)
+    except OSError:
+        return None
+    finally:
+        for held in (fd, root_fd):
+            if held >= 0:
+                os.close(held)
+    return None if data is None else (info, data)
+
+
+def _read_nowait(fd: int, size: int, most: int) -> bytes | None:
+    """All of `fd` from the page cache, or None when a page is not there or it passes `most`.
+
+    EAGAIN (nothing cached at an offset) and EOPNOTSUPP (no ``RWF_NOWAIT``
+    on this filesystem) are raised as `OSError`.
+    """
+    chunks: list[bytes] = []
+    total = 0
+    # One byte more than `size` at first: a file that grew since its fstat
+    # is read on, and refused once it passes `most`.
+    want = size + 1
+    while True:
+        buffer = bytearray(want)
+        count = os.preadv(fd, [buffer], total, _RWF_NOWAIT)
+        if count == 0:
+            return b"".join(chunks)
+        total += count
+        if total > most:
+            return None
+        chunks.append(bytes(buffer) if count == want else bytes(memoryview(buffer)[:count]))
+        want = most + 1 - total
 
 
 MAX_LINKS = 40

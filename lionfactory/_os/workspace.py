@@ -395,6 +395,21 @@ class Location:
             raise
         return fd
 
+    def read_cached(self, most: int) -> tuple[os.stat_result, bytes] | None:
+        """The whole file, when reading it cannot wait for any I/O; None otherwise.
+
+        For a read on the event loop (see `lionfactory._os.beneath.read_cached`):
+        None whenever the lookup or the data is not cached, the file is not
+        a regular file of at most `most` bytes on the root's own local mount,
+        a component is a link, or the file starts like a private key. The
+        caller then reads it with `open_read` in a worker thread, which
+        follows links inside the root and gives every refusal its message.
+        """
+        found = _beneath.read_cached(str(self.workspace.root), self.parts, most)
+        if found is None or _PRIVATE_KEY_HEADER.match(found[1][:_KEY_SNIFF]):
+            return None
+        return found
+
     def make_parent(self) -> tuple[int, list[tuple[int, str]]]:
         """The parent directory's descriptor, creating missing directories on the way.
 

@@ -21,8 +21,9 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
+import anyio.lowlevel
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -197,6 +198,7 @@ def _window_response(
 def _read_file(
     loc: Location, offset: int, limit: int, want_evidence: bool
 ) -> tuple[ReaderResponse, FileEvidence | None]:
+    """Read a window of a workspace file (blocking: in a worker thread)."""
     shown = loc.shown
     try:
         fd = loc.open_read()
@@ -211,16 +213,53 @@ def _read_file(
             return _failure(f"{shown!r} is a directory; use action 'list_dir' to see it."), None
         return _failure(f"{shown!r} is not a regular file; the reader reads files."), None
     with os.fdopen(fd, "rb") as stream:
-        if b"\x00" in stream.read(_BINARY_SNIFF):
-            return _failure(
-                f"{shown!r} looks binary (it contains NUL bytes); the reader shows text only. "
-                f"Use bash (e.g. `file` or `xxd | head`) to inspect it, or action 'open' for "
-                f"PDF/PPTX/DOCX documents."
-            ), None
-        stream.seek(0)
-        digest = hashlib.sha256() if want_evidence and st.st_size <= MAX_HASHED_BYTES else None
-        budget = COUNT_BUDGET if st.st_size > FULL_COUNT_BYTES else None
-        window = read_window(stream, offset=offset, limit=limit, hasher=digest, count_budget=budget)
+        return _read_stream(loc, stream, st, offset, limit, want_evidence)
+
+
+# Files up to this size are read on the event loop when nothing can wait
+# (`_read_cached`): the window's own output cap, so a read there never
+# costs more than the rows it shows and the hash of what it read.
+_CACHED_READ_BYTES = MAX_OUTPUT_BYTES
+
+
+def _read_cached(
+    loc: Location, offset: int, limit: int, want_evidence: bool
+) -> tuple[ReaderResponse, FileEvidence | None] | None:
+    """`_read_file` without blocking, for the event loop; None when it might have to wait.
+
+    A worker thread's round trip cost a third of a served read of a 20 KB
+    file, more than the read itself. A small regular file whose lookup and
+    pages are all cached, on a local filesystem, is read whole without any
+    call that can wait (`Location.read_cached`); anything else (a link, an
+    uncached page, NFS or FUSE, a refusal, an error) goes to `_read_file`
+    in a worker thread, which gives every answer the ordinary way.
+    """
+    found = loc.read_cached(_CACHED_READ_BYTES)
+    if found is None:
+        return None
+    st, data = found
+    return _read_stream(loc, io.BytesIO(data), st, offset, limit, want_evidence)
+
+
+def _read_stream(
+    loc: Location,
+    stream: BinaryIO,
+    st: os.stat_result,
+    offset: int,
+    limit: int,
+    want_evidence: bool,
+) -> tuple[ReaderResponse, FileEvidence | None]:
+    """The window of an open regular file (`st` is its fstat), and its evidence."""
+    if b"\x00" in stream.read(_BINARY_SNIFF):
+        return _failure(
+            f"{loc.shown!r} looks binary (it contains NUL bytes); the reader shows text only. "
+            f"Use bash (e.g. `file` or `xxd | head`) to inspect it, or action 'open' for "
+            f"PDF/PPTX/DOCX documents."
+        ), None
+    stream.seek(0)
+    digest = hashlib.sha256() if want_evidence and st.st_size <= MAX_HASHED_BYTES else None
+    budget = COUNT_BUDGET if st.st_size > FULL_COUNT_BYTES else None
+    window = read_window(stream, offset=offset, limit=limit, hasher=digest, count_budget=budget)
     evidence = None
     if want_evidence:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0
@@ -375,9 +414,15 @@ class _ReaderHandler:
                     f"it as Markdown."
                 )
             context = evidence_wanted()
-            response, evidence = await anyio.to_thread.run_sync(
-                _read_file, loc, offset, limit, context is not None
-            )
+            want = context is not None
+            done = _read_cached(loc, offset, limit, want)
+            if done is None:
+                done = await anyio.to_thread.run_sync(_read_file, loc, offset, limit, want)
+            else:
+                # Still a checkpoint, as the worker thread's round trip was:
+                # a cancelled call ends here instead of returning.
+                await anyio.lowlevel.checkpoint()
+            response, evidence = done
             record_evidence(context, evidence)
             return response
         if request.action == "list_dir":

@@ -1,0 +1,285 @@
+"""reader: small cached files read on the event loop, everything else in a worker thread.
+
+Whether a read used a worker thread is seen from outside: the run's only
+worker-thread token is held by the test, so a read that needs a thread
+waits for it, and one done on the event loop does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import pytest
+import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lionfactory import Branch
+from lionfactory._os import beneath, mounts
+from lionfactory._os.workspace import Workspace
+from lionfactory.coding import coding_toolkit
+from lionfactory.tools import reader as reader_module
+from lionfactory.tools import reader_tool
+
+
+@contextlib.asynccontextmanager
+async def threads_held() -> AsyncIterator[Callable[[], None]]:
+    """Hold the run's only worker-thread token; yields the function that gives it back."""
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    before = limiter.total_tokens
+    limiter.total_tokens = 1
+    holder = object()
+    await limiter.acquire_on_behalf_of(holder)
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            limiter.release_on_behalf_of(holder)
+
+    try:
+        yield release
+    finally:
+        release()
+        limiter.total_tokens = before
+
+
+async def needs_a_thread(call: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+    """Run `call` with the worker threads held: (whether it waited for one, its result)."""
+    result: list[Any] = []
+    async with threads_held() as release, trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            result.append(await call())
+
+        nursery.start_soon(run)
+        await trio.testing.wait_all_tasks_blocked()
+        waited = not result
+        release()
+    return waited, result[0]
+
+
+def write_cached(path: Path, data: str | bytes) -> None:
+    """Write `data`, then read it: its pages in the page cache, its lookup in the dentry cache."""
+    if isinstance(data, str):
+        path.write_text(data)
+    else:
+        path.write_bytes(data)
+    path.read_bytes()
+
+
+async def test_a_small_cached_file_is_read_on_the_event_loop(workspace: Path) -> None:
+    write_cached(workspace / "notes.txt", "alpha\nbeta\n")
+    reader = reader_tool(workspace_root=workspace)
+    waited, result = await needs_a_thread(lambda: reader(action="read", path="notes.txt"))
+    assert not waited
+    assert result["content"] == "1\talpha\n2\tbeta"
+    assert result["total_lines"] == 2
+
+
+async def test_a_read_on_the_event_loop_still_proves_the_read_before_an_edit(
+    workspace: Path,
+) -> None:
+    write_cached(workspace / "app.py", "x = 1\n")
+    branch = Branch()
+    branch.register(coding_toolkit, workspace_root=workspace, tools=["reader", "editor"])
+    edit = {"action": "edit", "file_path": "app.py", "old_string": "x = 1", "new_string": "x = 2"}
+    unread = await branch.act("editor", edit)
+    assert unread.failed and "read" in (unread.error or str(unread.payload))
+    waited, read = await needs_a_thread(
+        lambda: branch.act("reader", {"action": "read", "path": "app.py"})
+    )
+    assert not waited and not read.failed
+    edited = await branch.act("editor", edit)
+    assert not edited.failed, edited.payload
+    assert (workspace / "app.py").read_text() == "x = 2\n"
+
+
+async def test_a_cancelled_read_on_the_event_loop_ends_at_its_checkpoint(workspace: Path) -> None:
+    write_cached(workspace / "a.txt", "a\n")
+    reader = reader_tool(workspace_root=workspace)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await reader(action="read", path="a.txt")
+        pytest.fail("the read returned inside a cancelled scope")
+    assert scope.cancelled_caught
+
+
+def _drop_from_page_cache(path: Path) -> bool:
+    """Evict `path`'s pages; whether none is left (util-linux ``fincore`` counts them).
+
+    Not checked with a no-wait read: one that fails has the kernel start
+    reading the file ahead, so the pages would be back at once.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    try:
+        done = subprocess.run(
+            ["fincore", "--raw", "--noheadings", "--output", "PAGES", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return done.stdout.strip() == "0"
+
+
+async def test_a_file_not_in_the_page_cache_is_read_in_a_worker_thread(workspace: Path) -> None:
+    path = workspace / "cold.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(2000)))
+    if not _drop_from_page_cache(path):
+        pytest.skip("the pages could not be dropped here (tmpfs keeps them), or no fincore")
+    reader = reader_tool(workspace_root=workspace)
+    waited, result = await needs_a_thread(lambda: reader(action="read", path="cold.txt"))
+    assert waited
+    assert result["success"] and result["total_lines"] == 2000
+
+
+@pytest.mark.parametrize("case", ["large", "link", "fifo", "directory", "key", "missing"])
+async def test_what_the_loop_may_not_read_goes_to_the_thread_and_answers_as_before(
+    workspace: Path, case: str
+) -> None:
+    target = "target.txt"
+    if case == "large":
+        write_cached(workspace / target, (b"x" * 99 + b"\n") * 3000)  # 300 KB, over the cap
+    elif case == "link":
+        write_cached(workspace / "real.txt", "through a link\n")
+        (workspace / target).symlink_to("real.txt")
+    elif case == "fifo":
+        os.mkfifo(workspace / target)
+    elif case == "directory":
+        (workspace / target).mkdir()
+    elif case == "key":
+        write_cached(workspace / target, "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n")
+    reader = reader_tool(workspace_root=workspace)
+    waited, result = await needs_a_thread(lambda: reader(action="read", path=target))
+    assert waited
+    expected = {
+        "large": "1\t" + "x" * 99,
+        "link": "1\tthrough a link",
+        "fifo": "not a regular file",
+        "directory": "is a directory",
+        "key": "private key",
+        "missing": "File not found",
+    }[case]
+    text = result["content"] if result["success"] else result["error"]
+    assert expected in (text or ""), result
+
+
+async def test_the_walk_strategy_never_reads_on_the_loop(workspace: Path) -> None:
+    write_cached(workspace / "a.txt", "a\n")
+    reader = reader_tool(workspace_root=workspace)
+    with beneath.forced_strategy("walk"):
+        waited, result = await needs_a_thread(lambda: reader(action="read", path="a.txt"))
+    assert waited and result["content"] == "1\ta"
+
+
+_LINES = st.lists(
+    st.one_of(
+        st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), max_size=30).map(
+            str.encode
+        ),
+        st.binary(max_size=12),  # invalid UTF-8, NULs, stray CRs
+        st.just(b"z" * 2100),  # longer than a row may be: cut
+    ),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lines=_LINES,
+    ending=st.sampled_from([b"\n", b"\r\n"]),
+    final=st.booleans(),
+    offset=st.integers(0, 45),
+    limit=st.integers(1, 50),
+    evidence=st.booleans(),
+)
+def test_the_loop_and_the_thread_give_the_same_answer(
+    tmp_path: Path,
+    lines: list[bytes],
+    ending: bytes,
+    final: bool,
+    offset: int,
+    limit: int,
+    evidence: bool,
+) -> None:
+    data = ending.join(lines) + (ending if final and lines else b"")
+    path = tmp_path / "f.txt"
+    write_cached(path, data)
+    loc = Workspace.at(tmp_path).locate("f.txt")
+    on_loop = reader_module._read_cached(loc, offset, limit, evidence)
+    assert on_loop is not None, "a small cached file on this machine's disk is read on the loop"
+    in_thread = reader_module._read_file(loc, offset, limit, evidence)
+    assert on_loop[0] == in_thread[0]
+    assert on_loop[1] == in_thread[1]
+
+
+def _mount(*argv: str) -> None:
+    done = subprocess.run(["mount", *argv], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
+
+
+def _umount(where: Path) -> None:
+    subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+async def test_only_local_filesystems_are_read_on_the_loop_and_mounts_are_followed(
+    tmp_path: Path,
+) -> None:
+    source, root = tmp_path / "source", tmp_path / "mounted"
+    source.mkdir()
+    root.mkdir()
+    write_cached(source / "a.txt", "on a bind mount\n")
+    # A mount made after the table was first read (earlier reads did): the
+    # table is read again because the mount table polls changed.
+    _mount("--bind", str(source), str(root))
+    try:
+        waited, result = await needs_a_thread(
+            lambda: reader_tool(workspace_root=root)(action="read", path="a.txt")
+        )
+        assert not waited and result["content"] == "1\ton a bind mount"
+    finally:
+        _umount(root)
+    # The same directory now holds a filesystem the loop may not read,
+    # whatever id the new mount was given (an unmount frees its id).
+    _mount("-t", "proc", "proc", str(root))
+    try:
+        fd = os.open(root, os.O_PATH)
+        try:
+            assert mounts.is_local_mount(mounts.mount_id(fd)) is False
+        finally:
+            os.close(fd)
+        waited, result = await needs_a_thread(
+            lambda: reader_tool(workspace_root=root)(action="read", path="version")
+        )
+        assert waited
+        assert result["success"] and "Linux" in result["content"]
+    finally:
+        _umount(root)
+
+
+def test_the_mount_table_names_this_machines_filesystems() -> None:
+    fd = os.open("/proc/self", os.O_PATH)
+    try:
+        assert mounts.is_local_mount(mounts.mount_id(fd)) is False  # procfs
+    finally:
+        os.close(fd)
+    assert mounts.is_local_mount(None) is False
+    assert mounts.mount_id(10**6) is None  # no such descriptor
