@@ -234,9 +234,10 @@ def read_cached(
     local filesystem (`lionfactory._os.mounts`: a network filesystem's open
     may wait on its server), and the data is read with ``RWF_NOWAIT`` (it
     fails instead of reading from the disk). A link anywhere below the root,
-    a file that is not regular or is larger than `most` bytes, or any error
-    gives None: the caller then opens the path the ordinary way in a worker
-    thread, where every refusal and error is reported as usual.
+    a real name other than the spelled one, a file that is not regular or
+    is larger than `most` bytes, or any error gives None: the caller then
+    opens the path the ordinary way in a worker thread, where every refusal
+    and error is reported as usual.
     """
     if _OPENAT2 is None or current_strategy() != "openat2" or not parts or not _RWF_NOWAIT:
         return None
@@ -262,6 +263,10 @@ def read_cached(
         )
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > most:
+            return None
+        # The name the file really has, as `open_following` checks it: on a
+        # case-folding directory a spelling can open a file named otherwise.
+        if _resolved_below(root_fd, fd) != parts:
             return None
         data = _read_nowait(fd, info.st_size, most)
     except OSError:

@@ -283,3 +283,19 @@ def test_the_mount_table_names_this_machines_filesystems() -> None:
         os.close(fd)
     assert mounts.is_local_mount(None) is False
     assert mounts.mount_id(10**6) is None  # no such descriptor
+
+
+def test_a_file_whose_real_name_differs_from_the_spelled_one_is_read_in_the_thread(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a case-folding directory (ext4 +F) "Notes.txt" opens "notes.txt";
+    # this kernel's ext4 has no case folding, so the kernel's report of the
+    # real path is what is replaced here. The thread path judges that name.
+    write_cached(workspace / "notes.txt", "n\n")
+    real = beneath._resolved_below
+    monkeypatch.setattr(
+        beneath, "_resolved_below", lambda root_fd, fd: (*real(root_fd, fd)[:-1], "NOTES.txt")
+    )
+    assert Workspace.at(workspace).locate("notes.txt").read_cached(1 << 20) is None
+    monkeypatch.undo()
+    assert Workspace.at(workspace).locate("notes.txt").read_cached(1 << 20) is not None
