@@ -36,8 +36,8 @@ import os
 import platform
 import stat
 import sys
-from collections.abc import Callable, Iterator
-from typing import Literal
+from collections.abc import Iterator
+from typing import Literal, Protocol
 
 from lionfactory._os import mounts as _mounts
 
@@ -87,7 +87,10 @@ class _OpenHow(ctypes.Structure):
     )
 
 
-_Openat2 = Callable[..., int]
+class _Openat2(Protocol):
+    def __call__(
+        self, dir_fd: int, path: str, flags: int, mode: int, resolve: int, *, tries: int = ...
+    ) -> int: ...
 
 
 def _load_openat2() -> _Openat2 | None:
@@ -284,7 +287,7 @@ def _read_nowait(fd: int, size: int, most: int) -> bytes | None:
     EAGAIN (nothing cached at an offset) and EOPNOTSUPP (no ``RWF_NOWAIT``
     on this filesystem) are raised as `OSError`.
     """
-    chunks: list[bytes] = []
+    chunks: list[bytearray] = []
     total = 0
     # One byte more than `size` at first: a file that grew since its fstat
     # is read on, and refused once it passes `most`.
@@ -297,7 +300,8 @@ def _read_nowait(fd: int, size: int, most: int) -> bytes | None:
         total += count
         if total > most:
             return None
-        chunks.append(bytes(buffer) if count == want else bytes(memoryview(buffer)[:count]))
+        del buffer[count:]
+        chunks.append(buffer)
         want = most + 1 - total
 
 
