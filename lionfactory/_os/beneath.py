@@ -74,6 +74,12 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_NOCTTY = getattr(os, "O_NOCTTY", 0)
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 _AT_FDCWD = -100
+# A cached lookup also fails with EAGAIN when a mount or a rename anywhere
+# on the system disturbed it (the kernel would leave its lock-free walk;
+# every sandbox bwrap sets up makes dozens of mounts). One that is simply
+# not cached fails again at once, so a few tries cost microseconds, and
+# under a storm of mounts one try lost about one read in a thousand.
+_CACHED_TRIES = 4
 # openat2 came after the syscall tables were unified: 437 on every
 # architecture this list names (alpha and ia64 differ; they use the walk).
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "riscv64": 437, "ppc64le": 437}
@@ -252,7 +258,7 @@ def read_cached(
             _O_PATH | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC,
             0,
             _RESOLVE_CACHED,
-            tries=1,
+            tries=_CACHED_TRIES,
         )
         if not _mounts.is_local_mount(_mounts.mount_id(root_fd)):
             return None
@@ -262,7 +268,7 @@ def read_cached(
             os.O_RDONLY | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC,
             0,
             _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_XDEV | _RESOLVE_CACHED,
-            tries=1,
+            tries=_CACHED_TRIES,
         )
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > most:

@@ -38,13 +38,20 @@ _MOUNTINFO = "/proc/self/mountinfo"
 
 
 class _MountTable:
-    """Each mount's filesystem type, read again whenever the mount table changed."""
+    """Each mount's filesystem type, read again whenever the mount table changed.
+
+    The table's text is kept and only the lines asked about are parsed: a
+    host running many containers has thousands of mounts, and their churn
+    would otherwise have the whole table parsed on the event loop again
+    after each change.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._poller: select.poll | None = None
-        self._types: dict[int, str] = {}
+        self._text = b""
+        self._types: dict[int, str | None] = {}
 
     def filesystem(self, mount: int) -> str | None:
         """The filesystem type of mount id `mount`, or None when it is unknown."""
@@ -52,10 +59,13 @@ class _MountTable:
             if self._poller is None or self._poller.poll(0):
                 # First use, or a mount or unmount since the last read (the
                 # poll reports each change once, and only to this open file).
-                self._types = self._read()
-            return self._types.get(mount)
+                self._text = self._read()
+                self._types = {}
+            if mount not in self._types:
+                self._types[mount] = _filesystem_of(self._text, mount)
+            return self._types[mount]
 
-    def _read(self) -> dict[int, str]:
+    def _read(self) -> bytes:
         if self._fd is None:
             self._fd = os.open(_MOUNTINFO, os.O_RDONLY | os.O_CLOEXEC)
             self._poller = select.poll()
@@ -65,22 +75,27 @@ class _MountTable:
         while chunk := os.pread(self._fd, 65536, offset):
             chunks.append(chunk)
             offset += len(chunk)
-        types: dict[int, str] = {}
-        for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
-            # "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw": the
-            # optional fields end at " - ", and the filesystem type follows.
-            head, dash, tail = line.partition(" - ")
-            fields = head.split(" ", 1)
-            if dash and fields[0].isdigit() and tail:
-                types[int(fields[0])] = tail.split(" ", 1)[0]
-        return types
+        return b"\n" + b"".join(chunks)
 
     def forget(self) -> None:
         """Drop the table and its descriptor (in a forked child: the parent's poll state)."""
         if self._fd is not None:
             os.close(self._fd)
         self._lock = threading.Lock()
-        self._fd, self._poller, self._types = None, None, {}
+        self._fd, self._poller, self._text, self._types = None, None, b"", {}
+
+
+def _filesystem_of(text: bytes, mount: int) -> str | None:
+    """The filesystem type on the line of mount id `mount` in `text` (after a newline)."""
+    # "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw": the
+    # optional fields end at " - ", and the filesystem type follows.
+    start = text.find(b"\n%d " % mount)
+    if start < 0:
+        return None
+    end = text.find(b"\n", start + 1)
+    line = text[start + 1 : end if end >= 0 else len(text)]
+    _, dash, tail = line.partition(b" - ")
+    return tail.split(b" ", 1)[0].decode("utf-8", "replace") if dash and tail else None
 
 
 _TABLE = _MountTable()

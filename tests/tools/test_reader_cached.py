@@ -299,3 +299,15 @@ def test_a_file_whose_real_name_differs_from_the_spelled_one_is_read_in_the_thre
     assert Workspace.at(workspace).locate("notes.txt").read_cached(1 << 20) is None
     monkeypatch.undo()
     assert Workspace.at(workspace).locate("notes.txt").read_cached(1 << 20) is not None
+
+
+def test_a_mount_line_is_found_by_its_whole_id() -> None:
+    text = (
+        b"\n27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+        b"2 27 0:5 / /a\\040-\\040b rw master:3 - nfs4 server:/x rw\n"
+        b"270 27 0:6 / /c rw - fuse.sshfs host: rw"
+    )
+    assert mounts._filesystem_of(text, 27) == "ext4"
+    assert mounts._filesystem_of(text, 2) == "nfs4"  # not the "27" line, escaped " - " kept
+    assert mounts._filesystem_of(text, 270) == "fuse.sshfs"  # the last line has no newline
+    assert mounts._filesystem_of(text, 7) is None
