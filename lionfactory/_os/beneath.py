@@ -287,6 +287,10 @@ def read_cached(
     return None if data is None else (info, data)
 
 
+_PAGE = 4096
+"""The probe for the end of a file after a short read."""
+
+
 def _read_nowait(fd: int, size: int, most: int) -> bytes | None:
     """All of `fd` from the page cache, or None when a page is not there or it passes `most`.
 
@@ -308,7 +312,13 @@ def _read_nowait(fd: int, size: int, most: int) -> bytes | None:
             return None
         del buffer[count:]
         chunks.append(buffer)
+        short = count < want
         want = most + 1 - total
+        if short:
+            # Most likely the end of the file: make sure with one page
+            # instead of zeroing a buffer up to `most` (236 KiB after a
+            # 20 KB file, a third of the read's own time).
+            want = min(want, _PAGE)
 
 
 MAX_LINKS = 40

@@ -288,9 +288,10 @@ class Location:
     parts: tuple[str, ...]
     shown: str
 
-    @property
+    @functools.cached_property
     def path(self) -> Path:
         """The absolute path (for messages, evidence and cache keys; never opened by name)."""
+        # Cached: a read asks for it three times, and each join parses the parts again.
         return self.workspace.root.joinpath(*self.parts)
 
     @property

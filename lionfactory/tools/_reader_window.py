@@ -23,6 +23,8 @@ invalid UTF-8, over the output cap) falls back to the line-by-line path.
 from __future__ import annotations
 
 import codecs
+import functools
+import operator
 from typing import BinaryIO, Protocol
 
 import attrs
@@ -64,6 +66,18 @@ _KEEP_BYTES = (MAX_LINE_CHARS + 1) * 4
 # Deleting UTF-8 continuation bytes leaves one byte per character, which
 # counts the characters of a long line without decoding it.
 _CONTINUATION = bytes(range(0x80, 0xC0))
+
+# Rows up to this number take a prefix made once ("1\t" .. "4096\t"):
+# joining a cached prefix to each line takes about half the time of
+# formatting the number per row, and most reads start near the top of a
+# file. Further rows format their own.
+_PREFIXED_ROWS = 4096
+
+
+@functools.cache
+def _row_prefixes() -> tuple[str, ...]:
+    # Made on the first read, not at import: 0.8 ms a process start would pay.
+    return tuple(f"{n}\t" for n in range(_PREFIXED_ROWS + 1))
 
 
 class _Hasher(Protocol):
@@ -357,8 +371,12 @@ def _bulk_rows(lines: _Lines, number: int, most: int, room: int) -> tuple[str, i
         if crlf:
             text = text.replace("\r\n", "\n")
         body = text[:-1].split("\n")
-        numbers = range(number + 1, number + taken + 1)
-        rows = "\n".join([f"{n}\t{line}" for n, line in zip(numbers, body, strict=True)])
+        if number + taken <= _PREFIXED_ROWS:
+            prefixes = _row_prefixes()[number + 1 : number + taken + 1]
+            rows = "\n".join(map(operator.add, prefixes, body))
+        else:
+            numbers = range(number + 1, number + taken + 1)
+            rows = "\n".join([f"{n}\t{line}" for n, line in zip(numbers, body, strict=True)])
         lines.consume(len(data))
         return rows, taken, size
     return None

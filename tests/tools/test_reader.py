@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lionfactory._call import CallContext, call_context
 from lionfactory.errors import ToolInputError
@@ -570,3 +572,36 @@ def test_a_budgeted_count_reads_no_further_than_its_budget() -> None:
     # of the budget after the window's bytes, and one byte to tell that the
     # stream goes on.
     assert stream.taken == 3 * len(line) + 100_000 + 1
+
+
+_LINE_TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=12
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(_LINE_TEXT, min_size=1, max_size=40),
+    before=st.sampled_from([0, 1, 4060, 4090, 4095, 4096, 4097, 6000]),
+    back=st.integers(0, 12),
+    limit=st.integers(1, 60),
+)
+def test_rows_are_numbered_alike_below_and_above_the_cached_prefixes(
+    lines: list[str], before: int, back: int, limit: int
+) -> None:
+    """Rows numbered from cached prefixes (up to 4096) and formatted ones read the same.
+
+    The window is compared with a plain numbering of the lines, for windows
+    below, across and above the last cached prefix.
+    """
+    import io
+
+    from lionfactory.tools._reader_window import read_window
+
+    every = [f"f{n}" for n in range(before)] + lines
+    offset = max(0, before - back)
+    stream = io.BytesIO("".join(f"{line}\n" for line in every).encode("utf-8"))
+    window = read_window(stream, offset=offset, limit=limit)
+    shown = every[offset : offset + limit]
+    assert window.content == "\n".join(f"{offset + i + 1}\t{line}" for i, line in enumerate(shown))
+    assert window.total_lines == len(every)

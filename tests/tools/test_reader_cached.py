@@ -125,6 +125,11 @@ def _drop_from_page_cache(path: Path) -> bool:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+    return _cached_pages(path) == 0
+
+
+def _cached_pages(path: Path) -> int | None:
+    """How many of `path`'s pages are in the page cache (util-linux ``fincore``), or None."""
     try:
         done = subprocess.run(
             ["fincore", "--raw", "--noheadings", "--output", "PAGES", str(path)],
@@ -133,8 +138,9 @@ def _drop_from_page_cache(path: Path) -> bool:
             check=True,
         )
     except (OSError, subprocess.CalledProcessError):
-        return False
-    return done.stdout.strip() == "0"
+        return None
+    count = done.stdout.strip()
+    return int(count) if count.isdigit() else None
 
 
 async def test_a_file_not_in_the_page_cache_is_read_in_a_worker_thread(workspace: Path) -> None:
@@ -311,3 +317,54 @@ def test_a_mount_line_is_found_by_its_whole_id() -> None:
     assert mounts._filesystem_of(text, 2) == "nfs4"  # not the "27" line, escaped " - " kept
     assert mounts._filesystem_of(text, 270) == "fuse.sshfs"  # the last line has no newline
     assert mounts._filesystem_of(text, 7) is None
+
+
+def test_a_read_without_waiting_reads_on_past_a_stale_size_and_stops_past_its_cap(
+    workspace: Path,
+) -> None:
+    """The size from `fstat` is a hint: the read goes to the end of the file, or gives up."""
+    path = workspace / "grown.txt"
+    data = os.urandom(50_000)
+    write_cached(path, data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for stale in (0, 100, 4095, 4096, 4097, 49_999, 50_000):
+            assert beneath._read_nowait(fd, stale, 1 << 20) == data
+        assert beneath._read_nowait(fd, 50_000, 50_000) == data
+        assert beneath._read_nowait(fd, 100, 49_999) is None
+        assert beneath._read_nowait(fd, 50_000, 49_999) is None
+    finally:
+        os.close(fd)
+    (workspace / "empty.txt").write_bytes(b"")
+    fd = os.open(workspace / "empty.txt", os.O_RDONLY)
+    try:
+        assert beneath._read_nowait(fd, 0, 10) == b""
+    finally:
+        os.close(fd)
+
+
+def test_a_file_cached_only_in_part_is_never_read_as_a_shorter_file(workspace: Path) -> None:
+    """A short read of the cached first pages is not the end: the next page is asked for.
+
+    4 MiB, the second half evicted (a small file's pages may sit in one
+    large folio, which cannot be evicted in part). The failed no-wait read
+    starts the kernel's read-ahead, so the pages may be back in time for
+    the next one: the read then gives the whole file, never its first half.
+    """
+    path = workspace / "half.bin"
+    data = os.urandom(4 << 20)
+    write_cached(path, data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 2 << 20, 0, os.POSIX_FADV_DONTNEED)
+        pages = _cached_pages(path)
+        if pages is None or not 0 < pages < len(data) // 4096:
+            pytest.skip(f"fincore counts {pages} cached pages: no partial cache to test")
+        try:
+            read = beneath._read_nowait(fd, len(data), 8 << 20)
+        except OSError:
+            return
+        assert read == data
+    finally:
+        os.close(fd)
