@@ -211,12 +211,13 @@ class _Lines:
             self._pos = len(self._buf)
         return count + (last != b"\n")
 
-    def block(self, most: int, room: int) -> list[bytes] | None:
-        """Up to `most` complete lines ahead in the buffer, without consuming them.
+    def block(self, most: int, room: int) -> bytes | None:
+        """Up to `most` complete lines ahead in the buffer, as one text, without consuming them.
 
-        Only the next `room` bytes are looked at (rows never hold more), and
-        the lines stop before the first one longer than `MAX_LINE_CHARS`
-        bytes (it may need cutting). None when not even one line qualifies.
+        Only the next `room` bytes are looked at (rows never hold more).
+        None when the first line does not end within them or is longer than
+        `MAX_LINE_CHARS` bytes (it may need cutting): the line-by-line path
+        takes it, instead of every later line paying for a look at it.
         """
         if not self._fill():
             return None
@@ -224,14 +225,10 @@ class _Lines:
         first = buf.find(b"\n", pos, pos + room)
         if first < 0 or first - pos > MAX_LINE_CHARS:
             return None
-        parts = buf[pos : pos + room].split(b"\n", most)
-        del parts[-1]  # what follows the last newline taken
-        if max(map(len, parts)) > MAX_LINE_CHARS:
-            for index, part in enumerate(parts):
-                if len(part) > MAX_LINE_CHARS:
-                    del parts[index:]
-                    break
-        return parts
+        region = buf[pos : buf.rfind(b"\n", pos, pos + room) + 1]
+        if region.count(b"\n") > most:
+            region = _first_lines(region, most)
+        return region
 
     def consume(self, size: int) -> None:
         """Mark `size` bytes of the buffer as read (after `block`)."""
@@ -343,34 +340,48 @@ def _digits(first: int, last: int) -> int:
     return total
 
 
+def _first_lines(data: bytes, count: int) -> bytes:
+    """The first `count` lines of `data`, each with its newline (`data` holds more)."""
+    heads = data.split(b"\n", count)
+    del heads[-1]
+    return data[: sum(map(len, heads)) + count]
+
+
 def _bulk_rows(lines: _Lines, number: int, most: int, room: int) -> tuple[str, int, int] | None:
     """The rows of the next complete lines in the buffer, as one text, when they need no care.
 
     Returns ``(rows, lines taken, UTF-8 bytes incl. separators)`` and consumes
     those lines, or None (nothing consumed) so that the line-by-line path
     handles the next line: one that may need cutting, holds invalid UTF-8,
-    or would pass the output cap on its own.
+    or would pass the output cap on its own. The block is decoded and split
+    once; splitting the bytes into lines first cost as much again.
     """
-    parts = lines.block(most, room)
-    while parts:
-        data = b"\n".join(parts) + b"\n"
+    data = lines.block(most, room)
+    while data:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             # Keep the lines before the bad one; the per-line path replaces it.
-            del parts[data.count(b"\n", 0, exc.start) :]
+            data = data[: data.rfind(b"\n", 0, exc.start) + 1]
             continue
-        taken = len(parts)
         crlf = data.count(b"\r\n") if b"\r" in data else 0
+        if crlf:
+            text = text.replace("\r\n", "\n")
+        body = text.split("\n")
+        del body[-1]  # after the last newline
+        # A line that may need cutting goes to the per-line path, which
+        # counts a CR too: with CRs removed, one character less is the safe bound.
+        longest = MAX_LINE_CHARS - 1 if crlf else MAX_LINE_CHARS
+        if max(map(len, body)) > longest:
+            data = _first_lines(data, next(i for i, line in enumerate(body) if len(line) > longest))
+            continue
+        taken = len(body)
         # Each row: its number, a tab, the line (without CR), a newline between rows.
         size = (len(data) - crlf - taken) + _digits(number + 1, number + taken) + 2 * taken
         if size > room:
             # Rows are a little longer than their lines: keep proportionally fewer.
-            del parts[max(0, min(taken - 1, taken * room // size)) :]
+            data = _first_lines(data, max(0, min(taken - 1, taken * room // size)))
             continue
-        if crlf:
-            text = text.replace("\r\n", "\n")
-        body = text[:-1].split("\n")
         if number + taken <= _PREFIXED_ROWS:
             prefixes = _row_prefixes()[number + 1 : number + taken + 1]
             rows = "\n".join(map(operator.add, prefixes, body))

@@ -605,3 +605,58 @@ def test_rows_are_numbered_alike_below_and_above_the_cached_prefixes(
     shown = every[offset : offset + limit]
     assert window.content == "\n".join(f"{offset + i + 1}\t{line}" for i, line in enumerate(shown))
     assert window.total_lines == len(every)
+
+
+_WINDOW_LINES = st.lists(
+    st.one_of(
+        st.text(alphabet="ab\t é€😀\r", max_size=70),
+        st.binary(max_size=12).map(lambda raw: raw.replace(b"\n", b"").decode("latin-1")),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    lines=_WINDOW_LINES,
+    raw=st.lists(st.sampled_from([b"", b"\xff", b"\xe2\x82", b"\r", b"\xf0\x9f\x98\x80"])),
+    crlf=st.booleans(),
+    final_newline=st.booleans(),
+    offset=st.integers(0, 8),
+    limit=st.integers(1, 40),
+    line_chars=st.integers(1, 80) | st.just(2000),
+    output_bytes=st.integers(1, 700) | st.just(256 * 1024),
+)
+def test_whole_blocks_of_rows_read_like_one_line_at_a_time(
+    lines: list[str],
+    raw: list[bytes],
+    crlf: bool,
+    final_newline: bool,
+    offset: int,
+    limit: int,
+    line_chars: int,
+    output_bytes: int,
+) -> None:
+    """The bulk path (whole blocks of lines) gives the window the line-by-line path gives.
+
+    Lines longer than the cut, invalid or cut-off UTF-8, CR and CRLF, a
+    missing final newline, and windows that meet the output cap; the caps
+    are made small so that short lines reach them.
+    """
+    import io
+
+    from lionfactory.tools import _reader_window as window_module
+
+    encoded = [line.encode("utf-8", "surrogatepass") for line in lines]
+    for index, extra in enumerate(raw):
+        if encoded:
+            encoded[index % len(encoded)] += extra
+    ending = b"\r\n" if crlf else b"\n"
+    data = ending.join(encoded) + (ending if final_newline and encoded else b"")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(window_module, "MAX_LINE_CHARS", line_chars)
+        patch.setattr(window_module, "MAX_OUTPUT_BYTES", output_bytes)
+        bulk = window_module.read_window(io.BytesIO(data), offset=offset, limit=limit)
+        patch.setattr(window_module, "_bulk_rows", lambda *args: None)
+        single = window_module.read_window(io.BytesIO(data), offset=offset, limit=limit)
+    assert bulk == single
