@@ -117,8 +117,15 @@ class FileEvidence:
         return [evidence for evidence in found if evidence is not None]
 
     def to_metadata(self) -> dict[str, Any]:
-        """The JSON-ready dict stored under `EVIDENCE_KEY`."""
-        return attrs.asdict(self)
+        """The JSON-ready dict stored under `EVIDENCE_KEY` (the fields, in their order)."""
+        # Written out: attrs.asdict's generic walk cost ten times this on every read.
+        return {
+            "path": self.path,
+            "mtime_ns": self.mtime_ns,
+            "size": self.size,
+            "sha256": self.sha256,
+            "whole_file": self.whole_file,
+        }
 
 
 @contextlib.contextmanager

@@ -107,8 +107,14 @@ os.register_at_fork(after_in_child=_TABLE.forget)
 def mount_id(fd: int) -> int | None:
     """The id of the mount `fd` lies on (``mnt_id`` in ``/proc/self/fdinfo``), or None."""
     try:
-        with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
-            text = info.read()
+        # os.open and one read, not open(): a buffered file object cost
+        # three times the read, on every read the reader does on the loop.
+        # ``mnt_id`` is among the first lines (pos, flags, mnt_id, ino).
+        info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.read(info, 4096)
+        finally:
+            os.close(info)
     except OSError:
         return None
     for line in text.splitlines():
