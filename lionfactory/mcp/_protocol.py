@@ -200,7 +200,13 @@ def call_result(action: ActionResult, version: str | None) -> dict[str, Any]:
 
 
 def call_result_json(
-    action: ActionResult, version: str | None, meta: Mapping[str, Any] | None = None
+    action: ActionResult,
+    version: str | None,
+    meta: Mapping[str, Any] | None = None,
+    *,
+    members: str = "",
+    before: str = "",
+    after: str = "",
 ) -> str:
     """A ``tools/call`` result as JSON text, with the tool message's JSON spliced in as it is.
 
@@ -208,13 +214,26 @@ def call_result_json(
         action: the call's outcome.
         version: the protocol version of the request.
         meta: more ``_meta`` entries (a 2026-07-28 result's server identity).
+        members: more members of the result object, as JSON text starting
+            with a comma (``',"resultType":"complete"'``).
+        before: text before the result (a reply's JSON-RPC envelope).
+        after: text after it.
+
+    The parts are joined once: each concatenation of a read's reply copied
+    its 45 KB again.
     """
     text, structured, is_error = _parts(action)
-    head = '{"content":[{"type":"text","text":' + encode_json_string(text) + "}]"
-    tail = ',"isError":' + ("true" if is_error else "false")
+    parts = [
+        before,
+        '{"content":[{"type":"text","text":',
+        encode_json_string(text),
+        '}],"isError":',
+        "true" if is_error else "false",
+    ]
     if structured is not None and has_structured_content(version):
-        tail += ',"structuredContent":' + structured
+        parts += (',"structuredContent":', structured)
     entries = {**(error_meta(action) or {}), **(meta or {})}
     if entries:
-        tail += ',"_meta":' + json.dumps(entries, ensure_ascii=False)
-    return head + tail + "}"
+        parts += (',"_meta":', json.dumps(entries, ensure_ascii=False))
+    parts += (members, "}", after)
+    return "".join(parts)

@@ -481,10 +481,16 @@ class _Connection:
                 reply = _error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
             else:
                 meta = result_meta(self.server_info["serverInfo"]) if self.modern else None
-                body = call_result_json(action, version, meta)
-                if self.modern:
-                    body = body[:-1] + ',"resultType":"complete"}'
-                reply = _encode(f'{{"jsonrpc":"2.0","id":{key},"result":{body}}}\n')
+                reply = _encode(
+                    call_result_json(
+                        action,
+                        version,
+                        meta,
+                        members=',"resultType":"complete"' if self.modern else "",
+                        before=f'{{"jsonrpc":"2.0","id":{key},"result":',
+                        after="}\n",
+                    )
+                )
             finally:
                 if self.in_flight.get(key) is scope:  # a client may reuse an id; keep the latest
                     del self.in_flight[key]
