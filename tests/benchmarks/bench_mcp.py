@@ -4,9 +4,11 @@ The official ``mcp`` Python client drives both servers over stdio in one run,
 on one workspace holding a 20 KB text file:
 
 * spawn + ``initialize``: from starting the process to the end of the
-  handshake (best of several spawns);
-* sequential reads of the file (300 at full size): calls per second, p50 and
-  p95 latency of one ``tools/call``;
+  handshake (best of several spawns; the two servers take turns, in an
+  order that flips every round);
+* sequential reads of the file (300 a session, in two sessions of each
+  server at full size, one in each order): calls per second, p50 and p95
+  latency of one ``tools/call``;
 * exit after stdin closes: the time the client waits, after closing the
   server's stdin, for the process to end;
 * the server's peak resident memory (``VmHWM`` of the server process).
@@ -293,43 +295,75 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def stdio_figures(subject: Subject, spawns: int, reads: int) -> dict[str, float]:
-    """Start-up, read latency, exit time and peak RSS of one server over stdio."""
-    from mcp import Client, StdioServerParameters
+READ_ROUNDS = 2
+"""Spawns of each server that also make the sequential reads: one in each order."""
 
-    parameters = StdioServerParameters(command=subject.argv[0], args=subject.argv[1:])
-    startup = exit_time = math.inf
-    latencies: list[float] = []
-    rss = math.nan
+
+async def stdio_figures(subjects: list[Subject], spawns: int, reads: int) -> list[dict[str, float]]:
+    """Start-up, read latency, exit time and peak RSS of each server over stdio.
+
+    The servers take turns, spawn by spawn, in an order that flips every
+    round: this machine's speed drifts within a minute, and measuring one
+    server's whole series before the other's let the drift decide the ratio
+    (0.67x-0.93x for the same two servers in one hour). The first
+    `READ_ROUNDS` spawns of each also make `reads` sequential reads (the
+    session the figures describe: 300 reads, like a client's session); the
+    later ones only count start-up and exit.
+    """
+    figures = [_StdioFigures() for _ in subjects]
     for attempt in range(spawns):
+        order = list(zip(subjects, figures, strict=True))
+        if attempt % 2:
+            order.reverse()
+        for subject, figure in order:
+            await figure.spawn(subject, reads if attempt < READ_ROUNDS else 0)
+    return [figure.result() for figure in figures]
+
+
+class _StdioFigures:
+    """What the spawns of one server measured so far."""
+
+    def __init__(self) -> None:
+        self.startup = self.exit_time = math.inf
+        self.latencies: list[float] = []
+        self.rss = math.nan
+
+    async def spawn(self, subject: Subject, reads: int) -> None:
+        """One spawn: start-up, then `reads` sequential reads, then exit after stdin closes."""
+        from mcp import Client, StdioServerParameters
+
+        parameters = StdioServerParameters(command=subject.argv[0], args=subject.argv[1:])
         before = _children()
         client = Client(parameters, mode="legacy")
         start = time.perf_counter()
         await client.__aenter__()
         try:
-            startup = min(startup, time.perf_counter() - start)
-            if attempt == 0:
+            self.startup = min(self.startup, time.perf_counter() - start)
+            if reads:
                 first = await client.call_tool(subject.tool, subject.arguments)
                 if first.is_error:
                     raise RuntimeError(f"{subject.label}: the read failed: {first.content}")
                 for _ in range(reads):
                     began = time.perf_counter()
                     await client.call_tool(subject.tool, subject.arguments)
-                    latencies.append(time.perf_counter() - began)
+                    self.latencies.append(time.perf_counter() - began)
                 pids = _children() - before
-                rss = max((_peak_rss(pid) for pid in pids), default=math.nan)
+                peak = max((_peak_rss(pid) for pid in pids), default=math.nan)
+                self.rss = peak if math.isnan(self.rss) else max(self.rss, peak)
         finally:
             closing = time.perf_counter()
             await client.__aexit__(None, None, None)
-            exit_time = min(exit_time, time.perf_counter() - closing)
-    return {
-        "startup": startup,
-        "calls_per_s": len(latencies) / sum(latencies),
-        "p50": _percentile(latencies, 0.50) * 1e3,
-        "p95": _percentile(latencies, 0.95) * 1e3,
-        "exit": exit_time,
-        "rss": rss,
-    }
+            self.exit_time = min(self.exit_time, time.perf_counter() - closing)
+
+    def result(self) -> dict[str, float]:
+        return {
+            "startup": self.startup,
+            "calls_per_s": len(self.latencies) / sum(self.latencies),
+            "p50": _percentile(self.latencies, 0.50) * 1e3,
+            "p95": _percentile(self.latencies, 0.95) * 1e3,
+            "exit": self.exit_time,
+            "rss": self.rss,
+        }
 
 
 def _free_port() -> int:
@@ -481,8 +515,7 @@ def run(size: Size) -> list[Row]:
         spawns, reads = params["spawns"], params["reads"]
 
         async def measure() -> tuple[dict[str, float], ...]:
-            theirs = await stdio_figures(base, spawns, reads)
-            mine = await stdio_figures(ours, spawns, reads)
+            theirs, mine = await stdio_figures([base, ours], spawns, reads)
             n, k = params["sessions"], params["session_reads"]
             port = _free_port()
             bare_http = await http_figures(
