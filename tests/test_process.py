@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ReadPace, run_process
+from lionfactory._os.process import (
+    DEFAULT_MAX_BYTES,
+    LaunchError,
+    ProcessResult,
+    ReadPace,
+    run_process,
+)
 
 PY = sys.executable
 
@@ -392,3 +398,65 @@ async def test_without_the_exit_the_first_reads_are_prompt(autojump_clock: objec
     assert trio.current_time() == start
     await pace.after(10)
     assert trio.current_time() - start == pytest.approx(0.001)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+async def test_a_cancelled_run_leaves_no_descriptor_and_no_process(tmp_path: Path) -> None:
+    async def cancel_some() -> list[int]:
+        groups = []
+        for _ in range(3):
+            marker = tmp_path / "pgid"
+            script = (
+                "import os, time\n"
+                f"open({str(marker)!r}, 'w').write(str(os.getpgid(0)))\n"
+                "time.sleep(60)\n"
+            )
+            with trio.move_on_after(0.5):
+                await run_process([PY, "-c", script], cwd=tmp_path, timeout=60)
+            groups.append(int(marker.read_text()))
+        return groups
+
+    await cancel_some()
+    before = len(os.listdir("/proc/self/fd"))
+    groups = await cancel_some()
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert not any(group_exists(pgid) for pgid in groups)
+
+
+@pytest.mark.parametrize("start", ["pidfd", "no pidfd for this child", "no pidfd on this system"])
+async def test_every_way_of_waiting_for_the_child_gives_the_same_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    from lionfactory._os import process as process_module
+
+    if start == "no pidfd for this child":
+
+        def refuse(pid: int, flags: int = 0) -> int:
+            raise PermissionError("refused by a seccomp filter")
+
+        monkeypatch.setattr(process_module.os, "pidfd_open", refuse)
+    elif start == "no pidfd on this system":
+        monkeypatch.setattr(process_module, "_PIDFD", False)
+    done = await run_process(
+        [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    slow = await run_process([PY, "-c", "import time; time.sleep(60)"], cwd=tmp_path, timeout=0.3)
+    assert slow.timed_out
+    assert not group_exists(slow.pgid)
+
+
+def test_a_run_under_asyncio_waits_for_its_child_and_its_deadline(tmp_path: Path) -> None:
+    import asyncio
+
+    async def main() -> tuple[ProcessResult, ProcessResult]:
+        done = await run_process([PY, "-c", "print('hi')"], cwd=tmp_path, timeout=30)
+        hang = [PY, "-c", "import time; time.sleep(60)"]
+        slow = await run_process(hang, cwd=tmp_path, timeout=0.3)
+        return done, slow
+
+    done, slow = asyncio.run(main())
+    assert done.stdout == "hi\n" and done.returncode == 0
+    assert slow.timed_out and not group_exists(slow.pgid)
