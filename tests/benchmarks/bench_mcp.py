@@ -25,7 +25,8 @@ client speaks, and the reference server only knows.
 
 Streamable HTTP: 20 concurrent sessions (4 at tiny size), each making
 sequential reads, against ``lionfactory mcp serve --transport http`` and the
-bare SDK server over HTTP (the reference server has no HTTP transport).
+bare SDK server over HTTP (the reference server has no HTTP transport); two
+server processes of each, taking turns.
 
 Stateless HTTP (protocol 2026-07-28): on one lionfactory HTTP server,
 sequential reads through a pinned ``mode="2026-07-28"`` client against the
@@ -386,10 +387,49 @@ async def _wait_for_port(process: Any, port: int, deadline: float = 30.0) -> Non
             return
 
 
+HTTP_ROUNDS = 2
+"""Server processes of each side in the HTTP comparison: one in each order."""
+
+
+async def http_rounds(
+    servers: list[tuple[Callable[[int], list[str]], str, dict[str, Any]]],
+    sessions: int,
+    reads: int,
+    rounds: int = HTTP_ROUNDS,
+) -> list[dict[str, float]]:
+    """`http_figures` of each server (argv for a port, tool, arguments), taking turns.
+
+    As over stdio, the servers alternate in an order that flips every round,
+    so that the machine's drift weighs on both sides alike (measured one
+    after the other, the bare server's calls/s moved from 128 to 198 between
+    runs while ours stayed within 118-140). The figures of a side are those
+    of all its rounds together.
+    """
+    merged: list[dict[str, Any]] = [{"calls": 0, "elapsed": 0.0, "latencies": []} for _ in servers]
+    for round_ in range(rounds):
+        order = list(enumerate(servers))
+        if round_ % 2:
+            order.reverse()
+        for index, (argv_for, tool, arguments) in order:
+            port = _free_port()
+            one = await http_figures(argv_for(port), port, tool, arguments, sessions, reads)
+            merged[index]["calls"] += len(one["latencies"])
+            merged[index]["elapsed"] += one["elapsed"]
+            merged[index]["latencies"] += one["latencies"]
+    return [
+        {
+            "calls_per_s": side["calls"] / side["elapsed"],
+            "p50": _percentile(side["latencies"], 0.50) * 1e3,
+            "p95": _percentile(side["latencies"], 0.95) * 1e3,
+        }
+        for side in merged
+    ]
+
+
 async def http_figures(
     argv: list[str], port: int, tool: str, arguments: dict[str, Any], sessions: int, reads: int
-) -> dict[str, float]:
-    """Calls per second and latency of `sessions` concurrent HTTP sessions of `reads` calls."""
+) -> dict[str, Any]:
+    """The latencies and elapsed time of `sessions` concurrent HTTP sessions of `reads` calls."""
     from mcp import Client
 
     process = await anyio.open_process(
@@ -422,11 +462,7 @@ async def http_figures(
         if process.returncode is None:
             process.kill()
             await process.wait()
-    return {
-        "calls_per_s": len(latencies) / elapsed,
-        "p50": _percentile(latencies, 0.50) * 1e3,
-        "p95": _percentile(latencies, 0.95) * 1e3,
-    }
+    return {"latencies": latencies, "elapsed": elapsed}
 
 
 async def era_figures(
@@ -517,19 +553,21 @@ def run(size: Size) -> list[Row]:
         async def measure() -> tuple[dict[str, float], ...]:
             theirs, mine = await stdio_figures([base, ours], spawns, reads)
             n, k = params["sessions"], params["session_reads"]
-            port = _free_port()
-            bare_http = await http_figures(
-                [sys.executable, str(bare), str(root), "http", str(port)],
-                port,
-                "read",
-                {"path": "big.txt"},
+            bare_http, our_http = await http_rounds(
+                [
+                    (
+                        lambda port: [sys.executable, str(bare), str(root), "http", str(port)],
+                        "read",
+                        {"path": "big.txt"},
+                    ),
+                    (
+                        lambda port: [*serve, "--transport", "http", "--port", str(port)],
+                        "reader",
+                        {"action": "read", "path": "big.txt"},
+                    ),
+                ],
                 n,
                 k,
-            )
-            port = _free_port()
-            http_argv = [*serve, "--transport", "http", "--port", str(port)]
-            our_http = await http_figures(
-                http_argv, port, "reader", {"action": "read", "path": "big.txt"}, n, k
             )
             port = _free_port()
             http_argv = [*serve, "--transport", "http", "--port", str(port)]
