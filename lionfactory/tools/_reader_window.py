@@ -212,7 +212,7 @@ class _Lines:
         return count + (last != b"\n")
 
     def block(self, most: int, room: int) -> bytes | None:
-        """Up to `most` complete lines ahead in the buffer, as one text, without consuming them.
+        """Up to `most` complete lines ahead in the buffer, as one bytes object, not consumed.
 
         Only the next `room` bytes are looked at (rows never hold more).
         None when the first line does not end within them or is longer than
