@@ -57,6 +57,7 @@ from collections.abc import Sequence
 import attrs
 
 from lionfactory import Branch
+from lionfactory._acting import encode_json
 from lionfactory._evidence import FileEvidence
 from lionfactory._messages import Message, MessageLog
 
@@ -109,18 +110,15 @@ class SessionStatus:
 _LONE_COMPACTED_CHARS = len(json.dumps({COMPACTED_KEY: 0})) - 1
 
 
-# ``json.dumps(value, ensure_ascii=False, default=str)`` without building an
-# encoder per call: counting two messages a call spent most of its time there.
-_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
-
-
+# `encode_json` writes what json.dumps(..., ensure_ascii=False, default=str)
+# writes, without building an encoder per call.
 def _metadata_chars(message: Message) -> int:
     if not message.metadata:
         return 0
     if len(message.metadata) == 1 and type(message.metadata.get(COMPACTED_KEY)) is int:
         return _LONE_COMPACTED_CHARS + len(str(message.metadata[COMPACTED_KEY]))
     try:
-        return len(_JSON.encode(message.metadata))
+        return len(encode_json(message.metadata))
     except (ValueError, TypeError, RecursionError):  # not JSON-ready: count its repr
         return len(repr(message.metadata))
 
@@ -129,7 +127,7 @@ def _text_chars(message: Message) -> int:
     size = len(message.content)
     for call in message.tool_calls:
         # A stub's calls have no arguments: "{}" needs no encoder.
-        size += len(_JSON.encode(call.arguments)) if call.arguments else 2
+        size += len(encode_json(call.arguments)) if call.arguments else 2
     return size
 
 
