@@ -98,3 +98,44 @@ def test_coding_session_reports_failing_tests_and_does_not_merge() -> None:
     assert step.name == "sandbox" and step.arguments == {"action": "discard"}
     answer = session.engineer([*history, Message(role="tool", content=ok)], [])
     assert answer == "Not merged: the tests exited with 1. F / 1 failed in 0.01s"
+
+
+def test_first_agent_reacts_pauses_for_approval_and_resumes_after_a_reload(tmp_path: Path) -> None:
+    proc = run_example(EXAMPLES / "first_agent.py", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "blind edit failed: True - Refused: 'NOTES.md' has not been read in this conversation",
+        "waiting for approval: editor stats.py - edits to code are reviewed",
+        "restored, still pending: ['editor']",
+        "answer: Fixed mean(): it divided by len(values) - 1. The check passes: all good",
+        "stats.py now: return sum(values) / len(values)",
+        "tools called: ['bash', 'reader', 'editor', 'bash']",
+        "push refused: True - Tool 'bash' denied the call: pushing is for people"
+        " (rule bash 'git push*' -> deny); do something else",
+    ]
+
+
+def test_first_agent_model_reports_a_check_that_still_fails() -> None:
+    """The guide's model decides from the real check result, never from a script."""
+    spec = importlib.util.spec_from_file_location("first_agent", EXAMPLES / "first_agent.py")
+    assert spec is not None and spec.loader is not None
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    passing = json.dumps({"return_code": 0, "stdout": "all good\n", "stderr": ""})
+    assert agent.engineer([Message(role="tool", content=passing)], []) == (
+        "Nothing to fix: the check passes."
+    )
+    failing = json.dumps({"return_code": 1, "stdout": "", "stderr": "AssertionError: 3.0"})
+    read = json.dumps({"success": True, "content": "1\treturn 0\n"})
+    history = [Message(role="tool", content=failing), Message(role="tool", content=read)]
+    assert agent.engineer(history, []) == "I could not find the bug."
+    refused = json.dumps({"success": False, "error": "Refused: not read"})
+    read_ok = json.dumps({"success": True, "content": "3\treturn sum(values) / (len(values) - 1)"})
+    history = [Message(role="tool", content=c) for c in (failing, read_ok, refused)]
+    assert agent.engineer(history, []) == "The edit was not made: Refused: not read"
+    again = json.dumps({"return_code": 1, "stdout": "", "stderr": "AssertionError"})
+    edited = json.dumps({"success": True})
+    history = [Message(role="tool", content=c) for c in (failing, read_ok, edited, again)]
+    assert agent.engineer(history, []).startswith(
+        "Fixed mean(): it divided by len(values) - 1. The check still fails"
+    )

@@ -93,6 +93,57 @@ def summary(
     return "\n".join(lines)
 
 
+def machine() -> dict[str, object]:
+    """What the figures were measured on: the interpreter, the platform, the CPUs."""
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "processor": _cpu_model(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def commit() -> str | None:
+    """The checkout's commit (with ``+dirty`` for uncommitted changes), or None."""
+    import subprocess
+
+    top = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=top,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=top,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def _write_bytecode() -> None:
     """Compile the package's bytecode cache, as installing it does.
 
@@ -136,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "size": args.size,
+                    "machine": machine(),
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "commit": commit(),
                     "rows": [row.as_dict() for row in rows],
                     "failures": failures,
                     "seconds": seconds,

@@ -1,0 +1,88 @@
+"""mkdocs hooks: schema tables from the pydantic models, and included files.
+
+A page line ``<!-- schema: lionfactory.tools.ReaderRequest -->`` becomes a
+table of the model's fields (name, type, default, description) followed by
+its whole JSON Schema in a collapsed block, both generated from the model at
+build time, so a page can never describe a field the model does not have.
+``<!-- include: CHANGELOG.md -->`` is replaced by that file of the repository.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = re.compile(r"^<!-- schema: (?P<target>[\w.]+) -->$", re.MULTILINE)
+INCLUDE = re.compile(r"^<!-- include: (?P<path>[\w./-]+) -->$", re.MULTILINE)
+
+
+def _type(spec: dict[str, Any]) -> str:
+    """A short, readable type for one JSON Schema property."""
+    if "enum" in spec:
+        return " \\| ".join(f"`{json.dumps(value)}`" for value in spec["enum"])
+    if "const" in spec:
+        return f"`{json.dumps(spec['const'])}`"
+    if "$ref" in spec:
+        return spec["$ref"].rsplit("/", 1)[-1]
+    for key in ("anyOf", "oneOf"):
+        if key in spec:
+            return " \\| ".join(_type(option) for option in spec[key])
+    kind = spec.get("type")
+    if isinstance(kind, list):
+        return " \\| ".join(_type({**spec, "type": one}) for one in kind)
+    if kind == "array":
+        return f"list[{_type(spec.get('items', {}))}]"
+    if kind == "object" and isinstance(spec.get("additionalProperties"), dict):
+        return f"dict[str, {_type(spec['additionalProperties'])}]"
+    return {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}.get(
+        str(kind), str(kind or "any")
+    )
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def schema_markdown(target: str) -> str:
+    """The Markdown for one ``<!-- schema: module.Model -->`` line."""
+    module, _, name = target.rpartition(".")
+    model = getattr(importlib.import_module(module), name)
+    schema = model.model_json_schema()
+    required = set(schema.get("required", ()))
+    rows = [
+        f"**`{name}`**: {_cell(schema.get('description', ''))}",
+        "",
+        "| field | type | default | description |",
+        "|---|---|---|---|",
+    ]
+    for field, spec in schema.get("properties", {}).items():
+        if field in required:
+            default = "required"
+        elif "default" in spec:
+            default = f"`{json.dumps(spec['default'])}`"
+        else:
+            default = ""
+        rows.append(
+            f"| `{field}` | {_type(spec)} | {default} | {_cell(spec.get('description', ''))} |"
+        )
+    whole = json.dumps(schema, indent=2)
+    rows += [
+        "",
+        f'??? note "JSON Schema of `{name}`"',
+        "",
+        "    ```json",
+        *(f"    {line}" for line in whole.splitlines()),
+        "    ```",
+        "",
+    ]
+    return "\n".join(rows)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """Expand the schema and include markers of a page."""
+    markdown = INCLUDE.sub(lambda m: (ROOT / m["path"]).read_text(encoding="utf-8"), markdown)
+    return SCHEMA.sub(lambda m: schema_markdown(m["target"]), markdown)
