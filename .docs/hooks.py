@@ -5,6 +5,8 @@ table of the model's fields (name, type, default, description) followed by
 its whole JSON Schema in a collapsed block, both generated from the model at
 build time, so a page can never describe a field the model does not have.
 ``<!-- include: CHANGELOG.md -->`` is replaced by that file of the repository.
+The parameter tables of the API reference leave out private test seams
+(parameters whose name starts with ``_``): they are not options.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = re.compile(r"^<!-- schema: (?P<target>[\w.]+) -->$", re.MULTILINE)
+PRIVATE_PARAMETER = re.compile(
+    r'<tr class="doc-section-item">\s*<td>\s*<code>_\w+</code>.*?</tr>', re.DOTALL
+)
 INCLUDE = re.compile(r"^<!-- include: (?P<path>[\w./-]+) -->$", re.MULTILINE)
 
 
@@ -86,3 +91,8 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     """Expand the schema and include markers of a page."""
     markdown = INCLUDE.sub(lambda m: (ROOT / m["path"]).read_text(encoding="utf-8"), markdown)
     return SCHEMA.sub(lambda m: schema_markdown(m["target"]), markdown)
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """Drop the rows of private test seams from the parameter tables."""
+    return PRIVATE_PARAMETER.sub("", html)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +85,12 @@ def test_an_unknown_benchmark_name_is_refused_with_the_valid_ones() -> None:
     assert proc.returncode == 2
     assert "unknown benchmark(s) ['nope']" in proc.stderr
     assert "reader, calls" in proc.stderr
+
+
+def test_the_json_report_names_the_machine_the_date_and_the_commit() -> None:
+    report = tiny_report("calls")
+    machine = report["machine"]
+    assert machine["python"] == platform.python_version()
+    assert machine["cpus"] >= 1 and machine["system"] and machine["machine"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", report["date"])
+    assert report["commit"] is None or re.fullmatch(r"[0-9a-f]{4,40}(\+dirty)?", report["commit"])

@@ -55,6 +55,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -712,3 +713,48 @@ def test_lines_match_wildcards() -> None:
     assert not lines_match(["a", "...", "b"], ["a", "x"])
     assert not lines_match(["a"], ["a", "b"])
     assert lines_match(["..."], [])
+
+
+def test_the_performance_page_has_a_table_per_workload_with_baseline_and_ratio() -> None:
+    spec = importlib.util.spec_from_file_location("performance", ROOT / ".docs" / "performance.py")
+    assert spec is not None and spec.loader is not None
+    performance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(performance)
+    report = {
+        "size": "full",
+        "machine": {"processor": "Example CPU", "cpus": 4, "python": "3.11.9"},
+        "date": "2026-01-02T03:04:05Z",
+        "commit": "abc1234",
+        "rows": [
+            {
+                "bench": "reader",
+                "name": "window",
+                "value": 0.0015,
+                "baseline": 0.0005,
+                "unit": "s",
+                "target": "<= 2x",
+                "met": False,
+                "ratio": 3.0,
+            },
+            {
+                "bench": "calls",
+                "name": "act",
+                "value": 54.0,
+                "baseline": None,
+                "unit": "us",
+                "target": "< 150 us",
+                "met": True,
+                "ratio": None,
+            },
+        ],
+        "failures": {"mcp": "Traceback ..."},
+        "seconds": {"reader": 12.0, "calls": 1.0},
+    }
+    page = performance.render(report)
+    assert "| date (UTC) | 2026-01-02T03:04:05Z |" in page and "| commit | abc1234 |" in page
+    assert "Example CPU, 4 CPUs" in page and "Not the full sizes" not in page
+    assert "## reader\n" in page and "## calls\n" in page
+    assert "| window | 1.5 ms | 500 us | 3x | <= 2x | **missed** |" in page
+    assert "| act | 54.0 us | - | - | < 150 us | yes |" in page
+    assert "- `mcp`" in page  # a crashed benchmark is listed, not hidden
+    assert "Not the full sizes" in performance.render({**report, "size": "tiny"})
