@@ -4,7 +4,9 @@ A page line ``<!-- schema: lionfactory.tools.ReaderRequest -->`` becomes a
 table of the model's fields (name, type, default, description) followed by
 its whole JSON Schema in a collapsed block, both generated from the model at
 build time, so a page can never describe a field the model does not have.
-``<!-- include: CHANGELOG.md -->`` is replaced by that file of the repository.
+``<!-- include: CHANGELOG.md -->`` is replaced by that file of the repository,
+``<!-- include-code: examples/NAME.py -->`` by that program in a collapsed
+block (the file itself, so the page cannot drift from what the suite runs).
 The parameter tables of the API reference leave out private test seams
 (parameters whose name starts with ``_``): they are not options.
 """
@@ -23,6 +25,7 @@ PRIVATE_PARAMETER = re.compile(
     r'<tr class="doc-section-item">\s*<td>\s*<code>_\w+</code>.*?</tr>', re.DOTALL
 )
 INCLUDE = re.compile(r"^<!-- include: (?P<path>[\w./-]+) -->$", re.MULTILINE)
+INCLUDE_CODE = re.compile(r"^<!-- include-code: (?P<path>[\w./-]+\.py) -->$", re.MULTILINE)
 
 
 def _type(spec: dict[str, Any]) -> str:
@@ -87,8 +90,15 @@ def schema_markdown(target: str) -> str:
     return "\n".join(rows)
 
 
+def _code_block(path: str) -> str:
+    code = (ROOT / path).read_text(encoding="utf-8")
+    body = "\n".join(f"    {line}" if line else "" for line in code.splitlines())
+    return f'??? example "The whole file: `{path}`"\n\n    ```python\n{body}\n    ```\n'
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """Expand the schema and include markers of a page."""
+    markdown = INCLUDE_CODE.sub(lambda m: _code_block(m["path"]), markdown)
     markdown = INCLUDE.sub(lambda m: (ROOT / m["path"]).read_text(encoding="utf-8"), markdown)
     return SCHEMA.sub(lambda m: schema_markdown(m["target"]), markdown)
 
