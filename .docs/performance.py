@@ -36,7 +36,7 @@ do not. Memory is measured in a fresh child process (tracemalloc and the
 peak resident set).
 
 - `--only reader,calls` runs some benchmarks, `--size tiny` runs all of them
-  in seconds (the test suite does, so they never rot);
+  at small sizes in a minute or two (the test suite does, so they never rot);
 - `--json` prints the rows as JSON; `--strict` exits 1 when a target is missed.
 
 This page is generated from such a JSON file by `python .docs/performance.py`
