@@ -209,9 +209,8 @@ class Server:
                     await self.client.request("shutdown", None, timeout=0.5)
                     await self.client.notify("exit", None)
             _kill(self.popen, self.graceful)
-            with anyio.move_on_after(2.0):
-                while self.popen.poll() is None:
-                    await anyio.sleep(0.005)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await anyio.to_thread.run_sync(self.popen.wait, 2.0)
             await _group_gone(self.popen.pid)
             for fd in (self.client.write_fd, self.client.read_fd):
                 with contextlib.suppress(OSError):
@@ -244,15 +243,25 @@ def _reap(popen: subprocess.Popen[bytes]) -> None:
         popen.wait(timeout=1)
 
 
-def _read_text(workspace: Workspace, path: Path) -> tuple[str, tuple[int, int]] | None:
+def _read_text(
+    workspace: Workspace, path: Path, strict: bool = False
+) -> tuple[str, tuple[int, int]] | None:
     """The text of `path` and its (mtime, size) stamp; None when absent, binary or too big.
 
     Read through the workspace seam (no link out of the root, no protected
     name, no private key), like every other read a tool makes for the model.
+
+    Raises:
+        PathRefused: with `strict`, the workspace refuses the path (its message
+            says why); otherwise that is None too.
     """
     try:
         fd = workspace.locate(str(path)).open_read()
-    except (PathRefused, OSError):
+    except PathRefused:
+        if strict:
+            raise
+        return None
+    except OSError:
         return None
     try:
         with os.fdopen(fd, "rb") as stream:
@@ -359,9 +368,7 @@ class CodeIntel:
                     network="none",
                     private_tmp=True,
                 )
-                launch = attrs.evolve(self.isolation, policy=policy).launch(
-                    argv, cwd=cwd, env=env
-                )
+                launch = attrs.evolve(self.isolation, policy=policy).launch(argv, cwd=cwd, env=env)
                 argv, env, pass_fds = list(launch.argv), dict(launch.env or {}), launch.pass_fds
                 graceful, cache = launch.graceful, launch.tmpdir
         env = dict(os.environ if env is None else env)
@@ -472,9 +479,15 @@ class CodeIntel:
 
     # -- documents -------------------------------------------------------------
 
-    async def open(self, server: Server, path: Path) -> tuple[str, int, list[str]] | None:
-        """Bring `path`'s disk content to the server; (uri, version, lines), None if unreadable."""
-        read = await anyio.to_thread.run_sync(_read_text, self.workspace, path)
+    async def open(
+        self, server: Server, path: Path, *, strict: bool = False
+    ) -> tuple[str, int, list[str]] | None:
+        """Bring `path`'s disk content to the server; (uri, version, lines), None if unreadable.
+
+        Raises:
+            PathRefused: with `strict`, the workspace refuses the path.
+        """
+        read = await anyio.to_thread.run_sync(_read_text, self.workspace, path, strict)
         if read is None:
             return None
         text, stamp = read
@@ -523,11 +536,10 @@ class CodeIntel:
         if not pending:
             return None
         await pending[0].server.client.poll()
-        done, waiting = [], []
+        done: list[_Pending] = []
+        waiting: list[_Pending] = []
         for item in pending:
-            ready = all(
-                item.server.current(f.uri, f.version) is not None for f in item.files
-            )
+            ready = all(item.server.current(f.uri, f.version) is not None for f in item.files)
             (done if ready else waiting).append(item)
         self._pending[key] = waiting
         if not done:
@@ -603,7 +615,7 @@ def _compare(
     )
     leftover_new: list[Diagnostic] = []
     for d in now:
-        key = (d.line, d.code, d.message)
+        key: tuple[int | None, str, str] = (d.line, d.code, d.message)
         if exact[key] > 0:
             exact[key] -= 1
         else:
@@ -611,9 +623,9 @@ def _compare(
     # What is left in `exact` are the old errors no new one matched exactly.
     unmatched_old: list[Diagnostic] = []
     for d in old:
-        key = (mapping.get(d.line), d.code, d.message)
-        if exact[key] > 0:
-            exact[key] -= 1
+        mapped = (mapping.get(d.line), d.code, d.message)
+        if exact[mapped] > 0:
+            exact[mapped] -= 1
             unmatched_old.append(d)
     loose = collections.Counter((d.code, d.message) for d in unmatched_old)
     introduced: list[Diagnostic] = []

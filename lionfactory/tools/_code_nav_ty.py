@@ -139,7 +139,7 @@ def _locations(result: Any) -> list[tuple[str, int]]:
         if not isinstance(item, dict):
             continue
         uri = item.get("uri") or item.get("targetUri")
-        rng = item.get("range") or item.get("targetSelectionRange") or item.get("targetRange")
+        rng: Any = item.get("range") or item.get("targetSelectionRange") or item.get("targetRange")
         try:
             line = int(rng["start"]["line"])
         except (KeyError, TypeError, ValueError):
@@ -171,9 +171,12 @@ class _Semantic:
 
     async def document(self, rel: str) -> tuple[Path, str, list[str]]:
         path = self.intel.workspace.locate(rel).path
-        opened = await self.intel.open(self.server, path)
+        opened = await self.intel.open(self.server, path, strict=True)
         if opened is None:
-            raise SemanticFailure(f"{rel!r} cannot be read as UTF-8 text in the workspace.")
+            raise SemanticFailure(
+                f"{rel!r} is not a UTF-8 text file in the workspace (missing, a directory, "
+                f"binary or over 5 MB); give a Python file."
+            )
         uri, _, lines = opened
         return path, uri, lines
 
@@ -231,7 +234,7 @@ class _Semantic:
                     continue
                 name = str(item.get("name", ""))
                 kind = _KINDS.get(item.get("kind", 0), "symbol")
-                rng = item.get("selectionRange") or item.get("range")
+                rng: Any = item.get("selectionRange") or item.get("range")
                 if rng is None and isinstance(item.get("location"), dict):
                     rng = item["location"].get("range")
                 try:
@@ -345,4 +348,3 @@ async def semantic_rows(
             f"the {intel.engine} engine could not answer ({exc}); retry, or use engine='ast'.",
             engine_failed=True,
         ) from None
-

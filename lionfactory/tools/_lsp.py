@@ -300,10 +300,13 @@ class LspClient:
                 version = params.get("version")
                 version = version if isinstance(version, int) else None
                 known = self.published.get(params["uri"])
-                if known is not None and None not in (known.version, version):
-                    assert known.version is not None and version is not None
-                    if version < known.version:
-                        return  # a report for an older text, arriving out of order
+                if (
+                    known is not None
+                    and known.version is not None
+                    and version is not None
+                    and version < known.version
+                ):
+                    return  # a report for an older text, arriving out of order
                 self._seq += 1
                 self.published[params["uri"]] = Published(
                     version=version,

@@ -225,9 +225,13 @@ class EditorDiagnostics(Protocol):
     returns the ``diagnostics`` field of the response (None: nothing to say).
     """
 
-    async def before(self, paths: Iterable[Path]) -> Any: ...
+    async def before(self, paths: Iterable[Path]) -> Any:
+        """Note the state of `paths` before the change; a token for `after`."""
+        ...
 
-    async def after(self, token: Any) -> dict[str, Any] | None: ...
+    async def after(self, token: Any) -> dict[str, Any] | None:
+        """The ``diagnostics`` of the change `token` was taken for."""
+        ...
 
 
 def _failure(message: str) -> _Outcome:
