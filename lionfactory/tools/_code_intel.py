@@ -149,7 +149,7 @@ class Server:
         """The process id of the server (or of its isolation wrapper)."""
         return self.popen.pid
 
-    async def started(self) -> None:
+    async def started(self, timeout: float = _INIT_TIMEOUT) -> None:
         """Wait for the answer to ``initialize``, then say ``initialized``.
 
         Raises:
@@ -157,7 +157,7 @@ class Server:
         """
         if self.ready:
             return
-        await self.client.response(self.init_id, timeout=_INIT_TIMEOUT, method="initialize")
+        await self.client.response(self.init_id, timeout=timeout, method="initialize")
         await self.client.notify("initialized", {})
         self.ready = True
 
@@ -313,6 +313,7 @@ class CodeIntel:
     isolation: Isolation | None = None
     engine: str = "ty"
     errors_only: bool = True
+    init_timeout: float = _INIT_TIMEOUT
     _servers: dict[Any, Server] = attrs.field(factory=dict)
     _pending: dict[Any, list[_Pending]] = attrs.field(factory=dict)
     _starting: dict[Any, anyio.Lock] = attrs.field(factory=dict)
@@ -454,7 +455,7 @@ class CodeIntel:
                 self.warm(key)
                 server = self._servers[key]
             try:
-                await server.started()
+                await server.started(self.init_timeout)
             except LspError:
                 self._servers.pop(key, None)
                 await server.aclose()
@@ -683,6 +684,8 @@ class _Before:
     server: Server | None
     files: list[_FileDelta]
     started: float
+    starting: bool = False
+    """The server did not start within the edit's budget (it is still starting)."""
 
 
 @attrs.frozen
@@ -702,12 +705,18 @@ class EditDiagnostics:
         if not python:
             return None
         started = time.monotonic()
+        deadline = started + EDIT_WAIT_SECONDS
+        server = None
         try:
-            server = await self.intel.server()
+            # A server still starting gets the edit's budget, no more; it goes
+            # on starting for the next call.
+            with anyio.move_on_after(EDIT_WAIT_SECONDS):
+                server = await self.intel.server()
         except LspError:
             return _Before(None, [], started)
+        if server is None:
+            return _Before(None, [], started, starting=True)
         files: list[_FileDelta] = []
-        deadline = started + EDIT_WAIT_SECONDS
         for path in python:
             shown = self.intel.shown(path)
             try:
@@ -730,8 +739,18 @@ class EditDiagnostics:
 
     async def after(self, token: _Before | None) -> dict[str, Any] | None:
         """The diagnostics delta of the edit `before` saw coming (None: not Python, no engine)."""
-        if token is None or token.server is None:
+        if token is None:
             return None
+        if token.server is None:
+            if not token.starting:
+                return None  # the engine cannot run here; the edit stands on its own
+            return _capped(
+                {"introduced": [], "resolved": [], "remaining": []},
+                engine=self.intel.engine,
+                fresh=False,
+                waited=round((time.monotonic() - token.started) * 1000),
+                first=[],
+            )
         server = token.server
         deadline = token.started + EDIT_WAIT_SECONDS
         files: list[_FileDelta] = []
@@ -749,6 +768,8 @@ class EditDiagnostics:
         except LspError:
             return None
         waited = round((time.monotonic() - token.started) * 1000)
+        if not fresh and server.client.gone is not None:
+            return None  # the server died; the next call starts another
         if not fresh:
             self.intel._pending.setdefault(self.intel.key(), []).append(_Pending(server, files))
             return _capped(
