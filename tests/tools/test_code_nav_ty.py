@@ -374,3 +374,32 @@ async def test_the_toolkit_server_is_confined_and_ends_with_its_branch(
         assert mount.split()[5].startswith("ro")
     await branch.aclose()
     assert ty_servers() & started == set()
+
+
+def test_the_cli_calls_code_nav_on_ty(project: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lionfactory",
+            "call",
+            "code_nav",
+            "action=find_references",
+            "path=pkg/util.py",
+            "symbol=helper",
+            "--json",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["engine"] == "ty"
+    assert "pkg/other.py:5: return util.helper(util.helper(0))" in result["rows"]
