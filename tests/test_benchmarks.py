@@ -30,6 +30,7 @@ NAMES = (
     "editor",
     "exchange",
     "mcp",
+    "code_intel",
 )
 
 

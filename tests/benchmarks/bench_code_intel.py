@@ -75,13 +75,15 @@ def rss_mib(pgid: int, binary: str) -> float:
     return total / 1024
 
 
-async def first_diagnostics(root: Path) -> float:
+async def first_diagnostics(root: Path, files: int) -> float:
     intel = build_code_intel(Workspace.at(root))
     assert intel is not None
     try:
         started = time.perf_counter()
         server = await intel.server()
-        found, fresh = await intel.diagnostics(server, root / "gen" / "m50.py", timeout=10)
+        found, fresh = await intel.diagnostics(
+            server, root / "gen" / f"m{files // 2}.py", timeout=10
+        )
         took = time.perf_counter() - started
         assert fresh and found, "the first file's error was reported"
         return took
@@ -153,7 +155,7 @@ def run(size: Size) -> list[Row]:
             timeout=120,
         )
         cli = time.perf_counter() - started
-        first = trio.run(first_diagnostics, project)
+        first = trio.run(first_diagnostics, project, params["files"])
         off = trio.run(edit_times, own, "ast", params["edits"])
         on = trio.run(edit_times, own, "auto", params["edits"])
         memory = trio.run(server_memory, own)
