@@ -62,6 +62,8 @@ EDIT_WAIT_SECONDS = 1.5
 
 MAX_PER_FILE = 20
 MAX_OTHER_FILES = 5
+MAX_WATCHED = 10
+"""Other open files asked again after an edit (the ones used last)."""
 _INIT_TIMEOUT = 10.0
 _REQUEST_TIMEOUT = 10.0
 _MAX_SYNC_BYTES = 5_000_000
@@ -141,6 +143,8 @@ class Server:
     cache: Path | None
     graceful: bool
     ready: bool = False
+    pulls: bool = False
+    """The server answers ``textDocument/diagnostic`` (diagnostics on request)."""
     docs: dict[str, _Doc] = attrs.field(factory=dict)
     _finalizer: Any = None
 
@@ -157,9 +161,38 @@ class Server:
         """
         if self.ready:
             return
-        await self.client.response(self.init_id, timeout=timeout, method="initialize")
+        result = await self.client.response(self.init_id, timeout=timeout, method="initialize")
+        capabilities = result.get("capabilities") if isinstance(result, dict) else None
+        self.pulls = isinstance(capabilities, dict) and bool(capabilities.get("diagnosticProvider"))
         await self.client.notify("initialized", {})
         self.ready = True
+
+    async def pull(self, uri: str, *, timeout: float) -> list[dict[str, Any]] | None:
+        """Ask for the current diagnostics of open document `uri` (None: no answer in time).
+
+        A server pushes diagnostics for the document that changed, but not
+        always for the documents that import it; asking is how an edit learns
+        it broke a caller in another open file.
+        """
+        doc = self.docs.get(uri)
+        if doc is None or not self.pulls:
+            return None
+        try:
+            result = await self.client.request(
+                "textDocument/diagnostic", {"textDocument": {"uri": uri}}, timeout=timeout
+            )
+        except LspError:
+            return None
+        if not isinstance(result, dict):
+            return None
+        if result.get("kind") == "unchanged":
+            return self.current(uri, doc.version)
+        items = result.get("items")
+        if not isinstance(items, list):
+            return None
+        found = [d for d in items if isinstance(d, dict)]
+        self.client.record(uri, doc.version, found)
+        return found
 
     async def sync(self, path: Path, text: str, stamp: tuple[int, int] | None) -> tuple[str, int]:
         """Send `text` as the content of `path` (open or change); its (uri, version)."""
@@ -294,6 +327,9 @@ class _FileDelta:
     old_lines: list[str] | None
     new_lines: list[str]
     before: list[dict[str, Any]]
+    other: bool = False
+    """Not changed by the edit: an open file that may depend on one that was."""
+    after: list[dict[str, Any]] | None = None
 
 
 @attrs.define(eq=False)
@@ -555,13 +591,16 @@ class CodeIntel:
         resolved: list[Diagnostic] = []
         remaining: list[Diagnostic] = []
         for f in files:
-            raw_now = server.current(f.uri, f.version)
+            raw_now = f.after if f.other else server.current(f.uri, f.version)
+            if raw_now is None and f.other:
+                continue  # not asked in time: nothing known about it
             now = self._wanted(f.shown, f.new_lines, raw_now or [])
             old = self._wanted(f.shown, f.old_lines or [], f.before)
             new_in, gone = _compare(old, now, f.old_lines, f.new_lines)
             introduced += new_in
             resolved += gone
-            remaining += now
+            if not f.other:
+                remaining += now
         return _capped(
             {
                 "introduced": introduced,
@@ -571,7 +610,7 @@ class CodeIntel:
             engine=self.engine,
             fresh=fresh,
             waited=waited,
-            first=[f.shown for f in files],
+            first=[f.shown for f in files if not f.other],
         )
 
     def _wanted(self, shown: str, lines: list[str], raw: list[dict[str, Any]]) -> list[Diagnostic]:
@@ -735,7 +774,27 @@ class EditDiagnostics:
             files.append(
                 _FileDelta(path, shown, uri, version, lines, [], server.current(uri, version) or [])
             )
-        return _Before(server, files, started)
+        return _Before(server, files + self._others(server, files), started)
+
+    def _others(self, server: Server, edited: list[_FileDelta]) -> list[_FileDelta]:
+        """The other open documents (the latest `MAX_WATCHED`) with what is known of them."""
+        if not server.pulls:
+            return []
+        skip = {f.uri for f in edited}
+        others = []
+        for uri, doc in list(server.docs.items())[::-1]:
+            known = server.current(uri, doc.version)
+            path = uri_path(uri)
+            if uri in skip or known is None or path is None:
+                continue
+            lines = doc.text.splitlines()
+            shown = self.intel.shown(path)
+            others.append(
+                _FileDelta(path, shown, uri, doc.version, lines, lines, known, other=True)
+            )
+            if len(others) == MAX_WATCHED:
+                break
+        return others
 
     async def after(self, token: _Before | None) -> dict[str, Any] | None:
         """The diagnostics delta of the edit `before` saw coming (None: not Python, no engine)."""
@@ -756,22 +815,31 @@ class EditDiagnostics:
         files: list[_FileDelta] = []
         try:
             for f in token.files:
+                if f.other:
+                    files.append(f)
+                    continue
                 opened = await self.intel.open(server, f.path)
                 if opened is None:
                     continue  # deleted by the edit (or no longer text)
                 uri, version, lines = opened
                 files.append(attrs.evolve(f, uri=uri, version=version, new_lines=lines))
+            edited = [f for f in files if not f.other]
             fresh = await server.client.pump(
-                lambda: all(server.current(f.uri, f.version) is not None for f in files),
+                lambda: all(server.current(f.uri, f.version) is not None for f in edited),
                 timeout=max(0.0, deadline - time.monotonic()),
             )
+            if fresh:
+                for f in files:
+                    left = deadline - time.monotonic()
+                    if f.other and left > 0:
+                        f.after = await server.pull(f.uri, timeout=left)
         except LspError:
             return None
         waited = round((time.monotonic() - token.started) * 1000)
         if not fresh and server.client.gone is not None:
             return None  # the server died; the next call starts another
         if not fresh:
-            self.intel._pending.setdefault(self.intel.key(), []).append(_Pending(server, files))
+            self.intel._pending.setdefault(self.intel.key(), []).append(_Pending(server, edited))
             return _capped(
                 {"introduced": [], "resolved": [], "remaining": []},
                 engine=self.intel.engine,

@@ -286,6 +286,11 @@ class LspClient:
             if isinstance(message, dict):
                 self._dispatch(message)
 
+    def record(self, uri: str, version: int | None, diagnostics: list[dict[str, Any]]) -> None:
+        """Keep `diagnostics` as the latest of `uri` (an answer to a request for them)."""
+        self._seq += 1
+        self.published[uri] = Published(version=version, diagnostics=diagnostics, seq=self._seq)
+
     def _dispatch(self, message: dict[str, Any]) -> None:
         method = message.get("method")
         if isinstance(method, str) and "id" in message:

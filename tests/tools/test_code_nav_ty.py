@@ -248,6 +248,35 @@ async def test_a_patch_reports_every_python_file_it_touched(intel: CodeIntel) ->
     ]
 
 
+async def test_an_edit_that_breaks_a_caller_in_another_open_file_says_so(
+    intel: CodeIntel,
+) -> None:
+    # The caller's file is open in the server (code_nav looked at it).
+    await nav(intel, action="diagnostics", paths=["pkg/app.py"])
+    broke = await edit(
+        intel,
+        action="edit",
+        file_path="pkg/util.py",
+        old_string="def helper(x: int) -> int:",
+        new_string="def helper(x: int, y: int) -> int:",
+    )
+    d = broke["diagnostics"]
+    assert [(x["path"], x["line"], x["code"]) for x in d["introduced"]] == [
+        ("pkg/app.py", 8, "missing-argument")
+    ]
+    assert d["remaining"] == []  # util.py itself is fine
+    fixed = await edit(
+        intel,
+        action="edit",
+        file_path="pkg/util.py",
+        old_string="def helper(x: int, y: int) -> int:",
+        new_string="def helper(x: int, y: int = 0) -> int:",
+    )
+    assert [(x["path"], x["code"]) for x in fixed["diagnostics"]["resolved"]] == [
+        ("pkg/app.py", "missing-argument")
+    ]
+
+
 async def test_a_new_file_with_no_errors_reports_none(intel: CodeIntel) -> None:
     result = await edit(intel, action="write", file_path="pkg/fresh.py", content="x: int = 1\n")
     assert result["diagnostics"]["introduced"] == []
