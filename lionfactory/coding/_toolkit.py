@@ -176,6 +176,7 @@ class _Toolkit:
     code_engine: str = "ast"
     # The type checker of each root the tools have worked in (home, sandboxes).
     intels: dict[Path, CodeIntel] = attrs.field(factory=dict)
+    server_command: tuple[str, ...] | None = None
 
     def intel_for(self, workspace: Workspace) -> CodeIntel | None:
         """The type checker's servers for `workspace`, made on first use; None when off."""
@@ -184,7 +185,9 @@ class _Toolkit:
         intel = self.intels.get(workspace.root)
         if intel is None:
             isolation = self.where.isolation if self.where.in_sandbox else None
-            intel = build_code_intel(workspace, isolation=isolation or self.isolation)
+            intel = build_code_intel(
+                workspace, isolation=isolation or self.isolation, command=self.server_command
+            )
             if intel is None:
                 return None
             self.intels[workspace.root] = intel
@@ -366,6 +369,7 @@ def coding_toolkit(
     env_policy: EnvPolicy | None = None,
     exposed_paths: Sequence[str | os.PathLike[str]] = (),
     code_engine: str = "auto",
+    _code_server: Sequence[str] | None = None,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -425,6 +429,8 @@ def coding_toolkit(
             editor results on Python files carry the errors the change
             introduced and resolved; ``"ast"``: neither (code_nav reads
             syntax only, no server is started).
+        _code_server: private test seam: the language server's argv in place
+            of ``ty server``.
 
     Returns:
         The tools, each bound to `branch`.
@@ -462,6 +468,7 @@ def coding_toolkit(
         isolation=confinement,
         check=check,
         code_engine=code_engine if {"code_nav", "editor"} & set(names) else "ast",
+        server_command=tuple(_code_server) if _code_server is not None else None,
     )
     intel = kit.intel_for(workspace)
     kit.home.update(

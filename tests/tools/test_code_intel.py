@@ -357,3 +357,40 @@ async def test_close_leaves_no_process(project: Path) -> None:
     await intel.close_branch(None)
     assert group_members(pid) == []
     assert intel.pids() == []
+
+
+# -- in the coding toolkit -------------------------------------------------------
+
+
+async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> None:
+    from lionfactory import Branch
+    from lionfactory.coding import coding_toolkit
+
+    branch = Branch()
+    branch.register(
+        coding_toolkit,
+        workspace_root=project,
+        isolation="none",
+        _code_server=(sys.executable, str(FAKE), "late", "2.0"),
+    )
+    try:
+        assert (await branch.act("reader", {"action": "read", "path": "mod.py"})).ok
+        edited = await branch.act(
+            "editor",
+            {
+                "action": "edit",
+                "file_path": "mod.py",
+                "old_string": "    x = 1\n",
+                "new_string": "    x = BAD\n",
+            },
+        )
+        assert edited.result["diagnostics"]["fresh"] is False
+        assert "late_diagnostics" not in edited.result
+        # Waits (for the report itself, at most 5 s) for the current errors.
+        listed = await branch.act("code_nav", {"action": "diagnostics", "paths": ["mod.py"]})
+        late = listed.result["late_diagnostics"]
+        assert [(d["line"], d["code"]) for d in late["introduced"]] == [(2, "bad")]
+        again = await branch.act("reader", {"action": "read", "path": "mod.py"})
+        assert "late_diagnostics" not in again.result  # given once
+    finally:
+        await branch.aclose()
