@@ -1,7 +1,21 @@
-"""The ``code_nav`` tool: outline a Python file, find a definition or the references.
+"""The ``code_nav`` tool: definitions, references, types and errors of Python code.
 
-It parses one contained file with the standard library's `ast` (in a worker
-thread) and never imports or runs it. It is syntactic, not semantic:
+Two engines answer it; every response names the one that did (``engine``):
+
+* ``"ty"``, Astral's type checker as a language server (`_code_intel`),
+  when it is installed (the ``code`` extra): ``find_definition`` follows
+  imports into other files, ``find_references`` lists uses across the
+  workspace, and ``hover``, ``diagnostics`` and ``workspace_symbols`` exist
+  only here. One server per branch, started on first use, closed by
+  `Branch.aclose`; it runs under the tool's isolation with nothing writable
+  but its private temporary directory and no network.
+* ``"ast"``: the standard library's `ast` on one contained file (in a
+  worker thread), never importing or running it. Syntactic, not semantic;
+  ``"auto"`` falls back to it when the server cannot answer, and says why.
+
+A position is a ``symbol`` plus an optional 1-based ``line``; the tool finds
+the column. Rows are ``path:line: text`` (the reader's numbering), paged with
+``offset`` and ``limit``. What the ast engine does:
 
 * ``outline`` lists classes, functions and methods in source order, with
   dotted names (``Greeter.hello``, ``outer.inner``) and their signatures.

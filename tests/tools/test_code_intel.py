@@ -394,3 +394,30 @@ async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> 
         assert "late_diagnostics" not in again.result  # given once
     finally:
         await branch.aclose()
+
+
+async def test_semantic_actions_need_the_semantic_engine(project: Path) -> None:
+    off = code_nav_tool(workspace_root=project, engine="ast")
+    hover = await off(action="hover", path="mod.py", symbol="f")
+    assert (hover["success"], hover["engine"]) == (False, "ast")
+    assert "needs the ty engine" in hover["error"]
+    refused = await off(action="outline", path="mod.py", engine="ty")
+    assert refused["success"] is False
+    assert "engine='ty' is not available" in refused["error"]
+    with pytest.raises(ValueError, match="engine must be"):
+        code_nav_tool(workspace_root=project, engine="jedi")
+
+
+async def test_a_path_outside_the_workspace_is_refused_by_the_semantic_engine(
+    project: Path,
+) -> None:
+    tool = code_nav_tool(
+        workspace_root=project, _server_command=(sys.executable, str(FAKE), "normal")
+    )
+    try:
+        result = await tool(action="find_definition", path="../x.py", symbol="f")
+        listed = await tool(action="diagnostics", paths=["/etc/passwd"])
+    finally:
+        await tool.handler.close_branch(None)
+    assert (result["success"], result["engine"]) == (False, "ty")
+    assert listed["success"] is False
