@@ -14,7 +14,9 @@ column of ``BAD`` (code ``bad``, message ``bad token``). Modes:
 * ``hang_init``: never answers ``initialize``;
 * ``flood``: publishes 10,000 diagnostics for every version;
 * ``ask``: before answering ``initialize`` it sends the client a
-  ``workspace/configuration`` request and waits for the answer.
+  ``workspace/configuration`` request and waits for the answer;
+* ``garbage``: answers ``initialize`` with a header whose length is no number;
+* ``huge_hover``: a hover of 200,000 characters.
 
 ``textDocument/definition`` answers the first line holding ``def NAME`` for
 the word at the position, in any open document.
@@ -136,6 +138,11 @@ def main() -> None:
         if method == "initialize":
             if MODE == "hang_init":
                 continue
+            if MODE == "garbage":
+                with out_lock:
+                    sys.stdout.buffer.write(b"Content-Length: many\r\n\r\n{}")
+                    sys.stdout.buffer.flush()
+                continue
             if MODE == "ask":
                 send(
                     {
@@ -171,6 +178,10 @@ def main() -> None:
                 later(DELAY, uri, version, text)
             else:
                 publish(uri, version, text)
+        elif method == "textDocument/hover":
+            value = "x" * 200_000 if MODE == "huge_hover" else "hover"
+            result = {"contents": {"kind": "plaintext", "value": value}}
+            send({"jsonrpc": "2.0", "id": message["id"], "result": result})
         elif method == "textDocument/definition":
             send({"jsonrpc": "2.0", "id": message["id"], "result": definition(message["params"])})
         elif method == "shutdown":

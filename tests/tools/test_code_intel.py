@@ -421,3 +421,36 @@ async def test_a_path_outside_the_workspace_is_refused_by_the_semantic_engine(
         await tool.handler.close_branch(None)
     assert (result["success"], result["engine"]) == (False, "ty")
     assert listed["success"] is False
+
+
+async def test_a_broken_header_ends_the_connection_with_a_typed_answer(project: Path) -> None:
+    intel = fake_intel(project, "garbage")
+    try:
+        nav = code_nav_tool(workspace_root=project, code_intel=intel)
+        result = await nav(action="hover", path="mod.py", symbol="f")
+        edited = await edit(
+            intel,
+            project,
+            action="edit",
+            file_path="mod.py",
+            old_string="    x = 1\n",
+            new_string="    x = 2\n",
+        )
+    finally:
+        await intel.aclose()
+    assert result["success"] is False
+    assert "without a usable length" in result["error"]
+    assert edited["success"] is True
+    assert edited["diagnostics"] is None
+
+
+async def test_a_huge_hover_is_cut(project: Path) -> None:
+    intel = fake_intel(project, "huge_hover")
+    try:
+        nav = code_nav_tool(workspace_root=project, code_intel=intel)
+        result = await nav(action="hover", path="mod.py", symbol="f")
+    finally:
+        await intel.aclose()
+    assert result["success"] is True
+    assert len(result["text"]) < 4100
+    assert result["text"].endswith("[hover cut at 4,000 characters]")
