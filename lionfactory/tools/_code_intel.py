@@ -53,7 +53,9 @@ __all__ = [
     "CodeIntel",
     "Diagnostic",
     "EditDiagnostics",
+    "ENGINES",
     "build_code_intel",
+    "engine_command",
     "ty_command",
 ]
 
@@ -70,13 +72,29 @@ _MAX_SYNC_BYTES = 5_000_000
 _SEVERITY = {1: "error", 2: "warning", 3: "information", 4: "hint"}
 
 
+ENGINES: dict[str, tuple[str, str]] = {"ty": ("ty", "server"), "pyrefly": ("pyrefly", "lsp")}
+"""Each engine's program and the argument that makes it a language server, in preference order.
+
+ty first: it answers first diagnostics and edits fastest and in the least
+memory; pyrefly (Meta, MIT) is the fallback where ty is not installed.
+"""
+
+
+def engine_command(engine: str) -> tuple[str, ...] | None:
+    """`engine`'s server argv: its program from the running interpreter's environment, else
+    ``PATH``; None when it is not installed.
+    """
+    program, argument = ENGINES[engine]
+    here = Path(sys.executable).parent / program
+    if here.is_file() and os.access(here, os.X_OK):
+        return (str(here), argument)
+    found = shutil.which(program)
+    return (found, argument) if found else None
+
+
 def ty_command() -> tuple[str, ...] | None:
     """``ty server`` from the running interpreter's environment, else ``PATH``; None without ty."""
-    here = Path(sys.executable).parent / "ty"
-    if here.is_file() and os.access(here, os.X_OK):
-        return (str(here), "server")
-    found = shutil.which("ty")
-    return (found, "server") if found else None
+    return engine_command("ty")
 
 
 def path_uri(path: Path) -> str:
@@ -856,16 +874,33 @@ def build_code_intel(
     isolation: str | Isolation = "none",
     env_policy: EnvPolicy | None = None,
     command: Sequence[str] | None = None,
+    engine: str | None = None,
 ) -> CodeIntel | None:
     """The language-server pool of `workspace`; None when no engine is installed.
 
+    Args:
+        workspace: the workspace the servers serve.
+        isolation: how they are confined (narrowed: see `CodeIntel`).
+        env_policy: the environment they get.
+        command: the server's argv (a test server), named `engine` or ``"ty"``.
+        engine: ``"ty"`` or ``"pyrefly"`` only; None: the first installed of `ENGINES`.
+
     Raises:
         ConfigurationError: the requested isolation cannot work here.
+        ValueError: an unknown engine.
     """
-    argv = tuple(command) if command is not None else ty_command()
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    name, argv = engine or "ty", tuple(command) if command is not None else None
+    if argv is None:
+        for candidate in [engine] if engine else list(ENGINES):
+            argv = engine_command(candidate)
+            if argv is not None:
+                name = candidate
+                break
     if argv is None:
         return None
     confinement = workspace_isolation(
         isolation, workspace.root, network="none", env_policy=env_policy
     )
-    return CodeIntel(workspace, argv, confinement)
+    return CodeIntel(workspace, argv, confinement, engine=name)

@@ -172,7 +172,9 @@ class NavResponse(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the file could be parsed and the action ran.")
-    engine: str = Field(default="ast", description="The engine that answered: 'ty' or 'ast'.")
+    engine: str = Field(
+        default="ast", description="The engine that answered: 'ty', 'pyrefly' or 'ast'."
+    )
     items: list[NavItem] = Field(
         default_factory=list,
         description="ast engine: the definitions or references, in source order (one page).",
@@ -439,12 +441,12 @@ class _NavHandler:
                     )
                 )
             return "ast"
-        if self.intel is None:
+        if self.intel is None or (request.engine == "ty" and self.intel.engine != "ty"):
             raise _NavFailure(
                 "engine='ty' is not available here (ty is not installed, or this tool was "
                 "built with engine='ast'); use engine='ast' or engine='auto'."
             )
-        return "ty"
+        return self.intel.engine
 
     async def _semantic(self, request: NavRequest) -> NavResponse:
         from lionfactory.tools._code_nav_ty import semantic_rows
@@ -459,7 +461,8 @@ class _NavHandler:
             line=request.line,
             query=request.query,
         )
-        return _page(NavResponse(success=True, engine="ty", text=text), rows, [], request)
+        engine = self.intel.engine
+        return _page(NavResponse(success=True, engine=engine, text=text), rows, [], request)
 
     async def _syntactic(self, request: NavRequest, note: str | None = None) -> NavResponse:
         try:
@@ -482,11 +485,11 @@ class _NavHandler:
         try:
             return await self._semantic(request)
         except PathRefused as exc:
-            return NavResponse(success=False, engine="ty", error=exc.message)
+            return NavResponse(success=False, engine=engine, error=exc.message)
         except SemanticFailure as exc:
             if exc.engine_failed and request.engine == "auto" and request.action in _BOTH:
                 return await self._syntactic(request, note=f"{exc.message} Answered by ast.")
-            return NavResponse(success=False, engine="ty", error=exc.message)
+            return NavResponse(success=False, engine=engine, error=exc.message)
 
     async def close_branch(self, branch_id: object) -> None:
         """Shut down the language server this tool started for branch `branch_id`."""
@@ -528,8 +531,8 @@ def code_nav_tool(
         protected_names: fnmatch patterns of names never read; the
             workspace defaults when None.
         engine: ``"auto"`` (the ty language server when it is installed,
-            else the syntax-only ``ast`` engine), ``"ty"`` (refuse to build
-            without it) or ``"ast"`` (never start a server).
+            else pyrefly's, else the syntax-only ``ast`` engine), ``"ty"``
+            (refuse to build without ty) or ``"ast"`` (never start a server).
         isolation: how the language server is confined: ``"none"``,
             ``"auto"``, ``"bwrap"``, ``"landlock"`` or an inherited
             `Isolation`. Whatever the mechanism, the server may write only
@@ -558,7 +561,11 @@ def code_nav_tool(
     intel = None
     if engine != "ast":
         intel = code_intel or build_code_intel(
-            workspace, isolation=isolation, env_policy=env_policy, command=_server_command
+            workspace,
+            isolation=isolation,
+            env_policy=env_policy,
+            command=_server_command,
+            engine="ty" if engine == "ty" else None,
         )
         if intel is None and engine == "ty":
             raise ConfigurationError(

@@ -432,3 +432,42 @@ def test_the_cli_calls_code_nav_on_ty(project: Path) -> None:
     result = json.loads(done.stdout)
     assert result["engine"] == "ty"
     assert "pkg/other.py:5: return util.helper(util.helper(0))" in result["rows"]
+
+
+# -- the fallback engine ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("isolation", ["none", "landlock", "bwrap"])
+async def test_pyrefly_answers_where_ty_is_absent(project: Path, isolation: str) -> None:
+    from lionfactory.tools._code_intel import engine_command
+
+    if engine_command("pyrefly") is None:
+        pytest.skip("pyrefly is not installed")
+    if isolation != "none" and mechanism_problem(isolation) is not None:
+        pytest.skip(f"{isolation}: {mechanism_problem(isolation)}")
+    made = build_code_intel(Workspace.at(project), engine="pyrefly", isolation=isolation)
+    assert made is not None
+    try:
+        found = await nav(
+            made, action="find_definition", path="pkg/app.py", symbol="helper", line=8
+        )
+        assert (found["engine"], found["rows"]) == (
+            "pyrefly",
+            ["pkg/util.py:1: def helper(x: int) -> int:"],
+        )
+        added = await edit(
+            made,
+            action="edit",
+            file_path="pkg/app.py",
+            old_string="    print(config)\n",
+            new_string="    print(config)\n    x = undefined_name_xyz\n",
+        )
+        d = added["diagnostics"]
+        assert d["engine"] == "pyrefly"
+        assert [(x["line"], x["code"]) for x in d["introduced"]] == [(8, "unknown-name")]
+        noop = await edit(
+            made, action="insert", file_path="pkg/app.py", insert_line=0, new_string="# hi"
+        )
+        assert noop["diagnostics"]["introduced"] == []
+    finally:
+        await made.aclose()
