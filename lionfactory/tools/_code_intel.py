@@ -81,8 +81,10 @@ memory; pyrefly (Meta, MIT) is the fallback where ty is not installed.
 
 
 def engine_command(engine: str) -> tuple[str, ...] | None:
-    """`engine`'s server argv: its program from the running interpreter's environment, else
-    ``PATH``; None when it is not installed.
+    """`engine`'s server argv; None when it is not installed.
+
+    The program is looked up in the running interpreter's environment first
+    (where the ``code`` extra puts it), then on ``PATH``.
     """
     program, argument = ENGINES[engine]
     here = Path(sys.executable).parent / program
