@@ -32,6 +32,7 @@ NAMES = (
     "editor",
     "exchange",
     "mcp",
+    "code_intel",
 )
 
 

@@ -26,6 +26,7 @@ starts clean and derives its evidence from its own copied view.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import os
@@ -46,6 +47,7 @@ from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
 from lionfactory.coding.rules import Rule, RuleHook, rule_set
+from lionfactory.tools._code_intel import CodeIntel, build_code_intel
 from lionfactory.tools.jobs import jobs_tool
 
 if TYPE_CHECKING:
@@ -84,12 +86,15 @@ def _workspace_tool(
     isolation: Isolation,
     check: EvidenceCheck,
     git_env: Mapping[str, str] | None = None,
+    intel: CodeIntel | None = None,
 ) -> Tool:
     """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree.
 
     `check`: the read-before-edit guard, handed to the editor.
     `git_env`: in a sandbox, the committer identity bash adds to the
     environment (variables the user set themselves win).
+    `intel`: the type checker's servers for `root` (None: the engine is
+    off), shared by code_nav and the editor's diagnostics after edits.
     """
     options: dict[str, Any] = {"isolation": isolation} if name in RUNS_PROGRAMS else {}
     if name == "bash" and git_env:
@@ -105,6 +110,11 @@ def _workspace_tool(
         options["images"] = True
     if name == "editor":
         options["check"] = check
+        if intel is not None:
+            options["diagnostics"] = intel.editing()
+    if name == "code_nav":
+        options["engine"] = "auto" if intel is not None else "ast"
+        options["code_intel"] = intel
     return workspace_factory(name)(workspace_root=root, **options)
 
 
@@ -162,6 +172,55 @@ class _Toolkit:
     check: EvidenceCheck
     # The standalone tools built for the sandbox directory last asked about.
     away: tuple[Workspace, dict[str, Tool]] | None = None
+    # Whether code_nav and the editor use a type checker ("auto") or not ("ast").
+    code_engine: str = "ast"
+    # The type checker of each root the tools have worked in (home, sandboxes).
+    intels: dict[Path, CodeIntel] = attrs.field(factory=dict)
+    server_command: tuple[str, ...] | None = None
+
+    def intel_for(self, workspace: Workspace) -> CodeIntel | None:
+        """The type checker's servers for `workspace`, made on first use; None when off."""
+        if self.code_engine == "ast":
+            return None
+        intel = self.intels.get(workspace.root)
+        if intel is None:
+            isolation = self.where.isolation if self.where.in_sandbox else None
+            intel = build_code_intel(
+                workspace, isolation=isolation or self.isolation, command=self.server_command
+            )
+            if intel is None:
+                return None
+            self.intels[workspace.root] = intel
+        return intel
+
+    def warm(self, name: str, request: Any) -> None:
+        """Start the type checker early: at the first call that concerns a Python file.
+
+        The server then indexes the workspace while the model reads, so the
+        first edit's diagnostics need not wait for the start. Not at toolkit
+        build time: a factory does no I/O, and a toolkit that is only listed,
+        cloned or served never needs a 50 MB server.
+        """
+        if name not in ("reader", "editor", "code_nav"):
+            return
+        path = getattr(request, "file_path", None) or getattr(request, "path", None)
+        patch = getattr(request, "patch", None)
+        if not (isinstance(path, str) and path.endswith(".py")) and not patch:
+            return
+        intel = self.intels.get(self.active.root)
+        if intel is not None:
+            with contextlib.suppress(Exception):
+                intel.warm()
+
+    async def late_diagnostics(self) -> dict[str, Any] | None:
+        """The diagnostics of an earlier edit that arrived after it returned, once."""
+        intel = self.intels.get(self.active.root)
+        return await intel.late_report() if intel is not None else None
+
+    async def close_branch(self, branch_id: Any) -> None:
+        """End the type checker's servers of `branch_id`, in every root."""
+        for intel in self.intels.values():
+            await intel.close_branch(branch_id)
 
     @property
     def active(self) -> Workspace:
@@ -180,7 +239,12 @@ class _Toolkit:
                 current,
                 {
                     name: _workspace_tool(
-                        name, current.root, isolation, self.check, self.where.git_env
+                        name,
+                        current.root,
+                        isolation,
+                        self.check,
+                        self.where.git_env,
+                        self.intel_for(current),
                     )
                     for name in self.home
                 },
@@ -201,10 +265,12 @@ class _Toolkit:
         handler = self.tools[name].handler
         running = current_call()
         if running is not None:
+            self.warm(name, request)
             with asking_for_evidence(running):
                 return await handler(request)
         local = CallContext(call_id="", tool=name, branch_id=self.branch.id)
         with call_context(local), asking_for_evidence(local):
+            self.warm(name, request)
             response = await handler(request)
         for evidence in FileEvidence.all_from_metadata(local.metadata):
             self.store.record(evidence)
@@ -262,6 +328,27 @@ class _Delegate:
     async def __call__(self, request: Any) -> Any:
         return await self.kit.call(self.name, request)
 
+    async def close_branch(self, branch_id: Any) -> None:
+        """End what the toolkit holds for `branch_id` (its type checker's servers)."""
+        await self.kit.close_branch(branch_id)
+
+
+@attrs.frozen
+class _LateDiagnostics:
+    """A post hook: diagnostics an earlier edit waited for in vain ride on the next result."""
+
+    kit: _Toolkit
+
+    async def __call__(
+        self, tool: str, arguments: dict[str, Any], result: Any
+    ) -> dict[str, Any] | None:
+        if not isinstance(result, dict) or not self.kit.intels:
+            return None
+        late = await self.kit.late_diagnostics()
+        if late is None:
+            return None
+        return {**result, "late_diagnostics": late}
+
 
 def coding_toolkit(
     branch: Branch,
@@ -281,6 +368,8 @@ def coding_toolkit(
     mode: str | None = None,
     env_policy: EnvPolicy | None = None,
     exposed_paths: Sequence[str | os.PathLike[str]] = (),
+    code_engine: str = "auto",
+    _code_server: Sequence[str] | None = None,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -335,6 +424,13 @@ def coding_toolkit(
         exposed_paths: paths inside the hidden home that confined commands may
             read besides the toolchain derived from ``PATH`` and the running
             interpreter (ignored for an inherited isolation).
+        code_engine: ``"auto"``: when ty is installed, code_nav answers with
+            it (cross-file definitions, references, hover, diagnostics) and
+            editor results on Python files carry the errors the change
+            introduced and resolved; ``"ast"``: neither (code_nav reads
+            syntax only, no server is started).
+        _code_server: private test seam: the language server's argv in place
+            of ``ty server``.
 
     Returns:
         The tools, each bound to `branch`.
@@ -356,19 +452,32 @@ def coding_toolkit(
         keep_default_nudges=keep_default_nudges,
     )
     hook_map = _normalise_hooks(hooks)
+    if code_engine not in ("auto", "ast"):
+        raise ValueError(f"code_engine must be 'auto' or 'ast', got {code_engine!r}")
     workspace = Workspace.at(workspace_root)
     hook_map = _with_rules(hook_map, rule_set(mode, rules), workspace.root)
     confinement = _toolkit_isolation(
         isolation, workspace.root, network, env_policy, tuple(exposed_paths)
     )
     check = EvidenceCheck(branch, EvidenceStore())
-    home = {
-        name: _workspace_tool(name, workspace, confinement, check)
-        for name in names
-        if name in WORKSPACE_TOOLS
-    }
     where = ActiveWorkspace(workspace, home_isolation=confinement)
-    kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement, check=check)
+    kit = _Toolkit(
+        branch=branch,
+        where=where,
+        home={},
+        isolation=confinement,
+        check=check,
+        code_engine=code_engine if {"code_nav", "editor"} & set(names) else "ast",
+        server_command=tuple(_code_server) if _code_server is not None else None,
+    )
+    intel = kit.intel_for(workspace)
+    kit.home.update(
+        {
+            name: _workspace_tool(name, workspace, confinement, check, intel=intel)
+            for name in names
+            if name in WORKSPACE_TOOLS
+        }
+    )
 
     built = _wrapped_workspace_tools(kit)
     if "bash" in names:
@@ -424,7 +533,8 @@ def coding_toolkit(
         if notify
         else None
     )
-    return [_with_policy(built[name], name, hook_map, nudge, branch) for name in names]
+    late = _LateDiagnostics(kit) if kit.intels else None
+    return [_with_policy(built[name], name, hook_map, nudge, branch, late) for name in names]
 
 
 NOT_FOR_SUBAGENTS: Mapping[str, str] = {
@@ -517,9 +627,12 @@ def _with_policy(
     hook_map: Mapping[str, Mapping[str, tuple[Callable[..., Any], ...]]],
     nudge: NudgeHook | None,
     branch: Branch,
+    late: _LateDiagnostics | None = None,
 ) -> Tool:
     """`tool` with the user's hooks in their tiers, the nudge last, bound to `branch`."""
     extra = _tool_hooks(hook_map, name)
+    if late is not None:
+        extra["post"].append(late)
     if nudge is not None:
         extra["post"].append(nudge)
     tool = tool.with_hooks(pre=extra["pre"], post=extra["post"], on_error=extra["on_error"])

@@ -279,7 +279,12 @@ class _Subagent:
         except PathRefused as exc:
             return SubagentResponse(success=False, error=f"cwd refused: {exc.message}", **report)
         child = self._child(request, cwd, tools, chat_model)
-        answer, error = await self._run(child, request.instruction, max_turns)
+        try:
+            answer, error = await self._run(child, request.instruction, max_turns)
+        finally:
+            # What the child's tools hold (a type checker's server, background
+            # jobs) ends with the task; the child branch is not reused.
+            await child.aclose()
         replies = [m for m in child.messages.record if m.role == "assistant"]
         response, truncated = _cut(answer)
         return SubagentResponse(

@@ -1,7 +1,21 @@
-"""The ``code_nav`` tool: outline a Python file, find a definition or the references.
+"""The ``code_nav`` tool: definitions, references, types and errors of Python code.
 
-It parses one contained file with the standard library's `ast` (in a worker
-thread) and never imports or runs it. It is syntactic, not semantic:
+Two engines answer it; every response names the one that did (``engine``):
+
+* ``"ty"``, Astral's type checker as a language server (`_code_intel`),
+  when it is installed (the ``code`` extra): ``find_definition`` follows
+  imports into other files, ``find_references`` lists uses across the
+  workspace, and ``hover``, ``diagnostics`` and ``workspace_symbols`` exist
+  only here. One server per branch, started on first use, closed by
+  `Branch.aclose`; it runs under the tool's isolation with nothing writable
+  but its private temporary directory and no network.
+* ``"ast"``: the standard library's `ast` on one contained file (in a
+  worker thread), never importing or running it. Syntactic, not semantic;
+  ``"auto"`` falls back to it when the server cannot answer, and says why.
+
+A position is a ``symbol`` plus an optional 1-based ``line``; the tool finds
+the column. Rows are ``path:line: text`` (the reader's numbering), paged with
+``offset`` and ``limit``. What the ast engine does:
 
 * ``outline`` lists classes, functions and methods in source order, with
   dotted names (``Greeter.hello``, ``outer.inner``) and their signatures.
@@ -31,16 +45,19 @@ import re
 import stat
 import threading
 import tokenize
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal
 
 import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
+from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.isolation import Isolation
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory.errors import ToolFailure
+from lionfactory.errors import ConfigurationError, ToolFailure
+from lionfactory.tools._code_intel import CodeIntel, build_code_intel
 
 __all__ = ["NavItem", "NavRequest", "NavResponse", "code_nav_tool"]
 
@@ -51,6 +68,19 @@ _LINE_CAP = 200
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 _DESCRIPTION = """\
+Navigate Python code with a type checker (ty) that follows imports across files:
+- outline: the definitions in `path`.
+- find_definition: where `symbol` (in `path`, at `line` if given) is defined, following
+  imports into other files.
+- find_references: every use of `symbol` across the workspace.
+- hover: the type and documentation of `symbol`.
+- diagnostics: the current type errors of `paths`.
+- workspace_symbols: definitions anywhere whose name matches `query`.
+Give a position as `symbol` plus an optional `line`; the column is found for you. Rows are
+'path:line: text' with 1-based lines; page with offset/limit. engine='ast' reads one file's
+syntax only."""
+
+_AST_DESCRIPTION = """\
 Navigate one Python file without running it (syntax only, no import resolution):
 - outline: classes, functions and methods with their signatures, in source order.
   Names are dotted (Class.method); kinds are class, function, async function,
@@ -70,16 +100,51 @@ class NavRequest(BaseModel):
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
-    action: Literal["outline", "find_definition", "find_references"] = Field(
-        description="'outline' lists the definitions; 'find_definition' and "
-        "'find_references' look up `symbol`."
+    action: Literal[
+        "outline",
+        "find_definition",
+        "find_references",
+        "hover",
+        "diagnostics",
+        "workspace_symbols",
+    ] = Field(
+        description="'outline' lists the definitions of `path`; 'find_definition', "
+        "'find_references' and 'hover' look up `symbol` in `path`; 'diagnostics' lists the "
+        "current errors of `paths`; 'workspace_symbols' finds definitions matching `query`."
     )
-    path: str = Field(description="The Python file, relative to the workspace root.")
+    path: str | None = Field(
+        default=None,
+        description="The Python file, relative to the workspace root (every action but "
+        "workspace_symbols).",
+    )
     symbol: str | None = Field(
         default=None,
-        description="find_definition/find_references: the identifier, e.g. 'load' or "
+        description="find_definition/find_references/hover: the identifier, e.g. 'load' or "
         "'Config.load'.",
     )
+    line: int | None = Field(
+        default=None,
+        ge=1,
+        description="The 1-based line of `path` where `symbol` appears (default: where it is "
+        "defined in the file, else its first use). The column is found for you.",
+    )
+    paths: list[str] | None = Field(
+        default=None,
+        max_length=50,
+        description="diagnostics: the files whose current errors to list.",
+    )
+    query: str | None = Field(
+        default=None,
+        max_length=200,
+        description="workspace_symbols: part of a name, e.g. 'Config'.",
+    )
+    engine: Literal["auto", "ty", "ast"] = Field(
+        default="auto",
+        description="'ty' knows types and follows imports across files; 'ast' reads one file's "
+        "syntax; 'auto' uses ty when it is available.",
+    )
+    offset: int = Field(default=0, ge=0, description="Skip this many rows (paging).")
+    limit: int = Field(default=100, ge=1, le=500, description="Return at most this many rows.")
 
 
 class NavItem(BaseModel):
@@ -107,9 +172,23 @@ class NavResponse(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the file could be parsed and the action ran.")
-    items: list[NavItem] = Field(
-        default_factory=list, description="The definitions or references, in source order."
+    engine: str = Field(
+        default="ast", description="The engine that answered: 'ty', 'pyrefly' or 'ast'."
     )
+    items: list[NavItem] = Field(
+        default_factory=list,
+        description="ast engine: the definitions or references, in source order (one page).",
+    )
+    rows: list[str] = Field(
+        default_factory=list,
+        description="The results as 'path:line: text' (1-based lines, as the reader shows).",
+    )
+    text: str | None = Field(default=None, description="hover: the type and documentation.")
+    total: int | None = Field(default=None, description="How many results there are in all.")
+    next_offset: int | None = Field(
+        default=None, description="The offset of the next page, when there are more rows."
+    )
+    note: str | None = Field(default=None, description="Something to know about this answer.")
     error: str | None = Field(default=None, description="Why it failed, and what to do.")
 
 
@@ -286,6 +365,7 @@ def parse_python(data: bytes, path: str) -> ast.Module:
 @attrs.frozen
 class _NavHandler:
     workspace: Workspace
+    intel: CodeIntel | None = None
 
     def _parse(self, path: str) -> _Source:
         try:
@@ -337,6 +417,8 @@ class _NavHandler:
         return _Source(tree=tree, lines=_NEWLINE.split(text))
 
     def _navigate(self, request: NavRequest) -> list[NavItem]:
+        if not request.path:
+            raise _NavFailure(f"{request.action} needs `path`: the Python file.")
         source = self._parse(request.path)
         if request.action == "outline":
             return _outline(source)
@@ -346,18 +428,100 @@ class _NavHandler:
             return _find_definition(source, request.symbol)
         return _find_references(source, request.symbol.rpartition(".")[2])
 
-    async def __call__(self, request: NavRequest) -> NavResponse:
+    def _engine(self, request: NavRequest) -> str:
+        """The engine that answers `request`: ``"ty"`` or ``"ast"``."""
+        if request.engine == "ast" or (request.engine == "auto" and self.intel is None):
+            if request.action in _SEMANTIC_ONLY:
+                raise _NavFailure(
+                    f"{request.action} needs the ty engine, which is "
+                    + (
+                        "not installed (pip install 'lionfactory[code]')."
+                        if self.intel is None
+                        else "not what engine='ast' asks for; use engine='auto'."
+                    )
+                )
+            return "ast"
+        if self.intel is None or (request.engine == "ty" and self.intel.engine != "ty"):
+            raise _NavFailure(
+                "engine='ty' is not available here (ty is not installed, or this tool was "
+                "built with engine='ast'); use engine='ast' or engine='auto'."
+            )
+        return self.intel.engine
+
+    async def _semantic(self, request: NavRequest) -> NavResponse:
+        from lionfactory.tools._code_nav_ty import semantic_rows
+
+        assert self.intel is not None
+        rows, text = await semantic_rows(
+            self.intel,
+            request.action,
+            path=request.path,
+            paths=request.paths,
+            symbol=request.symbol,
+            line=request.line,
+            query=request.query,
+        )
+        engine = self.intel.engine
+        return _page(NavResponse(success=True, engine=engine, text=text), rows, [], request)
+
+    async def _syntactic(self, request: NavRequest, note: str | None = None) -> NavResponse:
         try:
             items = await anyio.to_thread.run_sync(self._navigate, request)
         except _NavFailure as exc:
-            return NavResponse(success=False, error=exc.message)
-        return NavResponse(success=True, items=items)
+            return NavResponse(success=False, engine="ast", error=exc.message, note=note)
+        shown = request.path or ""
+        rows = [f"{shown}:{i.line}: {i.kind} {i.name}: {i.signature or ''}".rstrip() for i in items]
+        return _page(NavResponse(success=True, engine="ast", note=note), rows, items, request)
+
+    async def __call__(self, request: NavRequest) -> NavResponse:
+        from lionfactory.tools._code_nav_ty import SemanticFailure
+
+        try:
+            engine = self._engine(request)
+        except _NavFailure as exc:
+            return NavResponse(success=False, engine="ast", error=exc.message)
+        if engine == "ast":
+            return await self._syntactic(request)
+        try:
+            return await self._semantic(request)
+        except PathRefused as exc:
+            return NavResponse(success=False, engine=engine, error=exc.message)
+        except SemanticFailure as exc:
+            if exc.engine_failed and request.engine == "auto" and request.action in _BOTH:
+                return await self._syntactic(request, note=f"{exc.message} Answered by ast.")
+            return NavResponse(success=False, engine=engine, error=exc.message)
+
+    async def close_branch(self, branch_id: object) -> None:
+        """Shut down the language server this tool started for branch `branch_id`."""
+        if self.intel is not None:
+            await self.intel.close_branch(branch_id)
+
+
+_SEMANTIC_ONLY = frozenset({"hover", "diagnostics", "workspace_symbols"})
+_BOTH = frozenset({"outline", "find_definition", "find_references"})
+
+
+def _page(
+    response: NavResponse, rows: list[str], items: list[NavItem], request: NavRequest
+) -> NavResponse:
+    """`response` with one page of `rows` (and of `items`, which parallel them)."""
+    start, stop = request.offset, request.offset + request.limit
+    response.rows = rows[start:stop]
+    response.items = items[start:stop]
+    response.total = len(rows)
+    response.next_offset = stop if stop < len(rows) else None
+    return response
 
 
 def code_nav_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
     protected_names: Iterable[str] | None = None,
+    engine: str = "auto",
+    isolation: str | Isolation = "none",
+    env_policy: EnvPolicy | None = None,
+    code_intel: CodeIntel | None = None,
+    _server_command: Sequence[str] | None = None,
 ) -> Tool:
     """Build the ``code_nav`` tool.
 
@@ -366,20 +530,52 @@ def code_nav_tool(
             current directory when None. Resolved once, now.
         protected_names: fnmatch patterns of names never read; the
             workspace defaults when None.
+        engine: ``"auto"`` (the ty language server when it is installed,
+            else pyrefly's, else the syntax-only ``ast`` engine), ``"ty"``
+            (refuse to build without ty) or ``"ast"`` (never start a server).
+        isolation: how the language server is confined: ``"none"``,
+            ``"auto"``, ``"bwrap"``, ``"landlock"`` or an inherited
+            `Isolation`. Whatever the mechanism, the server may write only
+            its private temporary directory and gets no network.
+        env_policy: which inherited environment variables the server gets.
+        code_intel: the language-server pool to use, shared with the editor's
+            diagnostics (the coding toolkit passes one); overrides the
+            options above but `engine`.
+        _server_command: private test seam: the language server's argv.
 
     Returns:
-        The ``code_nav`` Tool (safe to share: it is bound to no branch).
+        The ``code_nav`` Tool. It holds one server per branch that used it;
+        `Branch.aclose` ends it (``close_branch``).
 
     Raises:
-        ValueError: the workspace root is not a directory.
+        ValueError: the workspace root is not a directory, or an unknown engine.
         TypeError: an option of the wrong type.
+        ConfigurationError: engine ``"ty"`` without ty installed, or an
+            isolation that cannot work here.
     """
+    if engine not in ("auto", "ty", "ast"):
+        raise ValueError(f"engine must be 'auto', 'ty' or 'ast', got {engine!r}")
+    if code_intel is not None and not isinstance(code_intel, CodeIntel):
+        raise TypeError(f"code_intel must be a CodeIntel or None, got {code_intel!r}")
     workspace = Workspace.at(workspace_root, protected=protected_names)
+    intel = None
+    if engine != "ast":
+        intel = code_intel or build_code_intel(
+            workspace,
+            isolation=isolation,
+            env_policy=env_policy,
+            command=_server_command,
+            engine="ty" if engine == "ty" else None,
+        )
+        if intel is None and engine == "ty":
+            raise ConfigurationError(
+                "code_nav_tool(engine='ty') needs ty: pip install 'lionfactory[code]'"
+            )
     return Tool(
         name="code_nav",
-        description=_DESCRIPTION,
+        description=_DESCRIPTION if intel is not None else _AST_DESCRIPTION,
         request_model=NavRequest,
-        handler=_NavHandler(workspace),
+        handler=_NavHandler(workspace, intel),
         response_model=NavResponse,
         hints=ToolHints.reading("Navigate Python code"),
     )

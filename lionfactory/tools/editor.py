@@ -31,7 +31,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio.to_thread
 import attrs
@@ -68,7 +68,14 @@ if TYPE_CHECKING:
 # were about a tenth of what an MCP server imports before it can answer
 # `initialize`, for tools that may never edit.
 
-__all__ = ["EditSpec", "EditorCheck", "EditorRequest", "EditorResponse", "editor_tool"]
+__all__ = [
+    "EditSpec",
+    "EditorCheck",
+    "EditorDiagnostics",
+    "EditorRequest",
+    "EditorResponse",
+    "editor_tool",
+]
 
 
 _HASH = r"^[0-9a-fA-F]{64}$"
@@ -190,6 +197,15 @@ class EditorResponse(BaseModel):
             "or carried expected_hash: pass it as expected_hash to the next change."
         ),
     )
+    diagnostics: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "For Python files, when a type checker is available: the errors this change "
+            "`introduced` and `resolved` ({path, line, column, code, message, severity}, "
+            "1-based lines), the errors `remaining` in the changed files, the `engine`, "
+            "whether the report is `fresh` (it matches the new text) and `waited_ms`."
+        ),
+    )
 
 
 # --- operations (blocking; run in worker threads) -------------------------------
@@ -199,6 +215,23 @@ _Outcome = tuple[EditorResponse, FileEvidence | None]
 
 EditorCheck = Callable[[Location, EditorRequest], "str | None"]
 """``check(location, request)``: a refusal text, or None to let the change go ahead."""
+
+
+class EditorDiagnostics(Protocol):
+    """What the editor asks about the errors a change introduced (`editor_tool`'s ``diagnostics``).
+
+    ``before(paths)`` runs before the change with the absolute paths it
+    touches and returns a token; ``after(token)`` runs once it succeeded and
+    returns the ``diagnostics`` field of the response (None: nothing to say).
+    """
+
+    async def before(self, paths: Iterable[Path]) -> Any:
+        """Note the state of `paths` before the change; a token for `after`."""
+        ...
+
+    async def after(self, token: Any) -> dict[str, Any] | None:
+        """The ``diagnostics`` of the change `token` was taken for."""
+        ...
 
 
 def _failure(message: str) -> _Outcome:
@@ -995,6 +1028,7 @@ class _EditorHandler:
     steps: WriteSteps = attrs.field(default=DEFAULT_STEPS, repr=False)
     protect_git: bool = True
     check: EditorCheck | None = None
+    diagnostics: EditorDiagnostics | None = None
 
     async def __call__(self, request: EditorRequest) -> EditorResponse:
         if request.action == "apply_patch":
@@ -1015,6 +1049,9 @@ class _EditorHandler:
         if isinstance(ops, str):
             return EditorResponse(success=False, error=ops)
         context = evidence_wanted()
+        token = None
+        if self.diagnostics is not None:
+            token = await self.diagnostics.before(self._patch_paths(ops))
         response, evidence = await anyio.to_thread.run_sync(
             _apply_patch,
             self.workspace,
@@ -1026,6 +1063,22 @@ class _EditorHandler:
             request,
         )
         record_all_evidence(context, evidence)
+        return await self._with_diagnostics(response, token)
+
+    def _patch_paths(self, ops: list[FileOp]) -> list[Path]:
+        paths = []
+        for op in ops:
+            for name in (op.path, getattr(op, "move_to", None)):
+                if name:
+                    with contextlib.suppress(PathRefused):
+                        paths.append(self.workspace.locate(name).path)
+        return paths
+
+    async def _with_diagnostics(self, response: EditorResponse, token: Any) -> EditorResponse:
+        """`response` with the diagnostics of the change, when it succeeded and there are any."""
+        if self.diagnostics is None or token is None or not response.success:
+            return response
+        response.diagnostics = await self.diagnostics.after(token)
         return response
 
     async def at(self, loc: Location, request: EditorRequest) -> EditorResponse:
@@ -1044,6 +1097,9 @@ class _EditorHandler:
             return EditorResponse(success=False, error=_git_refusal(request.file_path or ""))
         context = evidence_wanted()
         want = context is not None
+        token = None
+        if self.diagnostics is not None:
+            token = await self.diagnostics.before([loc.path])
         if request.action == "write":
             if request.content is None:
                 return EditorResponse(
@@ -1061,7 +1117,7 @@ class _EditorHandler:
                 _mutate, loc, transform, self.steps, want, request.expected_hash
             )
         record_evidence(context, evidence)
-        return response
+        return await self._with_diagnostics(response, token)
 
 
 def patch_operations(request: EditorRequest) -> list[FileOp] | str:
@@ -1161,6 +1217,7 @@ def editor_tool(
     protected_names: Iterable[str] | None = None,
     allow_git_internals: bool = False,
     check: EditorCheck | None = None,
+    diagnostics: EditorDiagnostics | None = None,
     _write_steps: WriteSteps | None = None,
 ) -> Tool:
     """Build the ``editor`` tool.
@@ -1184,6 +1241,10 @@ def editor_tool(
             written. A text refuses the call with that text as the error and
             changes nothing. It runs in a worker thread, so it may block
             (open, hash); it is not called for a path the editor refuses.
+        diagnostics: an `EditorDiagnostics` (the coding toolkit's type
+            checker) asked before and after every change; what it returns
+            after a successful change becomes the response's
+            ``diagnostics``. None: the field stays None.
         _write_steps: private test seam replacing the steps of the atomic write.
 
     Returns:
@@ -1210,6 +1271,7 @@ def editor_tool(
             _write_steps or DEFAULT_STEPS,
             protect_git=not allow_git_internals,
             check=check,
+            diagnostics=diagnostics,
         ),
         response_model=EditorResponse,
         # `write` overwrites a whole file: the strongest action sets the hints.

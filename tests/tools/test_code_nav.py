@@ -64,7 +64,7 @@ def workspace(tmp_path: Path) -> Path:
 
 
 async def nav(workspace: Path, **arguments: Any) -> dict[str, Any]:
-    return await code_nav_tool(workspace_root=workspace)(**arguments)
+    return await code_nav_tool(workspace_root=workspace, engine="ast")(**arguments)
 
 
 def summary(items: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
@@ -239,7 +239,7 @@ async def test_concurrent_calls_never_fail(tmp_path: Path) -> None:
         f"def f{i}(a, b={nested}):\n    return {{k: [v] for k, v in a}}\n" for i in range(5)
     )
     (tmp_path / "mod.py").write_text(source)
-    tool = code_nav_tool(workspace_root=tmp_path)
+    tool = code_nav_tool(workspace_root=tmp_path, engine="ast")
     failures: list[str] = []
 
     async def session() -> None:
@@ -261,7 +261,7 @@ async def test_concurrent_calls_never_fail(tmp_path: Path) -> None:
 
 async def test_source_nested_too_deeply_for_the_parser_is_a_typed_failure(tmp_path: Path) -> None:
     (tmp_path / "deep.py").write_text("x = " + "(" * 5_000 + "1" + ")" * 5_000 + "\n")
-    tool = code_nav_tool(workspace_root=tmp_path)
+    tool = code_nav_tool(workspace_root=tmp_path, engine="ast")
 
     result = await tool(action="outline", path="deep.py")
 

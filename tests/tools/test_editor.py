@@ -425,7 +425,7 @@ async def test_failure_records_no_evidence(editor):
 
 async def test_without_a_call_context_nothing_extra_happens(editor, workspace: Path):
     result = await editor(action="write", file_path="a.txt", content="x")
-    assert set(result) == {"success", "content", "error", "matched", "content_hash"}
+    assert set(result) == {"success", "content", "error", "matched", "content_hash", "diagnostics"}
     assert result["content_hash"] is None  # nothing asked for evidence: nothing hashed
 
 
