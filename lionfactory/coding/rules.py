@@ -69,6 +69,7 @@ import attrs
 
 from lionfactory._shell_commands import ShellTooDeep, normalized_commands
 from lionfactory._shell_parse import ShellSyntaxError
+from lionfactory._tool import stated_targets
 from lionfactory.errors import ApprovalRequired, ToolDenied
 
 __all__ = ["MODES", "PATH_ARGUMENTS", "Decision", "Mode", "Rule", "RuleHook", "mode_rules"]
@@ -228,6 +229,10 @@ class Rule:
         key = PATH_ARGUMENTS.get(tool)
         if key is None:
             return False
+        targets = stated_targets(tool, arguments)
+        if targets is not None:
+            # The tool's own account: every path it resolved, in one form.
+            return any(fnmatch.fnmatchcase(path, self.match) for path in targets)
         value = arguments.get(key)
         if value is None and tool != "code_check":
             value = "."
@@ -277,14 +282,20 @@ class Rule:
 
 
 def _normal_path(text: str, root: Path | None) -> str:
-    """A path as rules see it: relative to the workspace, ``.`` and ``..`` folded."""
+    """A path as rules see it: relative to the workspace, ``.`` and ``..`` folded.
+
+    For a tool that does not state its targets. With the root known, the
+    path is folded from the root, as a workspace resolves it: so
+    ``../<root name>/src/a.py`` and ``<root>//src/a.py`` are ``src/a.py``.
+    """
     path = text.replace("\\", "/")
-    if root is not None and path.startswith("/"):
-        base = os.fspath(root).rstrip("/")
-        if path == base:
-            path = "."
-        elif path.startswith(base + "/"):
-            path = path[len(base) + 1 :]
+    if root is not None:
+        base = posixpath.normpath(os.fspath(root))
+        full = posixpath.normpath(posixpath.join(base, path))
+        if full == base:
+            return "."
+        if full.startswith(base.rstrip("/") + "/"):
+            return full[len(base.rstrip("/")) + 1 :]
     normal = posixpath.normpath(path) if path else "."
     return normal
 

@@ -1064,6 +1064,34 @@ class _EditorHandler:
         return response
 
 
+@attrs.frozen
+class _EditorTargets:
+    """What an editor call touches: its file, or every file of its patch and both ends of a move.
+
+    Each path as this workspace resolves it (``src/a.py``, however it was
+    spelled); a path the editor would refuse is left out, since it is never
+    written.
+    """
+
+    workspace: Workspace
+
+    def __call__(self, request: EditorRequest) -> tuple[str, ...]:
+        if request.action != "apply_patch":
+            paths = [request.file_path] if request.file_path else []
+        else:
+            ops = patch_operations(request)
+            if isinstance(ops, str):
+                return ()  # refused before any file is touched
+            paths = [path for op in ops for path in (op.path, op.move_to) if path is not None]
+        found: list[str] = []
+        for path in paths:
+            try:
+                found.append(self.workspace.locate(path).relative)
+            except PathRefused:
+                continue
+        return tuple(dict.fromkeys(found))
+
+
 def patch_operations(request: EditorRequest) -> list[FileOp] | str:
     """The file operations of an ``apply_patch`` request, or why it cannot be used."""
     from lionfactory.tools._editor_patch import PatchError, parse_patch
@@ -1212,6 +1240,7 @@ def editor_tool(
             check=check,
         ),
         response_model=EditorResponse,
+        targets=_EditorTargets(workspace),
         # `write` overwrites a whole file: the strongest action sets the hints.
         hints=ToolHints("Edit files", destructive=True),
     )
