@@ -672,8 +672,14 @@ def _accept(located: Location | PathRefused, path: str, protect_git: bool) -> Lo
 
 
 def _must_be_absent(loc: Location, what: str) -> None:
+    """Refuse (`_PatchRefused`) a new file's path that exists or passes through a link.
+
+    Judged without following links, as the write will be: a directory link
+    inside the workspace (``link -> src``) is refused now, before the patch
+    writes its first file, not halfway through.
+    """
     try:
-        fd = loc.open_read()
+        fd = loc.open_read(follow=False)
     except FileNotFoundError:
         return
     except PathRefused as exc:
@@ -806,7 +812,14 @@ def _close_plans(plans: list[_Planned]) -> None:
             plan.dir_fd = None
 
 
-def _create(loc: Location, data: bytes, steps: WriteSteps) -> os.stat_result:
+def _create(
+    loc: Location, data: bytes, steps: WriteSteps
+) -> tuple[os.stat_result, list[tuple[int, str]]]:
+    """Write a new file; its stat, and the directories made for it (for a rollback).
+
+    The caller releases the directories (`release_created`): removed if the
+    patch is rolled back, kept otherwise. A failed write removes them at once.
+    """
     dir_fd, created = loc.make_parent()
     done = False
     try:
@@ -814,10 +827,11 @@ def _create(loc: Location, data: bytes, steps: WriteSteps) -> os.stat_result:
             remove_stale_temps(dir_fd)
             written = commit(dir_fd, loc.name, data, original=None, steps=steps)
             done = True
-            return written
+            return written, created
     finally:
         os.close(dir_fd)
-        release_created(created, remove=not done)
+        if not done:
+            release_created(created, remove=True)
 
 
 def _unlink(dir_fd: int, name: str) -> None:
@@ -861,9 +875,11 @@ def _apply_patch(
         plans = _plan(workspace, ops, located, protect_git)
     except _PatchRefused as exc:
         return EditorResponse(success=False, error=f"The patch was not applied: {exc}"), []
-    undo: list[Callable[[], None]] = []
+    undo: list[Callable[[], str | None]] = []
+    made: list[list[tuple[int, str]]] = []  # directories the writes created
     evidence: list[FileEvidence] = []
     report: list[str] = []
+    at = ""  # the file being written, for the error
     try:
         try:
             for plan in plans:
@@ -874,11 +890,15 @@ def _apply_patch(
                 if op.kind == "add" or plan.dest is not None:
                     target = loc if op.kind == "add" else plan.dest
                     assert target is not None
-                    written = _create(target, plan.data, steps)
-                    undo.append(functools.partial(_remove, target))
+                    at = target.shown
+                    written, created = _create(target, plan.data, steps)
+                    made.append(created)
+                    undo.append(functools.partial(release_created, created, remove=True))
+                    undo.append(functools.partial(_remove, target, plan.data))
                 else:
                     assert plan.dir_fd is not None
                     assert plan.read is not None
+                    at = loc.shown
                     with directory_lock(plan.dir_fd):
                         written = commit(
                             plan.dir_fd, loc.name, plan.data, original=plan.read, steps=steps
@@ -895,23 +915,25 @@ def _apply_patch(
                 if plan.op.kind == "delete" or plan.dest is not None:
                     assert plan.dir_fd is not None
                     assert plan.read is not None
+                    at = plan.loc.shown
                     if not _still_as_read(plan.dir_fd, plan.loc.name, plan.read):
                         raise FileChanged(plan.loc.name)
                     _unlink(plan.dir_fd, plan.loc.name)
                     undo.append(functools.partial(_recreate, plan, steps))
                     if plan.op.kind == "delete":
                         report.append(f"deleted {plan.loc.shown!r}")
-        except (FileChanged, LateChange, OSError) as exc:
-            failed = _rollback(undo)
-            why = (
-                "a file changed while the patch was being applied (another program wrote it)"
-                if isinstance(exc, (FileChanged, LateChange))
-                else f"a write failed ({(exc.strerror or str(exc)).lower()})"
-            )
+        except (FileChanged, LateChange, OSError, PathRefused) as exc:
+            kept = _rollback(undo)
+            if isinstance(exc, (FileChanged, LateChange)):
+                why = f"{at!r} changed while the patch was being applied (another program wrote it)"
+            elif isinstance(exc, PathRefused):
+                why = f"{at!r} could not be written: {exc.message}"
+            else:
+                why = f"writing {at!r} failed ({(exc.strerror or str(exc)).lower()})"
             tail = (
                 " Every file was put back as it was."
-                if not failed
-                else " Some files could not be put back: " + "; ".join(failed) + "."
+                if not kept
+                else " Not everything could be put back: " + "; ".join(kept) + "."
             )
             return EditorResponse(
                 success=False,
@@ -919,6 +941,8 @@ def _apply_patch(
             ), []
     finally:
         _close_plans(plans)
+        for created in made:
+            release_created(created, remove=False)  # kept: the patch stands
     rules = [m for plan in plans for m in plan.matched]
     loose = _loosest(rules) if rules else None
     note = "" if loose in (None, "exact") else f" Hunks were located loosely{_note(loose)}."
@@ -942,46 +966,103 @@ def _describe(plan: _Planned) -> str:
     return f"updated {plan.loc.shown!r}{hunks}{moved}"
 
 
-def _remove(loc: Location) -> None:
+def _holding(dir_fd: int, name: str, data: bytes) -> Original | None:
+    """The file `name` opened, if it holds exactly `data` (what this patch wrote); else None.
+
+    A rollback undoes only its own writes: a file that holds anything else
+    was changed by someone after the patch wrote it, and that change stays.
+    """
+    try:
+        fd = open_child(dir_fd, name, os.O_RDONLY | _O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+            os.close(fd)
+            return None
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            same = stream.read(len(data) + 1) == data
+    except BaseException:
+        os.close(fd)
+        raise
+    if not same:
+        os.close(fd)
+        return None
+    return Original(fd=fd, st=st, data=data)
+
+
+def _kept(shown: str) -> str:
+    return f"{shown!r} was changed by someone else after the patch wrote it; their version was kept"
+
+
+def _remove(loc: Location, data: bytes) -> str | None:
+    """Remove a file this patch created, unless someone changed it since."""
     dir_fd = attrs.evolve(loc, parts=loc.parts[:-1]).open_dir()
     try:
-        _unlink(dir_fd, loc.name)
+        with directory_lock(dir_fd):
+            ours = _holding(dir_fd, loc.name, data)
+            if ours is None:
+                return _kept(loc.shown)
+            try:
+                if not _still_as_read(dir_fd, loc.name, ours):
+                    return _kept(loc.shown)
+                os.unlink(loc.name, dir_fd=dir_fd)
+            finally:
+                os.close(ours.fd)
     finally:
         os.close(dir_fd)
+    return None
 
 
-def _restore(plan: _Planned) -> None:
+def _restore(plan: _Planned) -> str | None:
+    """Put an updated file's old bytes back, unless someone changed it since the patch."""
     assert plan.dir_fd is not None
     assert plan.read is not None
     assert plan.read.data is not None
+    assert plan.data is not None
     with directory_lock(plan.dir_fd):
-        fd = open_child(plan.dir_fd, plan.loc.name, os.O_RDONLY | _O_NONBLOCK)
+        current = _holding(plan.dir_fd, plan.loc.name, plan.data)
+        if current is None:
+            return _kept(plan.loc.shown)
         try:
-            current = Original(fd=fd, st=os.fstat(fd))
             commit(plan.dir_fd, plan.loc.name, plan.read.data, original=current)
+        except FileChanged:
+            return _kept(plan.loc.shown)
         finally:
-            os.close(fd)
+            os.close(current.fd)
+    return None
 
 
-def _recreate(plan: _Planned, steps: WriteSteps) -> None:
+def _recreate(plan: _Planned, steps: WriteSteps) -> str | None:
+    """Bring back a file the patch deleted (or moved away), unless its name is taken since."""
     assert plan.dir_fd is not None
     assert plan.read is not None
     assert plan.read.data is not None
     with directory_lock(plan.dir_fd):
-        commit(plan.dir_fd, plan.loc.name, plan.read.data, original=None, steps=steps)
+        try:
+            commit(plan.dir_fd, plan.loc.name, plan.read.data, original=None, steps=steps)
+        except FileChanged:
+            return (
+                f"{plan.loc.shown!r} was created again by someone else after the patch "
+                f"removed it; their version was kept"
+            )
         with contextlib.suppress(OSError):
             os.chmod(plan.loc.name, stat.S_IMODE(plan.read.st.st_mode), dir_fd=plan.dir_fd)
+    return None
 
 
-def _rollback(undo: list[Callable[[], None]]) -> list[str]:
-    """Undo the writes done so far, newest first; what could not be undone."""
-    failed: list[str] = []
+def _rollback(undo: list[Callable[[], str | None]]) -> list[str]:
+    """Undo the writes done so far, newest first; what was not undone, and why."""
+    kept: list[str] = []
     for step in reversed(undo):
         try:
-            step()
-        except OSError as exc:
-            failed.append(str(exc))
-    return failed
+            outcome = step()
+        except (OSError, PathRefused, LateChange) as exc:
+            outcome = exc.message if isinstance(exc, PathRefused) else str(exc) or repr(exc)
+        if outcome is not None:
+            kept.append(outcome)
+    return kept
 
 
 # --- the tool -------------------------------------------------------------------
