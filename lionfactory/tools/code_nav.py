@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.errors import ToolFailure
+from lionfactory.tools._targets import PathTargets
 
 __all__ = ["NavItem", "NavRequest", "NavResponse", "code_nav_tool"]
 
@@ -382,4 +383,5 @@ def code_nav_tool(
         handler=_NavHandler(workspace),
         response_model=NavResponse,
         hints=ToolHints.reading("Navigate Python code"),
+        targets=PathTargets(workspace, "path"),
     )

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import anyio.lowlevel
 import anyio.to_thread
-import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._evidence import (
@@ -48,6 +47,7 @@ from lionfactory.tools._reader_window import (
     Window,
     read_window,
 )
+from lionfactory.tools._targets import PathTargets
 
 if TYPE_CHECKING:
     import httpx
@@ -479,22 +479,6 @@ def _description(allowed_hosts: frozenset[str]) -> str:
     return _DESCRIPTION + remote + "\n"
 
 
-@attrs.frozen
-class _ReaderTargets:
-    """The path a reader call reads or lists, as this workspace resolves it.
-
-    A remote address, or a path the reader refuses, is no workspace path.
-    """
-
-    workspace: Workspace
-
-    def __call__(self, request: ReaderRequest) -> tuple[str, ...]:
-        try:
-            return (self.workspace.locate(request.path).relative,)
-        except PathRefused:
-            return ()
-
-
 def reader_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
@@ -577,7 +561,7 @@ def reader_tool(
         request_model=ReaderRequest,
         handler=_ReaderHandler(workspace, opener, images=images),
         response_model=ReaderResponse,
-        targets=_ReaderTargets(workspace),
+        targets=PathTargets(workspace, "path"),
         # A reader allowed to fetch from some hosts reaches outside the workspace.
         hints=ToolHints.reading("Read files", open_world=bool(opener.fetcher.allowed_hosts)),
     )

@@ -8,6 +8,7 @@ file of a patch and both ends of a move meet the rules, through the toolkit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +164,30 @@ async def test_the_mcp_server_applies_path_rules_to_resolved_paths(project: Path
     assert not fine.is_error
     assert (project / "src" / "a.py").read_text() == ORIGINAL
     assert (project / "poetry.lock").read_text() == "lock\n"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("code_nav", lambda path: {"action": "outline", "path": path}),
+        ("code_check", lambda path: {"paths": ["docs.txt", path]}),
+        ("search", lambda path: {"action": "grep", "pattern": "a", "path": path}),
+        ("ast_search", lambda path: {"pattern": "a", "path": path}),
+    ],
+)
+async def test_the_other_file_tools_state_their_resolved_paths_too(
+    project: Path, tool: str, arguments: Any
+) -> None:
+    branch = Branch()
+    branch.register(
+        coding_toolkit,
+        workspace_root=project,
+        tools=[tool],
+        rules=[Rule(tool, "src/*", "deny", reason="src is off limits")],
+    )
+    (registered,) = [t for t in branch.tools.values() if t.name == tool]
+    for path in spellings(project):
+        assert registered.targets_of(arguments(path)) is not None
+        assert "src/a.py" in (registered.targets_of(arguments(path)) or ()), path
+        result = await branch.act(tool, arguments(path))
+        assert result.error_type == "ToolDenied", (tool, path, result.payload)
