@@ -31,7 +31,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
 import attrs
@@ -60,7 +60,7 @@ from lionfactory.tools._editor_files import (
 from lionfactory.tools._editor_text import snippet
 
 if TYPE_CHECKING:
-    from lionfactory.tools._editor_match import Placed
+    from lionfactory.tools._editor_match import Hunk, Placed
     from lionfactory.tools._editor_patch import FileOp
 
 # The matcher (`_editor_match`) and the patch parser (`_editor_patch`) are
@@ -703,7 +703,6 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
         find_line,
         is_python,
         lines_of,
-        place_hunk,
         python_parses,
     )
 
@@ -715,6 +714,12 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
         after = cursor
         for anchor in getattr(hunk, "anchors", ()):
             found = find_line(lines, anchor, after)
+            if found is None and cursor and find_line(lines, anchor, 0) is not None:
+                # The anchor lies before the previous hunk's end: this hunk
+                # is in the same function or class as that one (models name
+                # the enclosing function for each hunk). It is placed after
+                # the previous hunk, where its lines must still be unique.
+                found = after - 1
             if found is None:
                 raise _PatchRefused(
                     f"hunk {number} of {shown!r}: its '@@ {anchor}' line was not found after "
@@ -722,7 +727,14 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
                     f"it holds."
                 )
             after = found + 1
-        where = place_hunk(lines, attrs.evolve(hunk, after=after))
+        where = _place(lines, hunk, after)
+        if isinstance(where, str) and after != cursor:
+            # Placed from its '@@' line it fails, yet its lines may be the one
+            # place after the previous hunk: a model names the enclosing
+            # function again for a second hunk in it, and the next line with
+            # that text is a later function's. Unique there, it is placed.
+            again = _place(lines, hunk, cursor)
+            where = where if isinstance(again, str) else again
         if isinstance(where, str):
             raise _PatchRefused(
                 f"hunk {number} of {shown!r} cannot be placed: {where}. Nothing was applied."
@@ -751,6 +763,32 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
         return result.encode("utf-8")
     except UnicodeEncodeError:
         raise _PatchRefused(f"the new text of {shown!r} is not valid UTF-8.") from None
+
+
+def _place(lines: Any, hunk: Hunk, after: int) -> Placed | str:
+    """Where `hunk` goes at or after line `after`, or why not (`place_hunk`).
+
+    A '*** Begin Patch' hunk whose last line is an empty context line past
+    the file's final line feed (the empty string stands for that line feed,
+    as Codex's apply_patch reads it) is retried without it, where it then
+    ends at the end of the file.
+    """
+    from lionfactory.tools._editor_match import place_hunk
+
+    where = place_hunk(lines, attrs.evolve(hunk, after=after))
+    if isinstance(where, str) and _ends_in_phantom_line(hunk):
+        trimmed = attrs.evolve(hunk, old=hunk.old[:-1], new=hunk.new[:-1], after=after, at_end=True)
+        again = place_hunk(lines, trimmed)
+        where = where if isinstance(again, str) else again
+    return where
+
+
+def _ends_in_phantom_line(hunk: Hunk) -> bool:
+    """Whether a V4A hunk (one with ``@@`` anchors) ends with an empty line on both sides."""
+    old, new = hunk.old, hunk.new
+    return (
+        hasattr(hunk, "anchors") and len(old) > 1 and old[-1] == "" and bool(new) and new[-1] == ""
+    )
 
 
 def _plan(
