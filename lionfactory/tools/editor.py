@@ -709,17 +709,23 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
     op, shown = plan.op, plan.loc.shown
     lines = lines_of(text)
     placed: list[Placed] = []
+    blocks: dict[int, int | None] = {}
     cursor = 0
     for number, hunk in enumerate(op.hunks, 1):
         after = cursor
+        opened: list[int] = []  # the lines its '@@' lines were found at
         for anchor in getattr(hunk, "anchors", ()):
             found = find_line(lines, anchor, after)
-            if found is None and cursor and find_line(lines, anchor, 0) is not None:
+            earlier = (
+                None if found is not None or not cursor else _last_before(lines, anchor, after)
+            )
+            if earlier is not None:
                 # The anchor lies before the previous hunk's end: this hunk
                 # is in the same function or class as that one (models name
                 # the enclosing function for each hunk). It is placed after
                 # the previous hunk, where its lines must still be unique.
-                found = after - 1
+                opened.append(earlier)
+                continue
             if found is None:
                 raise _PatchRefused(
                     f"hunk {number} of {shown!r}: its '@@ {anchor}' line was not found after "
@@ -727,7 +733,17 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
                     f"it holds."
                 )
             after = found + 1
+            opened.append(found)
         where = _place(lines, hunk, after)
+        if isinstance(where, str) and after != cursor and is_python(shown):
+            # Its lines occur more than once after its '@@' line: the one
+            # occurrence inside the function or class an '@@' line opens
+            # (the innermost that holds exactly one) is the one meant.
+            for line in reversed(opened):
+                inside = _inside_block(text, lines, hunk, line, after, blocks)
+                if inside is not None:
+                    where = inside
+                    break
         if isinstance(where, str) and after != cursor:
             # Placed from its '@@' line it fails, yet its lines may be the one
             # place after the previous hunk: a model names the enclosing
@@ -781,6 +797,54 @@ def _place(lines: Any, hunk: Hunk, after: int) -> Placed | str:
         again = place_hunk(lines, trimmed)
         where = where if isinstance(again, str) else again
     return where
+
+
+def _last_before(lines: Any, anchor: str, before: int) -> int | None:
+    """The last line before `before` that an ``@@ anchor`` line names, or None."""
+    from lionfactory.tools._editor_match import find_line
+
+    last = None
+    at = find_line(lines, anchor, 0)
+    while at is not None and at < before:
+        last = at
+        at = find_line(lines, anchor, at + 1)
+    return last
+
+
+def _inside_block(
+    text: str, lines: Any, hunk: Hunk, opener: int, after: int, blocks: dict[int, int | None]
+) -> Placed | None:
+    """`hunk` placed at or after `after` inside the Python def or class opened at line `opener`.
+
+    None when that line opens no def or class (or the file does not parse),
+    or when the hunk is not the one place in that block.
+    `blocks` remembers each opening line's block end, and the parse, per file.
+    """
+    from lionfactory.tools._editor_match import lines_of
+
+    if hunk.at_end:
+        return None
+    if not blocks:
+        import ast
+
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            blocks[-1] = None
+            return None
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                blocks.setdefault(node.lineno - 1, node.end_lineno)
+    end = blocks.get(opener)
+    if end is None or end <= after:
+        return None
+    # The text up to the block's end: placed there, the hunk's line indices
+    # are the file's own.
+    prefix = text[: lines.starts[end]] if end < len(lines.starts) else text
+    found = _place(lines_of(prefix), hunk, after)
+    if isinstance(found, str) or found.first + found.count > end:
+        return None
+    return found
 
 
 def _ends_in_phantom_line(hunk: Hunk) -> bool:
