@@ -33,8 +33,13 @@ A `Rule` names a tool (``"*"``: every tool) and, optionally, a glob
   by a rule set that has bash globs, whatever the rules say: they cannot tell
   what it would run;
 * for the file tools (reader, editor, search, code_nav, ast_search,
-  code_check) it is matched against the path argument, normalised (``./``
-  and ``..`` folded, an absolute path inside the workspace made relative);
+  code_check) it is matched against **each path the call touches, as the
+  tool's workspace resolves it** (`Tool.targets`): one root-relative POSIX
+  form, so ``../<root name>/src/a.py``, ``<root>//src/a.py`` and
+  ``./src/../src/a.py`` are all ``src/a.py``; for an ``apply_patch`` every
+  file of the patch and both ends of a ``*** Move to:``. A path the tool
+  refuses (outside the workspace, protected) is not among them: the call
+  never touches it;
 * without a glob the rule matches every call of the tool.
 
 Of the rules that match a call, the strictest decides: ``deny`` over ``ask``
@@ -144,8 +149,9 @@ class Rule:
 
     Args:
         tool: the tool's name, or ``"*"`` for every tool.
-        match: a glob on each simple command (bash) or on the path (file
-            tools); None matches every call of the tool.
+        match: a glob on each simple command (bash, normalized) or on each
+            path the call touches as the tool resolves it (file tools);
+            None matches every call of the tool.
         decision: ``"allow"``, ``"ask"`` (hold for a person) or ``"deny"``.
         reason: what the model (for a denial) or the person (for an ask)
             reads; a default naming the rule is used when empty.
