@@ -161,6 +161,7 @@ def parse_command(argv: Sequence[str]) -> Command:
     """Look through keywords, assignments and wrappers to the program `argv` runs."""
     scripts: list[str] = []
     wrappers: list[str] = []
+    last = -1  # where the last wrapper stands
     index = 0
     while index < len(argv):
         token = argv[index]
@@ -170,6 +171,7 @@ def parse_command(argv: Sequence[str]) -> Command:
             continue
         if name in _WRAPPERS:
             wrappers.append(name)
+            last = index
             if name == "env":
                 index, script = _skip_env(argv, index)
                 scripts.extend(() if script is None else (script,))
@@ -186,6 +188,10 @@ def parse_command(argv: Sequence[str]) -> Command:
             script = _shell_script(args)
             scripts.extend(() if script is None else (script,))
         return Command(token, args, tuple(scripts), tuple(wrappers))
+    if last >= 0 and not scripts:
+        # Wrappers and no program (`sudo -i`, `env`): the last wrapper is
+        # what runs, and policies judge it as the program.
+        return Command(argv[last], tuple(argv[last + 1 :]), (), tuple(wrappers[:-1]))
     return Command(None, (), tuple(scripts), tuple(wrappers))
 
 

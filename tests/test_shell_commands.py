@@ -289,3 +289,10 @@ def test_every_generated_form_of_a_denied_command_is_denied_by_both(case: tuple[
     script, glob = case
     assert rule_denies(glob, script), script
     assert policy_denies(script), script
+
+
+@pytest.mark.parametrize("command", ["sudo -i", "sudo", "doas -s", "sudo -u root", "env sudo -s"])
+def test_a_wrapper_with_no_program_is_judged_as_the_program(command: str) -> None:
+    """`sudo -i` runs a root shell: with nothing behind it, the wrapper itself is the command."""
+    assert policy_denies(command)
+    assert rule_denies("sudo*", command) or rule_denies("doas*", command)
