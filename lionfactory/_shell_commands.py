@@ -118,6 +118,8 @@ _GIT_VALUED = frozenset(
 )
 
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+# `source FILE` reads a script from FILE: these name its standard input.
+_STDIN_FILES = frozenset({("/dev/stdin",), ("/dev/fd/0",), ("/proc/self/fd/0",), ("-",)})
 
 
 class ShellTooDeep(ShellSyntaxError):
@@ -405,6 +407,8 @@ def _normalized(script: str) -> tuple[Normalized, ...]:
                 if command.name in SHELLS and not scripts:
                     # A shell given no -c script runs what its stdin holds.
                     scripts = simple.stdin
+                if command.name in ("source", ".") and command.args[:1] in _STDIN_FILES:
+                    scripts = (*scripts, *simple.stdin)
                 if command.name == "eval" and command.args:
                     # eval joins its arguments with spaces and runs the
                     # result; like any builtin it ends its options at `--`.

@@ -170,8 +170,46 @@ def _simple_commands(script: str, nesting: int) -> tuple[SimpleCommand, ...]:
             found.extend(_heredoc_backticks(node, data, nesting + 1))
         if kind in _SUBSTITUTIONS:
             nesting, redirects, stdin = nesting + 1, (), ()
+        if kind == "pipeline":
+            stack.extend(_piped(children, data, redirects, nesting, stdin))
+            continue
         stack.extend((child, redirects, nesting, stdin) for child in reversed(children))
     return tuple(found)
+
+
+# Programs whose output is their arguments: piped into a shell, those run.
+_PRINTERS = frozenset({"echo", "printf"})
+
+
+def _piped(
+    children: list[Node],
+    data: bytes,
+    redirects: tuple[str, ...],
+    nesting: int,
+    stdin: tuple[str, ...],
+) -> list[tuple[Node, tuple[str, ...], int, tuple[str, ...]]]:
+    """A pipeline's stages for the walk, each fed what an ``echo``/``printf`` before it prints.
+
+    ``echo 'rm -rf d' | sh`` runs ``rm -rf d``: the text an echo or printf
+    stage prints (its arguments joined by spaces) is standard input of the
+    next stage, as a here-string would be.
+    """
+    stages: list[tuple[Node, tuple[str, ...], int, tuple[str, ...]]] = []
+    fed: tuple[str, ...] = ()
+    for child in children:
+        stages.append((child, redirects, nesting, (*fed, *stdin) if fed else stdin))
+        if not child.is_named:
+            continue  # the `|` between two stages
+        fed = ()
+        if child.type == "command":
+            words = [
+                _word(c, data)[0] for c in child.children if c.is_named and c.type != "comment"
+            ]
+            if words and words[0].rsplit("/", 1)[-1] in _PRINTERS:
+                printed = [w for w in words[1:] if not (w.startswith("-") and len(w) <= 3)]
+                fed = (" ".join(printed),)
+    stages.reverse()
+    return stages
 
 
 def _expands(body: Node) -> bool:

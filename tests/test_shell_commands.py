@@ -71,6 +71,10 @@ RM_FORMS = {
     "xargs": "echo d | xargs -n 1 rm -rf",
     "here-document to bash": "bash <<EOF\nrm -rf d\nEOF",
     "here-string to sh": "sh <<< 'rm -rf d'",
+    "echo piped into sh": "echo 'rm -rf d' | sh",
+    "printf piped into bash": "printf 'rm -rf d' | bash -s",
+    "source /dev/stdin": "source /dev/stdin <<< 'rm -rf d'",
+    ". /dev/stdin": ". /dev/stdin <<EOF\nrm -rf d\nEOF",
     "continuation in a here-document": "bash <<EOF\nr\\\nm -rf d\nEOF",
     "here-document opening with a backslash": "bash <<'EOF'\n\\rm -rf d\nEOF",
 }
