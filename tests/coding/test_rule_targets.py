@@ -191,3 +191,53 @@ async def test_the_other_file_tools_state_their_resolved_paths_too(
         assert "src/a.py" in (registered.targets_of(arguments(path)) or ()), path
         result = await branch.act(tool, arguments(path))
         assert result.error_type == "ToolDenied", (tool, path, result.payload)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git repository with ``src/a.py`` committed; no user git configuration, no /tmp litter."""
+    import subprocess
+    import tempfile
+
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    root = tmp_path / "repo"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.py").write_text(ORIGINAL)
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "config", "user.name", "t"],
+        ["git", "config", "user.email", "t@example.com"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-qm", "init"],
+    ):
+        subprocess.run(argv, cwd=root, check=True, capture_output=True, timeout=60)
+    return root
+
+
+async def test_in_a_sandbox_the_rules_judge_paths_the_worktree_resolves(repo: Path) -> None:
+    """The toolkit's tools ask the active root's tool: an absolute worktree path is ``src/a.py``."""
+    root = repo
+    branch = Branch()
+    branch.register(
+        coding_toolkit,
+        workspace_root=root,
+        tools=["reader", "editor", "sandbox"],
+        rules=SRC_DENIED,
+        isolation="none",
+    )
+    made = await branch.act("sandbox", {"action": "create"})
+    assert made.result is not None and made.result["success"], made.payload
+    worktree = Path(made.result["worktree"])
+    for path in (f"{worktree}//src/a.py", f"../{worktree.name}/src/a.py", "src/../src/a.py"):
+        write = await branch.act(
+            "editor", {"action": "write", "file_path": path, "content": "x = 2\n"}
+        )
+        assert write.error_type == "ToolDenied", (path, write.payload)
+    assert (worktree / "src" / "a.py").read_text() == ORIGINAL
+    fine = await branch.act("editor", {"action": "write", "file_path": "b.py", "content": "b\n"})
+    assert fine.result is not None and fine.result["success"], fine.payload
+    assert (worktree / "b.py").exists() and not (root / "b.py").exists()
