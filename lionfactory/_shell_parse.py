@@ -73,6 +73,8 @@ class SimpleCommand:
         stdin: the here-documents and here-strings fed to its standard
             input (or to the list it is part of), as written; a shell
             reading one runs it as a script.
+        nesting: how many command or process substitutions it runs inside
+            (0 for a command of the script itself).
     """
 
     words: tuple[str, ...]
@@ -82,6 +84,7 @@ class SimpleCommand:
     dynamic: bool = False
     substitution: bool = False
     stdin: tuple[str, ...] = ()
+    nesting: int = 0
 
     @property
     def program(self) -> str | None:
@@ -100,8 +103,12 @@ _EXPANSIONS = frozenset(
 )
 _SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+# A backslash before a newline is a line continuation: the shell removes
+# both (outside single quotes), so `r\<newline>m` is the word `rm`.
 _UNESCAPE = re.compile(r"\\(.)", re.DOTALL)
 _UNESCAPE_DOUBLE = re.compile(r'\\([$`"\\\n])')
+_CONTINUATIONS = re.compile(r"(?:\\\n)+")
+_UNESCAPE_HEREDOC = re.compile(r"\\([$`\\\n])")
 
 
 @functools.cache
@@ -126,6 +133,11 @@ def simple_commands(script: str) -> tuple[SimpleCommand, ...]:
         ShellSyntaxError: the script does not parse (an unclosed quote or
             parenthesis, a stray operator); its message gives the position.
     """
+    return _simple_commands(script, 0)
+
+
+def _simple_commands(script: str, nesting: int) -> tuple[SimpleCommand, ...]:
+    """`simple_commands` of a script that runs `nesting` substitutions deep."""
     data = script.encode("utf-8", "surrogateescape")
     tree = _parser().parse(data)
     root = tree.root_node
@@ -141,9 +153,9 @@ def simple_commands(script: str) -> tuple[SimpleCommand, ...]:
         )
     found: list[SimpleCommand] = []
     # An explicit stack, not recursion: nesting depth is the script's to choose.
-    stack: list[tuple[Node, tuple[str, ...], bool, tuple[str, ...]]] = [(root, (), False, ())]
+    stack: list[tuple[Node, tuple[str, ...], int, tuple[str, ...]]] = [(root, (), nesting, ())]
     while stack:
-        node, redirects, inside, stdin = stack.pop()
+        node, redirects, nesting, stdin = stack.pop()
         kind = node.type
         children = node.children
         if kind == "redirected_statement":
@@ -153,13 +165,51 @@ def simple_commands(script: str) -> tuple[SimpleCommand, ...]:
             redirects = (*redirects, *(t for t in targets if t is not None))
             stdin = (*stdin, *_stdin_texts(children, data))
         elif kind == "command":
-            found.append(_command(node, data, redirects, inside, stdin))
+            found.append(_command(node, data, redirects, nesting, stdin))
         elif kind == "heredoc_body" and _expands(node):
-            found.extend(_heredoc_backticks(node, data))
+            found.extend(_heredoc_backticks(node, data, nesting + 1))
         if kind in _SUBSTITUTIONS:
-            inside, redirects, stdin = True, (), ()
-        stack.extend((child, redirects, inside, stdin) for child in reversed(children))
+            nesting, redirects, stdin = nesting + 1, (), ()
+        if kind == "pipeline":
+            stack.extend(_piped(children, data, redirects, nesting, stdin))
+            continue
+        stack.extend((child, redirects, nesting, stdin) for child in reversed(children))
     return tuple(found)
+
+
+# Programs whose output is their arguments: piped into a shell, those run.
+_PRINTERS = frozenset({"echo", "printf"})
+
+
+def _piped(
+    children: list[Node],
+    data: bytes,
+    redirects: tuple[str, ...],
+    nesting: int,
+    stdin: tuple[str, ...],
+) -> list[tuple[Node, tuple[str, ...], int, tuple[str, ...]]]:
+    """A pipeline's stages for the walk, each fed what an ``echo``/``printf`` before it prints.
+
+    ``echo 'rm -rf d' | sh`` runs ``rm -rf d``: the text an echo or printf
+    stage prints (its arguments joined by spaces) is standard input of the
+    next stage, as a here-string would be.
+    """
+    stages: list[tuple[Node, tuple[str, ...], int, tuple[str, ...]]] = []
+    fed: tuple[str, ...] = ()
+    for child in children:
+        stages.append((child, redirects, nesting, (*fed, *stdin) if fed else stdin))
+        if not child.is_named:
+            continue  # the `|` between two stages
+        fed = ()
+        if child.type == "command":
+            words = [
+                _word(c, data)[0] for c in child.children if c.is_named and c.type != "comment"
+            ]
+            if words and words[0].rsplit("/", 1)[-1] in _PRINTERS:
+                printed = [w for w in words[1:] if not (w.startswith("-") and len(w) <= 3)]
+                fed = (" ".join(printed),)
+    stages.reverse()
+    return stages
 
 
 def _expands(body: Node) -> bool:
@@ -173,12 +223,15 @@ def _expands(body: Node) -> bool:
     return False
 
 
-def _heredoc_backticks(body: Node, data: bytes) -> list[SimpleCommand]:
+def _heredoc_backticks(body: Node, data: bytes, nesting: int) -> list[SimpleCommand]:
     """The commands of the backtick substitutions in an expanded here-document.
 
     The grammar reads ``$(...)`` inside a here-document but leaves backticks
     as text, though a shell runs them: they are found here, in the text
     between the parts the grammar did read, and their scripts parsed.
+    Each is one substitution deeper than the here-document (`nesting`); past
+    a bound the scripts are not parsed (their commands come back with that
+    nesting), so backticks inside backticks cannot recurse without end.
     """
     gaps: list[tuple[int, int]] = []
     start = body.start_byte
@@ -192,8 +245,20 @@ def _heredoc_backticks(body: Node, data: bytes) -> list[SimpleCommand]:
         text = data[begin:end].decode("utf-8", "surrogateescape")
         at = len(data[:begin].decode("utf-8", "replace"))
         for inner in _backtick_scripts(text, at):
-            found.extend(attrs.evolve(c, substitution=True) for c in simple_commands(inner))
+            if nesting > _MAX_BACKTICK_NESTING:
+                found.append(
+                    SimpleCommand(words=(), text=inner, substitution=True, nesting=nesting)
+                )
+                continue
+            found.extend(
+                attrs.evolve(c, substitution=True) for c in _simple_commands(inner, nesting)
+            )
     return found
+
+
+# Deeper than any policy reads (their bound is 8): a policy refuses a command
+# nested this deep, and stopping here keeps the parse from recursing further.
+_MAX_BACKTICK_NESTING = 16
 
 
 def _backtick_scripts(text: str, offset: int) -> list[str]:
@@ -237,23 +302,52 @@ def _text(node: Node, data: bytes) -> str:
 
 
 def _stdin_texts(children: list[Node], data: bytes) -> list[str]:
-    """The here-document bodies and here-string words among redirect nodes."""
+    r"""The here-document bodies and here-string words among redirect nodes, as fed.
+
+    An expanded here-document (unquoted delimiter) reaches the program with
+    its escapes undone (``\$``, ``\```, ``\\`` and line continuations),
+    as the shell feeds it; its substitutions keep their text.
+    """
     texts: list[str] = []
     for child in children:
         if child.type == "heredoc_redirect":
-            texts.extend(_text(c, data) for c in child.children if c.type == "heredoc_body")
+            for body in child.children:
+                if body.type == "heredoc_body":
+                    text = _heredoc_text(child, body, data)
+                    texts.append(_UNESCAPE_HEREDOC.sub(_unescape, text) if _expands(body) else text)
         elif child.type == "herestring_redirect":
             texts.extend(_word(c, data)[0] for c in child.children if c.is_named)
     return texts
 
 
+def _heredoc_text(redirect: Node, body: Node, data: bytes) -> str:
+    r"""A here-document's whole body, from the line after its redirect to its delimiter.
+
+    The grammar reads a body whose first line starts with a backslash as
+    words of the redirect (``bash <<'E'`` then ``\rm -rf d``) and leaves
+    the body node without that line; the text up to the delimiter is what
+    the program is fed, so it is taken from there.
+    """
+    start, end = body.start_byte, body.end_byte
+    for child in redirect.children:
+        if child.type == "heredoc_end":
+            end = max(end, child.start_byte)
+        elif (
+            child.type not in ("<<", "<<-", "heredoc_start", "heredoc_body")
+            and data[child.start_byte : child.start_byte + 1] == b"\n"
+        ):
+            start = min(start, child.start_byte + 1)
+    return data[start:end].decode("utf-8", "surrogateescape")
+
+
 def _command(
-    node: Node, data: bytes, redirects: tuple[str, ...], inside: bool, stdin: tuple[str, ...]
+    node: Node, data: bytes, redirects: tuple[str, ...], nesting: int, stdin: tuple[str, ...]
 ) -> SimpleCommand:
     words: list[str] = []
     assignments: list[str] = []
     own: list[str] = []
     dynamic = False
+    end = -1  # where the last word ended
     for child in node.children:
         kind = child.type
         if kind == "variable_assignment":
@@ -264,7 +358,14 @@ def _command(
                 own.append(target)
         elif child.is_named and kind != "comment":
             value, varies = _word(child, data)
-            words.append(value)
+            gap = data[end : child.start_byte] if words else b""
+            if gap and _CONTINUATIONS.fullmatch(gap.decode("utf-8", "surrogateescape")):
+                # The grammar splits a word at a line continuation, which
+                # the shell removes: `r\<newline>m -rf d` runs `rm`.
+                words[-1] += value
+            else:
+                words.append(value)
+            end = child.end_byte
             dynamic = dynamic or varies
     return SimpleCommand(
         words=tuple(words),
@@ -272,8 +373,9 @@ def _command(
         redirects=(*own, *redirects),
         text=_text(node, data),
         dynamic=dynamic,
-        substitution=inside,
+        substitution=nesting > 0,
         stdin=(*_stdin_texts(node.children, data), *stdin),
+        nesting=nesting,
     )
 
 
@@ -304,7 +406,7 @@ def _word(node: Node, data: bytes) -> tuple[str, bool]:
             return _word(node.children[-1], data) if node.children else ("", False)
         return "".join(p for p, _ in pieces), any(v for _, v in pieces)
     if kind == "word":
-        return _UNESCAPE.sub(r"\1", _text(node, data)), False
+        return _UNESCAPE.sub(_unescape, _text(node, data)), False
     return _text(node, data), False
 
 
@@ -318,27 +420,41 @@ def _double_quoted(node: Node, data: bytes) -> tuple[str, bool]:
     for child in node.children:
         if child.type in _EXPANSIONS:
             literal = data[position : child.start_byte].decode("utf-8", "surrogateescape")
-            pieces.append(_UNESCAPE_DOUBLE.sub(r"\1", literal))
+            pieces.append(_UNESCAPE_DOUBLE.sub(_unescape, literal))
             pieces.append(_text(child, data))
             position = child.end_byte
             varies = True
     literal = data[position:inner_end].decode("utf-8", "surrogateescape")
-    pieces.append(_UNESCAPE_DOUBLE.sub(r"\1", literal))
+    pieces.append(_UNESCAPE_DOUBLE.sub(_unescape, literal))
     return "".join(pieces), varies
+
+
+def _unescape(match: re.Match[str]) -> str:
+    """An escaped character's value: itself, or nothing for a line continuation."""
+    char = match.group(1)
+    return "" if char == "\n" else char
 
 
 _ANSI_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b"}
 _ANSI_SIMPLE |= {"E": "\x1b", "f": "\f", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
-_ANSI_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.DOTALL)
+_ANSI_ESCAPE = re.compile(
+    r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|c.|[0-7]{1,3}|.)", re.DOTALL
+)
 
 
 def _ansi_c(body: str) -> str:
+    r"""The value of a ``$'...'`` string, as bash computes it (``$'\u0072m'`` is ``rm``)."""
+
     def replace(match: re.Match[str]) -> str:
         code: str = match.group(1)
-        if code[0] == "x":
-            return chr(int(code[1:], 16))
+        if code[0] in "xuU" and len(code) > 1:
+            value = int(code[1:], 16)
+            # Past the last code point bash prints the escape as written.
+            return chr(value) if value <= 0x10FFFF else "\\" + code
+        if code[0] == "c" and len(code) == 2:
+            return chr(ord(code[1]) & 0x1F)  # a control character, as bash's \cX
         if code[0] in "01234567":
-            return chr(int(code, 8))
+            return chr(int(code, 8) & 0xFF)
         return _ANSI_SIMPLE.get(code, "\\" + code)
 
     return _ANSI_ESCAPE.sub(replace, body)

@@ -9,11 +9,12 @@ makes one from an ordinary function.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 from uuid import UUID
 
@@ -35,6 +36,7 @@ __all__ = [
     "input_error",
     "reports_failure",
     "run_pre_hooks",
+    "stated_targets",
     "to_result",
 ]
 
@@ -88,7 +90,7 @@ def _check_response_model(_instance: Any, _attribute: Any, value: Any) -> None:
 
 def _check_failed(_instance: Any, _attribute: Any, value: Any) -> None:
     if value is not None and not callable(value):
-        raise TypeError(f"failed must be callable or None, got {value!r}")
+        raise TypeError(f"{_attribute.name} must be callable or None, got {value!r}")
 
 
 def _check_hooks(_instance: Any, attribute: Any, value: tuple[Any, ...]) -> None:
@@ -278,6 +280,21 @@ async def run_pre_hooks(
     return args
 
 
+def stated_targets(tool_name: str, arguments: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """For a pre hook: the targets the tool now running its hooks states for `arguments`.
+
+    A hook receives only ``(tool_name, arguments)``; this asks the tool
+    whose pipeline is running it (`Tool.targets_of`), so a policy judges
+    the paths the tool will resolve, not the text the model typed. None
+    outside a tool's pipeline, for another tool's name, or when the tool
+    states no targets.
+    """
+    tool = _INVOKING.get()
+    if tool is None or tool.name != tool_name:
+        return None
+    return tool.targets_of(arguments)
+
+
 @attrs.frozen
 class Tool:
     """An immutable description of a callable tool.
@@ -297,6 +314,15 @@ class Tool:
         response_model: the pydantic model of the handler's response, when
             it has one (MCP serves its JSON schema as ``outputSchema``).
         hints: what the tool says about its behaviour (`ToolHints`), or None.
+        targets: ``targets(request) -> paths``: every workspace path a call
+            with this validated request reads, writes, moves or deletes,
+            each resolved by the tool's own workspace into one canonical
+            root-relative POSIX form (``src/a.py``); paths the tool would
+            refuse are left out. Policies that judge paths (permission
+            rules) read these instead of the raw arguments, so a spelling
+            (``../root/src/a.py``, ``//``) or a second argument (each file
+            of a patch, both ends of a move) cannot get past them. None: the
+            tool states none.
         failed: ``failed(result) -> bool``, whether a JSON-ready response
             reports a failure; None asks the response model's own
             ``reports_failure`` classmethod, else the default rule
@@ -328,6 +354,23 @@ class Tool:
     failed: Callable[[Any], bool] | None = attrs.field(
         default=None, validator=_check_failed, repr=False
     )
+    targets: Callable[[Any], Sequence[str]] | None = attrs.field(
+        default=None, validator=_check_failed, repr=False
+    )
+
+    def targets_of(self, arguments: Mapping[str, Any]) -> tuple[str, ...] | None:
+        """The workspace paths a call with `arguments` would touch, in the tool's own account.
+
+        None when the tool states no targets, or when the arguments do not
+        validate (the call then fails validation and touches nothing).
+        """
+        if self.targets is None:
+            return None
+        try:
+            request = self.request_model.model_validate(arguments)
+        except ValidationError:
+            return None
+        return tuple(self.targets(request))
 
     def reports_failure(self, result: Any) -> bool:
         """Whether `result`, a JSON-ready response of this tool, reports a typed failure.
@@ -401,11 +444,14 @@ class Tool:
             exc.arguments = dict(arguments)
             return False
 
+        token = _INVOKING.set(self)
         try:
             args = await run_pre_hooks(self.pre, self.name, arguments, on_ask=on_ask)
         except ToolDenied as exc:
             exc.tool = exc.tool or self.name
             raise
+        finally:
+            _INVOKING.reset(token)
         try:
             request = self.request_model.model_validate(args)
         except ValidationError as exc:
@@ -464,3 +510,9 @@ class Tool:
                 f"use `await tool(...)` instead"
             )
         return trio.run(functools.partial(self.invoke, arguments))
+
+
+# The tool whose pre hooks are running, for `stated_targets`.
+_INVOKING: contextvars.ContextVar[Tool | None] = contextvars.ContextVar(
+    "lionfactory_invoking_tool", default=None
+)

@@ -43,6 +43,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     (
         "lionfactory._os",
         "lionfactory._shell_parse",
+        "lionfactory._shell_commands",
         "lionfactory._exchange",
     ),
     (

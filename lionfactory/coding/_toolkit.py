@@ -350,6 +350,18 @@ class _LateDiagnostics:
         return {**result, "late_diagnostics": late}
 
 
+@attrs.frozen
+class _DelegateTargets:
+    """A toolkit tool's targets: those the standalone tool of the active root states."""
+
+    kit: _Toolkit
+    name: str
+
+    def __call__(self, request: Any) -> tuple[str, ...]:
+        targets = self.kit.tools[self.name].targets
+        return () if targets is None else tuple(targets(request))
+
+
 def coding_toolkit(
     branch: Branch,
     *,
@@ -617,7 +629,12 @@ def _wrapped_workspace_tools(kit: _Toolkit) -> dict[str, Tool]:
     built: dict[str, Tool] = {}
     for name, tool in kit.home.items():
         description = tool.description + (_EDITOR_RULE if name == "editor" else "")
-        built[name] = attrs.evolve(tool, handler=_Delegate(kit, name), description=description)
+        built[name] = attrs.evolve(
+            tool,
+            handler=_Delegate(kit, name),
+            description=description,
+            targets=None if tool.targets is None else _DelegateTargets(kit, name),
+        )
     return built
 
 

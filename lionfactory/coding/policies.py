@@ -9,9 +9,12 @@ It catches accidents; it is not a security boundary. It reads the command
 with a real shell grammar (tree-sitter's bash grammar, through
 `simple_commands`), so every simple command of a script is checked: each
 side of ``&&``, ``||``, ``;`` and ``|``, subshells, loops, function bodies,
-command substitutions (``echo $(rm -rf d)``) and ``eval``'s text. It looks
-through the usual wrappers (``env``, ``env -S``, ``timeout``, ``nice``,
-``xargs``, ``find -exec``, ``sh -c '...'``), but a word
+command substitutions (``echo $(rm -rf d)``) and ``eval``'s text. It reads
+commands through the one normalization the permission rules share
+(`lionfactory.coding.rules.simple_commands`): the usual wrappers (``env``,
+``env -S``, ``timeout``, ``nice``, ``sudo``, ``xargs``, ``coproc``, ``find
+-exec``, ``sh -c '...'`` with any options), line continuations and ``$'...'``
+quoting, and the same nesting limit (deeper scripts are denied); but a word
 filter cannot win against a program that computes what it runs: a shell
 script (``sh -c 'x=rm; $x -rf d'``, ``eval``, globs, ``set -- rm -rf d;
 "$@"``), ``python -c "shutil.rmtree(...)"``, a git alias or a script in the
@@ -58,15 +61,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from lionfactory._echo import shorten
-from lionfactory._shell_parse import MAX_COMMAND_CHARS, ShellSyntaxError, simple_commands
-from lionfactory.coding._shellwords import (
-    _SHELLS,
-    has_long,
-    long_flags,
-    parse_command,
-    program_name,
-    short_flags,
-)
+from lionfactory._shell_commands import ShellTooDeep, normalized_commands
+from lionfactory._shell_parse import MAX_COMMAND_CHARS, ShellSyntaxError
+from lionfactory.coding._shellwords import has_long, long_flags, program_name, short_flags
 from lionfactory.errors import ToolDenied
 
 __all__ = ["deny_destructive_commands"]
@@ -97,7 +94,6 @@ _GIT_SUBCOMMANDS = frozenset(
     | {"revert", "rm", "show", "stash", "status", "switch", "tag", "worktree", "gc"}
 )
 _HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
-_MAX_DEPTH = 8  # nested `sh -c` scripts; deeper nesting is denied, not parsed
 
 
 def deny_destructive_commands(tool_name: str, arguments: dict[str, Any]) -> None:
@@ -151,11 +147,20 @@ def deny_destructive_commands(tool_name: str, arguments: dict[str, Any]) -> None
         raise ToolDenied(f"{reason} (policy: deny_destructive_commands)")
 
 
-def _check_script(script: str, *, depth: int) -> str | None:
-    if depth > _MAX_DEPTH:
-        return "The command nests shells too deeply to be checked; run the inner command directly."
+def _check_script(script: str, *, depth: int = 0) -> str | None:
+    """Why `script` is refused, or None: each command it runs, as the rules see it.
+
+    The commands come from the one normalization the permission rules use
+    too (`normalized_commands`: wrappers, ``find -exec``, ``eval``, inner
+    shells and their here-documents looked through), so a spelling one of
+    them understands cannot pass the other. `depth` is unused; kept so
+    callers that name it still work.
+    """
+    del depth
     try:
-        commands = simple_commands(script)
+        commands = normalized_commands(script)
+    except ShellTooDeep as exc:
+        return f"The command could not be checked: {exc.message}."
     except ShellSyntaxError as exc:
         # What the policy cannot read it cannot clear: a shell would still
         # run the parts it understands.
@@ -164,37 +169,18 @@ def _check_script(script: str, *, depth: int) -> str | None:
             f"characters meant literally) and send it again."
         )
     for command in commands:
-        if not command.words:
+        elevator = next((w for w in command.wrappers if w in _ELEVATORS), None)
+        if elevator is not None:
+            return _elevate(elevator, [], 0)
+        checker = _CHECKERS.get(command.name)
+        if checker is None:
+            if command.name.startswith("mkfs"):
+                return _disk_reason(command.program)
             continue
-        reason = _check_argv(command.words, depth=depth, stdin=command.stdin)
+        reason = checker(command.program, list(command.args), 0)
         if reason is not None:
             return reason
     return None
-
-
-def _check_argv(argv: Sequence[str], *, depth: int, stdin: Sequence[str] = ()) -> str | None:
-    """Check one simple command: the scripts it runs, then the program itself.
-
-    `stdin` is the here-documents and here-strings fed to it: a shell given
-    no ``-c`` script runs them (``bash <<EOF ... EOF``).
-    """
-    command = parse_command(argv)
-    scripts = command.scripts
-    if command.name in _SHELLS and not scripts:
-        scripts = tuple(stdin)
-    if command.name == "eval" and command.args:
-        # eval joins its arguments with spaces and runs the result as a script.
-        scripts = (*scripts, " ".join(command.args))
-    for script in scripts:
-        reason = _check_script(script, depth=depth + 1)
-        if reason is not None:
-            return reason
-    if command.program is None:
-        return None
-    checker = _CHECKERS.get(command.name)
-    if checker is None:
-        return _disk_reason(command.program) if command.name.startswith("mkfs") else None
-    return checker(command.program, list(command.args), depth)
 
 
 def _rm(token: str, args: list[str], _depth: int) -> str | None:
@@ -413,24 +399,6 @@ def _init(token: str, args: list[str], _depth: int) -> str | None:
     return None
 
 
-def _find(token: str, args: list[str], depth: int) -> str | None:
-    # `find ... -exec CMD ... ;` runs CMD for every match. One pass: each
-    # -exec's command runs to the next `;` or `+`.
-    index = 0
-    while index < len(args):
-        if args[index] not in ("-exec", "-execdir", "-ok", "-okdir"):
-            index += 1
-            continue
-        end = index + 1
-        while end < len(args) and args[end] not in (";", "+"):
-            end += 1
-        reason = _check_argv(args[index + 1 : end], depth=depth)
-        if reason is not None:
-            return reason
-        index = end + 1
-    return None
-
-
 _Checker = Callable[[str, list[str], int], "str | None"]
 _CHECKERS: dict[str, _Checker] = {
     "rm": _rm,
@@ -439,7 +407,6 @@ _CHECKERS: dict[str, _Checker] = {
     "chmod": _chmod,
     "chown": _chmod,
     "chgrp": _chmod,
-    "find": _find,
     **dict.fromkeys(_ELEVATORS, _elevate),
     **dict.fromkeys(_DISK_TOOLS, _disk),
     **dict.fromkeys(_POWER, _power),

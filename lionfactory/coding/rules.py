@@ -18,16 +18,28 @@ A `Rule` names a tool (``"*"``: every tool) and, optionally, a glob
   ``;``, ``|``, inside subshells, groups, loops, functions and command
   substitutions, in arguments, strings and here-documents), as its words
   joined by single spaces, starting at the program's base name
-  (``/usr/bin/git  push`` is ``git push``); wrappers (``env``, ``timeout``,
-  ``xargs``...) and leading ``VAR=value`` assignments are looked through, and
-  the scripts of ``sh -c '...'``, ``env -S '...'`` and ``eval`` are checked
-  command by command too. A script matches when any of its commands does. A
-  script that does not parse is refused (`ToolDenied`, with where the syntax
-  breaks) by a rule set that has bash globs, whatever the rules say: they
-  cannot tell what it would run;
+  (``/usr/bin/git  push`` is ``git push``), normalized the one way
+  `deny_destructive_commands` reads them too: wrappers (``env``, ``command``,
+  ``builtin``, ``exec``, ``nice``, ``timeout``, ``nohup``, ``stdbuf``,
+  ``sudo``, ``xargs``, ``coproc``, ``find -exec``...) and leading
+  ``VAR=value`` assignments are looked through, line continuations and
+  ``$'...'`` quoting are resolved, git's global options are skipped (``git -C
+  . push`` is ``git push``), and the scripts of ``sh -c '...'`` (whatever the
+  shell's options), ``env -S '...'``, ``eval`` and a here-document fed to a
+  shell are checked command by command too. The glob is also tried on the
+  command as written (``sudo rm x``, ``git -c k=v push``). A script matches
+  when any of its commands does. A script that does not parse, or nests
+  scripts more than eight levels deep, is refused (`ToolDenied`, saying why)
+  by a rule set that has bash globs, whatever the rules say: they cannot tell
+  what it would run;
 * for the file tools (reader, editor, search, code_nav, ast_search,
-  code_check) it is matched against the path argument, normalised (``./``
-  and ``..`` folded, an absolute path inside the workspace made relative);
+  code_check) it is matched against **each path the call touches, as the
+  tool's workspace resolves it** (`Tool.targets`): one root-relative POSIX
+  form, so ``../<root name>/src/a.py``, ``<root>//src/a.py`` and
+  ``./src/../src/a.py`` are all ``src/a.py``; for an ``apply_patch`` every
+  file of the patch and both ends of a ``*** Move to:``. A path the tool
+  refuses (outside the workspace, protected) is not among them: the call
+  never touches it;
 * without a glob the rule matches every call of the tool.
 
 Of the rules that match a call, the strictest decides: ``deny`` over ``ask``
@@ -52,7 +64,6 @@ decide what a person wants to be asked about.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
@@ -61,9 +72,9 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
+from lionfactory._shell_commands import ShellTooDeep, normalized_commands
 from lionfactory._shell_parse import ShellSyntaxError
-from lionfactory._shell_parse import simple_commands as parse_script
-from lionfactory.coding._shellwords import _SHELLS, parse_command
+from lionfactory._tool import stated_targets
 from lionfactory.errors import ApprovalRequired, ToolDenied
 
 __all__ = ["MODES", "PATH_ARGUMENTS", "Decision", "Mode", "Rule", "RuleHook", "mode_rules"]
@@ -81,52 +92,35 @@ PATH_ARGUMENTS: Mapping[str, str] = {
     "ast_search": "path",
     "code_check": "paths",
 }
-"""The argument a rule's glob is matched against, per file tool."""
-
-# Deeper ``sh -c`` nesting than this is judged on what was seen so far; a
-# bound so that a crafted script cannot make a rule check recurse forever.
-_MAX_NESTING = 8
+"""The argument a rule's glob is matched against, per file tool, when the call's
+tool does not state its targets (a hook called outside a tool's own pipeline)."""
 
 
 def simple_commands(script: str) -> list[str]:
-    """The simple commands of a bash script, each as its words joined by spaces.
+    """The commands of a bash script as a rule sees them, each as its words joined by spaces.
 
     The script is read by the shell grammar `lionfactory.coding.simple_commands`
     uses, so the commands joined by operators, inside subshells, groups,
     loops, functions and command substitutions (in arguments, strings and
-    here-documents) all count. Each command starts at the program's base
-    name, seen through wrappers (``env``, ``timeout``, ``xargs``...) and
-    assignments, as `deny_destructive_commands` sees it; the scripts it would
-    run (``sh -c '...'``, ``env -S '...'``, ``eval``'s joined arguments, the
-    here-document or here-string fed to a shell without ``-c``) follow as commands of their own.
+    here-documents) all count, and then normalized the one way
+    `deny_destructive_commands` normalizes them too: each command starts at
+    the program's base name, seen through wrappers (``env``, ``sudo``,
+    ``timeout``, ``xargs``, ``find -exec``, ``coproc``...) and assignments,
+    git's global options skipped (``git -C . push`` is ``git push``); the
+    scripts it would run (``sh -c '...'`` whatever the shell's options,
+    ``env -S '...'``, ``eval``'s joined arguments, the here-document or
+    here-string fed to a shell without ``-c``) follow as commands of their own.
 
     Raises:
         ShellSyntaxError: the script, or a script it runs, does not parse.
+        ShellTooDeep: scripts nest too deeply to be read (a `ShellSyntaxError`).
     """
-    return list(_command_lines(script))
+    return [command.text for command in normalized_commands(script)]
 
 
-@functools.lru_cache(maxsize=64)
-def _command_lines(script: str) -> tuple[str, ...]:
-    # Cached: every rule of a set reads the same script of one call.
-    found: list[str] = []
-    pending = [(script, 0)]
-    while pending:
-        text, depth = pending.pop(0)
-        for simple in parse_script(text):
-            command = parse_command(simple.words)
-            scripts = command.scripts
-            if command.name in _SHELLS and not scripts:
-                # A shell given no -c script runs what its stdin holds.
-                scripts = simple.stdin
-            if command.name == "eval" and command.args:
-                # eval joins its arguments with spaces and runs the result.
-                scripts = (*scripts, " ".join(command.args))
-            if command.program is not None:
-                found.append(" ".join([command.name, *command.args]))
-            if depth < _MAX_NESTING:
-                pending.extend((inner, depth + 1) for inner in scripts)
-    return tuple(found)
+def _command_forms(script: str) -> list[str]:
+    """Every spelling of every command of `script` a glob is matched against."""
+    return [form for command in normalized_commands(script) for form in command.forms]
 
 
 def _check_tool(_instance: Any, _attribute: Any, value: Any) -> None:
@@ -155,8 +149,9 @@ class Rule:
 
     Args:
         tool: the tool's name, or ``"*"`` for every tool.
-        match: a glob on each simple command (bash) or on the path (file
-            tools); None matches every call of the tool.
+        match: a glob on each simple command (bash, normalized) or on each
+            path the call touches as the tool resolves it (file tools);
+            None matches every call of the tool.
         decision: ``"allow"``, ``"ask"`` (hold for a person) or ``"deny"``.
         reason: what the model (for a denial) or the person (for an ask)
             reads; a default naming the rule is used when empty.
@@ -240,6 +235,10 @@ class Rule:
         key = PATH_ARGUMENTS.get(tool)
         if key is None:
             return False
+        targets = stated_targets(tool, arguments)
+        if targets is not None:
+            # The tool's own account: every path it resolved, in one form.
+            return any(fnmatch.fnmatchcase(path, self.match) for path in targets)
         value = arguments.get(key)
         if value is None and tool != "code_check":
             value = "."
@@ -252,10 +251,11 @@ class Rule:
             return True
         if (tool or self.tool) == "bash":
             try:
-                commands = simple_commands(text)
+                commands = _command_forms(text)
             except ShellSyntaxError:
-                # What cannot be read could run anything: it matches every
-                # glob (and `RuleHook` refuses it outright).
+                # What cannot be read (or is nested too deeply to read)
+                # could run anything: it matches every glob (and `RuleHook`
+                # refuses it outright).
                 return True
             return any(fnmatch.fnmatchcase(c, glob) for c in commands)
         return fnmatch.fnmatchcase(_normal_path(text, root), glob)
@@ -288,14 +288,20 @@ class Rule:
 
 
 def _normal_path(text: str, root: Path | None) -> str:
-    """A path as rules see it: relative to the workspace, ``.`` and ``..`` folded."""
+    """A path as rules see it: relative to the workspace, ``.`` and ``..`` folded.
+
+    For a tool that does not state its targets. With the root known, the
+    path is folded from the root, as a workspace resolves it: so
+    ``../<root name>/src/a.py`` and ``<root>//src/a.py`` are ``src/a.py``.
+    """
     path = text.replace("\\", "/")
-    if root is not None and path.startswith("/"):
-        base = os.fspath(root).rstrip("/")
-        if path == base:
-            path = "."
-        elif path.startswith(base + "/"):
-            path = path[len(base) + 1 :]
+    if root is not None:
+        base = posixpath.normpath(os.fspath(root))
+        full = posixpath.normpath(posixpath.join(base, path))
+        if full == base:
+            return "."
+        if full.startswith(base.rstrip("/") + "/"):
+            return full[len(base.rstrip("/")) + 1 :]
     normal = posixpath.normpath(path) if path else "."
     return normal
 
@@ -405,6 +411,8 @@ class RuleHook:
             return None
         try:
             simple_commands(command)
+        except ShellTooDeep as exc:
+            return f"The command could not be checked against the approval rules: {exc.message}."
         except ShellSyntaxError as exc:
             return (
                 f"The command could not be checked against the approval rules: {exc.message}. "

@@ -19,6 +19,7 @@ from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, ToolHints
+from lionfactory.tools._targets import PathTargets
 
 __all__ = ["count", "helper_tool", "left_out_ignored", "not_installed"]
 
@@ -36,6 +37,7 @@ def helper_tool(
     response_model: type[BaseModel],
     hints: ToolHints,
     env_policy: EnvPolicy | None = None,
+    path_field: str = "path",
 ) -> Tool:
     """The factory body the helper-binary tools share: workspace, finder, confinement.
 
@@ -60,6 +62,7 @@ def helper_tool(
         handler=handler(workspace, finder, confinement),
         response_model=response_model,
         hints=hints,
+        targets=PathTargets(workspace, path_field),
     )
 
 

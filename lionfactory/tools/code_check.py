@@ -444,4 +444,5 @@ def code_check_tool(
         response_model=CodeCheckResponse,
         hints=ToolHints.reading("Check code with ruff"),
         env_policy=env_policy,
+        path_field="paths",
     )

@@ -58,6 +58,7 @@ from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.errors import ConfigurationError, ToolFailure
 from lionfactory.tools._code_intel import CodeIntel, build_code_intel
+from lionfactory.tools._targets import PathTargets
 
 __all__ = ["NavItem", "NavRequest", "NavResponse", "code_nav_tool"]
 
@@ -578,4 +579,5 @@ def code_nav_tool(
         handler=_NavHandler(workspace, intel),
         response_model=NavResponse,
         hints=ToolHints.reading("Navigate Python code"),
+        targets=PathTargets(workspace, ("path", "paths")),
     )

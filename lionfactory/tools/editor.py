@@ -60,7 +60,7 @@ from lionfactory.tools._editor_files import (
 from lionfactory.tools._editor_text import snippet
 
 if TYPE_CHECKING:
-    from lionfactory.tools._editor_match import Placed
+    from lionfactory.tools._editor_match import Hunk, Placed
     from lionfactory.tools._editor_patch import FileOp
 
 # The matcher (`_editor_match`) and the patch parser (`_editor_patch`) are
@@ -705,8 +705,14 @@ def _accept(located: Location | PathRefused, path: str, protect_git: bool) -> Lo
 
 
 def _must_be_absent(loc: Location, what: str) -> None:
+    """Refuse (`_PatchRefused`) a new file's path that exists or passes through a link.
+
+    Judged without following links, as the write will be: a directory link
+    inside the workspace (``link -> src``) is refused now, before the patch
+    writes its first file, not halfway through.
+    """
     try:
-        fd = loc.open_read()
+        fd = loc.open_read(follow=False)
     except FileNotFoundError:
         return
     except PathRefused as exc:
@@ -730,18 +736,29 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
         find_line,
         is_python,
         lines_of,
-        place_hunk,
         python_parses,
     )
 
     op, shown = plan.op, plan.loc.shown
     lines = lines_of(text)
     placed: list[Placed] = []
+    blocks: dict[int, int | None] = {}
     cursor = 0
     for number, hunk in enumerate(op.hunks, 1):
         after = cursor
+        opened: list[int] = []  # the lines its '@@' lines were found at
         for anchor in getattr(hunk, "anchors", ()):
             found = find_line(lines, anchor, after)
+            earlier = (
+                None if found is not None or not cursor else _last_before(lines, anchor, after)
+            )
+            if earlier is not None:
+                # The anchor lies before the previous hunk's end: this hunk
+                # is in the same function or class as that one (models name
+                # the enclosing function for each hunk). It is placed after
+                # the previous hunk, where its lines must still be unique.
+                opened.append(earlier)
+                continue
             if found is None:
                 raise _PatchRefused(
                     f"hunk {number} of {shown!r}: its '@@ {anchor}' line was not found after "
@@ -749,7 +766,24 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
                     f"it holds."
                 )
             after = found + 1
-        where = place_hunk(lines, attrs.evolve(hunk, after=after))
+            opened.append(found)
+        where = _place(lines, hunk, after)
+        if isinstance(where, str) and after != cursor and is_python(shown):
+            # Its lines occur more than once after its '@@' line: the one
+            # occurrence inside the function or class an '@@' line opens
+            # (the innermost that holds exactly one) is the one meant.
+            for line in reversed(opened):
+                inside = _inside_block(text, lines, hunk, line, after, blocks)
+                if inside is not None:
+                    where = inside
+                    break
+        if isinstance(where, str) and after != cursor:
+            # Placed from its '@@' line it fails, yet its lines may be the one
+            # place after the previous hunk: a model names the enclosing
+            # function again for a second hunk in it, and the next line with
+            # that text is a later function's. Unique there, it is placed.
+            again = _place(lines, hunk, cursor)
+            where = where if isinstance(again, str) else again
         if isinstance(where, str):
             raise _PatchRefused(
                 f"hunk {number} of {shown!r} cannot be placed: {where}. Nothing was applied."
@@ -778,6 +812,80 @@ def _plan_update(plan: _Planned, text: str) -> bytes:
         return result.encode("utf-8")
     except UnicodeEncodeError:
         raise _PatchRefused(f"the new text of {shown!r} is not valid UTF-8.") from None
+
+
+def _place(lines: Any, hunk: Hunk, after: int) -> Placed | str:
+    """Where `hunk` goes at or after line `after`, or why not (`place_hunk`).
+
+    A '*** Begin Patch' hunk whose last line is an empty context line past
+    the file's final line feed (the empty string stands for that line feed,
+    as Codex's apply_patch reads it) is retried without it, where it then
+    ends at the end of the file.
+    """
+    from lionfactory.tools._editor_match import place_hunk
+
+    where = place_hunk(lines, attrs.evolve(hunk, after=after))
+    if isinstance(where, str) and _ends_in_phantom_line(hunk):
+        trimmed = attrs.evolve(hunk, old=hunk.old[:-1], new=hunk.new[:-1], after=after, at_end=True)
+        again = place_hunk(lines, trimmed)
+        where = where if isinstance(again, str) else again
+    return where
+
+
+def _last_before(lines: Any, anchor: str, before: int) -> int | None:
+    """The last line before `before` that an ``@@ anchor`` line names, or None."""
+    from lionfactory.tools._editor_match import find_line
+
+    last = None
+    at = find_line(lines, anchor, 0)
+    while at is not None and at < before:
+        last = at
+        at = find_line(lines, anchor, at + 1)
+    return last
+
+
+def _inside_block(
+    text: str, lines: Any, hunk: Hunk, opener: int, after: int, blocks: dict[int, int | None]
+) -> Placed | None:
+    """`hunk` placed at or after `after` inside the Python def or class opened at line `opener`.
+
+    None when that line opens no def or class (or the file does not parse),
+    or when the hunk is not the one place in that block.
+    `blocks` remembers each opening line's block end, and the parse, per file.
+    """
+    from lionfactory.tools._editor_match import lines_of
+
+    if hunk.at_end:
+        return None
+    if not blocks:
+        import ast
+
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            blocks[-1] = None
+            return None
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                blocks.setdefault(node.lineno - 1, node.end_lineno)
+    end = blocks.get(opener)
+    if end is None or end <= after:
+        return None
+    # The text up to the block's end: placed there, the hunk's line indices
+    # are the file's own.
+    prefix = text[: lines.starts[end]] if end < len(lines.starts) else text
+    found = _place(lines_of(prefix), hunk, after)
+    if isinstance(found, str) or found.first + found.count > end:
+        return None
+    return found
+
+
+def _ends_in_phantom_line(hunk: Hunk) -> bool:
+    """Whether a V4A hunk (one with ``@@`` anchors) ends with an empty line on both sides."""
+    old, new = hunk.old, hunk.new
+    return (
+        hasattr(hunk, "anchors") and len(old) > 1 and old[-1] == "" and bool(new) and new[-1] == ""
+    )
 
 
 def _plan(
@@ -839,7 +947,14 @@ def _close_plans(plans: list[_Planned]) -> None:
             plan.dir_fd = None
 
 
-def _create(loc: Location, data: bytes, steps: WriteSteps) -> os.stat_result:
+def _create(
+    loc: Location, data: bytes, steps: WriteSteps
+) -> tuple[os.stat_result, list[tuple[int, str]]]:
+    """Write a new file; its stat, and the directories made for it (for a rollback).
+
+    The caller releases the directories (`release_created`): removed if the
+    patch is rolled back, kept otherwise. A failed write removes them at once.
+    """
     dir_fd, created = loc.make_parent()
     done = False
     try:
@@ -847,10 +962,11 @@ def _create(loc: Location, data: bytes, steps: WriteSteps) -> os.stat_result:
             remove_stale_temps(dir_fd)
             written = commit(dir_fd, loc.name, data, original=None, steps=steps)
             done = True
-            return written
+            return written, created
     finally:
         os.close(dir_fd)
-        release_created(created, remove=not done)
+        if not done:
+            release_created(created, remove=True)
 
 
 def _unlink(dir_fd: int, name: str) -> None:
@@ -894,9 +1010,11 @@ def _apply_patch(
         plans = _plan(workspace, ops, located, protect_git)
     except _PatchRefused as exc:
         return EditorResponse(success=False, error=f"The patch was not applied: {exc}"), []
-    undo: list[Callable[[], None]] = []
+    undo: list[Callable[[], str | None]] = []
+    made: list[list[tuple[int, str]]] = []  # directories the writes created
     evidence: list[FileEvidence] = []
     report: list[str] = []
+    at = ""  # the file being written, for the error
     try:
         try:
             for plan in plans:
@@ -907,11 +1025,15 @@ def _apply_patch(
                 if op.kind == "add" or plan.dest is not None:
                     target = loc if op.kind == "add" else plan.dest
                     assert target is not None
-                    written = _create(target, plan.data, steps)
-                    undo.append(functools.partial(_remove, target))
+                    at = target.shown
+                    written, created = _create(target, plan.data, steps)
+                    made.append(created)
+                    undo.append(functools.partial(release_created, created, remove=True))
+                    undo.append(functools.partial(_remove, target, plan.data))
                 else:
                     assert plan.dir_fd is not None
                     assert plan.read is not None
+                    at = loc.shown
                     with directory_lock(plan.dir_fd):
                         written = commit(
                             plan.dir_fd, loc.name, plan.data, original=plan.read, steps=steps
@@ -928,23 +1050,25 @@ def _apply_patch(
                 if plan.op.kind == "delete" or plan.dest is not None:
                     assert plan.dir_fd is not None
                     assert plan.read is not None
+                    at = plan.loc.shown
                     if not _still_as_read(plan.dir_fd, plan.loc.name, plan.read):
                         raise FileChanged(plan.loc.name)
                     _unlink(plan.dir_fd, plan.loc.name)
                     undo.append(functools.partial(_recreate, plan, steps))
                     if plan.op.kind == "delete":
                         report.append(f"deleted {plan.loc.shown!r}")
-        except (FileChanged, LateChange, OSError) as exc:
-            failed = _rollback(undo)
-            why = (
-                "a file changed while the patch was being applied (another program wrote it)"
-                if isinstance(exc, (FileChanged, LateChange))
-                else f"a write failed ({(exc.strerror or str(exc)).lower()})"
-            )
+        except (FileChanged, LateChange, OSError, PathRefused) as exc:
+            kept = _rollback(undo)
+            if isinstance(exc, (FileChanged, LateChange)):
+                why = f"{at!r} changed while the patch was being applied (another program wrote it)"
+            elif isinstance(exc, PathRefused):
+                why = f"{at!r} could not be written: {exc.message}"
+            else:
+                why = f"writing {at!r} failed ({(exc.strerror or str(exc)).lower()})"
             tail = (
                 " Every file was put back as it was."
-                if not failed
-                else " Some files could not be put back: " + "; ".join(failed) + "."
+                if not kept
+                else " Not everything could be put back: " + "; ".join(kept) + "."
             )
             return EditorResponse(
                 success=False,
@@ -952,6 +1076,8 @@ def _apply_patch(
             ), []
     finally:
         _close_plans(plans)
+        for created in made:
+            release_created(created, remove=False)  # kept: the patch stands
     rules = [m for plan in plans for m in plan.matched]
     loose = _loosest(rules) if rules else None
     note = "" if loose in (None, "exact") else f" Hunks were located loosely{_note(loose)}."
@@ -975,46 +1101,103 @@ def _describe(plan: _Planned) -> str:
     return f"updated {plan.loc.shown!r}{hunks}{moved}"
 
 
-def _remove(loc: Location) -> None:
+def _holding(dir_fd: int, name: str, data: bytes) -> Original | None:
+    """The file `name` opened, if it holds exactly `data` (what this patch wrote); else None.
+
+    A rollback undoes only its own writes: a file that holds anything else
+    was changed by someone after the patch wrote it, and that change stays.
+    """
+    try:
+        fd = open_child(dir_fd, name, os.O_RDONLY | _O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+            os.close(fd)
+            return None
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            same = stream.read(len(data) + 1) == data
+    except BaseException:
+        os.close(fd)
+        raise
+    if not same:
+        os.close(fd)
+        return None
+    return Original(fd=fd, st=st, data=data)
+
+
+def _kept(shown: str) -> str:
+    return f"{shown!r} was changed by someone else after the patch wrote it; their version was kept"
+
+
+def _remove(loc: Location, data: bytes) -> str | None:
+    """Remove a file this patch created, unless someone changed it since."""
     dir_fd = attrs.evolve(loc, parts=loc.parts[:-1]).open_dir()
     try:
-        _unlink(dir_fd, loc.name)
+        with directory_lock(dir_fd):
+            ours = _holding(dir_fd, loc.name, data)
+            if ours is None:
+                return _kept(loc.shown)
+            try:
+                if not _still_as_read(dir_fd, loc.name, ours):
+                    return _kept(loc.shown)
+                os.unlink(loc.name, dir_fd=dir_fd)
+            finally:
+                os.close(ours.fd)
     finally:
         os.close(dir_fd)
+    return None
 
 
-def _restore(plan: _Planned) -> None:
+def _restore(plan: _Planned) -> str | None:
+    """Put an updated file's old bytes back, unless someone changed it since the patch."""
     assert plan.dir_fd is not None
     assert plan.read is not None
     assert plan.read.data is not None
+    assert plan.data is not None
     with directory_lock(plan.dir_fd):
-        fd = open_child(plan.dir_fd, plan.loc.name, os.O_RDONLY | _O_NONBLOCK)
+        current = _holding(plan.dir_fd, plan.loc.name, plan.data)
+        if current is None:
+            return _kept(plan.loc.shown)
         try:
-            current = Original(fd=fd, st=os.fstat(fd))
             commit(plan.dir_fd, plan.loc.name, plan.read.data, original=current)
+        except FileChanged:
+            return _kept(plan.loc.shown)
         finally:
-            os.close(fd)
+            os.close(current.fd)
+    return None
 
 
-def _recreate(plan: _Planned, steps: WriteSteps) -> None:
+def _recreate(plan: _Planned, steps: WriteSteps) -> str | None:
+    """Bring back a file the patch deleted (or moved away), unless its name is taken since."""
     assert plan.dir_fd is not None
     assert plan.read is not None
     assert plan.read.data is not None
     with directory_lock(plan.dir_fd):
-        commit(plan.dir_fd, plan.loc.name, plan.read.data, original=None, steps=steps)
+        try:
+            commit(plan.dir_fd, plan.loc.name, plan.read.data, original=None, steps=steps)
+        except FileChanged:
+            return (
+                f"{plan.loc.shown!r} was created again by someone else after the patch "
+                f"removed it; their version was kept"
+            )
         with contextlib.suppress(OSError):
             os.chmod(plan.loc.name, stat.S_IMODE(plan.read.st.st_mode), dir_fd=plan.dir_fd)
+    return None
 
 
-def _rollback(undo: list[Callable[[], None]]) -> list[str]:
-    """Undo the writes done so far, newest first; what could not be undone."""
-    failed: list[str] = []
+def _rollback(undo: list[Callable[[], str | None]]) -> list[str]:
+    """Undo the writes done so far, newest first; what was not undone, and why."""
+    kept: list[str] = []
     for step in reversed(undo):
         try:
-            step()
-        except OSError as exc:
-            failed.append(str(exc))
-    return failed
+            outcome = step()
+        except (OSError, PathRefused, LateChange) as exc:
+            outcome = exc.message if isinstance(exc, PathRefused) else str(exc) or repr(exc)
+        if outcome is not None:
+            kept.append(outcome)
+    return kept
 
 
 # --- the tool -------------------------------------------------------------------
@@ -1118,6 +1301,34 @@ class _EditorHandler:
             )
         record_evidence(context, evidence)
         return await self._with_diagnostics(response, token)
+
+
+@attrs.frozen
+class _EditorTargets:
+    """What an editor call touches: its file, or every file of its patch and both ends of a move.
+
+    Each path as this workspace resolves it (``src/a.py``, however it was
+    spelled); a path the editor would refuse is left out, since it is never
+    written.
+    """
+
+    workspace: Workspace
+
+    def __call__(self, request: EditorRequest) -> tuple[str, ...]:
+        if request.action != "apply_patch":
+            paths = [request.file_path] if request.file_path else []
+        else:
+            ops = patch_operations(request)
+            if isinstance(ops, str):
+                return ()  # refused before any file is touched
+            paths = [path for op in ops for path in (op.path, op.move_to) if path is not None]
+        found: list[str] = []
+        for path in paths:
+            try:
+                found.append(self.workspace.locate(path).relative)
+            except PathRefused:
+                continue
+        return tuple(dict.fromkeys(found))
 
 
 def patch_operations(request: EditorRequest) -> list[FileOp] | str:
@@ -1274,6 +1485,7 @@ def editor_tool(
             diagnostics=diagnostics,
         ),
         response_model=EditorResponse,
+        targets=_EditorTargets(workspace),
         # `write` overwrites a whole file: the strongest action sets the hints.
         hints=ToolHints("Edit files", destructive=True),
     )

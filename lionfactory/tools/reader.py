@@ -47,6 +47,7 @@ from lionfactory.tools._reader_window import (
     Window,
     read_window,
 )
+from lionfactory.tools._targets import PathTargets
 
 if TYPE_CHECKING:
     import httpx
@@ -560,6 +561,7 @@ def reader_tool(
         request_model=ReaderRequest,
         handler=_ReaderHandler(workspace, opener, images=images),
         response_model=ReaderResponse,
+        targets=PathTargets(workspace, "path"),
         # A reader allowed to fetch from some hosts reaches outside the workspace.
         hints=ToolHints.reading("Read files", open_world=bool(opener.fetcher.allowed_hosts)),
     )
