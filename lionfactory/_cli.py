@@ -49,7 +49,7 @@ from typing import Any, Literal, TextIO
 
 from lionfactory import __version__
 from lionfactory._acting import error_payload
-from lionfactory._approvals import running_approved
+from lionfactory._approvals import Approval, approving
 from lionfactory._builtins import WORKSPACE_TOOLS, workspace_factory
 from lionfactory._tool import Tool
 from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError
@@ -475,7 +475,9 @@ def _call(
             if not ask_on_terminal(asked, arguments):
                 print("lionfactory: not run", file=sys.stderr)
                 return EXIT_FAILED
-            with running_approved():
+            # The person on the terminal approved this call, with these
+            # arguments, and nothing it leads to.
+            with approving(Approval(None, "", tool.name, dict(arguments))):
                 result = tool.run_sync(**arguments)
     except ToolInputError as exc:
         if as_json:

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from lionfactory._acting import ActionResult, execute_call, pending_payload
-from lionfactory._approvals import PendingCall, running_approved
+from lionfactory._acting import ActionResult, answer_result, execute_call
+from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._messages import Message, ToolCall
 from lionfactory._tool import Tool
@@ -113,27 +113,13 @@ class ToolSource:
             return result
         del self.fixed_pending[call_id]
         if held.decision == "denied":
-            payload = {
-                "error": f"A person denied this call: {held.denial_reason}",
-                "error_type": "ToolDenied",
-            }
-            message = Message(
-                role="tool", content=json.dumps(payload), call_id=held.id, tool=held.tool
-            )
-            return ActionResult(
-                call_id=held.id,
-                tool=held.tool,
-                arguments=dict(held.arguments),
-                result=None,
-                error=payload["error"],
-                error_type="ToolDenied",
-                message=message,
-                payload=payload,
-            )
+            return answer_result(held, "denied")
         call = ToolCall(name=held.tool, arguments=held.run_arguments)
         call = call.model_copy(update={"id": held.id})
-        with running_approved():
-            return await execute_call(self.owner, self.fixed, call)
+        action = await execute_call(self.owner, self.fixed, call, approved=True)
+        if action.pending is not None:
+            self.fixed_pending[action.pending.id] = action.pending
+        return action
 
     def holds(self, call_id: str) -> bool:
         """Whether the branch holds a call of this id for a person's decision."""
@@ -184,8 +170,7 @@ class ToolSource:
         branch = self.branch
         if branch is None:
             call = ToolCall(name=name, arguments=dict(arguments)).model_copy(update={"id": call_id})
-            with running_approved():
-                return await execute_call(self.owner, self.fixed, call)
+            return await execute_call(self.owner, self.fixed, call, approved=True)
         held = {p.id: p for p in branch.pending_calls}.get(call_id)
         if held is not None:
             edited = dict(arguments) if dict(arguments) != held.arguments else None
@@ -195,24 +180,11 @@ class ToolSource:
         recorded = _recorded(branch, call_id)
         if recorded is not None:
             return recorded
-        with running_approved():
-            return await branch.act(name, arguments, call_id=call_id)
+        return await branch._act(name, arguments, call_id, approved=True)
 
 
 def _still_held(held: PendingCall) -> ActionResult:
-    payload = pending_payload(held)
-    message = Message(role="tool", content=json.dumps(payload), call_id=held.id, tool=held.tool)
-    return ActionResult(
-        call_id=held.id,
-        tool=held.tool,
-        arguments=dict(held.arguments),
-        result=None,
-        error=None,
-        error_type=None,
-        message=message,
-        payload=payload,
-        pending=held,
-    )
+    return answer_result(held, "held")
 
 
 def recorded_answer(
