@@ -253,7 +253,7 @@ def test_the_cli_reports_an_unreachable_store_before_serving(
 ) -> None:
     from lionfactory._cli import main
 
-    missing = git_workspace / "no-such-dir" / "x.db"
+    missing = git_workspace.parent / "no-such-dir" / "x.db"
     assert (
         main(["mcp", "serve", "--workspace", str(git_workspace), "--store", f"sqlite:///{missing}"])
         == 2
