@@ -515,17 +515,18 @@ def _ending_sessions(app: Any, server: Server[SessionBranches], store_kept: bool
             await app(scope, receive, send)
             return
         session = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
-        ended = False
 
         async def watch(message: Any) -> None:
-            nonlocal ended
-            if message["type"] == "http.response.start":
-                ended = message["status"] < 300
+            # Before the response leaves: a client that saw its DELETE
+            # succeed never finds the session alive, even if the server
+            # stops right after.
+            if message["type"] == "http.response.start" and message["status"] < 300 and session:
+                await end(session)
             await send(message)
 
         await app(scope, receive, watch)
-        if not ended or not session:
-            return
+
+    async def end(session: str) -> None:
         sessions = _LIVE.get(server)
         if sessions is not None:
             await sessions.drop(session)
