@@ -11,7 +11,7 @@
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
                           [--allow-merge-into-protected]
                           [--store sqlite:///PATH|redis://HOST:PORT/DB] [--session NAME]
-                          [--no-resources]
+                          [--allow-writable-store] [--max-sessions N] [--no-resources]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -276,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="keep every session's branch (conversation and read evidence) in a store, saved "
         "after each tool call, so sessions survive a restart: sqlite:///path.db (one machine) "
-        "or redis://host:port/db (shared by several servers)",
+        "or redis://host:port/db (shared by several servers). A sqlite file the served tools "
+        "could write (inside the workspace or the served bash's writable roots) is refused",
     )
     serve.add_argument(
         "--allow-writable-store",

@@ -72,11 +72,27 @@ class ToolSource:
             self.fixed_pending[action.pending.id] = action.pending
         return action
 
-    def held(self, call_id: str) -> PendingCall | None:
-        """The held call of this id (on the branch, or of the fixed list), or None."""
+    def held(
+        self,
+        call_id: str,
+        name: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> PendingCall | None:
+        """The held call of this id (on the branch, or of the fixed list), or None.
+
+        A host that repeats one id for two calls gets them held under ids of
+        their own (the branch makes held ids unique, `_sent_as` maps back);
+        given the call's `name` and `arguments`, the one that matches them is
+        found, never the other call that shares its id.
+        """
         if self.branch is None:
-            return self.fixed_pending.get(call_id)
-        return {p.id: p for p in self.branch.pending_calls}.get(call_id)
+            found = self.fixed_pending.get(call_id)
+            return found if found is not None and _same(found, name, arguments) else None
+        sent = _sent_as(self.branch)
+        for pending in self.branch.pending_calls:
+            if call_id in (pending.id, sent.get(pending.id)) and _same(pending, name, arguments):
+                return pending
+        return None
 
     def decide(
         self,
@@ -123,7 +139,7 @@ class ToolSource:
 
     def holds(self, call_id: str) -> bool:
         """Whether the branch holds a call of this id for a person's decision."""
-        return self.branch is not None and any(p.id == call_id for p in self.branch.pending_calls)
+        return self.branch is not None and self.held(call_id) is not None
 
     async def asks(self, name: str, arguments: Mapping[str, Any]) -> str | None:
         """Whether a hook of tool `name` would ask a person about this call: its reason.
@@ -171,16 +187,33 @@ class ToolSource:
         if branch is None:
             call = ToolCall(name=name, arguments=dict(arguments)).model_copy(update={"id": call_id})
             return await execute_call(self.owner, self.fixed, call, approved=True)
-        held = {p.id: p for p in branch.pending_calls}.get(call_id)
+        held = self.held(call_id, name)
         if held is not None:
             edited = dict(arguments) if dict(arguments) != held.arguments else None
-            branch.approve(call_id, arguments=edited)
-            (result,) = await branch.settle(only=[call_id])
+            branch.approve(held.id, arguments=edited)
+            (result,) = await branch.settle(only=[held.id])
             return result
         recorded = _recorded(branch, call_id)
         if recorded is not None:
             return recorded
         return await branch._act(name, arguments, call_id, approved=True)
+
+
+def _same(pending: PendingCall, name: str | None, arguments: Mapping[str, Any] | None) -> bool:
+    """Whether `pending` is the call named (any call when neither is given)."""
+    if name is not None and pending.tool != name:
+        return False
+    return arguments is None or pending.arguments == dict(arguments)
+
+
+def _sent_as(branch: Branch) -> dict[str, str]:
+    """``{held id: id the host sent}`` for the calls whose ids the branch made unique."""
+    sent: dict[str, str] = {}
+    for message in branch.messages.record:
+        renamed = message.metadata.get("provider_call_ids") if message.role == "assistant" else None
+        if isinstance(renamed, dict):
+            sent.update(renamed)
+    return sent
 
 
 def _still_held(held: PendingCall) -> ActionResult:
