@@ -226,17 +226,20 @@ def mcp_text(result: Any) -> str:
     return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
-async def via_stdio(root: Path, tool: str, args: dict[str, Any], url: str) -> str:
-    from mcp import Client, StdioServerParameters
+def via_stdio(mode: str) -> Callable[..., Awaitable[str]]:
+    async def call(root: Path, tool: str, args: dict[str, Any], url: str) -> str:
+        from mcp import Client, StdioServerParameters
 
-    script = server_script(root.parent)
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=[str(script), "stdio", str(root)],
-        env={"PYTHONPATH": SOURCE_ROOT},
-    )
-    async with Client(server, mode="legacy") as client:
-        return mcp_text(await client.call_tool(tool, args))
+        script = server_script(root.parent)
+        server = StdioServerParameters(
+            command=sys.executable,
+            args=[str(script), "stdio", str(root)],
+            env={"PYTHONPATH": SOURCE_ROOT},
+        )
+        async with Client(server, mode=mode) as client:
+            return mcp_text(await client.call_tool(tool, args))
+
+    return call
 
 
 def via_http(mode: str) -> Callable[..., Awaitable[str]]:
@@ -375,7 +378,8 @@ ROUTES: dict[str, Callable[..., Awaitable[str]]] = {
     "act": via_act,
     "run": via_run,
     "subagent": via_subagent,
-    "mcp-stdio": via_stdio,
+    "mcp-stdio": via_stdio("legacy"),
+    "mcp-stdio-auto": via_stdio("auto"),
     "mcp-http-session": via_http("legacy"),
     "mcp-sessionless": via_http("2026-07-28"),
     "mcp-http-auto": via_http("auto"),
@@ -524,6 +528,6 @@ async def test_a_sessionless_call_that_needs_approval_holds_nothing(
 
 async def test_stdio_keeps_a_call_that_needs_approval_pending(workspace: Path) -> None:
     tag = uuid.uuid4().hex[:6]
-    said = await via_stdio(workspace, "bash", {"command": f"touch asked-{tag}"}, "")
+    said = await via_stdio("auto")(workspace, "bash", {"command": f"touch asked-{tag}"}, "")
     assert "keeps it pending for this session" in said
     assert not (workspace / f"asked-{tag}").exists()
