@@ -487,11 +487,64 @@ async def approve_after_reload(root: Path, tag: str, url: str) -> None:
     (root / f"asked-{tag}").touch()
 
 
+async def approve_by_pydantic_ai(root: Path, tag: str, url: str) -> None:
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+    from test_pydantic_ai import scripted
+
+    from lionfactory.integrations.pydantic_ai import pydantic_ai_toolset
+
+    branch = toolkit_branch(root)
+    step = ("bash", {"command": f"touch asked-{tag}"})
+    agent = Agent(
+        scripted((step,), "done", []),
+        toolsets=[pydantic_ai_toolset(branch)],
+        output_type=[str, DeferredToolRequests],
+    )
+
+    def work() -> str:
+        first = asyncio.run(agent.run("go"))
+        assert isinstance(first.output, DeferredToolRequests)
+        assert not (root / f"asked-{tag}").exists()
+        (asked,) = first.output.approvals
+        decided = DeferredToolResults(approvals={asked.tool_call_id: True})
+        history = first.all_messages()
+        asyncio.run(agent.run(message_history=history, deferred_tool_results=decided))
+        return "ok"
+
+    await in_thread(work)
+    assert branch.pending_calls == ()
+
+
+async def approve_by_openai_agents(root: Path, tag: str, url: str) -> None:
+    from agents import Agent, RunConfig, Runner
+    from test_openai_agents import ScriptedAgentsModel
+
+    from lionfactory.integrations.openai_agents import openai_agents_tools
+
+    branch = toolkit_branch(root)
+    model = ScriptedAgentsModel((("bash", {"command": f"touch asked-{tag}"}),), "done")
+    agent = Agent(name="coder", model=model, tools=openai_agents_tools(branch))
+    config = RunConfig(tracing_disabled=True)
+
+    async def both() -> None:
+        first = await Runner.run(agent, "go", run_config=config)
+        assert first.interruptions and not (root / f"asked-{tag}").exists()
+        state = first.to_state()
+        for item in first.interruptions:
+            state.approve(item)
+        await Runner.run(agent, state, run_config=config)
+
+    await in_thread(lambda: asyncio.run(both()) or "ok")
+    assert branch.pending_calls == ()
+
+
 APPROVALS: dict[str, Callable[[Path, str, str], Awaitable[None]]] = {
     "act": approve_by_act,
     "run": approve_by_run,
     "subagent": approve_by_subagent,
     "mcp-http-session": approve_by_elicitation,
+    "pydantic-ai": approve_by_pydantic_ai,
+    "openai-agents": approve_by_openai_agents,
     "reload": approve_after_reload,
 }
 
