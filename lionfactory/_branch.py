@@ -352,6 +352,11 @@ class Branch:
         outcome is ``"pending"`` (``result.pending`` is the `PendingCall`, also
         in `pending_calls`) and its tool message is appended when it is
         decided and settled (`settle()` or `resume()`).
+
+        A `call_id` that a held call already has is made unique (``<id>-2``,
+        in ``result.call_id``; the assistant message's metadata maps it
+        back under ``provider_call_ids``), so one approval never names two
+        calls.
         """
         return await self._act(name, arguments, call_id, approved=False)
 
