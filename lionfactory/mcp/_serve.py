@@ -30,6 +30,16 @@ What a "session" is depends on the transport:
   existing file needs an ``expected_hash`` matching the file's current
   content (the ``content_hash`` the reader returned).
 
+What a session id grants is its branch, read-before-edit evidence
+included, so: a 2026-07-28 request never runs on a session, whatever
+``Mcp-Session-Id`` it carries; at most `max_sessions` session branches
+live at once (one more closes the least recently used idle one with
+`Branch.aclose`, and over HTTP the SDK refuses openings past the bound); a
+session its client DELETEd is closed at once and, with a store, stored as
+closed so no server resumes it; and a request whose ``Origin`` is not the
+served origin (or one of `allowed_origins`) is refused, another port of
+the same loopback host included.
+
 A request that carries a progress token (``_meta.progressToken``) gets a
 ``notifications/progress`` every half second while its call runs (the
 elapsed seconds), so clients that reset their timeout on progress never
