@@ -17,16 +17,30 @@ from typing import Any, Literal
 import attrs
 import pydantic_core
 
-from lionfactory._approvals import PendingCall, approved_call
+from lionfactory._approvals import (
+    Answer,
+    Approval,
+    PendingCall,
+    answer_message,
+    answer_payload,
+    approving,
+)
 from lionfactory._call import CallContext, call_context
 from lionfactory._echo import echo, shorten
 from lionfactory._messages import Message, ToolCall
 from lionfactory._tool import Tool, reports_failure
-from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError, UnknownToolError
+from lionfactory.errors import (
+    ApprovalRequired,
+    StepsHeld,
+    ToolError,
+    ToolInputError,
+    UnknownToolError,
+)
 
 __all__ = [
     "ActionResult",
     "Outcome",
+    "answer_result",
     "encode_json",
     "encode_json_string",
     "error_payload",
@@ -182,31 +196,68 @@ def pending_payload(pending: PendingCall) -> dict[str, Any]:
     whose host has no approval flow returns it as the call's result, so the
     model knows the call did not run and why, and does not simply repeat it.
     """
-    return {
-        "status": "awaiting_approval",
-        "call_id": pending.id,
-        "reason": pending.reason,
-        "message": (
-            f"This call of {pending.tool!r} did not run: it needs a person's approval "
-            f"({pending.reason}). It is held as pending call {pending.id!r}; do not repeat "
-            f"it. Continue with other work or wait for the decision."
-        ),
-    }
+    return answer_payload(pending, "held")
+
+
+def answer_result(
+    pending: PendingCall,
+    kind: Answer,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    exception: BaseException | None = None,
+) -> ActionResult:
+    """The outcome of a held call answered without running it, the same on every route.
+
+    A ``"held"`` answer keeps `pending` on the result (the call still
+    waits); the others are errors the model reads (``error``,
+    ``error_type``), and a must-approve answer keeps `pending` too when the
+    server keeps the call.
+    """
+    payload = answer_payload(pending, kind)
+    message = answer_message(pending, payload, metadata)
+    error = payload.get("error")
+    still_held = kind in ("held", "must_approve")
+    return ActionResult(
+        call_id=pending.id,
+        tool=pending.tool,
+        arguments=dict(pending.arguments),
+        result=None,
+        error=error,
+        error_type=payload.get("error_type") if error is not None else None,
+        message=message,
+        exception=exception,
+        payload=payload,
+        pending=pending if still_held else None,
+        failed=error is not None,
+    )
 
 
 async def execute_call(
-    branch_id: uuid.UUID, tools: Mapping[str, Tool], call: ToolCall
+    branch_id: uuid.UUID, tools: Mapping[str, Tool], call: ToolCall, *, approved: bool = False
 ) -> ActionResult:
     """Run one tool call inside a `CallContext` and build its tool message.
 
     Model-facing errors (`ToolInputError`, `ToolDenied`, `UnknownToolError`,
     arguments that were not valid JSON) and unexpected exceptions become an
     error payload the model reads; only cancellation propagates.
+
+    Args:
+        branch_id: the branch the call runs for.
+        tools: the tools by name.
+        call: the call.
+        approved: a person approved this very call (its id, tool and
+            arguments): its hooks' asks are answered. The approval covers
+            this call alone, never what its handler then does.
     """
-    context = CallContext(call_id=call.id, tool=call.name, branch_id=branch_id)
-    result, exception = await _invoke(tools, call, context)
+    context = CallContext(call_id=call.id, tool=call.name, branch_id=branch_id, approved=approved)
+    if approved:
+        approval = Approval(branch_id, call.id, call.name, dict(call.arguments))
+        with approving(approval):
+            result, exception = await _invoke(tools, call, context)
+    else:
+        result, exception = await _invoke(tools, call, context)
     if isinstance(exception, ApprovalRequired):
-        if not approved_call():
+        if not approved or isinstance(exception, StepsHeld):
             return _held(call, exception, context)
         # An ask from inside an approved call's handler: asking again would
         # hold the same call forever, so the model is told instead.
@@ -271,26 +322,7 @@ def _held(call: ToolCall, asked: ApprovalRequired, context: CallContext) -> Acti
         reason=asked.reason,
         hook=asked.hook,
     )
-    payload = pending_payload(pending)
-    message = Message(
-        role="tool",
-        content=json.dumps(payload, ensure_ascii=False),
-        call_id=call.id,
-        tool=call.name,
-        metadata=dict(context.metadata),
-    )
-    return ActionResult(
-        call_id=call.id,
-        tool=call.name,
-        arguments=dict(call.arguments),
-        result=None,
-        error=None,
-        error_type=None,
-        message=message,
-        exception=asked,
-        payload=payload,
-        pending=pending,
-    )
+    return answer_result(pending, "held", metadata=context.metadata, exception=asked)
 
 
 def _json_ready(arguments: Mapping[str, Any]) -> dict[str, Any]:

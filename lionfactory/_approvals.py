@@ -5,6 +5,17 @@ A pre or security hook that raises `ApprovalRequired` turns its call into a
 `to_dict`/`from_dict`) because it must outlive the process that asked: a
 branch saved while a call waits is loaded elsewhere, decided and resumed.
 
+An approval is bound to one call: `approving` names the branch, the call
+id, the tool and the arguments as approved, and `approval_for` answers yes
+only inside the pipeline of that very call. The tool's handler runs with no
+approval at all (`Tool.invoke` clears it), so whatever the call does next (a
+sub-agent's loop, a nested tool call, a task it starts) asks again.
+
+The model reads one answer about a held call, whichever route settled it:
+`answer_payload` builds it (held, denied, interrupted, must approve) and
+`answer_message` encodes it, so the branch, the framework adapters and the
+MCP server say the same thing the same way.
+
 Its `status` is what makes an approved call run exactly once. It is set to
 ``"executing"`` (and, with a store, saved) *before* the call runs, and the
 record is removed, with the call's tool message appended, when it is done.
@@ -18,12 +29,28 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import attrs
 
-__all__ = ["Decision", "PendingCall", "Status", "approved_call", "hook_name", "running_approved"]
+from lionfactory._call import current_call
+from lionfactory._messages import Message
+
+__all__ = [
+    "Answer",
+    "Approval",
+    "Decision",
+    "PendingCall",
+    "Status",
+    "answer_message",
+    "answer_payload",
+    "approval_for",
+    "approving",
+    "hook_name",
+    "without_approval",
+]
 
 Decision = Literal["undecided", "approved", "denied"]
 Status = Literal["waiting", "executing"]
@@ -101,24 +128,147 @@ class PendingCall:
         return cls(**dict(data))
 
 
-_approved: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "lionfactory_approved_call", default=False
+@attrs.frozen
+class Approval:
+    """A person's approval of exactly one call.
+
+    Attributes:
+        branch_id: the branch the call runs on (None outside a branch, as
+            on the command line).
+        call_id: the call's id ("" outside a branch).
+        tool: the tool's name.
+        arguments: the arguments as approved (the edited ones, if edited).
+    """
+
+    branch_id: uuid.UUID | None
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+_approval: contextvars.ContextVar[Approval | None] = contextvars.ContextVar(
+    "lionfactory_approval", default=None
 )
 
 
-def approved_call() -> bool:
-    """Whether the call running now was approved by a person (its asks are answered)."""
-    return _approved.get()
+def approval_for(tool: str, arguments: Mapping[str, Any]) -> bool:
+    """Whether a person approved this very call: this tool, these arguments, this call.
+
+    Inside a branch's call the current `CallContext` must carry the approved
+    branch and call id; outside one (the command line) the approval must
+    have been given outside one too. Anything else, a nested call or a
+    sub-agent's step among them, is not approved.
+    """
+    approval = _approval.get()
+    if approval is None or approval.tool != tool or approval.arguments != dict(arguments):
+        return False
+    context = current_call()
+    if context is None:
+        return approval.branch_id is None and approval.call_id == ""
+    return (
+        context.branch_id == approval.branch_id
+        and context.call_id == approval.call_id
+        and context.tool == tool
+    )
 
 
 @contextlib.contextmanager
-def running_approved() -> Iterator[None]:
-    """Run the block as an approved call: hooks that ask are taken as answered."""
-    token = _approved.set(True)
+def approving(approval: Approval) -> Iterator[None]:
+    """Run the block with `approval` given: the named call's asks are taken as answered."""
+    token = _approval.set(approval)
     try:
         yield
     finally:
-        _approved.reset(token)
+        _approval.reset(token)
+
+
+@contextlib.contextmanager
+def without_approval() -> Iterator[None]:
+    """Run the block with no approval: what an approved call does next asks again.
+
+    Tasks and threads started inside copy the context they start in, so a
+    sub-agent's loop, a nested tool call or a background job of an approved
+    call never sees the approval.
+    """
+    token = _approval.set(None)
+    try:
+        yield
+    finally:
+        _approval.reset(token)
+
+
+Answer = Literal["held", "denied", "interrupted", "must_approve", "must_approve_unkept"]
+"""What a held call's answer says: held (waiting), denied, interrupted (a
+process stopped while it ran), or that a person must approve it (the server
+keeps it, or, with no session to keep it in, does not)."""
+
+INTERRUPTED = (
+    "This approved call was started, but the process running it stopped before it "
+    "finished, so whether it had any effect is unknown. It is not run again "
+    "automatically: check its effects (read the file, list the directory, run git status) "
+    "before calling it again."
+)
+
+
+def answer_payload(pending: PendingCall, kind: Answer) -> dict[str, Any]:
+    """The payload the model reads about a held call that did not run (or may not have).
+
+    Args:
+        pending: the held call.
+        kind: which answer (see `Answer`).
+
+    Returns:
+        ``{"status": "awaiting_approval", ...}`` for a held call (the model
+        must not repeat it), else an error payload ``{error, error_type}``
+        (``ToolDenied``, ``ApprovalInterrupted`` or ``ApprovalPending``,
+        the last with the ``call_id``).
+    """
+    if kind == "held":
+        return {
+            "status": "awaiting_approval",
+            "call_id": pending.id,
+            "reason": pending.reason,
+            "message": (
+                f"This call of {pending.tool!r} did not run: it needs a person's approval "
+                f"({pending.reason}). It is held as pending call {pending.id!r}; do not "
+                f"repeat it. Continue with other work or wait for the decision."
+            ),
+        }
+    if kind == "denied":
+        return {
+            "error": f"A person denied this call: {pending.denial_reason}",
+            "error_type": "ToolDenied",
+        }
+    if kind == "interrupted":
+        return {"error": INTERRUPTED, "error_type": "ApprovalInterrupted"}
+    if kind == "must_approve":
+        kept = f"The server keeps it pending for this session as call {pending.id!r}. "
+    elif kind == "must_approve_unkept":
+        kept = (
+            "This request has no session, so nothing was kept: ask the user to approve "
+            "it, or use a session whose client can ask the user. "
+        )
+    else:
+        raise ValueError(f"unknown answer kind {kind!r}")
+    text = (
+        f"A person must approve this call of {pending.tool!r} before it runs "
+        f"({pending.reason}); it was not run. {kept}Do not repeat it: tell the user what "
+        f"you want to do and why, and continue with other work."
+    )
+    return {"error": text, "error_type": "ApprovalPending", "call_id": pending.id}
+
+
+def answer_message(
+    pending: PendingCall, payload: Mapping[str, Any], metadata: Mapping[str, Any] | None = None
+) -> Message:
+    """The tool message carrying `payload` as a held call's answer (one encoding everywhere)."""
+    return Message(
+        role="tool",
+        content=json.dumps(dict(payload), ensure_ascii=False, default=str),
+        call_id=pending.id,
+        tool=pending.tool,
+        metadata=dict(metadata or {}),
+    )
 
 
 def hook_name(hook: Any) -> str:

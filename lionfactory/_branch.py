@@ -20,8 +20,8 @@ from typing import Any, Protocol, cast
 import anyio
 import attrs
 
-from lionfactory._acting import ActionResult, execute_call
-from lionfactory._approvals import PendingCall, running_approved
+from lionfactory._acting import ActionResult, answer_result, execute_call
+from lionfactory._approvals import Answer, PendingCall
 from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._messages import Message, MessageLog, ToolCall
 from lionfactory._registration import (
@@ -45,18 +45,15 @@ from lionfactory.errors import (
 __all__ = ["Branch", "Saves"]
 
 
+def _id_metadata(renamed: Mapping[str, str]) -> dict[str, Any]:
+    """The assistant message's metadata for renamed call ids (none when nothing was renamed)."""
+    return {"provider_call_ids": dict(renamed)} if renamed else {}
+
+
 class Saves(Protocol):
     """Anything that saves a branch: a `BranchStore` (what `Branch.resume` checkpoints to)."""
 
     async def save(self, branch: Branch, /) -> int: ...
-
-
-_INTERRUPTED = (
-    "This approved call was started, but the process running it stopped before it "
-    "finished, so whether it had any effect is unknown. It is not run again "
-    "automatically: check its effects (read the file, list the directory, run git status) "
-    "before calling it again."
-)
 
 
 @attrs.define(eq=False, init=False, repr=False)
@@ -355,12 +352,35 @@ class Branch:
         outcome is ``"pending"`` (``result.pending`` is the `PendingCall`, also
         in `pending_calls`) and its tool message is appended when it is
         decided and settled (`settle()` or `resume()`).
+
+        A `call_id` that a held call already has is made unique (``<id>-2``,
+        in ``result.call_id``; the assistant message's metadata maps it
+        back under ``provider_call_ids``), so one approval never names two
+        calls.
+        """
+        return await self._act(name, arguments, call_id, approved=False)
+
+    async def _act(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        call_id: str | None,
+        *,
+        approved: bool,
+    ) -> ActionResult:
+        """`act`, or (``approved``) a call a host's person approved before it ran.
+
+        A framework host that asks before running (the Agents SDK) approves
+        a call the branch never held; the approval covers that call alone.
         """
         call = ToolCall(name=name, arguments=dict(arguments or {}))
         if call_id is not None:
             call = call.model_copy(update={"id": call_id})
-        self.messages.append(Message(role="assistant", tool_calls=(call,)))
-        result = await self._execute(call)
+        (call,), renamed = self._unique_ids((call,))
+        self.messages.append(
+            Message(role="assistant", tool_calls=(call,), metadata=_id_metadata(renamed))
+        )
+        result = await self._execute(call, approved=approved)
         if result.pending is None:
             self.messages.append(result.message)
         return result
@@ -377,7 +397,11 @@ class Branch:
             c if isinstance(c, ToolCall) else ToolCall(name=c[0], arguments=dict(c[1]))
             for c in calls
         ]
-        self.messages.append(Message(role="assistant", tool_calls=tuple(normalised)))
+        unique, renamed = self._unique_ids(normalised)
+        normalised = list(unique)
+        self.messages.append(
+            Message(role="assistant", tool_calls=unique, metadata=_id_metadata(renamed))
+        )
         results: list[ActionResult | None] = [None] * len(normalised)
 
         async def run_one(i: int, call: ToolCall) -> None:
@@ -525,15 +549,9 @@ class Branch:
             if call_id in self._running or call_id not in self._pending:
                 continue  # run by a concurrent settle() of this same object
             if pending.status == "executing":
-                results.append(self._finish_held(pending, _INTERRUPTED, "ApprovalInterrupted"))
+                results.append(self._finish_held(pending, "interrupted"))
             elif pending.decision == "denied":
-                results.append(
-                    self._finish_held(
-                        pending,
-                        f"A person denied this call: {pending.denial_reason}",
-                        "ToolDenied",
-                    )
-                )
+                results.append(self._finish_held(pending, "denied"))
             elif pending.decision == "approved":
                 results.append(await self._run_approved(pending, store))
                 continue
@@ -686,11 +704,56 @@ class Branch:
             self._owners[tool.name] = registration
         self._registrations.append(registration)
 
-    async def _execute(self, call: ToolCall) -> ActionResult:
-        result = await execute_call(self.id, self._tools, call)
+    async def _execute(self, call: ToolCall, *, approved: bool = False) -> ActionResult:
+        result = await execute_call(self.id, self._tools, call, approved=approved)
         if result.pending is not None:
             self._pending[result.pending.id] = result.pending
         return result
+
+    def _unique_ids(
+        self, calls: Sequence[ToolCall], *, against_log: bool = False
+    ) -> tuple[tuple[ToolCall, ...], dict[str, str]]:
+        """`calls` with every id unique: within the reply, among held calls, (and) in the log.
+
+        Providers do repeat ids within one reply, and send empty ones; an
+        approval names one call by its id, so two calls sharing one would
+        let ``approve(id)`` run the other. The first call keeps its id; a
+        repeat gets ``<id>-2`` (the next free number). The model's reply
+        is recorded with the unique ids (a provider refuses a conversation
+        whose tool calls share an id), and the assistant message's metadata
+        maps each renamed id back to the one the provider sent
+        (``provider_call_ids``).
+
+        Args:
+            calls: the calls of one reply (or one `act`).
+            against_log: also avoid every id already in the log. A model's
+                reply is checked against it; a host's own call ids (`act`)
+                only against the held calls, because a host finds its
+                recorded answers by its ids.
+
+        Returns:
+            The calls, and ``{unique id: id as sent}`` for those renamed.
+        """
+        taken = set(self._pending)
+        if against_log:
+            for message in self.messages.record:
+                taken.update(c.id for c in message.tool_calls)
+        out: list[ToolCall] = []
+        renamed: dict[str, str] = {}
+        for call in calls:
+            if call.id and call.id not in taken:
+                taken.add(call.id)
+                out.append(call)
+                continue
+            base = call.id or "call"
+            number = 2
+            while f"{base}-{number}" in taken:
+                number += 1
+            unique = f"{base}-{number}"
+            taken.add(unique)
+            renamed[unique] = call.id
+            out.append(call.model_copy(update={"id": unique}))
+        return tuple(out), renamed
 
     def _check_loop(self, max_turns: int) -> None:
         if self.chat_model is None:
@@ -706,14 +769,20 @@ class Branch:
             reply = await model(self.messages.active, list(self._tools.values()))
             if not isinstance(reply, ModelReply):
                 raise TypeError(f"a chat model must return a ModelReply, got {reply!r:.200}")
+            calls, renamed = self._unique_ids(reply.tool_calls, against_log=True)
             self.messages.append(
-                Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls)
+                Message(
+                    role="assistant",
+                    content=reply.text,
+                    tool_calls=calls,
+                    metadata=_id_metadata(renamed),
+                )
             )
             text = reply.text
-            if not reply.tool_calls:
+            if not calls:
                 return text
             held = []
-            for call in reply.tool_calls:
+            for call in calls:
                 result = await self._execute(call)
                 if result.pending is None:
                     self.messages.append(result.message)
@@ -731,27 +800,12 @@ class Branch:
             raise ConfigurationError(f"pending call {call_id!r} has already started; too late")
         return pending
 
-    def _finish_held(self, pending: PendingCall, text: str, error_type: str) -> ActionResult:
-        """Answer a held call without running it: the text becomes its tool message."""
-        payload = {"error": text, "error_type": error_type}
-        message = Message(
-            role="tool",
-            content=json.dumps(payload, ensure_ascii=False),
-            call_id=pending.id,
-            tool=pending.tool,
-        )
-        self.messages.append(message)
+    def _finish_held(self, pending: PendingCall, kind: Answer) -> ActionResult:
+        """Answer a held call without running it: the answer becomes its tool message."""
+        result = answer_result(pending, kind)
+        self.messages.append(result.message)
         del self._pending[pending.id]
-        return ActionResult(
-            call_id=pending.id,
-            tool=pending.tool,
-            arguments=dict(pending.arguments),
-            result=None,
-            error=text,
-            error_type=error_type,
-            message=message,
-            payload=payload,
-        )
+        return result
 
     async def _run_approved(self, pending: PendingCall, store: Saves | None) -> ActionResult:
         """Run one approved call once: mark it started (and save), run it, record it (and save)."""
@@ -768,10 +822,14 @@ class Branch:
                     raise
             call = ToolCall(name=pending.tool, arguments=pending.run_arguments)
             call = call.model_copy(update={"id": pending.id})
-            with running_approved():
-                result = await execute_call(self.id, self._tools, call)
-            self.messages.append(result.message)
-            del self._pending[pending.id]
+            result = await execute_call(self.id, self._tools, call, approved=True)
+            if result.pending is not None:
+                # Held again for new steps of its own (a sub-agent's next
+                # held step): the approval covered the steps it named.
+                self._pending[pending.id] = result.pending
+            else:
+                self.messages.append(result.message)
+                del self._pending[pending.id]
         finally:
             self._running.discard(pending.id)
         if store is not None:

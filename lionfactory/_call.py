@@ -40,6 +40,8 @@ class CallContext:
         wants_evidence: whether the caller (the coding toolkit's guard) asked
             file tools to record what they saw (`lionfactory._evidence`); they
             compute nothing for it otherwise.
+        approved: whether a person approved this call (a handler that holds
+            steps of its own, the sub-agent, carries them out on approval).
     """
 
     call_id: str
@@ -47,6 +49,7 @@ class CallContext:
     branch_id: UUID | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
     wants_evidence: bool = False
+    approved: bool = False
 
 
 _current: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(

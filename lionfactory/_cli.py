@@ -11,7 +11,7 @@
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
                           [--allow-merge-into-protected]
                           [--store sqlite:///PATH|redis://HOST:PORT/DB] [--session NAME]
-                          [--no-resources]
+                          [--allow-writable-store] [--max-sessions N] [--no-resources]
 
 Built with the standard library's argparse: three subcommands do not pay for
 a dependency. ``call`` exits 0 when the tool succeeded, 1 on a typed failure
@@ -49,7 +49,7 @@ from typing import Any, Literal, TextIO
 
 from lionfactory import __version__
 from lionfactory._acting import error_payload
-from lionfactory._approvals import running_approved
+from lionfactory._approvals import Approval, approving
 from lionfactory._builtins import WORKSPACE_TOOLS, workspace_factory
 from lionfactory._tool import Tool
 from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError
@@ -276,7 +276,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="keep every session's branch (conversation and read evidence) in a store, saved "
         "after each tool call, so sessions survive a restart: sqlite:///path.db (one machine) "
-        "or redis://host:port/db (shared by several servers)",
+        "or redis://host:port/db (shared by several servers). A sqlite file the served tools "
+        "could write (inside the workspace or the served bash's writable roots) is refused",
+    )
+    serve.add_argument(
+        "--allow-writable-store",
+        action="store_true",
+        help="serve with a --store the served tools could write (inside the workspace, or "
+        "where the served bash may write): a warning instead of a refusal. Whoever writes "
+        "the store can forge sessions",
+    )
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="live sessions kept; one more closes the least recently used idle session and "
+        "what it holds (over HTTP, openings past N are refused with 503; default: 1000)",
     )
     serve.add_argument(
         "--session",
@@ -475,7 +491,9 @@ def _call(
             if not ask_on_terminal(asked, arguments):
                 print("lionfactory: not run", file=sys.stderr)
                 return EXIT_FAILED
-            with running_approved():
+            # The person on the terminal approved this call, with these
+            # arguments, and nothing it leads to.
+            with approving(Approval(None, "", tool.name, dict(arguments))):
                 result = tool.run_sync(**arguments)
     except ToolInputError as exc:
         if as_json:
@@ -554,6 +572,66 @@ def _open_store(url: str) -> Any:
     return store
 
 
+_PROCESS_TOOLS = ("bash", "sandbox")
+"""Served tools that start programs: they write wherever their confinement lets them."""
+
+
+def _check_store_location(
+    url: str, root: Path, tools: Sequence[str], mechanism: str, *, allow: bool
+) -> None:
+    """Refuse a ``--store`` file the served agent could write (or warn, with `allow`).
+
+    Whoever writes the store can forge sessions (a session's branch grants
+    its read-before-edit evidence). The file tools write inside the
+    workspace; ``bash`` and the sandbox's git write inside their
+    confinement's writable roots, or anywhere the user may when no
+    mechanism confines them. A redis store is no file here and is not
+    checked.
+
+    Args:
+        url: the ``--store`` URL.
+        root: the served workspace.
+        tools: the served tool names.
+        mechanism: the isolation the served bash is built with.
+        allow: warn instead of refusing.
+
+    Raises:
+        ValueError: the store's file lies where a served tool may write,
+            and `allow` is false.
+    """
+    if not url.startswith("sqlite:///"):
+        return
+    from lionfactory._os.isolation import workspace_isolation
+
+    path = Path(os.path.realpath(Path(url.removeprefix("sqlite:///")).expanduser()))
+    real_root = Path(os.path.realpath(root))
+    problems: list[str] = []
+    if path == real_root or real_root in path.parents:
+        problems.append(f"it is inside the served workspace {real_root}")
+    elif any(n in _PROCESS_TOOLS for n in tools):
+        isolation = workspace_isolation(mechanism, real_root)
+        if not isolation.confined:
+            problems.append(
+                "the served bash runs unconfined (no isolation mechanism), so it can write "
+                "anywhere this user can"
+            )
+        for writable in (*isolation.policy.writable, *isolation.policy.git_writable):
+            real = Path(os.path.realpath(writable))
+            if isolation.confined and (path == real or real in path.parents):
+                problems.append(f"the served bash may write {real}")
+    if not problems:
+        return
+    text = (
+        f"the store {path} can be written by the served agent ({'; '.join(problems)}), and "
+        f"whoever writes the store can forge sessions. Put it outside the workspace and the "
+        f"served bash's writable roots, e.g. --store "
+        f"sqlite:///$HOME/.local/state/lionfactory/sessions.db"
+    )
+    if not allow:
+        raise ValueError(f"{text}, or pass --allow-writable-store to serve anyway")
+    print(f"lionfactory: warning: {text}", file=sys.stderr)
+
+
 def _stream_session(args: argparse.Namespace, store: Any) -> str | None:
     """The stdio session's name: the user's, or a random one the user is told about.
 
@@ -602,6 +680,20 @@ def _serve(args: argparse.Namespace, workspace: Path | None, collector_paused: b
             )
         if args.session_memory is not None and args.session_memory < 1:
             raise ValueError(f"--session-memory must be at least 1, got {args.session_memory}")
+        if args.max_sessions is not None and args.max_sessions < 1:
+            raise ValueError(f"--max-sessions must be at least 1, got {args.max_sessions}")
+        if args.max_sessions is not None:
+            memory["max_sessions"] = args.max_sessions
+        if args.store is not None:
+            coding = args.toolkit == "coding"
+            _check_store_location(
+                args.store,
+                (workspace or Path.cwd()).resolve(),
+                factories[0][1]["tools"] if coding else (names or list(BUILTIN_TOOLS)),
+                # The mechanism each toolkit's bash gets by default.
+                "auto" if coding else "none",
+                allow=args.allow_writable_store,
+            )
         store = None if args.store is None else _open_store(args.store)
         session = _stream_session(args, store)
     except (ValueError, TypeError) as exc:

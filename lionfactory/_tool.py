@@ -22,7 +22,7 @@ import attrs
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
-from lionfactory._approvals import approved_call, hook_name
+from lionfactory._approvals import approval_for, hook_name, without_approval
 from lionfactory._echo import ECHO_LIMIT, echo, shorten
 from lionfactory.errors import ApprovalRequired, ToolDenied, ToolError, ToolInputError
 
@@ -432,7 +432,9 @@ class Tool:
 
     async def invoke(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Run the call pipeline on a mapping of arguments (see `__call__`)."""
-        approved = approved_call()
+        # Read once, before any hook rewrites the arguments: the approval
+        # names the call as the person saw it.
+        approved = approval_for(self.name, arguments)
 
         def on_ask(exc: ApprovalRequired, hook: PreHook) -> bool:
             if approved:
@@ -457,7 +459,10 @@ class Tool:
         except ValidationError as exc:
             raise input_error(self.name, exc) from None
         try:
-            result = to_result(await self.handler(request))
+            # The approval answered this call's asks, not those of what the
+            # handler does next: a sub-agent's steps, a nested call.
+            with without_approval():
+                result = to_result(await self.handler(request))
         except (ToolError, ApprovalRequired):
             # Model-facing errors raised deliberately by a handler (a nested
             # denial, say) are already in the form Branch.act reports; an ask

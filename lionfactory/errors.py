@@ -12,6 +12,7 @@ never crashes an agent loop::
     ├── CloneError (ValueError)          a registration cannot be rebuilt for a clone
     ├── ConfigurationError (ValueError)  a branch lacks what an operation needs
     ├── ApprovalRequired                 a hook asks a person before the call runs
+    │   └── StepsHeld                    a handler asks about new steps of its own call
     ├── ApprovalPending                  Branch.run() paused on calls awaiting a decision
     ├── TurnLimitReached                 Branch.run() used max_turns, the model still calling
     ├── UnknownOwnerError (LookupError)  an Exchange call named an unregistered owner
@@ -77,6 +78,7 @@ __all__ = [
     "McpConnectionError",
     "RegistrationError",
     "ScriptExhaustedError",
+    "StepsHeld",
     "ToolDenied",
     "ToolError",
     "ToolFailure",
@@ -141,6 +143,15 @@ class ApprovalRequired(LionfactoryError):
         if self.tool:
             return f"Tool {self.tool!r} needs a person's approval: {self.reason}"
         return self.reason
+
+
+class StepsHeld(ApprovalRequired):
+    """A handler asks about new steps of its own call (a sub-agent's held steps).
+
+    A hook's ask inside an approved call is answered by the approval; this
+    ask is not, because the steps it names are new: the approved call is
+    held again, naming them, and runs on only when they are approved.
+    """
 
 
 class ApprovalPending(LionfactoryError):

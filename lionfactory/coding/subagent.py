@@ -38,13 +38,20 @@ Decisions:
   answer, so one long report must not crowd out the parent's own work.
 * A child that spends every turn without a final answer, or whose model or
   tools raise, gives ``success=False``; the error says what happened.
+* A step the child's hooks or rules ask about comes back to the parent: the
+  ``subagent`` call itself is held (`StepsHeld`), its reason naming each held
+  step (tool, arguments, why). Approving that call approves exactly those
+  steps of that child, nothing it does afterwards: the child resumes, and a
+  later step that asks holds the parent's call again. Denying it ends the
+  child. The paused child lives in this process; a parent reloaded
+  elsewhere runs a fresh child, whose steps ask again.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,13 +59,16 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
+from lionfactory._call import current_call
+from lionfactory._echo import shorten
 from lionfactory._messages import Message
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding.policies import deny_destructive_commands
-from lionfactory.errors import ApprovalPending, TurnLimitReached
+from lionfactory.errors import ApprovalPending, StepsHeld, TurnLimitReached
 
 __all__ = ["SubagentRequest", "SubagentResponse", "subagent_tool"]
 
@@ -232,6 +242,24 @@ def _with_policy(hooks: Any) -> dict[str, Any]:
     return merged
 
 
+def _steps(calls: Sequence[PendingCall]) -> str:
+    """The held steps of a child, as the person deciding the parent's call reads them."""
+    return "; ".join(
+        f"{c.tool} {shorten(json.dumps(c.arguments, ensure_ascii=False), 500)} ({c.reason})"
+        for c in calls
+    )
+
+
+@attrs.frozen
+class _Paused:
+    """A child stopped at steps that need approval, and what its call reports."""
+
+    child: Branch
+    steps: tuple[PendingCall, ...]
+    report: Mapping[str, Any]
+    max_turns: int
+
+
 @attrs.frozen
 class _Subagent:
     """The handler: builds, runs and reports one child branch per call."""
@@ -241,6 +269,9 @@ class _Subagent:
     factory_kwargs: Mapping[str, Any] = attrs.field(repr=False)
     where: ActiveWorkspace
     parent_tools: frozenset[str] | None = None
+    # Children paused at held steps, by the parent's call id: the parent's
+    # call is held meanwhile, and its approval resumes exactly this child.
+    paused: dict[str, _Paused] = attrs.field(factory=dict, repr=False, eq=False)
 
     def _tools(self, permissions: str) -> tuple[list[str], str | None]:
         """The permission set's tools that the parent has, and a notice naming the others."""
@@ -257,6 +288,24 @@ class _Subagent:
         )
 
     async def __call__(self, request: SubagentRequest) -> SubagentResponse:
+        context = current_call()
+        call_id = context.call_id if context is not None else None
+        await self._forget_settled(call_id)
+        paused = self.paused.pop(call_id, None) if call_id is not None else None
+        if paused is not None:
+            if context is not None and context.approved:
+                # The person approved the parent's call as it named these
+                # steps: exactly they are approved, on exactly this child.
+                for step in paused.steps:
+                    paused.child.approve(step.id)
+                return await self._finish(
+                    paused.child,
+                    paused.child.resume(max_turns=paused.max_turns),
+                    paused.report,
+                    paused.max_turns,
+                    call_id,
+                )
+            await paused.child.aclose()
         max_turns, clamped = _clamp(request.max_turns)
         tools, narrowed = self._tools(request.permissions)
         notice = " ".join(n for n in (clamped, narrowed) if n) or None
@@ -279,12 +328,54 @@ class _Subagent:
         except PathRefused as exc:
             return SubagentResponse(success=False, error=f"cwd refused: {exc.message}", **report)
         child = self._child(request, cwd, tools, chat_model)
+        return await self._finish(
+            child, child.run(request.instruction, max_turns=max_turns), report, max_turns, call_id
+        )
+
+    async def _forget_settled(self, current: str | None) -> None:
+        """Close paused children whose parent call is no longer held (denied, or gone)."""
+        if not self.paused:
+            return
+        held = {p.id for p in self.branch.pending_calls}
+        for call_id in [c for c in self.paused if c != current and c not in held]:
+            await self.paused.pop(call_id).child.aclose()
+
+    async def _finish(
+        self,
+        child: Branch,
+        loop: Awaitable[str],
+        report: Mapping[str, Any],
+        max_turns: int,
+        call_id: str | None,
+    ) -> SubagentResponse:
+        """Run the child's loop (`loop`, a coroutine) and report it; hold its held steps."""
         try:
-            answer, error = await self._run(child, request.instruction, max_turns)
-        finally:
-            # What the child's tools hold (a type checker's server, background
-            # jobs) ends with the task; the child branch is not reused.
-            await child.aclose()
+            answer, error = await self._run(loop, max_turns)
+        except ApprovalPending as paused:
+            steps = tuple(child.pending_calls)
+            if call_id is None:
+                # Called outside a branch: there is no call to hold.
+                await _close(child)
+                return SubagentResponse(
+                    success=False,
+                    error=(
+                        f"The sub-agent stopped at steps that need a person's approval "
+                        f"({_steps(paused.calls)}). Make those calls yourself, where they "
+                        f"can be approved."
+                    ),
+                    **report,
+                )
+            self.paused[call_id] = _Paused(child, steps, dict(report), max_turns)
+            raise StepsHeld(
+                f"the sub-agent asks to run: {_steps(steps)}. Approving this call approves "
+                f"exactly these steps of the sub-agent"
+            ) from None
+        except BaseException:
+            await _close(child)
+            raise
+        # What the child's tools hold (a type checker's server, background
+        # jobs) ends with the task; a finished child branch is not reused.
+        await _close(child)
         replies = [m for m in child.messages.record if m.role == "assistant"]
         response, truncated = _cut(answer)
         return SubagentResponse(
@@ -324,24 +415,22 @@ class _Subagent:
         return child
 
     @staticmethod
-    async def _run(child: Branch, instruction: str, max_turns: int) -> tuple[str, str | None]:
-        """Run the child's loop: its answer, and an error when it failed or ran out of turns."""
+    async def _run(loop: Awaitable[str], max_turns: int) -> tuple[str, str | None]:
+        """Run the child's loop: its answer, and an error when it failed or ran out of turns.
+
+        Raises:
+            ApprovalPending: the child holds steps for a person's decision.
+        """
         try:
-            answer = await child.run(instruction, max_turns=max_turns)
+            answer = await loop
         except TurnLimitReached as exc:
             return exc.text, (
                 f"The sub-agent used all {max_turns} turns without a final answer; `response` "
                 f"holds its last text. Give it a narrower task or more turns (at most "
                 f"{MAX_TURNS})."
             )
-        except ApprovalPending as exc:
-            # A sub-agent has no person to ask: its held calls die with it, so
-            # the parent is told which step needs approval and does it itself.
-            asked = "; ".join(f"{c.tool}: {c.reason}" for c in exc.calls)
-            return "", (
-                f"The sub-agent stopped at a step that needs a person's approval ({asked}). "
-                f"A sub-agent cannot ask; make that call yourself, where it can be approved."
-            )
+        except ApprovalPending:
+            raise
         except Exception as exc:
             return "", (
                 f"The sub-agent failed: {type(exc).__name__}: {exc}. Retry with a clearer "
@@ -419,3 +508,9 @@ def subagent_tool(
         # A sub-agent calls a model and whatever tools it is given.
         hints=ToolHints("Delegate to a subagent", destructive=True, open_world=True),
     )
+
+
+async def _close(child: Branch) -> None:
+    """Close a finished child branch, even while the parent call is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        await child.aclose()

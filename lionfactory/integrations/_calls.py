@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from lionfactory._acting import ActionResult, execute_call, pending_payload
-from lionfactory._approvals import PendingCall, running_approved
+from lionfactory._acting import ActionResult, answer_result, execute_call
+from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._messages import Message, ToolCall
 from lionfactory._tool import Tool
@@ -72,11 +72,27 @@ class ToolSource:
             self.fixed_pending[action.pending.id] = action.pending
         return action
 
-    def held(self, call_id: str) -> PendingCall | None:
-        """The held call of this id (on the branch, or of the fixed list), or None."""
+    def held(
+        self,
+        call_id: str,
+        name: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> PendingCall | None:
+        """The held call of this id (on the branch, or of the fixed list), or None.
+
+        A host that repeats one id for two calls gets them held under ids of
+        their own (the branch makes held ids unique, `_sent_as` maps back);
+        given the call's `name` and `arguments`, the one that matches them is
+        found, never the other call that shares its id.
+        """
         if self.branch is None:
-            return self.fixed_pending.get(call_id)
-        return {p.id: p for p in self.branch.pending_calls}.get(call_id)
+            found = self.fixed_pending.get(call_id)
+            return found if found is not None and _same(found, name, arguments) else None
+        sent = _sent_as(self.branch)
+        for pending in self.branch.pending_calls:
+            if call_id in (pending.id, sent.get(pending.id)) and _same(pending, name, arguments):
+                return pending
+        return None
 
     def decide(
         self,
@@ -113,31 +129,17 @@ class ToolSource:
             return result
         del self.fixed_pending[call_id]
         if held.decision == "denied":
-            payload = {
-                "error": f"A person denied this call: {held.denial_reason}",
-                "error_type": "ToolDenied",
-            }
-            message = Message(
-                role="tool", content=json.dumps(payload), call_id=held.id, tool=held.tool
-            )
-            return ActionResult(
-                call_id=held.id,
-                tool=held.tool,
-                arguments=dict(held.arguments),
-                result=None,
-                error=payload["error"],
-                error_type="ToolDenied",
-                message=message,
-                payload=payload,
-            )
+            return answer_result(held, "denied")
         call = ToolCall(name=held.tool, arguments=held.run_arguments)
         call = call.model_copy(update={"id": held.id})
-        with running_approved():
-            return await execute_call(self.owner, self.fixed, call)
+        action = await execute_call(self.owner, self.fixed, call, approved=True)
+        if action.pending is not None:
+            self.fixed_pending[action.pending.id] = action.pending
+        return action
 
     def holds(self, call_id: str) -> bool:
         """Whether the branch holds a call of this id for a person's decision."""
-        return self.branch is not None and any(p.id == call_id for p in self.branch.pending_calls)
+        return self.branch is not None and self.held(call_id) is not None
 
     async def asks(self, name: str, arguments: Mapping[str, Any]) -> str | None:
         """Whether a hook of tool `name` would ask a person about this call: its reason.
@@ -184,35 +186,38 @@ class ToolSource:
         branch = self.branch
         if branch is None:
             call = ToolCall(name=name, arguments=dict(arguments)).model_copy(update={"id": call_id})
-            with running_approved():
-                return await execute_call(self.owner, self.fixed, call)
-        held = {p.id: p for p in branch.pending_calls}.get(call_id)
+            return await execute_call(self.owner, self.fixed, call, approved=True)
+        held = self.held(call_id, name)
         if held is not None:
             edited = dict(arguments) if dict(arguments) != held.arguments else None
-            branch.approve(call_id, arguments=edited)
-            (result,) = await branch.settle(only=[call_id])
+            branch.approve(held.id, arguments=edited)
+            (result,) = await branch.settle(only=[held.id])
             return result
         recorded = _recorded(branch, call_id)
         if recorded is not None:
             return recorded
-        with running_approved():
-            return await branch.act(name, arguments, call_id=call_id)
+        return await branch._act(name, arguments, call_id, approved=True)
+
+
+def _same(pending: PendingCall, name: str | None, arguments: Mapping[str, Any] | None) -> bool:
+    """Whether `pending` is the call named (any call when neither is given)."""
+    if name is not None and pending.tool != name:
+        return False
+    return arguments is None or pending.arguments == dict(arguments)
+
+
+def _sent_as(branch: Branch) -> dict[str, str]:
+    """``{held id: id the host sent}`` for the calls whose ids the branch made unique."""
+    sent: dict[str, str] = {}
+    for message in branch.messages.record:
+        renamed = message.metadata.get("provider_call_ids") if message.role == "assistant" else None
+        if isinstance(renamed, dict):
+            sent.update(renamed)
+    return sent
 
 
 def _still_held(held: PendingCall) -> ActionResult:
-    payload = pending_payload(held)
-    message = Message(role="tool", content=json.dumps(payload), call_id=held.id, tool=held.tool)
-    return ActionResult(
-        call_id=held.id,
-        tool=held.tool,
-        arguments=dict(held.arguments),
-        result=None,
-        error=None,
-        error_type=None,
-        message=message,
-        payload=payload,
-        pending=held,
-    )
+    return answer_result(held, "held")
 
 
 def recorded_answer(

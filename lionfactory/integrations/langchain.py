@@ -228,7 +228,7 @@ async def _run(
         answered = recorded_answer(source, call_id, name, arguments)
         if answered is not None:
             return answered  # LangGraph re-ran the node of an interrupt: no second run
-    held = source.held(call_id) if call_id is not None else None
+    held = source.held(call_id, name, arguments) if call_id is not None else None
     if held is None:
         action = await source.call(name, arguments, call_id=call_id)
         held = action.pending

@@ -16,7 +16,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from lionfactory._acting import ActionResult
+from lionfactory._acting import ActionResult, answer_result
 from lionfactory._branch import Branch
 from lionfactory._echo import shorten
 
@@ -89,25 +89,8 @@ async def ask_person(branch: Branch, action: ActionResult, elicit: Elicit | None
 def _must_approve(action: ActionResult) -> ActionResult:
     held = action.pending
     assert held is not None
-    text = (
-        f"A person must approve this call of {held.tool!r} before it runs ({held.reason}); "
-        f"it was not run. The server keeps it pending for this session as call {held.id!r}. "
-        f"Do not repeat it: tell the user what you want to do and why, and continue with other "
-        f"work."
-    )
-    payload = {"error": text, "error_type": "ApprovalPending", "call_id": held.id}
-    message = action.message.model_copy(update={"content": json.dumps(payload)})
-    return ActionResult(
-        call_id=action.call_id,
-        tool=action.tool,
-        arguments=action.arguments,
-        result=None,
-        error=text,
-        error_type="ApprovalPending",
-        message=message,
-        exception=action.exception,
-        payload=payload,
-        pending=held,
+    return answer_result(
+        held, "must_approve", metadata=action.message.metadata, exception=action.exception
     )
 
 

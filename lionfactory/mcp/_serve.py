@@ -30,6 +30,16 @@ What a "session" is depends on the transport:
   existing file needs an ``expected_hash`` matching the file's current
   content (the ``content_hash`` the reader returned).
 
+What a session id grants is its branch, read-before-edit evidence
+included, so: a 2026-07-28 request never runs on a session, whatever
+``Mcp-Session-Id`` it carries; at most `max_sessions` session branches
+live at once (one more closes the least recently used idle one with
+`Branch.aclose`, and over HTTP the SDK refuses openings past the bound); a
+session its client DELETEd is closed at once and, with a store, stored as
+closed so no server resumes it; and a request whose ``Origin`` is not the
+served origin (or one of `allowed_origins`) is refused, another port of
+the same loopback host included.
+
 A request that carries a progress token (``_meta.progressToken``) gets a
 ``notifications/progress`` every half second while its call runs (the
 elapsed seconds), so clients that reset their timeout on progress never
@@ -54,6 +64,7 @@ from __future__ import annotations
 
 import socket
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
@@ -69,7 +80,9 @@ from lionfactory.mcp._budget import DEFAULT_MEMORY_BUDGET, SessionMemory, Sessio
 from lionfactory.mcp._protocol import ServedTools, call_result, unknown_tool_message
 from lionfactory.mcp._stateless import (
     LISTING_TTL_MS,
+    MODERN_VERSIONS,
     StatelessCalls,
+    is_modern,
     progress_token,
     run_with_progress,
 )
@@ -102,6 +115,14 @@ Source = Branch | Factory | Sequence[Factory | tuple[Factory, Mapping[str, Any]]
 SESSION_HEADER = "mcp-session-id"
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 """Seconds without calls after which an HTTP session's branch is dropped (the SDK's default)."""
+
+DEFAULT_MAX_SESSIONS = 1000
+"""Live sessions a server keeps; past it the least recently used idle one is closed.
+
+Each session's branch holds its conversation (up to the memory budget) and
+whatever its tools started; a bound keeps a client that opens session after
+session from growing the server without end.
+"""
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -165,13 +186,45 @@ class SessionBranches:
             hold before its oldest tool results are compacted (their
             metadata, and so the guard's evidence, is kept), or None for no
             limit. See `lionfactory.mcp._budget`.
+        max_sessions: live sessions kept; making one more closes the least
+            recently used session that runs no call (`Branch.aclose`, so
+            its jobs and processes end) and drops it. None for no bound.
     """
 
     new_branch: Callable[[], Branch]
     idle_timeout: float | None = None
     clock: Callable[[], float] = time.monotonic
     memory_budget: int | None = DEFAULT_MEMORY_BUDGET
+    max_sessions: int | None = DEFAULT_MAX_SESSIONS
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        _check_max_sessions(self.max_sessions)
+
+    async def admit(self, key: str) -> None:
+        """Make room for session `key` before its call: close idle and least recently used ones.
+
+        A session that runs a call is never closed under it; when every
+        session does, the bound is passed for as long as they run.
+        """
+        now = self.clock()
+        dropped = self._evict_idle(now)
+        if (
+            key not in self._sessions
+            and self.max_sessions is not None
+            and len(self._sessions) >= self.max_sessions
+        ):
+            idle = [(s.last_used, k) for k, s in self._sessions.items() if s.active == 0]
+            for _, victim in sorted(idle)[: len(self._sessions) - self.max_sessions + 1]:
+                dropped.append(self._sessions.pop(victim).branch)
+        for branch in dropped:
+            await branch.aclose()
+
+    async def drop(self, key: str) -> None:
+        """Forget session `key` (its client ended it) and close what its branch holds."""
+        session = self._sessions.pop(key, None)
+        if session is not None:
+            await session.branch.aclose()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -201,7 +254,6 @@ class SessionBranches:
     def use(self, key: str) -> Iterator[Branch]:
         """The branch of session `key` (made on first use) for the duration of one call."""
         now = self.clock()
-        self._evict_idle(now)
         session = self._sessions.get(key)
         if session is None:
             session = self._sessions[key] = _Session(branch=self.new_branch(), last_used=now)
@@ -222,12 +274,24 @@ class SessionBranches:
             return None
         return session.memory.status(session.branch, self.memory_budget)
 
-    def _evict_idle(self, now: float) -> None:
+    def _evict_idle(self, now: float) -> list[Branch]:
+        """Drop the sessions idle for longer than the timeout; their branches, to close."""
         if self.idle_timeout is None:
-            return
+            return []
+        dropped = []
         for key, session in list(self._sessions.items()):
             if session.active == 0 and now - session.last_used > self.idle_timeout:
-                del self._sessions[key]
+                dropped.append(self._sessions.pop(key).branch)
+        return dropped
+
+
+def _check_max_sessions(max_sessions: int | None) -> None:
+    if max_sessions is not None and (
+        isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1
+    ):
+        raise ValueError(
+            f"max_sessions must be a positive number of sessions or None, got {max_sessions!r}"
+        )
 
 
 def _call_session(ctx: Any, tool: str, names: frozenset[str]) -> str | None:
@@ -254,6 +318,11 @@ def _session_key(ctx: Any) -> str | None:
     request = ctx.request
     if request is None:
         return ""
+    if is_modern(ctx.params) or ctx.protocol_version in MODERN_VERSIONS:
+        # Sessionless means sessionless: an Mcp-Session-Id on a 2026-07-28
+        # request (a live session's, a deleted one's, a made-up one) would
+        # run the call on that session's branch, with its evidence.
+        return None
     headers = getattr(request, "headers", None)
     value = headers.get(SESSION_HEADER) if headers is not None else None
     return value or None
@@ -313,6 +382,7 @@ def create_mcp_server(
     store_resources: Mapping[str, Any] | None = None,
     stream_session: str | None = None,
     resources: Resources = None,
+    max_sessions: int | None = DEFAULT_MAX_SESSIONS,
 ) -> Server[SessionBranches]:
     """Build a low-level MCP server that gives each client session its own Branch.
 
@@ -349,10 +419,12 @@ def create_mcp_server(
         resources: serve the files of this workspace (a path, or a
             `WorkspaceResources`) as MCP resources: listed through the
             project's ignore rules, read beneath the root; None serves none.
+        max_sessions: live session branches kept; one more closes the least
+            recently used idle one (see `SessionBranches`). None for no bound.
 
     Raises:
         TypeError: `source` is none of the above.
-        ValueError: `session_memory_budget` is below 1, or a ``subagent``
+        ValueError: `session_memory_budget` or `max_sessions` is below 1, or a ``subagent``
             tool on branches without a chat model.
         ImportError: the ``mcp`` extra is not installed.
         Exception: whatever a factory raises for its arguments (for example
@@ -365,16 +437,25 @@ def create_mcp_server(
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
 
+    _check_max_sessions(max_sessions)
     new_branch, served = _prepare(source, session_memory_budget)
     stored = _stored_sessions(store, new_branch, store_resources, stream_session)
     names = served.names
     listings: dict[str | None, types.ListToolsResult] = {}
 
     @asynccontextmanager
-    async def lifespan(_server: Server[SessionBranches]) -> AsyncIterator[SessionBranches]:
-        yield SessionBranches(
-            new_branch, idle_timeout=session_idle_timeout, memory_budget=session_memory_budget
+    async def lifespan(server: Server[SessionBranches]) -> AsyncIterator[SessionBranches]:
+        sessions = SessionBranches(
+            new_branch,
+            idle_timeout=session_idle_timeout,
+            memory_budget=session_memory_budget,
+            max_sessions=max_sessions,
         )
+        _LIVE[server] = sessions
+        try:
+            yield sessions
+        finally:
+            _LIVE.pop(server, None)
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         version = ctx.protocol_version
@@ -422,6 +503,52 @@ def create_mcp_server(
         attach(server, stored)
     _attach_resources(server, resources)
     return server
+
+
+_LIVE: weakref.WeakKeyDictionary[Any, SessionBranches] = weakref.WeakKeyDictionary()
+"""The session branches of each running server (its lifespan's), for `_ending_sessions`."""
+
+
+def _ending_sessions(app: Any, server: Server[SessionBranches], store_kept: bool) -> Any:
+    """Wrap a Streamable HTTP app so a session its client DELETEd is gone for good.
+
+    Its branch is closed and dropped at once (not after the idle timeout),
+    and with a store it is stored as closed, so no server, this one after a
+    restart included, resumes its id.
+    """
+    from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+
+    header = MCP_SESSION_ID_HEADER.lower().encode("latin-1")
+
+    async def ending(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "DELETE":
+            await app(scope, receive, send)
+            return
+        session = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
+
+        async def watch(message: Any) -> None:
+            # Before the response leaves: a client that saw its DELETE
+            # succeed never finds the session alive, even if the server
+            # stops right after.
+            if message["type"] == "http.response.start" and message["status"] < 300 and session:
+                await end(session)
+            await send(message)
+
+        await app(scope, receive, watch)
+
+    async def end(session: str) -> None:
+        sessions = _LIVE.get(server)
+        if sessions is not None:
+            await sessions.drop(session)
+        if store_kept:
+            # Imported only with a store: a server without one never loads the backends.
+            from lionfactory.mcp._stored_sessions import attached
+
+            stored = attached(server)
+            if stored is not None:
+                await stored.close(session)
+
+    return ending
 
 
 def _workspace_resources(resources: Resources) -> WorkspaceResources | None:
@@ -499,6 +626,7 @@ async def _act(
     (the client's ``elicitation/create``) when the client can be asked;
     otherwise the session keeps it pending and the result says so.
     """
+    await sessions.admit(key)
     if stored is not None:
         await stored.resume(sessions, key)
     with sessions.use(key) as branch:
@@ -547,6 +675,8 @@ def serve_mcp(
     store_resources: Mapping[str, Any] | None = None,
     stream_session: str | None = None,
     resources: Resources = None,
+    max_sessions: int | None = DEFAULT_MAX_SESSIONS,
+    allowed_origins: Sequence[str] = (),
 ) -> None:
     """Serve tools over MCP until the client disconnects (stdio) or the process is stopped.
 
@@ -573,15 +703,26 @@ def serve_mcp(
         store_resources: see `create_mcp_server`.
         stream_session: see `create_mcp_server`.
         resources: see `create_mcp_server`.
+        max_sessions: see `create_mcp_server`; over HTTP it also bounds the
+            SDK's open sessions (one more is refused with 503 until one
+            ends or expires).
+        allowed_origins: HTTP only: browser origins (``"http://host:port"``)
+            allowed besides the served one. A request whose ``Origin`` is
+            on neither is refused (403), another port of the same loopback
+            host included: a page served there must not drive the tools.
 
     Raises:
         ValueError: an unknown transport, a non-loopback host, a bad port, a
-            memory budget below 1.
+            memory budget or session bound below 1, a malformed origin.
     """
     check_serve_options(transport, host, port)
+    _check_max_sessions(max_sessions)
+    origins = _check_origins(allowed_origins)
     if transport == "stdio":
         new_branch, served = _prepare(source, session_memory_budget)
-        sessions = SessionBranches(new_branch, memory_budget=session_memory_budget)
+        sessions = SessionBranches(
+            new_branch, memory_budget=session_memory_budget, max_sessions=max_sessions
+        )
         stored = _stored_sessions(store, new_branch, store_resources, stream_session)
         anyio.run(
             _serve_stdio,
@@ -605,6 +746,7 @@ def serve_mcp(
         store_resources=store_resources,
         stream_session=stream_session,
         resources=resources,
+        max_sessions=max_sessions,
     )
     anyio.run(
         _serve_http,
@@ -614,7 +756,44 @@ def serve_mcp(
         session_idle_timeout,
         on_ready,
         store is not None,
+        max_sessions,
+        origins,
         backend="asyncio",
+    )
+
+
+def _check_origins(origins: Sequence[str]) -> tuple[str, ...]:
+    """The allowed origins as given, each ``scheme://host[:port]``; else `ValueError`."""
+    if isinstance(origins, str):
+        raise ValueError(f"allowed_origins is a list of origins, got the string {origins!r}")
+    checked = []
+    for origin in origins:
+        scheme, sep, rest = origin.partition("://") if isinstance(origin, str) else ("", "", "")
+        if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
+            raise ValueError(
+                f"an allowed origin is scheme://host[:port] (no path), got {origin!r:.200}"
+            )
+        checked.append(origin)
+    return tuple(checked)
+
+
+def _transport_security(host: str, port: int, origins: Sequence[str]) -> Any:
+    """Host and Origin checks: loopback host names, and the served origin or `origins`.
+
+    The SDK's own default for a loopback host allows every origin port
+    (``http://localhost:*``), so a page from any local web server (a dev
+    server on port 3000, a notebook) could call the tools; here only the
+    origin being served, under each loopback name, is allowed. The Host
+    header keeps any port (what DNS rebinding changes is the name, and a
+    balancer in front of several replicas forwards one port to another).
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in names],
+        allowed_origins=[f"http://{name}:{port}" for name in names] + list(origins),
     )
 
 
@@ -651,24 +830,14 @@ async def _serve_http(
     session_idle_timeout: float | None,
     on_ready: Callable[[str], object] | None,
     stored_sessions: bool = False,
+    max_sessions: int | None = DEFAULT_MAX_SESSIONS,
+    origins: Sequence[str] = (),
 ) -> None:
     import uvicorn
 
     from lionfactory.mcp._events import RETRY_MILLISECONDS, BoundedEventStore, prime_every_stream
 
     prime_every_stream()
-    # Resumable streams: a priming event and a retry field open every SSE
-    # stream, and a dropped client gets what it missed (see _events).
-    app: Any = server.streamable_http_app(
-        host=host,
-        session_idle_timeout=session_idle_timeout,
-        event_store=BoundedEventStore(),
-        retry_interval=RETRY_MILLISECONDS,
-    )
-    if stored_sessions:
-        from lionfactory.mcp._stored_sessions import adopt_stored_sessions
-
-        app = adopt_stored_sessions(app, server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # Bind and listen before announcing the URL: connections made after
     # on_ready wait in the backlog until uvicorn accepts them, so a caller
@@ -681,6 +850,22 @@ async def _serve_http(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setblocking(False)
     bound = sock.getsockname()[1]
+    # Resumable streams: a priming event and a retry field open every SSE
+    # stream, and a dropped client gets what it missed (see _events). The
+    # app is made once the port is known: its Origin check names it.
+    app: Any = server.streamable_http_app(
+        host=host,
+        session_idle_timeout=session_idle_timeout,
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_MILLISECONDS,
+        max_sessions=max_sessions,
+        transport_security=_transport_security(host, bound, origins),
+    )
+    if stored_sessions:
+        from lionfactory.mcp._stored_sessions import adopt_stored_sessions
+
+        app = adopt_stored_sessions(app, server)
+    app = _ending_sessions(app, server, stored_sessions)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
     if on_ready is not None:

@@ -18,7 +18,10 @@ What a session meant for the tools, and what replaces it:
   to look at, so an edit of an existing file is accepted only with an
   ``expected_hash`` equal to the file's current content hash (the
   ``content_hash`` a read returned), which any replica can check against the
-  file itself.
+  file itself. An ``Mcp-Session-Id`` on such a request is ignored: a
+  sessionless call never runs on a session's branch, live or stored. A call
+  a hook or rule asks about answers that a person must approve it, and
+  holds nothing (no later request could approve it).
 * **Over stdio** the process serves exactly one client for as long as the
   pipe is open, so the connection keeps its one branch in every protocol
   version: evidence works as in a session, and ``expected_hash`` is an
@@ -39,7 +42,7 @@ from typing import Any, TypeVar
 import anyio
 import attrs
 
-from lionfactory._acting import ActionResult
+from lionfactory._acting import ActionResult, answer_result
 from lionfactory._branch import Branch
 from lionfactory._call import Progress, reporting_progress
 
@@ -240,4 +243,13 @@ class StatelessCalls:
         session's call).
         """
         branch = self.new_branch()
-        return await branch.act(tool, arguments)
+        try:
+            action = await branch.act(tool, arguments)
+        finally:
+            await branch.aclose()
+        if action.pending is not None:
+            # The branch that would hold the call is dropped with this
+            # request: the model is told a person must approve it, and that
+            # nothing was kept (there is no call id to approve later).
+            return answer_result(action.pending, "must_approve_unkept", exception=action.exception)
+        return action

@@ -251,10 +251,13 @@ def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
 
 
 def _valid_id(request_id: Any) -> bool:
-    # JSON-RPC ids are strings, numbers or null; anything else (a list nested
+    # MCP request ids are strings or integers (never null, and JSON-RPC asks
+    # numbers to have no fractional part). A float is refused, NaN and
+    # Infinity among them: Python's json reads them, but echoing them back
+    # would write text that is not JSON; anything else (a list nested
     # thousands deep, say) could not even be echoed back safely.
-    return request_id is None or (
-        isinstance(request_id, (str, int, float)) and not isinstance(request_id, bool)
+    return isinstance(request_id, str) or (
+        isinstance(request_id, int) and not isinstance(request_id, bool)
     )
 
 
@@ -326,7 +329,7 @@ class _Connection:
         request_id = message["id"]
         if not _valid_id(request_id):
             await self.out.send(
-                _error(None, INVALID_REQUEST, "Invalid request: an id is a string or a number")
+                _error(None, INVALID_REQUEST, "Invalid request: an id is a string or an integer")
             )
             return
         if method == "tools/call":

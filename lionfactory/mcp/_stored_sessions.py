@@ -80,6 +80,7 @@ __all__ = [
     "StoredSessions",
     "adopt_stored_sessions",
     "attach",
+    "attached",
     "check_session_name",
     "new_session_name",
     "session_branch_id",
@@ -92,6 +93,8 @@ _SESSIONS = uuid.UUID("6a1f0a51-3c1e-5b8e-9c39-1f0e5d2b7a19")
 Transport = Literal["http", "stdio"]
 TRANSPORT_KEY = "mcp_session_transport"
 """Branch metadata: the transport a stored session belongs to (checked before resuming it)."""
+CLOSED_KEY = "mcp_session_closed"
+"""Branch metadata: the client ended this session (DELETE); it is never resumed again."""
 MAX_SESSION_NAME = 200
 
 
@@ -184,6 +187,8 @@ class StoredSessions:
         if current is not None and stored <= self.store.known_version(current):
             return
         branch = await self.load(key) if stored else None
+        if branch is not None and branch.metadata.get(CLOSED_KEY):
+            raise NotThisSession("this MCP session was ended by its client; open a new session")
         sessions.adopt(key, branch if branch is not None else self._fresh(key))
 
     async def create(self, session: str) -> None:
@@ -197,12 +202,36 @@ class StoredSessions:
             await self.store.save(self._fresh(session))
 
     async def resumable(self, session: str) -> bool:
-        """Whether HTTP session id `session` may be resumed: an HTTP server stored it."""
+        """Whether HTTP session id `session` may be resumed: an HTTP server stored it, open."""
         try:
-            return await self.load(session) is not None
+            branch = await self.load(session)
         except NotThisSession as exc:
             logger.warning("refused to resume MCP session: %s", exc)
             return False
+        return branch is not None and not branch.metadata.get(CLOSED_KEY)
+
+    async def close(self, session: str) -> None:
+        """The client ended HTTP session `session`: store it as closed, so no server resumes it.
+
+        A marker, not a deletion: a call of the session still running saves
+        its branch after this, and that save meets the newer closed version
+        (a `ConflictError`, logged) instead of storing the session again.
+        """
+        async with self._lock(session):
+            for _ in range(3):
+                try:
+                    branch = await self.load(session)
+                except NotThisSession:
+                    return
+                if branch is None:
+                    branch = self._fresh(session)
+                branch.metadata[CLOSED_KEY] = True
+                try:
+                    await self.store.save(branch)
+                except ConflictError:
+                    continue
+                return
+            logger.warning("MCP session %r could not be stored as closed", session[:64])
 
     def _fresh(self, key: str) -> Branch:
         """A new session's branch with the session's id, marked with its transport.
@@ -234,6 +263,11 @@ _ATTACHED: weakref.WeakKeyDictionary[Any, StoredSessions] = weakref.WeakKeyDicti
 def attach(server: Server[Any], stored: StoredSessions) -> None:
     """Remember which `StoredSessions` a server built by `create_mcp_server` uses."""
     _ATTACHED[server] = stored
+
+
+def attached(server: Server[Any]) -> StoredSessions | None:
+    """The `StoredSessions` of a server built by `create_mcp_server`, or None without a store."""
+    return _ATTACHED.get(server)
 
 
 def adopt_stored_sessions(app: ASGIApp, server: Server[Any]) -> ASGIApp:

@@ -122,10 +122,11 @@ async def test_a_subagent_obeys_the_parents_rules(workspace: Path) -> None:
     )
     # The child talks to the parent's chat model: one switch serves both.
     branch.chat_model = _Switch(model, child_model)
-    assert await branch.run("delegate") == "the subagent could not"
+    with pytest.raises(ApprovalPending) as paused:
+        await branch.run("delegate")
     assert not (workspace / "pushed").exists()
-    (answer,) = [m for m in branch.messages if m.role == "tool"]
-    assert "needs a person's approval" in json.loads(answer.content)["error"]
+    (held,) = paused.value.calls
+    assert held.tool == "subagent" and "creates the pushed marker" in held.reason
 
 
 class _Switch:

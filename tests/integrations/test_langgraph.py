@@ -134,3 +134,22 @@ def test_outside_a_graph_the_held_call_is_answered_and_decided_on_the_branch() -
     branch.approve("lg-prod")
     done = asyncio.run(tool.ainvoke(call))
     assert done.status == "success" and ran == ["prod"]
+
+
+def test_two_calls_sharing_one_id_are_held_apart_and_each_runs_as_itself() -> None:
+    """A host that repeats an id: the branch holds both, and each runs with its own arguments."""
+    ran: list[str] = []
+    branch = deploy_branch(ran)
+    (tool,) = langchain_tools(branch)
+    prod = {"type": "tool_call", "name": "deploy", "args": {"target": "prod"}, "id": "dup"}
+    stage = {"type": "tool_call", "name": "deploy", "args": {"target": "stage"}, "id": "dup"}
+    asyncio.run(tool.ainvoke(prod))
+    asyncio.run(tool.ainvoke(stage))
+    held = branch.pending_calls
+    assert [p.arguments["target"] for p in held] == ["prod", "stage"]
+    assert len({p.id for p in held}) == 2
+    branch.approve(held[1].id)
+    done = asyncio.run(tool.ainvoke(stage))
+    assert done.status == "success" and ran == ["stage"]
+    still = asyncio.run(tool.ainvoke(prod))
+    assert json.loads(still.content)["status"] == "awaiting_approval" and ran == ["stage"]

@@ -346,29 +346,85 @@ def test_serve_refuses_an_unknown_transport() -> None:
         serve_mcp([counter_factory], transport="sse")  # type: ignore[arg-type]
 
 
-def test_idle_sessions_are_dropped_after_the_timeout() -> None:
+async def test_idle_sessions_are_dropped_after_the_timeout() -> None:
     now = [0.0]
     sessions = SessionBranches(Branch, idle_timeout=10.0, clock=lambda: now[0])
     with sessions.use("a") as first:
         pass
     now[0] = 5.0
+    await sessions.admit("a")
     with sessions.use("a") as again:
         assert again is first
     now[0] = 16.0
+    await sessions.admit("b")
     with sessions.use("b"):
         assert "a" not in sessions
     with sessions.use("a") as fresh:
         assert fresh is not first
 
 
-def test_a_session_with_a_call_in_flight_is_not_dropped() -> None:
+async def test_a_session_with_a_call_in_flight_is_not_dropped() -> None:
     now = [0.0]
     sessions = SessionBranches(Branch, idle_timeout=1.0, clock=lambda: now[0])
     with sessions.use("busy"):
         now[0] = 100.0
+        await sessions.admit("other")
         with sessions.use("other"):
             assert "busy" in sessions
     assert len(sessions) == 2
+
+
+class Closing(Branch):
+    closed: list[str] = []  # noqa: RUF012 - shared on purpose: the test reads it
+
+    async def aclose(self) -> None:
+        Closing.closed.append(self.name or "")
+        await super().aclose()
+
+
+async def test_past_max_sessions_the_least_recently_used_idle_session_is_closed() -> None:
+    now = [0.0]
+    made = iter(["a", "b", "c", "d"])
+    Closing.closed = []
+    sessions = SessionBranches(
+        lambda: Closing(name=next(made)), max_sessions=2, clock=lambda: now[0]
+    )
+    for key in ("a", "b"):
+        now[0] += 1
+        await sessions.admit(key)
+        with sessions.use(key):
+            pass
+    now[0] += 1
+    await sessions.admit("a")
+    with sessions.use("a"):  # "a" is now the most recently used
+        pass
+    now[0] += 1
+    await sessions.admit("c")
+    with sessions.use("c"):
+        pass
+    assert Closing.closed == ["b"] and "b" not in sessions and len(sessions) == 2
+
+
+async def test_a_session_running_a_call_is_never_evicted_for_a_new_one() -> None:
+    Closing.closed = []
+    sessions = SessionBranches(lambda: Closing(name="x"), max_sessions=1)
+    with sessions.use("busy"):
+        await sessions.admit("new")
+        with sessions.use("new"):
+            assert "busy" in sessions
+    assert Closing.closed == []
+
+
+def test_max_sessions_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_sessions must be a positive number"):
+        SessionBranches(Branch, max_sessions=0)
+    with pytest.raises(ValueError, match="max_sessions must be a positive number"):
+        serve_mcp([counter_factory], transport="http", max_sessions=-1)
+
+
+def test_serve_refuses_a_malformed_allowed_origin() -> None:
+    with pytest.raises(ValueError, match="scheme://host"):
+        serve_mcp([counter_factory], transport="http", allowed_origins=["localhost:3000"])
 
 
 def test_the_cli_refuses_a_non_loopback_host(

@@ -253,7 +253,7 @@ def test_the_cli_reports_an_unreachable_store_before_serving(
 ) -> None:
     from lionfactory._cli import main
 
-    missing = git_workspace / "no-such-dir" / "x.db"
+    missing = git_workspace.parent / "no-such-dir" / "x.db"
     assert (
         main(["mcp", "serve", "--workspace", str(git_workspace), "--store", f"sqlite:///{missing}"])
         == 2
@@ -489,3 +489,53 @@ def test_a_store_refuses_a_factory_no_stored_session_could_name(tmp_path: Path) 
 
     with pytest.raises(ConfigurationError, match="must name their factories"):
         create_mcp_server(local, store=SqliteBranchStore(tmp_path / "s.db"))
+
+
+def test_the_cli_refuses_a_store_inside_the_served_workspace(
+    git_workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The served agent's editor or bash could rewrite it, and forge sessions."""
+    from lionfactory._cli import main
+
+    inside = git_workspace / "sessions.db"
+    argv = ["mcp", "serve", "--workspace", str(git_workspace), "--store", f"sqlite:///{inside}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "inside the served workspace" in err and "--allow-writable-store" in err
+    assert not inside.exists()
+
+
+def test_a_store_outside_the_workspace_and_the_bash_roots_is_accepted(
+    git_workspace: Path, tmp_path: Path
+) -> None:
+    from lionfactory._cli import _check_store_location
+
+    outside = tmp_path / "state" / "sessions.db"
+    _check_store_location(
+        f"sqlite:///{outside}", git_workspace, ["reader", "editor"], "none", allow=False
+    )
+
+
+def test_a_store_an_unconfined_bash_could_write_is_refused_or_warned_about(
+    git_workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lionfactory._cli import _check_store_location
+
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with pytest.raises(ValueError, match="unconfined"):
+        _check_store_location(url, git_workspace, ["bash"], "none", allow=False)
+    _check_store_location(url, git_workspace, ["bash"], "none", allow=True)
+    assert "warning: the store" in capsys.readouterr().err
+
+
+def test_a_store_behind_a_link_into_the_workspace_is_refused(
+    git_workspace: Path, tmp_path: Path
+) -> None:
+    from lionfactory._cli import _check_store_location
+
+    link = tmp_path / "elsewhere"
+    link.symlink_to(git_workspace)
+    with pytest.raises(ValueError, match="inside the served workspace"):
+        _check_store_location(
+            f"sqlite:///{link / 's.db'}", git_workspace, ["reader"], "none", allow=False
+        )
