@@ -50,7 +50,7 @@ from typing import Any, Literal, TextIO
 from lionfactory import __version__
 from lionfactory._acting import error_payload
 from lionfactory._approvals import running_approved
-from lionfactory._builtins import WORKSPACE_TOOLS, workspace_factory
+from lionfactory._catalogue import CATALOGUE, WORKSPACE_TOOLS, BuiltinTool, workspace_factory
 from lionfactory._tool import Tool
 from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError
 
@@ -380,12 +380,32 @@ def _list_tools(workspace: Path | None, *, as_json: bool, out: TextIO) -> int:
         json.dump([t.schema("mcp") for t in tools], out, indent=2, ensure_ascii=False)
         out.write("\n")
         return EXIT_OK
-    width = max(len(t.name) for t in tools)
+    width = max(len(row.name) for row in CATALOGUE)
     for tool in tools:
         out.write(f"{tool.name:<{width}}  {_summary(tool.description)}\n")
+    out.write(
+        "\nThe other built-ins, built in Python (`call` and `mcp serve --toolkit standalone` "
+        "serve the tools above):\n"
+    )
+    for row in CATALOGUE:
+        if row.name not in BUILTIN_TOOLS:
+            out.write(f"{row.name:<{width}}  {row.factory} ({_needs(row)})\n")
     out.write(f"\n{_isolation_line(workspace)}\n")
     out.write("\nRun `lionfactory tools --json` for the full descriptions and schemas.\n")
     return EXIT_OK
+
+
+def _needs(row: BuiltinTool) -> str:
+    """What building `row` takes, and whether the coding toolkit builds it."""
+    articles = {"branch": "a branch", "exchange": "an exchange", "workspace": "a workspace"}
+    wants = [said for need, said in articles.items() if need in row.needs]
+    said = f"needs {', '.join(wants)}" if wants else "needs nothing"
+    coding = {
+        "default": "coding toolkit: by default",
+        "opt-in": "coding toolkit: when named in tools=",
+        "with bash": "coding toolkit: with bash",
+    }.get(row.coding)
+    return f"{said}; {coding}" if coding else said
 
 
 def _isolation_line(workspace: Path | None) -> str:

@@ -39,6 +39,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._registration",
         "lionfactory._evidence",
         "lionfactory._echo",
+        "lionfactory._catalogue",
     ),
     (
         "lionfactory._os",
@@ -52,7 +53,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._persist",
         "lionfactory.backends",
     ),
-    ("lionfactory.tools", "lionfactory._builtins"),
+    ("lionfactory.tools",),
     (
         "lionfactory.coding",
         "lionfactory.mcp",

@@ -35,8 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
 from lionfactory._call import CallContext, call_context, current_call
+from lionfactory._catalogue import (
+    ALL_CODING_TOOLS,
+    CODING_DEFAULTS,
+    RUNS_PROGRAMS,
+    WORKSPACE_TOOLS,
+    workspace_factory,
+)
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
@@ -45,7 +51,7 @@ from lionfactory._tool import Tool, run_pre_hooks
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
-from lionfactory.coding.rules import Rule, RuleHook, rule_set
+from lionfactory.coding.rules import Rule, RuleHook, hinted_rules, rule_set
 from lionfactory.tools.jobs import jobs_tool
 
 if TYPE_CHECKING:
@@ -53,24 +59,13 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
 
-ALL_CODING_TOOLS: tuple[str, ...] = (*WORKSPACE_TOOLS, "context", "sandbox", "subagent")
-"""Every tool the toolkit can build, in the order it returns them."""
-
-DEFAULT_CODING_TOOLS: tuple[str, ...] = (
-    "reader",
-    "editor",
-    "bash",
-    "search",
-    "code_check",
-    "code_nav",
-    "ast_search",
-    "context",
-)
+DEFAULT_CODING_TOOLS: tuple[str, ...] = CODING_DEFAULTS
 """The tools built when `tools` is omitted; sandbox and subagent are opt-in.
 
-Written out, not sliced from `ALL_CODING_TOOLS`: a new workspace tool must
-not push ``context`` out of the defaults. ``jobs`` is not listed: it comes
-with ``bash`` (right after it) whenever bash is built.
+Both lists come from the catalogue's ``coding`` column (`ALL_CODING_TOOLS`
+is every tool the toolkit can build, in the order it returns them).
+``jobs`` is in neither: it comes with ``bash`` (right after it) whenever
+bash is built.
 """
 
 
@@ -357,7 +352,7 @@ def coding_toolkit(
     )
     hook_map = _normalise_hooks(hooks)
     workspace = Workspace.at(workspace_root)
-    hook_map = _with_rules(hook_map, rule_set(mode, rules), workspace.root)
+    given_rules = rule_set(mode, rules)
     confinement = _toolkit_isolation(
         isolation, workspace.root, network, env_policy, tuple(exposed_paths)
     )
@@ -424,6 +419,9 @@ def coding_toolkit(
         if notify
         else None
     )
+    # The mode's rules by the tools' own hints, now that every tool is built.
+    every_rule = (*given_rules, *hinted_rules(mode, built.values()))
+    hook_map = _with_rules(hook_map, every_rule, workspace.root)
     return [_with_policy(built[name], name, hook_map, nudge, branch) for name in names]
 
 
