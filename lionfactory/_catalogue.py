@@ -18,8 +18,8 @@ read it there.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import Literal, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, cast
 
 import attrs
 
@@ -28,11 +28,12 @@ from lionfactory._tool import Tool
 __all__ = [
     "ALL_CODING_TOOLS",
     "CATALOGUE",
-    "CODING_DEFAULTS",
+    "DEFAULT_CODING_TOOLS",
     "RUNS_PROGRAMS",
     "WORKSPACE_TOOLS",
     "BuiltinTool",
     "builtin",
+    "lazy_exports",
     "load_factory",
     "workspace_factory",
 ]
@@ -147,7 +148,9 @@ ALL_CODING_TOOLS: tuple[str, ...] = tuple(
 )
 """Every tool `coding_toolkit` can be asked for, in the order it returns them."""
 
-CODING_DEFAULTS: tuple[str, ...] = tuple(row.name for row in CATALOGUE if row.coding == "default")
+DEFAULT_CODING_TOOLS: tuple[str, ...] = tuple(
+    row.name for row in CATALOGUE if row.coding == "default"
+)
 """The tools `coding_toolkit` builds when ``tools`` is omitted."""
 
 
@@ -177,3 +180,50 @@ def workspace_factory(name: str) -> Callable[..., Tool]:
     if name not in WORKSPACE_TOOLS:
         raise KeyError(name)
     return cast("Callable[..., Tool]", load_factory(_BY_NAME[name]))
+
+
+def lazy_exports(
+    package: str,
+    exports: Mapping[str, str],
+    namespace: dict[str, Any],
+    *,
+    on_import_error: Callable[[ImportError], Exception | None] | None = None,
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` that import each export on first use.
+
+    A package of tools re-exports names from modules that cost more to import
+    than the rest of the package; a program that uses one tool should not
+    pay for all of them. Each name is imported from its module when first
+    asked for, then kept in the package's namespace (the next lookup is a
+    plain attribute).
+
+    Args:
+        package: the package's ``__name__`` (for the AttributeError).
+        exports: each lazily exported name, and the module that defines it.
+        namespace: the package's ``globals()``.
+        on_import_error: turns a module's ImportError into the exception to
+            raise instead (a missing extra named), or None to raise it as is.
+
+    Returns:
+        ``(__getattr__, __dir__)``, to assign at the package's top level.
+    """
+
+    def __getattr__(name: str) -> object:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        try:
+            imported = importlib.import_module(module)
+        except ImportError as exc:
+            instead = None if on_import_error is None else on_import_error(exc)
+            if instead is None:
+                raise
+            raise instead from exc
+        value = getattr(imported, name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *exports})
+
+    return __getattr__, __dir__

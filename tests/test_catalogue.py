@@ -12,7 +12,7 @@ from lionfactory import Branch, Exchange
 from lionfactory._catalogue import (
     ALL_CODING_TOOLS,
     CATALOGUE,
-    CODING_DEFAULTS,
+    DEFAULT_CODING_TOOLS,
     RUNS_PROGRAMS,
     WORKSPACE_TOOLS,
     builtin,
@@ -74,7 +74,7 @@ def test_the_derived_lists() -> None:
     )
     assert {"bash", "search", "code_check", "ast_search"} == RUNS_PROGRAMS
     assert (*WORKSPACE_TOOLS, "context", "sandbox", "subagent") == ALL_CODING_TOOLS
-    assert (*WORKSPACE_TOOLS, "context") == CODING_DEFAULTS
+    assert (*WORKSPACE_TOOLS, "context") == DEFAULT_CODING_TOOLS
 
 
 def test_read_only_denies_a_tool_by_its_hints(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ import attrs
 from lionfactory._call import CallContext, call_context, current_call
 from lionfactory._catalogue import (
     ALL_CODING_TOOLS,
-    CODING_DEFAULTS,
+    DEFAULT_CODING_TOOLS,
     RUNS_PROGRAMS,
     WORKSPACE_TOOLS,
     workspace_factory,
@@ -59,14 +59,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
 
-DEFAULT_CODING_TOOLS: tuple[str, ...] = CODING_DEFAULTS
-"""The tools built when `tools` is omitted; sandbox and subagent are opt-in.
-
-Both lists come from the catalogue's ``coding`` column (`ALL_CODING_TOOLS`
-is every tool the toolkit can build, in the order it returns them).
-``jobs`` is in neither: it comes with ``bash`` (right after it) whenever
-bash is built.
-"""
+# `ALL_CODING_TOOLS` (every tool the toolkit can build, in the order it
+# returns them) and `DEFAULT_CODING_TOOLS` (built when ``tools`` is omitted)
+# are the catalogue's ``coding`` column. ``jobs`` is in neither: it comes
+# with ``bash`` (right after it) whenever bash is built.
 
 
 TOOLKIT_BASH_TIMEOUT_MS = 120_000

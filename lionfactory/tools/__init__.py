@@ -27,9 +27,9 @@ read what the `Tool` says. ``tests/integrations/test_new_tool_recipe.py``
 serves a tool written this way through every one of them.
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from lionfactory._catalogue import lazy_exports as _lazy_exports
 from lionfactory._os.environment import EnvPolicy
 
 if _typing.TYPE_CHECKING:
@@ -155,14 +155,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, globals())
