@@ -34,7 +34,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._messages",
         "lionfactory._tool",
         "lionfactory._call",
-        "lionfactory._chat",
         "lionfactory._registration",
         "lionfactory._evidence",
         "lionfactory._echo",
