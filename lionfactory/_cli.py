@@ -439,7 +439,7 @@ def _rules_hook(mode: str | None, rules_file: Path | None, workspace: Path | Non
     """
     if mode is None and rules_file is None:
         return None
-    from lionfactory.coding.rules import RuleHook, rule_set
+    from lionfactory.coding.rules import RuleHook, hinted_rules, rule_set
 
     rules = None
     if rules_file is not None:
@@ -447,7 +447,9 @@ def _rules_hook(mode: str | None, rules_file: Path | None, workspace: Path | Non
         if not isinstance(loaded, list):
             raise ValueError(f"{rules_file} must hold a JSON list of rules")
         rules = loaded
-    return RuleHook(rule_set(mode, rules), (workspace or Path.cwd()).resolve())
+    # The mode judges every tool `call` can build by the tool's own hints.
+    hinted = hinted_rules(mode, (builtin_tool(n, workspace) for n in BUILTIN_TOOLS)) if mode else ()
+    return RuleHook((*rule_set(mode, rules), *hinted), (workspace or Path.cwd()).resolve())
 
 
 def ask_on_terminal(asked: ApprovalRequired, arguments: Mapping[str, Any]) -> bool:
