@@ -172,6 +172,7 @@ DRIVER = """
 import asyncio, json, sys
 from lionfactory import Branch
 from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
+from lionfactory.testing import ScriptedModel
 from lionfactory.tools import word_count_tool
 
 assert word_count_tool.__module__ == "lionfactory.tools.word_count"
@@ -198,6 +199,11 @@ async def main():
     out["read_only"] = await count(read_only)
     restored = Branch.from_dict(json.loads(json.dumps(kit.to_dict())))
     out["toolkit_restored"] = await count(restored)
+    # A sub-agent's read_only tier takes the new tool by its read-only hints.
+    lead = Branch(chat_model=ScriptedModel(["done"]))
+    lead.register(coding_toolkit, workspace_root=".", tools=["reader", "word_count", "subagent"])
+    asked = await lead.act("subagent", {"instruction": "count", "permissions": "read_only"})
+    out["subagent_tools"] = asked.result["tools"]
     print(json.dumps(out))
 
 asyncio.run(main())
@@ -226,6 +232,7 @@ def test_three_package_places_reach_branch_clone_save_load_and_the_toolkit(
         "default_toolkit": False,
         "read_only": 3,
         "toolkit_restored": 3,
+        "subagent_tools": ["reader", "word_count"],
     }
 
 
