@@ -9,12 +9,17 @@ from lionfactory._acting import ActionResult
 from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._call import CallContext, current_call
-from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._exchange import Exchange
-from lionfactory._function import function_tool
-from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
+from lionfactory._messages import (
+    ChatModel,
+    Message,
+    MessageLog,
+    ModelReply,
+    ToolCall,
+    estimate_tokens,
+)
 from lionfactory._registration import Registration, register_factory
-from lionfactory._tool import Tool, ToolHints, reports_failure
+from lionfactory._tool import Tool, ToolHints, function_tool, reports_failure
 
 __version__ = "0.1.0"
 

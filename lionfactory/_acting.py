@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
-import pydantic_core
 
 from lionfactory._approvals import (
     Answer,
@@ -27,7 +26,7 @@ from lionfactory._approvals import (
 )
 from lionfactory._call import CallContext, call_context
 from lionfactory._echo import echo, shorten
-from lionfactory._messages import Message, ToolCall
+from lionfactory._messages import Message, ToolCall, encode_json, encode_json_string
 from lionfactory._tool import Tool, reports_failure
 from lionfactory.errors import (
     ApprovalRequired,
@@ -51,77 +50,6 @@ __all__ = [
 Outcome = Literal["done", "error", "pending"]
 
 logger = logging.getLogger("lionfactory")
-
-
-# Strings at least this long are escaped by pydantic_core (Rust) instead of
-# the json module's C escaper: measured, the call into pydantic_core costs
-# more than it saves below about 128 characters, and escapes a 20 KB file's
-# rows about four times faster above.
-_FAST_ESCAPE_CHARS = 128
-
-
-def encode_json_string(text: str) -> str:
-    """``json.dumps(text, ensure_ascii=False)``, the same text, escaped faster when long.
-
-    A tool result's text is escaped once for the tool message and, on the MCP
-    server, once more as the result's text block: for a 20 KB read the json
-    module's escaper was a tenth of the whole call. pydantic_core escapes
-    exactly the characters json does, the same way (a test compares them on
-    every code point); a lone surrogate, which it cannot encode as UTF-8,
-    goes to the json module as before.
-    """
-    if len(text) >= _FAST_ESCAPE_CHARS:
-        try:
-            return pydantic_core.to_json(text).decode("utf-8")
-        except ValueError:
-            pass
-    return _escape(text)
-
-
-_escape: Callable[[str], str] = json.encoder.encode_basestring
-
-# ``json.dumps(value, ensure_ascii=False, default=str)`` builds an encoder per
-# call, about half the cost of encoding a small value; a shared one writes the
-# same text (each ``encode`` makes its own C encoder, so threads may share it).
-_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
-
-
-def encode_json(value: Any) -> str:
-    """``json.dumps(value, ensure_ascii=False, default=str)``: the same text, made faster.
-
-    A tool's response is a flat mapping whose cost is its long strings (file
-    rows, command output): those are escaped by `encode_json_string`, the
-    separators are json's own (``", "`` and ``": "``), and every other value
-    goes through ``json.dumps`` itself, so numbers, nesting, `default` and
-    the errors json raises (a circular reference, an integer too long to
-    print) are json's. Anything but a dict with string keys is encoded by
-    ``json.dumps`` whole.
-
-    Raises:
-        ValueError, RecursionError, TypeError: as ``json.dumps`` would.
-    """
-    if type(value) is not dict:
-        return _JSON.encode(value)
-    parts = []
-    for key, item in value.items():
-        if type(key) is not str:
-            return _JSON.encode(value)
-        if type(item) is str:
-            encoded = encode_json_string(item)
-        elif item is None:
-            encoded = "null"
-        elif item is True:
-            encoded = "true"
-        elif item is False:
-            encoded = "false"
-        elif type(item) is int:
-            # What json writes for an int, and the same ValueError past
-            # Python's digit limit.
-            encoded = int.__repr__(item)
-        else:
-            encoded = _JSON.encode(item)
-        parts.append(f"{_escape(key)}: {encoded}")
-    return "{" + ", ".join(parts) + "}"
 
 
 def error_payload(error: str, exception: BaseException) -> dict[str, Any]:

@@ -22,8 +22,7 @@ import attrs
 
 from lionfactory._acting import ActionResult, answer_result, execute_call
 from lionfactory._approvals import Answer, PendingCall
-from lionfactory._chat import ChatModel, ModelReply
-from lionfactory._messages import Message, MessageLog, ToolCall
+from lionfactory._messages import ChatModel, Message, MessageLog, ModelReply, ToolCall
 from lionfactory._registration import (
     Registration,
     accepts_branch,

@@ -50,7 +50,7 @@ from typing import Any, Literal, TextIO
 from lionfactory import __version__
 from lionfactory._acting import error_payload
 from lionfactory._approvals import Approval, approving
-from lionfactory._builtins import WORKSPACE_TOOLS, workspace_factory
+from lionfactory._catalogue import CATALOGUE, WORKSPACE_TOOLS, BuiltinTool, workspace_factory
 from lionfactory._tool import Tool
 from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError
 
@@ -396,12 +396,32 @@ def _list_tools(workspace: Path | None, *, as_json: bool, out: TextIO) -> int:
         json.dump([t.schema("mcp") for t in tools], out, indent=2, ensure_ascii=False)
         out.write("\n")
         return EXIT_OK
-    width = max(len(t.name) for t in tools)
+    width = max(len(row.name) for row in CATALOGUE)
     for tool in tools:
         out.write(f"{tool.name:<{width}}  {_summary(tool.description)}\n")
+    out.write(
+        "\nThe other built-ins, built in Python (`call` and `mcp serve --toolkit standalone` "
+        "serve the tools above):\n"
+    )
+    for row in CATALOGUE:
+        if row.name not in BUILTIN_TOOLS:
+            out.write(f"{row.name:<{width}}  {row.factory} ({_needs(row)})\n")
     out.write(f"\n{_isolation_line(workspace)}\n")
     out.write("\nRun `lionfactory tools --json` for the full descriptions and schemas.\n")
     return EXIT_OK
+
+
+def _needs(row: BuiltinTool) -> str:
+    """What building `row` takes, and whether the coding toolkit builds it."""
+    articles = {"branch": "a branch", "exchange": "an exchange", "workspace": "a workspace"}
+    wants = [said for need, said in articles.items() if need in row.needs]
+    said = f"needs {', '.join(wants)}" if wants else "needs nothing"
+    coding = {
+        "default": "coding toolkit: by default",
+        "opt-in": "coding toolkit: when named in tools=",
+        "with bash": "coding toolkit: with bash",
+    }.get(row.coding)
+    return f"{said}; {coding}" if coding else said
 
 
 def _isolation_line(workspace: Path | None) -> str:
@@ -435,7 +455,7 @@ def _rules_hook(mode: str | None, rules_file: Path | None, workspace: Path | Non
     """
     if mode is None and rules_file is None:
         return None
-    from lionfactory.coding.rules import RuleHook, rule_set
+    from lionfactory.coding.rules import RuleHook, hinted_rules, rule_set
 
     rules = None
     if rules_file is not None:
@@ -443,7 +463,9 @@ def _rules_hook(mode: str | None, rules_file: Path | None, workspace: Path | Non
         if not isinstance(loaded, list):
             raise ValueError(f"{rules_file} must hold a JSON list of rules")
         rules = loaded
-    return RuleHook(rule_set(mode, rules), (workspace or Path.cwd()).resolve())
+    # The mode judges every tool `call` can build by the tool's own hints.
+    hinted = hinted_rules(mode, (builtin_tool(n, workspace) for n in BUILTIN_TOOLS)) if mode else ()
+    return RuleHook((*rule_set(mode, rules), *hinted), (workspace or Path.cwd()).resolve())
 
 
 def ask_on_terminal(asked: ApprovalRequired, arguments: Mapping[str, Any]) -> bool:

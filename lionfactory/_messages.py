@@ -22,6 +22,9 @@ round-trips the view.
 
 There is at most one system message. It is pinned at view index 0: it cannot
 be evicted or compacted, and `set_system` replaces it in place.
+
+A chat model answers with a `ModelReply`; `ChatModel` is the protocol the
+agent loop talks to (the end of this module).
 """
 
 from __future__ import annotations
@@ -29,16 +32,31 @@ from __future__ import annotations
 import bisect
 import json
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+import attrs
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lionfactory._echo import shorten
 
-__all__ = ["Message", "MessageLog", "Role", "ToolCall", "estimate_tokens"]
+if TYPE_CHECKING:
+    from lionfactory._tool import Tool
+
+__all__ = [
+    "ChatModel",
+    "Message",
+    "MessageLog",
+    "ModelReply",
+    "Role",
+    "ToolCall",
+    "encode_json",
+    "encode_json_string",
+    "estimate_tokens",
+]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -205,17 +223,81 @@ def estimate_tokens(messages: Iterable[Message]) -> int:
     return sum(map(_message_tokens, messages))
 
 
-# ``json.dumps(value, default=str)`` builds an encoder for every call, which
-# was most of the cost of counting a call's small arguments; one shared
-# encoder gives the same text (each ``encode`` makes its own C encoder, so it
-# is safe to share between threads).
-_ARGUMENTS_JSON = json.JSONEncoder(default=str)
+# Strings at least this long are escaped by pydantic_core (Rust) instead of
+# the json module's C escaper: measured, the call into pydantic_core costs
+# more than it saves below about 128 characters, and escapes a 20 KB file's
+# rows about four times faster above.
+_FAST_ESCAPE_CHARS = 128
+
+
+def encode_json_string(text: str) -> str:
+    """``json.dumps(text, ensure_ascii=False)``, the same text, escaped faster when long.
+
+    A tool result's text is escaped once for the tool message and, on the MCP
+    server, once more as the result's text block: for a 20 KB read the json
+    module's escaper was a tenth of the whole call. pydantic_core escapes
+    exactly the characters json does, the same way (a test compares them on
+    every code point); a lone surrogate, which it cannot encode as UTF-8,
+    goes to the json module as before.
+    """
+    if len(text) >= _FAST_ESCAPE_CHARS:
+        try:
+            return pydantic_core.to_json(text).decode("utf-8")
+        except ValueError:
+            pass
+    return _escape(text)
+
+
+_escape: Callable[[str], str] = json.encoder.encode_basestring
+
+# ``json.dumps(value, ensure_ascii=False, default=str)`` builds an encoder per
+# call, about half the cost of encoding a small value; a shared one writes the
+# same text (each ``encode`` makes its own C encoder, so threads may share it).
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
+def encode_json(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, default=str)``: the same text, made faster.
+
+    A tool's response is a flat mapping whose cost is its long strings (file
+    rows, command output): those are escaped by `encode_json_string`, the
+    separators are json's own (``", "`` and ``": "``), and every other value
+    goes through ``json.dumps`` itself, so numbers, nesting, `default` and
+    the errors json raises (a circular reference, an integer too long to
+    print) are json's. Anything but a dict with string keys is encoded by
+    ``json.dumps`` whole.
+
+    Raises:
+        ValueError, RecursionError, TypeError: as ``json.dumps`` would.
+    """
+    if type(value) is not dict:
+        return _JSON.encode(value)
+    parts = []
+    for key, item in value.items():
+        if type(key) is not str:
+            return _JSON.encode(value)
+        if type(item) is str:
+            encoded = encode_json_string(item)
+        elif item is None:
+            encoded = "null"
+        elif item is True:
+            encoded = "true"
+        elif item is False:
+            encoded = "false"
+        elif type(item) is int:
+            # What json writes for an int, and the same ValueError past
+            # Python's digit limit.
+            encoded = int.__repr__(item)
+        else:
+            encoded = _JSON.encode(item)
+        parts.append(f"{_escape(key)}: {encoded}")
+    return "{" + ", ".join(parts) + "}"
 
 
 def _message_tokens(message: Message) -> int:
     chars = len(message.content)
     for call in message.tool_calls:
-        chars += len(call.name) + len(_ARGUMENTS_JSON.encode(call.arguments))
+        chars += len(call.name) + len(encode_json(call.arguments))
     return _MESSAGE_OVERHEAD + -(-chars // _CHARS_PER_TOKEN)
 
 
@@ -665,3 +747,61 @@ class MessageLog:
         lo, hi, _ = slice(start, end).indices(len(self._active))
         floor = 1 if self._pinned_index() is not None else 0
         return max(lo, floor), max(hi, floor)
+
+
+# The chat model protocol the agent loop talks to.
+#
+# Any object with ``async def __call__(messages, tools) -> ModelReply`` is a
+# chat model: a provider adapter, or the offline `ScriptedModel` and
+# `FunctionModel` of `lionfactory.testing`. The loop passes `Tool` objects, not
+# schemas, so an adapter exports them in its provider's style
+# (``tool.schema("openai")``, ``"anthropic"``, ...).
+
+
+def _text(value: str | None) -> str:
+    # OpenAI-style adapters see ``content: null`` on a tool-call turn and pass
+    # it on; the conversation record holds text, so "no text" is "".
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"ModelReply text must be a str or None, got {value!r:.200}")
+    return value
+
+
+def _tool_calls(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, ToolCall)) or not isinstance(value, Iterable):
+        raise TypeError(f"tool_calls must be a sequence of ToolCall objects, got {value!r:.200}")
+    calls = tuple(value)
+    for call in calls:
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"tool_calls must hold ToolCall objects, got {call!r}")
+    return calls
+
+
+@attrs.frozen
+class ModelReply:
+    """What a chat model answered: text, tool calls, or both.
+
+    Both fields are checked here, at construction, so a malformed reply
+    fails in the adapter that built it with a plain `TypeError` instead of
+    deep inside the agent loop.
+
+    Attributes:
+        text: the assistant's text ("" when it only calls tools; None is
+            accepted and stored as "").
+        tool_calls: the calls it wants run, in order (None is stored as ()).
+    """
+
+    text: str = attrs.field(default="", converter=_text)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model: the active messages and the tools in, a `ModelReply` out."""
+
+    async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
+        """Answer the conversation `messages`, optionally calling some of `tools`."""
+        ...

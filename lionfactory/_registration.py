@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from lionfactory._catalogue import CATALOGUE
 from lionfactory._tool import Tool
 from lionfactory.errors import ConfigurationError, FactoryError
 
@@ -48,28 +49,15 @@ ENTRY_POINT_GROUP = "lionfactory.factories"
 # The built-ins, by the public import path users write (and manifests and
 # saved branches record), and the module that defines each: a name the
 # library itself spells in a string is imported only when asked for, so the
-# registry costs nothing at import time and sits on the lowest floor.
+# registry costs nothing at import time and sits on the lowest floor. Every
+# tool of the catalogue restores; the rest are the built-ins that build
+# several tools, or that saved arguments name.
 _BUILTINS: dict[str, str] = {
-    **{
-        f"lionfactory.tools:{name}_tool": f"lionfactory.tools.{name}"
-        for name in (
-            "reader",
-            "editor",
-            "bash",
-            "search",
-            "code_check",
-            "code_nav",
-            "ast_search",
-            "context",
-            "messenger",
-        )
-    },
+    **{row.factory: row.module for row in CATALOGUE},
     "lionfactory.coding:coding_toolkit": "lionfactory.coding._toolkit",
     "lionfactory.coding:deny_destructive_commands": "lionfactory.coding.policies",
     # A data record (rules persist with the branch), rebuilt by its from_dict.
     "lionfactory.coding:Rule": "lionfactory.coding.rules",
-    "lionfactory.coding.sandbox:sandbox_tool": "lionfactory.coding.sandbox",
-    "lionfactory.coding.subagent:subagent_tool": "lionfactory.coding.subagent",
     "lionfactory.mcp:mcp_tools": "lionfactory.mcp._client",
 }
 # The defining module's spelling of each built-in (what earlier versions

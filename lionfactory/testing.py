@@ -25,8 +25,7 @@ import attrs
 from pydantic import BaseModel
 
 from lionfactory._branch import Branch
-from lionfactory._chat import ModelReply
-from lionfactory._messages import Message, MessageLog, ToolCall
+from lionfactory._messages import Message, MessageLog, ModelReply, ToolCall
 from lionfactory._tool import Tool
 from lionfactory.errors import ScriptExhaustedError
 

@@ -1,4 +1,4 @@
-"""Helpers several test modules share: the mechanisms as parameters, polling, live processes.
+"""Helpers several test modules share: mechanisms as parameters, polling, processes, git.
 
 Importable from any test module: pytest puts this folder (the one holding
 ``conftest.py``) on ``sys.path``.
@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,3 +56,36 @@ def processes_tagged(tag: str) -> list[int]:
         if tag.encode() in argv and state not in (b"Z", b"X"):
             found.append(int(name))
     return found
+
+
+def git(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """Run the test's own git in `cwd` (it must succeed) and return what it printed."""
+    done = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout
+
+
+def hermetic_git(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, identity: bool = False
+) -> None:
+    """No global or system git configuration leaks in, and no sandbox is left in /tmp.
+
+    With `identity`, commits get a fixed author and committer (a machine with
+    no git identity configured can commit too).
+    """
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    if identity:
+        for who in ("AUTHOR", "COMMITTER"):
+            monkeypatch.setenv(f"GIT_{who}_NAME", "Test")
+            monkeypatch.setenv(f"GIT_{who}_EMAIL", "test@example.com")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))

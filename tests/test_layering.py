@@ -34,11 +34,10 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._messages",
         "lionfactory._tool",
         "lionfactory._call",
-        "lionfactory._function",
-        "lionfactory._chat",
         "lionfactory._registration",
         "lionfactory._evidence",
         "lionfactory._echo",
+        "lionfactory._catalogue",
     ),
     (
         "lionfactory._os",
@@ -53,7 +52,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "lionfactory._persist",
         "lionfactory.backends",
     ),
-    ("lionfactory.tools", "lionfactory._builtins"),
+    ("lionfactory.tools",),
     (
         "lionfactory.coding",
         "lionfactory.mcp",

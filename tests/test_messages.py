@@ -352,3 +352,17 @@ def test_without_is_kept_of_the_rest_of_the_view_and_append_order_is_never_claim
         got.append(Message(role="user", content="next"))
         expected.append(Message(role="user", content="next"))
         assert [m.content for m in got] == [m.content for m in expected]
+
+
+def test_non_ascii_arguments_count_like_the_same_text_as_content():
+    """Arguments are counted as sent (UTF-8 JSON), not with each "é" escaped to six characters."""
+    accented = Message(
+        role="assistant", tool_calls=(ToolCall(name="w", arguments={"t": "é" * 400}),)
+    )
+    plain = Message(role="assistant", tool_calls=(ToolCall(name="w", arguments={"t": "e" * 400}),))
+    content = Message(role="user", content="é" * 400)
+    assert estimate_tokens([accented]) == estimate_tokens([plain])
+    # The call's name and the JSON around the text add a few characters, no more.
+    assert (
+        estimate_tokens([content]) <= estimate_tokens([accented]) <= estimate_tokens([content]) + 4
+    )

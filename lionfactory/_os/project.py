@@ -68,6 +68,7 @@ import anyio.from_thread
 import attrs
 
 from lionfactory._os import beneath as _beneath
+from lionfactory._os.regular import FileRefused, regular_stat
 from lionfactory._os.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -95,8 +96,7 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 def _read_fd(fd: int, limit: int) -> bytes | None:
     """Up to `limit` bytes of an open descriptor (closed here) if it is a regular file."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+        regular_stat(fd, "")
         chunks, size = [], 0
         while size < limit:
             chunk = os.read(fd, min(65536, limit - size))
@@ -105,7 +105,7 @@ def _read_fd(fd: int, limit: int) -> bytes | None:
             chunks.append(chunk)
             size += len(chunk)
         return b"".join(chunks)
-    except OSError:
+    except (OSError, FileRefused):
         return None
     finally:
         os.close(fd)

@@ -21,7 +21,7 @@ from lionfactory._exchange import BaseExchange
 from lionfactory.backends._redis_exchange import RedisExchange
 from lionfactory.backends._redis_store import RedisBranchStore
 from lionfactory.backends._sqlite_store import SqliteBranchStore
-from lionfactory.backends._store import BranchStore, StoredBranch, open_store
+from lionfactory.backends._store import BranchStore, StoredBranch
 
 __all__ = [
     "BaseExchange",
@@ -32,3 +32,31 @@ __all__ = [
     "StoredBranch",
     "open_store",
 ]
+
+
+def open_store(url: str, *, namespace: str = "lionfactory") -> SqliteBranchStore | RedisBranchStore:
+    """A branch store from a URL: ``sqlite:///path.db`` or ``redis://host:port/db``.
+
+    Args:
+        url: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or a
+            Redis URL (``redis://``, ``rediss://``, ``unix://``).
+        namespace: the key prefix for Redis.
+
+    Raises:
+        ValueError: any other scheme, or a sqlite URL without a path.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string, got {url!r:.200}")
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        if not path:
+            raise ValueError(
+                f"a sqlite store URL needs a file path (sqlite:///path.db), got {url!r}"
+            )
+        return SqliteBranchStore(path)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisBranchStore(url, namespace=namespace)
+    raise ValueError(
+        f"unknown store URL {url!r}: use sqlite:///path.db (a file on this machine) or "
+        f"redis://host:port/db (shared)"
+    )

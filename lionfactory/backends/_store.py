@@ -36,7 +36,7 @@ import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from pydantic import TypeAdapter
@@ -46,11 +46,7 @@ from lionfactory._messages import Message
 from lionfactory._persist import branch_to_dict
 from lionfactory.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from lionfactory.backends._redis_store import RedisBranchStore
-    from lionfactory.backends._sqlite_store import SqliteBranchStore
-
-__all__ = ["BranchStore", "StoredBranch", "open_store"]
+__all__ = ["BranchStore", "StoredBranch"]
 
 
 @attrs.frozen
@@ -272,34 +268,3 @@ class BranchStore(abc.ABC):
     @abc.abstractmethod
     async def _delete(self, branch_id: uuid.UUID) -> bool:
         """Delete; whether something was there."""
-
-
-def open_store(url: str, *, namespace: str = "lionfactory") -> SqliteBranchStore | RedisBranchStore:
-    """A branch store from a URL: ``sqlite:///path.db`` or ``redis://host:port/db``.
-
-    Args:
-        url: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or a
-            Redis URL (``redis://``, ``rediss://``, ``unix://``).
-        namespace: the key prefix for Redis.
-
-    Raises:
-        ValueError: any other scheme, or a sqlite URL without a path.
-    """
-    from lionfactory.backends._redis_store import RedisBranchStore
-    from lionfactory.backends._sqlite_store import SqliteBranchStore
-
-    if not isinstance(url, str):
-        raise TypeError(f"url must be a string, got {url!r:.200}")
-    if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
-        if not path:
-            raise ValueError(
-                f"a sqlite store URL needs a file path (sqlite:///path.db), got {url!r}"
-            )
-        return SqliteBranchStore(path)
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisBranchStore(url, namespace=namespace)
-    raise ValueError(
-        f"unknown store URL {url!r}: use sqlite:///path.db (a file on this machine) or "
-        f"redis://host:port/db (shared)"
-    )

@@ -45,13 +45,13 @@ import contextlib
 import contextvars
 import hashlib
 import os
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import attrs
 
 from lionfactory._evidence import FileEvidence
+from lionfactory._os.regular import FileRefused, regular_stat
 from lionfactory._os.workspace import Location, PathRefused
 from lionfactory.tools.editor import EditorRequest
 
@@ -228,8 +228,9 @@ def _check_file(
         # key gets the editor's own error.
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        try:
+            st = regular_stat(fd, display)
+        except FileRefused:
             return None  # a directory or a device: the editor explains
         return check_evidence(
             branch,

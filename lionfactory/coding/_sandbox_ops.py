@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import tempfile
 from pathlib import Path
 
 import anyio.to_thread
 import attrs
 
+from lionfactory._os.regular import FileRefused, regular_stat
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError
 
 __all__ = [
@@ -264,7 +264,9 @@ def _seed_index(source: Path | None, target: Path) -> bool:
     except OSError:
         return False
     with os.fdopen(fd, "rb") as src:
-        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+        try:
+            regular_stat(src.fileno(), str(source))
+        except FileRefused:
             return False
         with target.open("xb") as out:
             shutil.copyfileobj(src, out)

@@ -36,8 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lionfactory._builtins import RUNS_PROGRAMS, WORKSPACE_TOOLS, workspace_factory
 from lionfactory._call import CallContext, call_context, current_call
+from lionfactory._catalogue import (
+    ALL_CODING_TOOLS,
+    DEFAULT_CODING_TOOLS,
+    RUNS_PROGRAMS,
+    WORKSPACE_TOOLS,
+    workspace_factory,
+)
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
@@ -46,7 +52,7 @@ from lionfactory._tool import Tool, run_pre_hooks
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
-from lionfactory.coding.rules import Rule, RuleHook, rule_set
+from lionfactory.coding.rules import Rule, RuleHook, hinted_rules, rule_set
 from lionfactory.tools._code_intel import CodeIntel, build_code_intel
 from lionfactory.tools.jobs import jobs_tool
 
@@ -55,25 +61,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
 
-ALL_CODING_TOOLS: tuple[str, ...] = (*WORKSPACE_TOOLS, "context", "sandbox", "subagent")
-"""Every tool the toolkit can build, in the order it returns them."""
-
-DEFAULT_CODING_TOOLS: tuple[str, ...] = (
-    "reader",
-    "editor",
-    "bash",
-    "search",
-    "code_check",
-    "code_nav",
-    "ast_search",
-    "context",
-)
-"""The tools built when `tools` is omitted; sandbox and subagent are opt-in.
-
-Written out, not sliced from `ALL_CODING_TOOLS`: a new workspace tool must
-not push ``context`` out of the defaults. ``jobs`` is not listed: it comes
-with ``bash`` (right after it) whenever bash is built.
-"""
+# `ALL_CODING_TOOLS` (every tool the toolkit can build, in the order it
+# returns them) and `DEFAULT_CODING_TOOLS` (built when ``tools`` is omitted)
+# are the catalogue's ``coding`` column. ``jobs`` is in neither: it comes
+# with ``bash`` (right after it) whenever bash is built.
 
 
 TOOLKIT_BASH_TIMEOUT_MS = 120_000
@@ -467,7 +458,7 @@ def coding_toolkit(
     if code_engine not in ("auto", "ast"):
         raise ValueError(f"code_engine must be 'auto' or 'ast', got {code_engine!r}")
     workspace = Workspace.at(workspace_root)
-    hook_map = _with_rules(hook_map, rule_set(mode, rules), workspace.root)
+    given_rules = rule_set(mode, rules)
     confinement = _toolkit_isolation(
         isolation, workspace.root, network, env_policy, tuple(exposed_paths)
     )
@@ -545,6 +536,9 @@ def coding_toolkit(
         if notify
         else None
     )
+    # The mode's rules by the tools' own hints, now that every tool is built.
+    every_rule = (*given_rules, *hinted_rules(mode, built.values()))
+    hook_map = _with_rules(hook_map, every_rule, workspace.root)
     late = _LateDiagnostics(kit) if kit.intels else None
     return [_with_policy(built[name], name, hook_map, nudge, branch, late) for name in names]
 

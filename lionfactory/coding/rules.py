@@ -74,7 +74,7 @@ import attrs
 
 from lionfactory._shell_commands import ShellTooDeep, normalized_commands
 from lionfactory._shell_parse import ShellSyntaxError
-from lionfactory._tool import stated_targets
+from lionfactory._tool import Tool, stated_targets
 from lionfactory.errors import ApprovalRequired, ToolDenied
 
 __all__ = ["MODES", "PATH_ARGUMENTS", "Decision", "Mode", "Rule", "RuleHook", "mode_rules"]
@@ -439,3 +439,31 @@ def rule_set(
 ) -> tuple[Rule, ...]:
     """A mode's rules, then the given ones, each checked (examples included)."""
     return (*mode_rules(mode), *as_rules(rules))
+
+
+# The conversation's own tool: evicting or summarising messages changes
+# nothing a read-only session protects (files, processes, the sandbox).
+_CONVERSATION_TOOLS = frozenset({"context"})
+
+
+def hinted_rules(mode: str | None, tools: Iterable[Tool]) -> tuple[Rule, ...]:
+    """The rules `mode` adds for `tools` by what each says of itself.
+
+    ``read_only`` denies every tool whose hints do not say it is read-only
+    (the conversation's own ``context`` aside), so a new tool that changes
+    things is denied without anyone listing it; the other modes add none.
+    """
+    if mode != "read_only":
+        return ()
+    listed = {rule.tool for rule in MODES["read_only"]}
+    return tuple(
+        Rule(
+            tool.name,
+            decision="deny",
+            reason=f"this session is read-only: {tool.name} changes things",
+        )
+        for tool in tools
+        if not (tool.hints is not None and tool.hints.read_only)
+        and tool.name not in listed
+        and tool.name not in _CONVERSATION_TOOLS
+    )

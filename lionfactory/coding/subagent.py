@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
+from lionfactory._catalogue import ALL_CODING_TOOLS
 from lionfactory._echo import shorten
 from lionfactory._messages import Message
 from lionfactory._os.workspace import PathRefused, Workspace
@@ -260,6 +261,11 @@ class _Paused:
     max_turns: int
 
 
+def _reads_only(branch: Branch, name: str) -> bool:
+    tool = branch.tools.get(name)
+    return tool is not None and tool.hints is not None and tool.hints.read_only
+
+
 @attrs.frozen
 class _Subagent:
     """The handler: builds, runs and reports one child branch per call."""
@@ -278,6 +284,17 @@ class _Subagent:
         wanted = PERMITTED_TOOLS[permissions]
         if self.parent_tools is None:
             return list(wanted), None
+        if wanted:
+            # A coding tool of the parent's that says it only reads joins every
+            # set that can read: the tiers follow what each tool says of itself.
+            reading = [
+                name
+                for name in ALL_CODING_TOOLS
+                if name in self.parent_tools
+                and name not in wanted
+                and _reads_only(self.branch, name)
+            ]
+            wanted = (*wanted, *reading)
         tools = [name for name in wanted if name in self.parent_tools]
         withheld = [name for name in wanted if name not in self.parent_tools]
         if not withheld:

@@ -16,9 +16,9 @@ of a second, and ``lionfactory mcp serve`` over stdio does not need it.
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
 
+from lionfactory._catalogue import lazy_exports as _lazy_exports
 from lionfactory.mcp._serve import SessionBranches, SessionStatus, create_mcp_server, serve_mcp
 
 if _typing.TYPE_CHECKING:
@@ -35,20 +35,17 @@ __all__ = [
     "serve_mcp",
 ]
 
-_FROM_CLIENT = frozenset({"McpServer", "McpToolResponse", "mcp_tools", "qualified_name"})
+_FROM_CLIENT = dict.fromkeys(
+    ("McpServer", "McpToolResponse", "mcp_tools", "qualified_name"), "lionfactory.mcp._client"
+)
 
 
-def __getattr__(name: str) -> object:
-    if name not in _FROM_CLIENT:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        client = _importlib.import_module("lionfactory.mcp._client")
-    except ImportError as exc:
-        if exc.name is None or exc.name.split(".")[0] not in ("mcp", "mcp_types"):
-            raise
-        raise ImportError(
-            "lionfactory.mcp needs the MCP Python SDK: pip install 'lionfactory[mcp]'"
-        ) from exc
-    value = getattr(client, name)
-    globals()[name] = value
-    return value
+def _missing_sdk(exc: ImportError) -> ImportError | None:
+    if exc.name is None or exc.name.split(".")[0] not in ("mcp", "mcp_types"):
+        return None
+    return ImportError("lionfactory.mcp needs the MCP Python SDK: pip install 'lionfactory[mcp]'")
+
+
+__getattr__, __dir__ = _lazy_exports(
+    __name__, _FROM_CLIENT, globals(), on_import_error=_missing_sdk
+)

@@ -32,7 +32,6 @@ import base64
 import hashlib
 import mimetypes
 import os
-import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,6 +42,7 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._os.project import ProjectView
+from lionfactory._os.regular import FileRefused, regular_stat
 from lionfactory._os.workspace import PathRefused, Workspace
 
 if TYPE_CHECKING:
@@ -218,9 +218,10 @@ class WorkspaceResources:
                 RESOURCE_NOT_FOUND, f"cannot read {relative!r}: {os.strerror(exc.errno or 0)}"
             ) from None
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ResourceError(RESOURCE_NOT_FOUND, f"{relative!r} is not a regular file")
+            try:
+                info = regular_stat(fd, relative)
+            except FileRefused as exc:
+                raise ResourceError(RESOURCE_NOT_FOUND, exc.message) from None
             if info.st_size > self.max_read_bytes:
                 raise ResourceError(
                     INVALID_PARAMS,

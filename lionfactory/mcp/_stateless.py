@@ -36,6 +36,7 @@ life of the process, and holds no user data (``cacheScope: public``).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -45,10 +46,12 @@ import attrs
 from lionfactory._acting import ActionResult, answer_result
 from lionfactory._branch import Branch
 from lionfactory._call import Progress, reporting_progress
+from lionfactory.errors import ConfigurationError
 
 __all__ = [
     "LISTING_TTL_MS",
     "MODERN_VERSIONS",
+    "PROGRESS_ENVIRONMENT",
     "PROGRESS_INTERVAL",
     "Report",
     "StatelessCalls",
@@ -79,7 +82,35 @@ The served tools never change while the process runs; five minutes bounds
 how long a client keeps the listing of a server restarted with other tools.
 """
 
-PROGRESS_INTERVAL = 0.5
+PROGRESS_ENVIRONMENT = "LIONFACTORY_PROGRESS_INTERVAL"
+"""The environment variable that sets `PROGRESS_INTERVAL` for a server process."""
+
+
+def progress_interval(environ: Mapping[str, str]) -> float:
+    """The progress interval `environ` asks for: 0.5 s unless `PROGRESS_ENVIRONMENT` is set.
+
+    A client whose timeout is shorter than a second, or a test that should
+    not wait for half-second ticks, sets it (in seconds, 0.01 to 1: at least
+    one notification a second keeps a resetting timeout from firing).
+
+    Raises:
+        ConfigurationError: the variable is not a number of seconds in that range.
+    """
+    text = environ.get(PROGRESS_ENVIRONMENT)
+    if text is None:
+        return 0.5
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0.01 <= seconds <= 1:
+        raise ConfigurationError(
+            f"{PROGRESS_ENVIRONMENT} must be seconds from 0.01 to 1, got {text[:100]!r}"
+        )
+    return seconds
+
+
+PROGRESS_INTERVAL = progress_interval(os.environ)
 """Seconds between progress notifications of a running call (at least one a second)."""
 
 

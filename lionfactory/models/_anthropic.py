@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lionfactory._chat import ModelReply
-from lionfactory._messages import Message, ToolCall
+from lionfactory._messages import Message, ModelReply, ToolCall
 from lionfactory.errors import ConfigurationError
 from lionfactory.models._http import (
     BODY_EXCERPT,

@@ -25,8 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from lionfactory.errors import LionfactoryError
 
 if TYPE_CHECKING:
-    from lionfactory._chat import ModelReply
-    from lionfactory._messages import Message
+    from lionfactory._messages import Message, ModelReply
     from lionfactory._tool import Tool
 
 __all__ = [

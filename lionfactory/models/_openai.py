@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lionfactory._chat import ModelReply
 from lionfactory._echo import echo
-from lionfactory._messages import Message, ToolCall
+from lionfactory._messages import Message, ModelReply, ToolCall
 from lionfactory.models._http import (
     BODY_EXCERPT,
     HttpChatModel,

@@ -1,35 +1,40 @@
 """The built-in tool factories. Each lives in its own module; this package re-exports them.
 
-Adding a tool is one module plus one export:
+Adding a tool is three places in the package: its module, its export and its
+catalogue row.
 
 1. Write ``lionfactory/tools/<name>.py``, copying ``code_nav.py`` (a
-   workspace tool: paths through `Workspace`, blocking work in a worker
-   thread) or, for a tool that needs no workspace, the shape of
-   ``context.py``. The module holds the request model and the response
-   model (``extra="forbid"``, a description on every field, failures as a
-   response with ``success=False`` and an ``error`` that says what to do
-   next), the handler, and the factory ``<name>_tool(...)`` returning a
-   `Tool` that describes itself: ``response_model=`` (MCP's output schema,
-   and whether a response reports a failure) and ``hints=ToolHints(...)``
-   (title, read-only, destructive, idempotent, open-world). Heavy private
-   parts go in ``_<name>_*.py`` next to it.
+   workspace tool: paths through `Workspace`, a file read through
+   ``lionfactory._os.regular``, blocking work in a worker thread) or, for a
+   tool that needs no workspace, the shape of ``context.py``. The module
+   holds the request model and the response model (``extra="forbid"``, a
+   description on every field, failures as a response with
+   ``success=False`` and an ``error`` that says what to do next), the
+   handler, and the factory ``<name>_tool(...)`` returning a `Tool` that
+   describes itself: ``response_model=`` (MCP's output schema, and whether
+   a response reports a failure) and ``hints=ToolHints(...)`` (title,
+   read-only, destructive, idempotent, open-world: a tool that is not
+   read-only is denied in the ``read_only`` mode without being listed
+   anywhere). Heavy private parts go in ``_<name>_*.py`` next to it.
 2. Re-export the factory and its models here: name them in ``_EXPORTS``
    (imported on first use), under ``TYPE_CHECKING`` and in ``__all__``.
-3. For a workspace tool only: add ``"<name>"`` to ``WORKSPACE_TOOLS`` in
-   ``lionfactory/_builtins.py`` (the command line, ``mcp serve --toolkit
-   standalone`` and the coding toolkit read that one list); to have the
-   coding toolkit build it by default, name it in ``DEFAULT_CODING_TOOLS``
-   too, and if it starts programs, in ``RUNS_PROGRAMS``.
+3. Add its row to ``CATALOGUE`` in ``lionfactory/_catalogue.py``: what it
+   needs (a workspace, a branch, an exchange), whether it starts programs,
+   whether the coding toolkit builds it (by default, or only when named in
+   ``tools=``), and the argument that names its path. Saved branches
+   restore it, the command line lists and calls it, ``mcp serve`` serves it
+   and the coding toolkit builds it, all from that row.
 
 Nothing else names a tool: a `Branch`, the MCP servers (titles, annotations,
 output schemas) and the framework adapters in `lionfactory.integrations`
 read what the `Tool` says. ``tests/integrations/test_new_tool_recipe.py``
-serves a tool written this way through every one of them.
+adds a tool in exactly these three places to a copy of the package and
+serves it through every one of them.
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from lionfactory._catalogue import lazy_exports as _lazy_exports
 from lionfactory._os.environment import EnvPolicy
 
 if _typing.TYPE_CHECKING:
@@ -155,14 +160,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, globals())

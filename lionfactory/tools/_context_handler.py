@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lionfactory._branch import Branch
-from lionfactory._chat import ChatModel
-from lionfactory._messages import Message, estimate_tokens
+from lionfactory._messages import ChatModel, Message, estimate_tokens
 from lionfactory.tools._context_models import (
     ContextAction,
     ContextMessage,

@@ -11,8 +11,7 @@ from collections.abc import Collection, Sequence
 
 from lionfactory._branch import Branch
 from lionfactory._call import current_call
-from lionfactory._chat import ChatModel, ModelReply
-from lionfactory._messages import Message
+from lionfactory._messages import ChatModel, Message, ModelReply
 from lionfactory.errors import ToolFailure
 
 __all__ = [

@@ -38,7 +38,6 @@ import importlib.util
 import io
 import os
 import re
-import stat
 import threading
 import time
 import types
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.to_thread
 import attrs
 
+from lionfactory._os.regular import FileRefused, open_regular, read_capped
 from lionfactory._os.workspace import Location, PathRefused
 from lionfactory.errors import ToolFailure
 from lionfactory.tools import _reader_remote
@@ -374,7 +374,7 @@ def _read_local(loc: Location, cache: _Cache) -> tuple[Hashable, bytes, bool]:
             f"for text files."
         )
     try:
-        fd = loc.open_read()
+        stream, st = open_regular(loc, max_bytes=MAX_DOCUMENT_BYTES)
     except PathRefused as exc:
         raise DocumentError(exc.message) from None
     except FileNotFoundError:
@@ -386,26 +386,25 @@ def _read_local(loc: Location, cache: _Cache) -> tuple[Hashable, bytes, bool]:
             f"Cannot open {shown!r} ({(exc.strerror or str(exc)).lower()}); "
             f"a symbolic link is followed only while it stays inside the workspace."
         ) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise DocumentError(f"{shown!r} is not a regular file; give a document's path.")
-    with os.fdopen(fd, "rb") as stream:
-        if st.st_size > MAX_DOCUMENT_BYTES:
-            raise DocumentError(_too_large(shown, st.st_size))
+    except FileRefused as exc:
+        raise DocumentError(_refusal(exc)) from None
+    with stream:
         version = (st.st_mtime_ns, st.st_size)
         cached = cache.get(str(path), version)
         if cached is not None:
             return version, cached, True
-        data = stream.read(MAX_DOCUMENT_BYTES + 1)
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise DocumentError(_too_large(shown, len(data)))
+        try:
+            data = read_capped(stream, shown, MAX_DOCUMENT_BYTES)
+        except FileRefused as exc:
+            raise DocumentError(_refusal(exc)) from None
     return version, data, False
 
 
-def _too_large(shown: str, size: int) -> str:
+def _refusal(exc: FileRefused) -> str:
+    if exc.kind != "too_large":
+        return f"{exc.message}; give a document's path."
     return (
-        f"{shown!r} is {size:,} bytes; 'open' converts documents up to "
+        f"{exc.message}; 'open' converts documents up to "
         f"{MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB. Split it, or extract text with bash."
     )
 

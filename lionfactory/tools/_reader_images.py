@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import base64
 import mimetypes
-import os
-import stat
 
+from lionfactory._os.regular import FileRefused, read_regular
 from lionfactory._os.workspace import Location, PathRefused
 
 __all__ = ["IMAGES_DESCRIPTION", "IMAGE_SUFFIXES", "MAX_IMAGE_BYTES", "is_image", "read_image"]
@@ -46,33 +45,23 @@ def read_image(loc: Location) -> tuple[bool, str]:
     """
     shown = loc.shown
     try:
-        fd = loc.open_read()
+        data, _ = read_regular(loc, MAX_IMAGE_BYTES)
     except PathRefused as exc:
         return False, exc.message
     except FileNotFoundError:
         return False, f"{shown!r} does not exist."
     except OSError as exc:
         return False, f"Cannot read {shown!r}: {exc.strerror}."
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return False, f"{shown!r} is not a file."
-    with os.fdopen(fd, "rb") as stream:
-        if st.st_size > MAX_IMAGE_BYTES:
-            return False, _too_big(shown, st.st_size)
-        try:
-            # One byte more than the limit: a file grown since the fstat is caught.
-            data = stream.read(MAX_IMAGE_BYTES + 1)
-        except OSError as exc:
-            return False, f"Cannot read {shown!r}: {exc.strerror}."
-    if len(data) > MAX_IMAGE_BYTES:
-        return False, _too_big(shown, len(data))
+    except FileRefused as exc:
+        if exc.kind == "too_large":
+            return False, _too_big(exc.message)
+        return False, f"{exc.message}; give an image file."
     mime = mimetypes.guess_type(loc.name)[0] or "application/octet-stream"
     return True, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def _too_big(shown: str, size: int) -> str:
+def _too_big(refusal: str) -> str:
     return (
-        f"{shown!r} is {size:,} bytes; images above {MAX_IMAGE_BYTES:,} bytes are not "
-        f"returned. Use bash (e.g. `file` or an image tool) to inspect it."
+        f"{refusal}; images above that are not returned. Use bash (e.g. `file` or an image "
+        f"tool) to inspect it."
     )

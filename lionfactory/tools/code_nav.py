@@ -42,7 +42,6 @@ import ast
 import io
 import os
 import re
-import stat
 import threading
 import tokenize
 from collections.abc import Iterable, Iterator, Sequence
@@ -54,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation
+from lionfactory._os.regular import FileRefused, open_regular, read_capped
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.errors import ConfigurationError, ToolFailure
@@ -195,6 +195,12 @@ class NavResponse(BaseModel):
 
 class _NavFailure(ToolFailure):
     """A lookup that cannot be answered; the handler returns `message` as ``success=False``."""
+
+
+def _nav_refusal(exc: FileRefused) -> str:
+    if exc.kind == "too_large":
+        return f"{exc.message}; use search on it instead."
+    return f"{exc.message}; give a Python file."
 
 
 def _cut(text: str) -> str:
@@ -370,7 +376,7 @@ class _NavHandler:
 
     def _parse(self, path: str) -> _Source:
         try:
-            fd = self.workspace.locate(path).open_read()
+            stream, _ = open_regular(self.workspace.locate(path), max_bytes=MAX_FILE_BYTES)
         except PathRefused as exc:
             raise _NavFailure(exc.message) from None
         except OSError as exc:
@@ -378,23 +384,15 @@ class _NavHandler:
                 f"{path!r} cannot be opened ({(exc.strerror or str(exc)).lower()}); give a "
                 f"Python file in the workspace."
             ) from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise _NavFailure(f"{path!r} is not a file in the workspace; give a Python file.")
-        with os.fdopen(fd, "rb") as stream:
-            if st.st_size > MAX_FILE_BYTES:
-                raise _NavFailure(
-                    f"{path!r} is larger than {MAX_FILE_BYTES:,} bytes; use search on it instead."
-                )
+        except FileRefused as exc:
+            raise _NavFailure(_nav_refusal(exc)) from None
+        with stream:
             try:
-                data = stream.read(MAX_FILE_BYTES + 1)
+                data = read_capped(stream, path, MAX_FILE_BYTES)
             except OSError as exc:
                 raise _NavFailure(f"{path!r} cannot be read ({exc.strerror or exc}).") from None
-        if len(data) > MAX_FILE_BYTES:
-            raise _NavFailure(
-                f"{path!r} is larger than {MAX_FILE_BYTES:,} bytes; use search on it instead."
-            )
+            except FileRefused as exc:
+                raise _NavFailure(_nav_refusal(exc)) from None
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
             text = data.decode(encoding)

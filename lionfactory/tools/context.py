@@ -44,7 +44,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 from lionfactory._branch import Branch
-from lionfactory._chat import ChatModel
+from lionfactory._messages import ChatModel
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._context_handler import _ContextHandler
 from lionfactory.tools._context_models import ContextMessage, ContextRequest, ContextResponse

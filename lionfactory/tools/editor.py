@@ -45,6 +45,7 @@ from lionfactory._evidence import (
     record_evidence,
 )
 from lionfactory._os.beneath import open_child, release_created
+from lionfactory._os.regular import FileRefused, regular_stat
 from lionfactory._os.workspace import Location, PathRefused, Workspace, refuse_private_key
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._editor_files import (
@@ -280,12 +281,13 @@ def _open_existing(dir_fd: int, loc: Location) -> Original | str | None:
             return f"{shown!r} is a symbolic link; edit the file it points to instead."
         return _os_error("read", shown, exc)
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return f"{shown!r} is a directory; give a file path."
-        if not stat.S_ISREG(st.st_mode):
-            return f"{shown!r} is not a regular file; the editor changes files only."
+        st = regular_stat(fd, shown)
         refuse_private_key(fd, shown)
+    except FileRefused as exc:
+        os.close(fd)
+        if exc.kind == "directory":
+            return f"{exc.message}; give a file path."
+        return f"{exc.message}; the editor changes files only."
     except PathRefused as exc:
         os.close(fd)
         return exc.message

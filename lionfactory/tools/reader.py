@@ -19,7 +19,6 @@ import errno
 import hashlib
 import io
 import os
-import stat
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
@@ -36,6 +35,7 @@ from lionfactory._evidence import (
 from lionfactory._os.binaries import BinaryFinder
 from lionfactory._os.global_excludes import project_view
 from lionfactory._os.project import ProjectView
+from lionfactory._os.regular import FileRefused, open_regular
 from lionfactory._os.workspace import Location, PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools import _reader_documents, _reader_images
@@ -202,18 +202,16 @@ def _read_file(
     """Read a window of a workspace file (blocking: in a worker thread)."""
     shown = loc.shown
     try:
-        fd = loc.open_read()
+        stream, st = open_regular(loc)
     except PathRefused as exc:
         return _failure(exc.message), None
     except OSError as exc:
         return _failure(_open_error(exc, shown)), None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return _failure(f"{shown!r} is a directory; use action 'list_dir' to see it."), None
-        return _failure(f"{shown!r} is not a regular file; the reader reads files."), None
-    with os.fdopen(fd, "rb") as stream:
+    except FileRefused as exc:
+        if exc.kind == "directory":
+            return _failure(f"{exc.message}; use action 'list_dir' to see it."), None
+        return _failure(f"{exc.message}; the reader reads files."), None
+    with stream:
         return _read_stream(loc, stream, st, offset, limit, want_evidence)
 
 

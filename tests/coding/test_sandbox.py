@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _test_helpers import hermetic_git as shared_hermetic_git
 
 from lionfactory import Branch, Tool
 from lionfactory._os.process import ProcessResult, run_process
@@ -20,12 +20,7 @@ from lionfactory.testing import assert_no_foreign_bindings
 
 @pytest.fixture(autouse=True)
 def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No global or system git configuration leaks in, and no sandbox is left in /tmp."""
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    shared_hermetic_git(monkeypatch, tmp_path)
 
 
 def git(repo: Path, *args: str) -> str:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _test_helpers import mechanism_params
+from _test_helpers import git, mechanism_params
+from _test_helpers import hermetic_git as shared_hermetic_git
 
 from lionfactory import Branch
 from lionfactory.coding import coding_toolkit
@@ -25,21 +25,9 @@ from lionfactory.coding import coding_toolkit
 MECHANISMS = mechanism_params()
 
 
-def git(cwd: Path | str, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
-    return done.stdout
-
-
 @pytest.fixture(autouse=True)
 def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for who in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{who}_NAME", "Test")
-        monkeypatch.setenv(f"GIT_{who}_EMAIL", "test@example.com")
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    shared_hermetic_git(monkeypatch, tmp_path, identity=True)
 
 
 class Scene:

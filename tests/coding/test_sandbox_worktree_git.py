@@ -7,22 +7,16 @@ repository's refs and the user's identity from the confined git.
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _test_helpers import mechanism_params
+from _test_helpers import git, mechanism_params
 
 from lionfactory import Branch
 from lionfactory.coding import coding_toolkit
 from lionfactory.coding._git import FALLBACK_IDENTITY
-
-
-def git(cwd: Path | str, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
-    return done.stdout
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lionfactory import Branch
-from lionfactory._builtins import WORKSPACE_TOOLS
+from lionfactory._catalogue import WORKSPACE_TOOLS
 from lionfactory.coding import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS, coding_toolkit
 from lionfactory.coding._toolkit import NOT_FOR_SUBAGENTS, SUBAGENT_OPTIONS
 

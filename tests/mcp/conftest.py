@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -13,6 +14,7 @@ import pytest
 from mcp import StdioServerParameters
 
 import lionfactory
+from lionfactory.mcp._stateless import PROGRESS_ENVIRONMENT
 
 # The SDK starts a stdio server with a small safe environment (no PYTHONPATH):
 # point the server's Python at the checkout under test, so a worktree's tests
@@ -55,7 +57,12 @@ def stdio_server(git_workspace: Path) -> Callable[..., StdioServerParameters]:
 
     def parameters(*extra: str) -> StdioServerParameters:
         command = serve_command(git_workspace, *extra)
-        return StdioServerParameters(command=command[0], args=command[1:], env=SERVER_ENV)
+        # The SDK passes only a few variables on; the progress interval a test
+        # set (`fast_progress`) goes too.
+        chosen = {k: v for k, v in os.environ.items() if k == PROGRESS_ENVIRONMENT}
+        return StdioServerParameters(
+            command=command[0], args=command[1:], env={**SERVER_ENV, **chosen}
+        )
 
     return parameters
 
@@ -97,3 +104,10 @@ def start_http(git_workspace: Path) -> Callable[..., AbstractAsyncContextManager
         return http_server(git_workspace, *extra)
 
     return start
+
+
+@pytest.fixture
+def fast_progress(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Servers started by this test report progress every 0.2 s instead of every 0.5 s."""
+    monkeypatch.setenv(PROGRESS_ENVIRONMENT, "0.2")
+    return 0.2

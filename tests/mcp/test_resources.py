@@ -132,7 +132,7 @@ async def test_a_binary_file_reads_as_a_blob(client: Client, project: Path) -> N
         ("link.txt", "symbolic link"),
         ("deploy.txt", "private key"),
         ("../outside.txt", "outside the workspace"),
-        ("src", "not a regular file"),
+        ("src", "is a directory"),
         ("missing.txt", "cannot read"),
     ],
 )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
+from _test_helpers import hermetic_git as shared_hermetic_git
 
 from lionfactory import Branch
 from lionfactory.coding.sandbox import SandboxResponse, sandbox_tool
@@ -42,11 +42,7 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(autouse=True)
 def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    shared_hermetic_git(monkeypatch, tmp_path)
 
 
 def hostile_settings(canary: Path) -> dict[str, str]:

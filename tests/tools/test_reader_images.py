@@ -56,7 +56,10 @@ async def test_a_directory_named_like_an_image_is_not_a_file(workspace: Path):
     result = await reader_tool(workspace_root=workspace, images=True)(
         action="read", path="shots.png"
     )
-    assert (result["success"], result["error"]) == (False, "'shots.png' is not a file.")
+    assert (result["success"], result["error"]) == (
+        False,
+        "'shots.png' is a directory; give an image file.",
+    )
 
 
 def test_images_must_be_a_bool(workspace: Path):
