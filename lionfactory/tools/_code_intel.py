@@ -27,7 +27,6 @@ import difflib
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ import attrs
 from lionfactory._call import current_call
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
+from lionfactory._os.regular import FileRefused, read_regular
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory.tools._lsp import LspClient, LspError, char_column
 
@@ -309,20 +309,12 @@ def _read_text(
             says why); otherwise that is None too.
     """
     try:
-        fd = workspace.locate(str(path)).open_read()
+        data, st = read_regular(workspace.locate(str(path)), _MAX_SYNC_BYTES)
     except PathRefused:
         if strict:
             raise
         return None
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as stream:
-            st = os.fstat(stream.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_SYNC_BYTES:
-                return None
-            data = stream.read(_MAX_SYNC_BYTES + 1)
-    except OSError:
+    except (OSError, FileRefused):
         return None
     try:
         return data.decode("utf-8"), (st.st_mtime_ns, st.st_size)

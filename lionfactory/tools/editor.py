@@ -1114,8 +1114,11 @@ def _holding(dir_fd: int, name: str, data: bytes) -> Original | None:
     except OSError:
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+        try:
+            st = regular_stat(fd, name)
+        except FileRefused:
+            st = None
+        if st is None or st.st_size != len(data):
             os.close(fd)
             return None
         with os.fdopen(os.dup(fd), "rb") as stream:
