@@ -72,6 +72,11 @@ class Branch:
     Attributes:
         id: a fresh UUID per branch (clones get their own).
         messages: the `MessageLog` (record and active view).
+        tool_state: what a tool keeps with the branch across a save and a
+            load, JSON-ready, by tool name (an active sandbox's worktree).
+            Saved with the branch and set again before its factories are
+            called on load; not copied on clone, because such state belongs
+            to one branch (two branches must not share one worktree).
     """
 
     id: uuid.UUID
@@ -79,6 +84,7 @@ class Branch:
     messages: MessageLog
     chat_model: ChatModel | None
     metadata: dict[str, Any]
+    tool_state: dict[str, Any]
     _tools: dict[str, Tool]
     _owners: dict[str, Registration]
     _registrations: list[Registration]
@@ -104,6 +110,7 @@ class Branch:
             messages=messages,
             chat_model=chat_model,
             metadata=dict(metadata or {}),
+            tool_state={},
             tools={},
             owners={},
             registrations=[],

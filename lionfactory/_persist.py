@@ -2,7 +2,8 @@
 
 What is stored, as JSON-ready data with a format tag:
 
-* the branch's id, name and metadata;
+* the branch's id, name and metadata, and the state its tools keep with it
+  (`Branch.tool_state`: an active sandbox's worktree);
 * the message log: every message of the record, each record entry's
   chronological sort key, the active view and the compaction summaries' spans,
   so a restored view is exactly the saved one (evidence on tool messages
@@ -225,12 +226,19 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
         json.dumps(branch.metadata)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"branch.metadata must be JSON-ready to be saved: {exc}") from exc
+    try:
+        json.dumps(branch.tool_state)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"branch.tool_state must be JSON-ready to be saved: {exc}"
+        ) from exc
     record, keys, active, summaries = log.state()
     return {
         "format": FORMAT,
         "id": str(branch.id),
         "name": branch.name,
         "metadata": dict(branch.metadata),
+        "tool_state": dict(branch.tool_state),
         "messages": {
             "record": [m.model_dump(mode="json") for m in record] if dump_messages else record,
             "keys": [list(k) for k in keys],
@@ -338,6 +346,13 @@ def branch_from_dict(
     branch = cls(name=data.get("name"), chat_model=resources.get("chat_model"))
     branch.id = uuid.UUID(data["id"])
     branch.metadata = dict(data.get("metadata") or {})
+    # Before the factories run: a tool reads its state when it is built.
+    tool_state = data.get("tool_state") or {}
+    if not isinstance(tool_state, dict):
+        raise ConfigurationError(
+            f"a saved branch's 'tool_state' must be an object: {tool_state!r:.200}"
+        )
+    branch.tool_state = dict(tool_state)
     branch.messages = log
     for maybe_factory, kwargs, names in plan:
         source: Callable[..., Any] | tuple[Tool, ...] = (

@@ -390,6 +390,7 @@ def coding_toolkit(
             on_switch=where.enter,
             allow_merge_into_protected=allow_merge_into_protected,
             isolation=confinement,
+            on_restore=where.resume,
         )
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
