@@ -99,7 +99,7 @@ STATE_KEY = "sandbox"
 """The key of an active sandbox's record in `Branch.tool_state`."""
 _BRANCH_NAME = re.compile(r"lionfactory/sandbox-[0-9a-f]{8}")
 _SCRATCH_PREFIX = "lionfactory-sandbox-"
-_RECORD_KEYS = ("repo", "prefix", "git_dir", "common_dir", "scratch", "root")
+_RECORD_KEYS: tuple[str, ...] = ("repo", "prefix", "git_dir", "common_dir", "scratch", "root")
 _RECORD_KEYS += ("branch", "base_branch", "base_commit")
 _IDENTITY_KEYS = frozenset(
     {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"}
