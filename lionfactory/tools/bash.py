@@ -671,6 +671,14 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     denied = _READ_ONLY_ERRORS.search(output) or (
         isolation.mechanism == "landlock" and _DENIED_ERRORS.search(output)
     )
+    if denied and _in_protected_git(output, isolation):
+        return (
+            "The sandbox keeps the workspace's .git read-only (bwrap binds it so, with "
+            "protect_git), which is what refused this command: git cannot commit, switch "
+            "branches or move refs there, though writing the workspace's files works. To "
+            "commit, use the sandbox tool (action='create', work, then action='commit' and "
+            "action='merge'), or ask the tool's owner to commit."
+        )
     if denied:
         roots = ", ".join(str(root) for root in isolation.policy.writable)
         return (
@@ -681,11 +689,35 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     return None
 
 
+def _in_protected_git(output: str, isolation: Isolation) -> bool:
+    """Whether a refused write names a path in a ``.git`` the policy keeps read-only."""
+    policy = isolation.policy
+    if isolation.mechanism != "bwrap" or not policy.protect_git:
+        return False
+    for root in policy.writable:
+        git = re.escape(str(root / ".git"))
+        if re.search(rf"{git}(?:/|'|\"|:|\s|$)", output):
+            return True
+    # git names the lock relative to the work tree when run there.
+    return re.search(r"(?:^|[\s'\"])\.git/[\w./-]*\.lock", output) is not None
+
+
+# Set by the shell itself in every command, so never what a program missed:
+# ``_`` (the last argument), the directory and the nesting level.
+_SHELL_VARIABLES = frozenset({"_", "PWD", "OLDPWD", "SHLVL"})
+
+
+def _names_in(output: str, name: str) -> bool:
+    # As a whole word: ``_`` or ``HOME`` inside another identifier is not a mention.
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", output) is not None
+
+
 def _withheld_notice(output: str, withheld: tuple[str, ...]) -> str | None:
     """Which withheld variables a failing command may have missed (names only), or None."""
+    withheld = tuple(name for name in withheld if name not in _SHELL_VARIABLES)
     if not withheld:
         return None
-    named = [name for name in withheld if name in output]
+    named = [name for name in withheld if _names_in(output, name)]
     if not named and _MISSING_VARIABLE.search(output):
         named = list(withheld)
     if not named:
