@@ -27,6 +27,7 @@ from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError, Unkn
 __all__ = [
     "ActionResult",
     "Outcome",
+    "arguments_object",
     "encode_json",
     "encode_json_string",
     "error_payload",
@@ -37,6 +38,43 @@ __all__ = [
 Outcome = Literal["done", "error", "pending"]
 
 logger = logging.getLogger("lionfactory")
+
+
+def arguments_object(tool: str, arguments: object) -> dict[str, Any]:
+    """A call's arguments as a dict: a mapping, None (no arguments), or a JSON object string.
+
+    Some frameworks hand the model's arguments over as the JSON text it
+    wrote; that text is parsed here, once, for every route.
+
+    Raises:
+        ToolInputError: `arguments` is a string that is not a JSON object,
+            or neither a mapping nor a string.
+    """
+    if arguments is None:
+        return {}
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if isinstance(arguments, (str, bytes, bytearray)):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError as exc:
+            raise ToolInputError(
+                tool,
+                f"{tool}: the arguments are a string that is not JSON ({exc}); pass an "
+                f'object of named arguments, e.g. {{"action": "read"}}.',
+            ) from None
+        if isinstance(parsed, dict):
+            return parsed
+        raise ToolInputError(
+            tool,
+            f"{tool}: the arguments must be a JSON object of named arguments, got "
+            f"{type(parsed).__name__} {str(arguments)[:80]!r}.",
+        )
+    raise ToolInputError(
+        tool,
+        f"{tool}: the arguments must be a mapping of named arguments or a JSON object "
+        f"string, got {type(arguments).__name__}.",
+    )
 
 
 # Strings at least this long are escaped by pydantic_core (Rust) instead of

@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 import anyio
 import attrs
 
-from lionfactory._acting import ActionResult, execute_call
+from lionfactory._acting import ActionResult, arguments_object, execute_call
 from lionfactory._approvals import PendingCall, running_approved
 from lionfactory._chat import ChatModel, ModelReply
 from lionfactory._messages import Message, MessageLog, ToolCall
@@ -349,7 +349,11 @@ class Branch:
     # -- acting --------------------------------------------------------------
 
     async def act(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, call_id: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        call_id: str | None = None,
     ) -> ActionResult:
         """Call a tool as if the model had: log the call and its result.
 
@@ -362,8 +366,12 @@ class Branch:
         outcome is ``"pending"`` (``result.pending`` is the `PendingCall`, also
         in `pending_calls`) and its tool message is appended when it is
         decided and settled (`settle()` or `resume()`).
+
+        `arguments` may also be the JSON text of an object (the form some
+        frameworks hand over); any other string raises `ToolInputError`
+        before anything is logged.
         """
-        call = ToolCall(name=name, arguments=dict(arguments or {}))
+        call = ToolCall(name=name, arguments=arguments_object(name, arguments))
         if call_id is not None:
             call = call.model_copy(update={"id": call_id})
         self.messages.append(Message(role="assistant", tool_calls=(call,)))

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from lionfactory._acting import ActionResult, execute_call, pending_payload
+from lionfactory._acting import ActionResult, arguments_object, execute_call, pending_payload
 from lionfactory._approvals import PendingCall, running_approved
 from lionfactory._branch import Branch
 from lionfactory._messages import Message, ToolCall
@@ -59,12 +59,16 @@ class ToolSource:
         return self.branch.tools if self.branch is not None else self.fixed
 
     async def call(
-        self, name: str, arguments: Mapping[str, Any], *, call_id: str | None = None
+        self, name: str, arguments: Mapping[str, Any] | str, *, call_id: str | None = None
     ) -> ActionResult:
-        """Run one call; through a branch it is recorded there as `Branch.act` records it."""
+        """Run one call; through a branch it is recorded there as `Branch.act` records it.
+
+        Raises:
+            ToolInputError: `arguments` is a string that is not a JSON object.
+        """
         if self.branch is not None:
             return await self.branch.act(name, arguments, call_id=call_id)
-        call = ToolCall(name=name, arguments=dict(arguments))
+        call = ToolCall(name=name, arguments=arguments_object(name, arguments))
         if call_id:
             call = call.model_copy(update={"id": call_id})
         action = await execute_call(self.owner, self.fixed, call)
