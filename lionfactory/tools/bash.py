@@ -167,7 +167,8 @@ class BashRequest(BaseModel):
         default=None,
         ge=1,
         description=(
-            "Timeout in milliseconds; default: the tool's (its description says), values "
+            "Timeout in MILLISECONDS (5000 = 5 seconds); default: the tool's (its "
+            "description says), values "
             f"above {MAX_TIMEOUT_MS} are clamped to {MAX_TIMEOUT_MS}."
         ),
     )
@@ -474,6 +475,12 @@ class _BashHandler:
                     f"{MAX_TIMEOUT_MS}), on_timeout='background' to let it go on as a job, or a "
                     f"smaller task."
                 )
+                if prepared.timeout_ms < _SECONDS_LIKE_MS:
+                    error += (
+                        f" The timeout is in milliseconds: {prepared.timeout_ms} ms is "
+                        f"{prepared.timeout_ms / 1000:g} s; for {prepared.timeout_ms} seconds "
+                        f"pass timeout={prepared.timeout_ms * 1000}."
+                    )
             notice = prepared.notice
             if result.returncode != 0 and not result.timed_out:
                 # What the sandbox or the environment policy kept from the
@@ -649,6 +656,10 @@ _MISSING_VARIABLE = re.compile(
     re.IGNORECASE,
 )
 _MAX_NAMED = 12
+
+
+# A timeout under this many milliseconds was most likely meant in seconds.
+_SECONDS_LIKE_MS = 100
 
 
 def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:

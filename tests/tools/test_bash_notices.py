@@ -84,3 +84,15 @@ async def test_git_commit_in_the_workspace_is_told_about_the_read_only_git(
     outside = await tool(command="touch /usr/lionfactory-test-file")
     assert outside["return_code"] != 0
     assert "writable roots" in (outside["notice"] or ""), outside
+
+
+async def test_a_timeout_that_looks_like_seconds_is_told_the_unit(repo: Path) -> None:
+    tool = bash_tool(workspace_root=repo)
+    assert (
+        "MILLISECONDS"
+        in tool.request_model.model_json_schema()["properties"]["timeout"]["description"]
+    )
+    result = await tool(command="sleep 2", timeout=5)
+    assert result["timed_out"] is True
+    assert "in milliseconds: 5 ms is 0.005 s" in result["error"]
+    assert "timeout=5000" in result["error"]
