@@ -47,7 +47,13 @@ Decisions (argv mode, where no kernel mechanism is the boundary):
   ``notice`` naming it (never its value).
 * **Refusals explained.** A confined command that fails with a network or
   read-only-filesystem error gets a one-line ``notice`` naming the setting
-  that would allow it (``network=``, the writable roots).
+  that would allow it (``network=``, the writable roots; the read-only
+  ``.git`` and the sandbox tool's ``commit`` for a refused git write).
+* **The project's Python.** A confined command finds the workspace's own
+  virtual environment first on PATH (the one ``VIRTUAL_ENV`` names inside
+  the workspace, else ``.venv``, else ``venv``), never the agent's runtime;
+  a command that fails on a missing package or an install is told which
+  interpreter ran and how to choose another.
 * **stdin** is empty (``/dev/null``): nothing can wait for input.
 * **Output is never lost.** A stream longer than the message cap is kept
   whole in the branch's private output directory; the answer shows its head
@@ -82,6 +88,7 @@ from lionfactory._os.supervisor import SupervisorGone, run_supervised
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._shell_parse import MAX_COMMAND_CHARS
 from lionfactory._tool import Tool, ToolHints
+from lionfactory.tools._bash_python import interpreter_notice, with_project_python
 from lionfactory.tools._bash_shellsplit import leading_assignments, split, unquoted_operator
 from lionfactory.tools.jobs import REGISTRY, BranchJobs, JobLimit, JobRegistry, read_output
 
@@ -342,6 +349,7 @@ class _Prepared:
     timeout_ms: int
     notice: str | None
     withheld: tuple[str, ...] = ()
+    python_env: Path | None = None
 
 
 def _spiller(
@@ -437,7 +445,13 @@ class _BashHandler:
             # As a shell does: the assignments join the environment of this
             # one command (over the configured or inherited environment).
             env = {**(os.environ if env is None else env), **assignments}
-        return _Prepared(argv, env, cwd, timeout_ms, notice, withheld)
+        python_env = None
+        if self.isolation is not None and self.isolation.confined:
+            # The project's python and pip, not the agent's (see _bash_python).
+            env, python_env = with_project_python(
+                self.workspace.root, os.environ if env is None else env
+            )
+        return _Prepared(argv, env, cwd, timeout_ms, notice, withheld, python_env)
 
     async def _run(self, request: BashRequest) -> BashResponse:
         prepared = await self._prepare(request)
@@ -490,6 +504,12 @@ class _BashHandler:
                     notice,
                     _refusal_notice(output, self.isolation),
                     _withheld_notice(output, prepared.withheld),
+                    interpreter_notice(
+                        prepared.argv,
+                        output,
+                        os.environ if prepared.env is None else prepared.env,
+                        prepared.python_env,
+                    ),
                 )
             return BashResponse(
                 stdout=stdout,
