@@ -35,7 +35,8 @@ __all__ = [
     "pending_payload",
 ]
 
-Outcome = Literal["done", "error", "pending"]
+Outcome = Literal["done", "failed", "error", "pending"]
+"""How one call ended: see `ActionResult.outcome`."""
 
 logger = logging.getLogger("lionfactory")
 
@@ -207,10 +208,21 @@ class ActionResult:
 
     @property
     def outcome(self) -> Outcome:
-        """``"done"`` (a response), ``"error"`` (the model reads an error) or ``"pending"``."""
+        """How the call ended; ``outcome in ("failed", "error")`` is exactly `failed`.
+
+        * ``"done"``: the tool did what was asked.
+        * ``"failed"``: the tool answered with a typed failure (a missing
+          file, a refused merge: its response says ``success: false`` or an
+          ``error``); the model reads that response.
+        * ``"error"``: the call never produced a response (invalid arguments,
+          a denial, an unknown tool, an exception); the model reads an error.
+        * ``"pending"``: a person must approve it first; it did not run.
+        """
         if self.pending is not None:
             return "pending"
-        return "done" if self.error is None else "error"
+        if self.error is not None:
+            return "error"
+        return "failed" if self.failed else "done"
 
 
 def pending_payload(pending: PendingCall) -> dict[str, Any]:
