@@ -246,11 +246,11 @@ def _recorded(branch: Branch, call_id: str) -> ActionResult | None:
     """The result the branch recorded for `call_id`, rebuilt from its tool message."""
     for message in reversed(branch.messages.record):
         if message.role == "tool" and message.call_id == call_id:
-            return _from_message(message)
+            return _from_message(message, branch.tools.get(message.tool or ""))
     return None
 
 
-def _from_message(message: Message) -> ActionResult:
+def _from_message(message: Message, tool: Tool | None = None) -> ActionResult:
     try:
         payload = json.loads(message.content)
     except ValueError:
@@ -266,6 +266,8 @@ def _from_message(message: Message) -> ActionResult:
         error_type=payload.get("error_type") if error is not None else None,
         message=message,
         payload=payload,
+        # The same answer the call gave when it ran: the tool's own judgement.
+        failed=error is not None or (tool.reports_failure(payload) if tool else False),
     )
 
 
