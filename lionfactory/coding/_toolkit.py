@@ -84,6 +84,7 @@ def _workspace_tool(
     isolation: Isolation,
     check: EvidenceCheck,
     git_env: Mapping[str, str] | None = None,
+    max_output_bytes: int | None = None,
 ) -> Tool:
     """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree.
 
@@ -97,6 +98,8 @@ def _workspace_tool(
     if name == "bash":
         # A test suite often runs longer than the standalone 30 s.
         options["default_timeout"] = TOOLKIT_BASH_TIMEOUT_MS
+        if max_output_bytes is not None:
+            options["max_output_bytes"] = max_output_bytes
     if name == "reader":
         # The toolkit's reader fetches nothing remote: an agent editing code has
         # no business reaching the network through its file reader.
@@ -160,6 +163,7 @@ class _Toolkit:
     home: dict[str, Tool]
     isolation: Isolation
     check: EvidenceCheck
+    max_output_bytes: int | None = None
     # The standalone tools built for the sandbox directory last asked about.
     away: tuple[Workspace, dict[str, Tool]] | None = None
 
@@ -180,7 +184,12 @@ class _Toolkit:
                 current,
                 {
                     name: _workspace_tool(
-                        name, current.root, isolation, self.check, self.where.git_env
+                        name,
+                        current.root,
+                        isolation,
+                        self.check,
+                        self.where.git_env,
+                        self.max_output_bytes,
                     )
                     for name in self.home
                 },
@@ -281,6 +290,7 @@ def coding_toolkit(
     mode: str | None = None,
     env_policy: EnvPolicy | None = None,
     exposed_paths: Sequence[str | os.PathLike[str]] = (),
+    max_output_bytes: int | None = None,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -335,6 +345,8 @@ def coding_toolkit(
         exposed_paths: paths inside the hidden home that confined commands may
             read besides the toolchain derived from ``PATH`` and the running
             interpreter (ignored for an inherited isolation).
+        max_output_bytes: bytes of each stream one ``bash`` answer shows (the
+            rest is kept whole for ``jobs``); None: bash's default, 30,000.
 
     Returns:
         The tools, each bound to `branch`.
@@ -363,12 +375,21 @@ def coding_toolkit(
     )
     check = EvidenceCheck(branch, EvidenceStore())
     home = {
-        name: _workspace_tool(name, workspace, confinement, check)
+        name: _workspace_tool(
+            name, workspace, confinement, check, max_output_bytes=max_output_bytes
+        )
         for name in names
         if name in WORKSPACE_TOOLS
     }
     where = ActiveWorkspace(workspace, home_isolation=confinement)
-    kit = _Toolkit(branch=branch, where=where, home=home, isolation=confinement, check=check)
+    kit = _Toolkit(
+        branch=branch,
+        where=where,
+        home=home,
+        isolation=confinement,
+        check=check,
+        max_output_bytes=max_output_bytes,
+    )
 
     built = _wrapped_workspace_tools(kit)
     if "bash" in names:

@@ -83,7 +83,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._call import current_progress
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
-from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
+from lionfactory._os.process import LaunchError, ProcessResult, run_process
 from lionfactory._os.supervisor import SupervisorGone, run_supervised
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._shell_parse import MAX_COMMAND_CHARS
@@ -100,8 +100,18 @@ DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 300_000
 """Longest timeout a call may have; longer requests are clamped to it."""
 
-HEAD_BYTES = DEFAULT_MAX_BYTES // 2
-"""Bytes of a cut stream's beginning the answer shows (its end gets the same)."""
+DEFAULT_OUTPUT_BYTES = 30_000
+"""Bytes of each stream one answer shows by default; the rest is kept whole.
+
+Measured on typical commands: a failing pytest run's report is under 1 KB, a
+three-commit ``git log -p`` 22 KB, ``pip list`` 5 KB, ``ruff check --select
+ALL`` on a 900-line module 31 KB; ``ls -la /usr/bin`` (76 KB) is a listing a
+model pages through rather than reads. 30 KB keeps all but such listings
+whole, and caps one call near 60 KB of context (both streams), down from 200 KB.
+"""
+
+HEAD_BYTES = DEFAULT_OUTPUT_BYTES // 2
+"""Bytes of a cut stream's beginning the default answer shows (its end gets the same)."""
 
 # Commands longer than this are split in a worker thread, so even the
 # longest allowed command does not hold up the event loop; shorter ones
@@ -149,11 +159,9 @@ error is set when the command did not run or timed out; return_code is null when
 it did not run."""
 
 
-def _description(shell: str | None, default_timeout: int) -> str:
+def _description(shell: str | None, default_timeout: int, cap: int) -> str:
     head = _ARGV_DESCRIPTION if shell is None else _SHELL_DESCRIPTION.format(shell=shell)
-    return head + _COMMON.format(
-        default=default_timeout, maximum=MAX_TIMEOUT_MS, cap=DEFAULT_MAX_BYTES
-    )
+    return head + _COMMON.format(default=default_timeout, maximum=MAX_TIMEOUT_MS, cap=cap)
 
 
 class BashRequest(BaseModel):
@@ -363,10 +371,10 @@ def _spiller(
     return open_spill
 
 
-def _head_and_tail(path: Path, name: str, ident: str) -> str:
-    head, _, size = read_output(path, 0, HEAD_BYTES)
-    start = max(HEAD_BYTES, size - HEAD_BYTES)
-    tail, _, _ = read_output(path, start, HEAD_BYTES) if start < size else ("", 0, 0)
+def _head_and_tail(path: Path, name: str, ident: str, half: int = HEAD_BYTES) -> str:
+    head, _, size = read_output(path, 0, half)
+    start = max(half, size - half)
+    tail, _, _ = read_output(path, start, half) if start < size else ("", 0, 0)
     omitted = start - len(head.encode("utf-8", "surrogatepass"))
     marker = (
         f"\n[{name} cut: {size:,} bytes in all; {max(omitted, 0):,} bytes omitted here. The "
@@ -383,6 +391,7 @@ class _BashHandler:
     shell: str | None = None
     default_timeout: int = DEFAULT_TIMEOUT_MS
     registry: JobRegistry = REGISTRY
+    max_bytes: int = DEFAULT_OUTPUT_BYTES
 
     async def close_branch(self, branch_id: uuid.UUID | None) -> None:
         """Kill `branch_id`'s jobs and drop its kept output (`Branch.aclose` calls it)."""
@@ -562,20 +571,19 @@ class _BashHandler:
             cwd=prepared.cwd,
             timeout=prepared.timeout_ms / 1000,
             env=prepared.env,
-            max_bytes=DEFAULT_MAX_BYTES,
+            max_bytes=self.max_bytes,
             spill=spill,
             on_output=on_output,
         )
 
-    @staticmethod
     def _kept_texts(
-        table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
+        self, table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
     ) -> tuple[str, str]:
         texts = {"stdout": stdout, "stderr": stderr}
         for stream, ident in ids.items():
             output = table.outputs.get(ident)
             if output is not None:  # busy while this call runs: never dropped before this
-                texts[stream] = _head_and_tail(output.path, stream, ident)
+                texts[stream] = _head_and_tail(output.path, stream, ident, self.max_bytes // 2)
             table.release(ident)
         table.enforce_budget()
         return texts["stdout"], texts["stderr"]
@@ -617,8 +625,10 @@ class _BashHandler:
                 delay = min(delay * 2, 0.05)
         path = job.output.path
         size = job.output.size()
-        if size > DEFAULT_MAX_BYTES:
-            text = await anyio.to_thread.run_sync(_head_and_tail, path, "output", job.id)
+        if size > self.max_bytes:
+            text = await anyio.to_thread.run_sync(
+                _head_and_tail, path, "output", job.id, self.max_bytes // 2
+            )
         else:
             text = (await anyio.to_thread.run_sync(read_output, path, 0, size))[0]
         if job.running:
@@ -639,7 +649,7 @@ class _BashHandler:
         # job (its output stays readable by id when it was cut).
         await anyio.to_thread.run_sync(table.kill, job)
         table.jobs.pop(job.id, None)
-        cut = size > DEFAULT_MAX_BYTES
+        cut = size > self.max_bytes
         if not cut:
             table.outputs.pop(job.id, None)
             path.unlink(missing_ok=True)
@@ -677,6 +687,11 @@ _MISSING_VARIABLE = re.compile(
 )
 _MAX_NAMED = 12
 
+
+# Below this an answer could not show a traceback's head and tail; above it
+# one call would fill a context window.
+_MIN_OUTPUT_BYTES = 1_000
+_MAX_OUTPUT_BYTES = 1_000_000
 
 # A timeout under this many milliseconds was most likely meant in seconds.
 _SECONDS_LIKE_MS = 100
@@ -793,6 +808,7 @@ def bash_tool(
     shell: bool | None = None,
     default_timeout: int = DEFAULT_TIMEOUT_MS,
     registry: JobRegistry | None = None,
+    max_output_bytes: int = DEFAULT_OUTPUT_BYTES,
 ) -> Tool:
     """Build the ``bash`` tool.
 
@@ -827,6 +843,10 @@ def bash_tool(
             `MAX_TIMEOUT_MS`).
         registry: where background jobs and kept output live; default: the
             one the ``jobs`` tool reads. Jobs are per branch either way.
+        max_output_bytes: bytes of each stream (stdout, stderr) one answer
+            shows, at least 1,000 and at most 1,000,000 (`DEFAULT_OUTPUT_BYTES`,
+            30,000, by default); a longer stream shows its beginning and end,
+            and is kept whole for ``jobs(action="output")``.
 
     Returns:
         The ``bash`` Tool (safe to share: jobs and kept output are per branch).
@@ -844,6 +864,13 @@ def bash_tool(
     if not 1 <= default_timeout <= MAX_TIMEOUT_MS:
         raise ValueError(
             f"default_timeout must be between 1 and {MAX_TIMEOUT_MS} ms, got {default_timeout}"
+        )
+    if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int):
+        raise TypeError(f"max_output_bytes must be an int, got {max_output_bytes!r}")
+    if not _MIN_OUTPUT_BYTES <= max_output_bytes <= _MAX_OUTPUT_BYTES:
+        raise ValueError(
+            f"max_output_bytes must be between {_MIN_OUTPUT_BYTES:,} and "
+            f"{_MAX_OUTPUT_BYTES:,}, got {max_output_bytes!r}"
         )
     workspace = Workspace.at(workspace_root, protected=protected_names)
     checked_env = _check_env(env)
@@ -864,7 +891,11 @@ def bash_tool(
     return Tool(
         name="bash",
         description=confinement.annotate(
-            _description(None if program is None else os.path.basename(program), default_timeout)
+            _description(
+                None if program is None else os.path.basename(program),
+                default_timeout,
+                max_output_bytes,
+            )
         ),
         request_model=BashRequest,
         handler=_BashHandler(
@@ -874,6 +905,7 @@ def bash_tool(
             program,
             default_timeout,
             REGISTRY if registry is None else registry,
+            max_output_bytes,
         ),
         response_model=BashResponse,
         hints=ToolHints("Run a shell command", destructive=True, open_world=True),

@@ -96,3 +96,31 @@ async def test_a_timeout_that_looks_like_seconds_is_told_the_unit(repo: Path) ->
     assert result["timed_out"] is True
     assert "in milliseconds: 5 ms is 0.005 s" in result["error"]
     assert "timeout=5000" in result["error"]
+
+
+@pytest.mark.parametrize("cap", [None, 2_000])
+async def test_output_past_the_cap_names_where_the_rest_is_kept(
+    repo: Path, cap: int | None
+) -> None:
+    """The default cap (30,000 bytes a stream) and the toolkit's option, end to end."""
+    branch = Branch()
+    options = {} if cap is None else {"max_output_bytes": cap}
+    branch.register(coding_toolkit, workspace_root=repo, tools=["bash"], **options)
+    size = 40_000 if cap is None else 5_000
+    command = f"python3 -c \"print('x' * {size})\""
+    action = await branch.act("bash", {"command": command})
+    result = action.result
+    assert result is not None and result["output_id"] is not None, result
+    limit = 30_000 if cap is None else cap
+    assert len(result["stdout"].encode()) < limit + 400
+    assert f"job_id='{result['output_id']}'" in result["stdout"]
+    kept = await branch.act("jobs", {"action": "output", "job_id": result["output_id"]})
+    assert kept.result is not None and kept.result["total_bytes"] == size + 1
+    assert f"at most {limit:,} bytes" in branch.tools["bash"].description
+
+
+def test_the_cap_is_checked_at_once(repo: Path) -> None:
+    with pytest.raises(ValueError, match="max_output_bytes must be between"):
+        bash_tool(workspace_root=repo, max_output_bytes=10)
+    with pytest.raises(TypeError, match="max_output_bytes"):
+        bash_tool(workspace_root=repo, max_output_bytes="big")  # type: ignore[arg-type]
