@@ -265,9 +265,10 @@ def _operator_message(operator: str) -> str:
         f"The command contains an unquoted {shown}, a shell operator. This tool runs a "
         f"single program without a shell (there is no kernel isolation here, so scripts "
         f"are not run; the tool's owner can allow them with bash_tool(shell=True) or an "
-        f"isolation setting): run one command per call, pass cwd instead of `cd dir && "
-        f"...`, and use the program's own options instead of pipes or redirects. If you "
-        f"meant the character literally, quote it."
+        f"isolation setting; on the command line, `lionfactory call --shell bash ...` or "
+        f"`lionfactory call --isolation auto bash ...`): run one command per call, pass "
+        f"cwd instead of `cd dir && ...`, and use the program's own options instead of "
+        f"pipes or redirects. If you meant the character literally, quote it."
     )
 
 
