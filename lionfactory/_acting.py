@@ -40,6 +40,7 @@ __all__ = [
     "ActionResult",
     "Outcome",
     "answer_result",
+    "arguments_object",
     "encode_json",
     "encode_json_string",
     "error_payload",
@@ -47,9 +48,47 @@ __all__ = [
     "pending_payload",
 ]
 
-Outcome = Literal["done", "error", "pending"]
+Outcome = Literal["done", "failed", "error", "pending"]
+"""How one call ended: see `ActionResult.outcome`."""
 
 logger = logging.getLogger("lionfactory")
+
+
+def arguments_object(tool: str, arguments: object) -> dict[str, Any]:
+    """A call's arguments as a dict: a mapping, None (no arguments), or a JSON object string.
+
+    Some frameworks hand the model's arguments over as the JSON text it
+    wrote; that text is parsed here, once, for every route.
+
+    Raises:
+        ToolInputError: `arguments` is a string that is not a JSON object,
+            or neither a mapping nor a string.
+    """
+    if arguments is None:
+        return {}
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if isinstance(arguments, (str, bytes, bytearray)):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError as exc:
+            raise ToolInputError(
+                tool,
+                f"{tool}: the arguments are a string that is not JSON ({exc}); pass an "
+                f'object of named arguments, e.g. {{"action": "read"}}.',
+            ) from None
+        if isinstance(parsed, dict):
+            return parsed
+        raise ToolInputError(
+            tool,
+            f"{tool}: the arguments must be a JSON object of named arguments, got "
+            f"{type(parsed).__name__} {str(arguments)[:80]!r}.",
+        )
+    raise ToolInputError(
+        tool,
+        f"{tool}: the arguments must be a mapping of named arguments or a JSON object "
+        f"string, got {type(arguments).__name__}.",
+    )
 
 
 def error_payload(error: str, exception: BaseException) -> dict[str, Any]:
@@ -111,10 +150,21 @@ class ActionResult:
 
     @property
     def outcome(self) -> Outcome:
-        """``"done"`` (a response), ``"error"`` (the model reads an error) or ``"pending"``."""
+        """How the call ended; ``outcome in ("failed", "error")`` is exactly `failed`.
+
+        * ``"done"``: the tool did what was asked.
+        * ``"failed"``: the tool answered with a typed failure (a missing
+          file, a refused merge: its response says ``success: false`` or an
+          ``error``); the model reads that response.
+        * ``"error"``: the call never produced a response (invalid arguments,
+          a denial, an unknown tool, an exception); the model reads an error.
+        * ``"pending"``: a person must approve it first; it did not run.
+        """
         if self.pending is not None:
             return "pending"
-        return "done" if self.error is None else "error"
+        if self.error is not None:
+            return "error"
+        return "failed" if self.failed else "done"
 
 
 def pending_payload(pending: PendingCall) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 import anyio
 import attrs
 
-from lionfactory._acting import ActionResult, answer_result, execute_call
+from lionfactory._acting import ActionResult, answer_result, arguments_object, execute_call
 from lionfactory._approvals import Answer, PendingCall
 from lionfactory._messages import ChatModel, Message, MessageLog, ModelReply, ToolCall
 from lionfactory._registration import (
@@ -68,6 +68,11 @@ class Branch:
     Attributes:
         id: a fresh UUID per branch (clones get their own).
         messages: the `MessageLog` (record and active view).
+        tool_state: what a tool keeps with the branch across a save and a
+            load, JSON-ready, by tool name (an active sandbox's worktree).
+            Saved with the branch and set again before its factories are
+            called on load; not copied on clone, because such state belongs
+            to one branch (two branches must not share one worktree).
     """
 
     id: uuid.UUID
@@ -75,6 +80,7 @@ class Branch:
     messages: MessageLog
     chat_model: ChatModel | None
     metadata: dict[str, Any]
+    tool_state: dict[str, Any]
     _tools: dict[str, Tool]
     _owners: dict[str, Registration]
     _registrations: list[Registration]
@@ -100,6 +106,7 @@ class Branch:
             messages=messages,
             chat_model=chat_model,
             metadata=dict(metadata or {}),
+            tool_state={},
             tools={},
             owners={},
             registrations=[],
@@ -338,7 +345,11 @@ class Branch:
     # -- acting --------------------------------------------------------------
 
     async def act(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, call_id: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        call_id: str | None = None,
     ) -> ActionResult:
         """Call a tool as if the model had: log the call and its result.
 
@@ -356,13 +367,17 @@ class Branch:
         in ``result.call_id``; the assistant message's metadata maps it
         back under ``provider_call_ids``), so one approval never names two
         calls.
+
+        `arguments` may also be the JSON text of an object (the form some
+        frameworks hand over); any other string raises `ToolInputError`
+        before anything is logged.
         """
         return await self._act(name, arguments, call_id, approved=False)
 
     async def _act(
         self,
         name: str,
-        arguments: Mapping[str, Any] | None,
+        arguments: Mapping[str, Any] | str | None,
         call_id: str | None,
         *,
         approved: bool,
@@ -372,7 +387,7 @@ class Branch:
         A framework host that asks before running (the Agents SDK) approves
         a call the branch never held; the approval covers that call alone.
         """
-        call = ToolCall(name=name, arguments=dict(arguments or {}))
+        call = ToolCall(name=name, arguments=arguments_object(name, arguments))
         if call_id is not None:
             call = call.model_copy(update={"id": call_id})
         (call,), renamed = self._unique_ids((call,))

@@ -52,7 +52,7 @@ from lionfactory._acting import error_payload
 from lionfactory._approvals import Approval, approving
 from lionfactory._catalogue import CATALOGUE, WORKSPACE_TOOLS, BuiltinTool, workspace_factory
 from lionfactory._tool import Tool
-from lionfactory.errors import ApprovalRequired, ToolError, ToolInputError
+from lionfactory.errors import ApprovalRequired, ConfigurationError, ToolError, ToolInputError
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -74,14 +74,16 @@ EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for ``cat big | head -1``'s ``cat``."""
 
 
-def builtin_tool(name: str, workspace: Path | None) -> Tool:
+def builtin_tool(name: str, workspace: Path | None, **options: Any) -> Tool:
     """Build the standalone built-in `name` for `workspace` (imports lazily).
+
+    `options` are further factory options (``bash``'s ``shell``, ``isolation``).
 
     Raises:
         KeyError: `name` is not one of `BUILTIN_TOOLS`.
     """
     factory = builtin_factories()[name]
-    return factory(workspace_root=workspace)
+    return factory(workspace_root=workspace, **options)
 
 
 def builtin_factories() -> dict[str, Callable[..., Tool]]:
@@ -178,6 +180,33 @@ def cli_factories(
     return [(factories[n], {"workspace_root": root}) for n in chosen]
 
 
+def served_tools_text() -> str:
+    """What ``mcp serve`` serves, by name, for its help (imports the coding toolkit)."""
+    from lionfactory.coding import ALL_CODING_TOOLS
+
+    coding = [name for _, kwargs in cli_factories("coding", None, None) for name in kwargs["tools"]]
+    # jobs comes with bash, right after it.
+    shown = [name for n in coding for name in ((n, "jobs") if n == "bash" else (n,))]
+    opt_in = [n for n in ALL_CODING_TOOLS if n not in coding]
+    return (
+        f"Served tools: with --toolkit coding (the default): {', '.join(shown)}; more with "
+        f"--tools: {', '.join(opt_in)}. With --toolkit standalone: {', '.join(BUILTIN_TOOLS)}."
+    )
+
+
+class _ServeParser(argparse.ArgumentParser):
+    """The ``mcp serve`` parser: its help names the served tools.
+
+    Computed when the help is shown, not when the parser is built, so every
+    other command line does not import the coding toolkit for it.
+    """
+
+    def format_help(self) -> str:
+        if self.prog.endswith(" serve") and self.epilog is None:
+            self.epilog = served_tools_text()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``lionfactory`` command."""
     parser = argparse.ArgumentParser(
@@ -206,6 +235,19 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
     call.add_argument("--json", action="store_true", help="print the whole response as JSON")
     call.add_argument(
+        "--shell",
+        action="store_true",
+        help="bash only: run the command as a shell script (pipes, &&, redirects) even "
+        "without kernel isolation, as bash_tool(shell=True) does",
+    )
+    call.add_argument(
+        "--isolation",
+        default=None,
+        choices=("none", "auto", "bwrap", "landlock"),
+        help="bash only: confine the command in the kernel (writes only in the workspace, "
+        "no network); with it, the command is a shell script (default: none)",
+    )
+    call.add_argument(
         "--mode",
         default=None,
         choices=("read_only", "ask_edits", "accept_edits", "auto"),
@@ -220,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     mcp = commands.add_parser("mcp", help="Model Context Protocol server (needs the mcp extra)")
-    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True, metavar="COMMAND")
+    mcp_commands = mcp.add_subparsers(
+        dest="mcp_command", required=True, metavar="COMMAND", parser_class=_ServeParser
+    )
     serve = mcp_commands.add_parser(
         "serve",
         help="serve the tools over MCP",
@@ -386,7 +430,17 @@ def _main(argv: Sequence[str] | None, collector_paused: bool = False) -> int:
         except (OSError, ValueError, TypeError) as exc:
             print(f"lionfactory: --rules/--mode: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return _call(args.tool, args.arguments, workspace, as_json=args.json, rules=hook)
+        options: dict[str, Any] = {}
+        if args.shell:
+            options["shell"] = True
+        if args.isolation is not None:
+            options["isolation"] = args.isolation
+        if options and args.tool != "bash":
+            print("lionfactory: --shell and --isolation are options of bash", file=sys.stderr)
+            return EXIT_USAGE
+        return _call(
+            args.tool, args.arguments, workspace, as_json=args.json, rules=hook, options=options
+        )
     return _serve(args, workspace, collector_paused)
 
 
@@ -491,6 +545,7 @@ def _call(
     *,
     as_json: bool,
     rules: Any = None,
+    options: Mapping[str, Any] | None = None,
 ) -> int:
     if name not in BUILTIN_TOOLS:
         print(
@@ -498,7 +553,11 @@ def _call(
             file=sys.stderr,
         )
         return EXIT_USAGE
-    tool = builtin_tool(name, workspace)
+    try:
+        tool = builtin_tool(name, workspace, **(options or {}))
+    except ConfigurationError as exc:  # a mechanism this machine does not have
+        print(f"lionfactory: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         arguments = parse_assignments(words, tool.schema("mcp")["inputSchema"]["properties"])
     except ValueError as exc:

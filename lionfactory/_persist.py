@@ -2,7 +2,8 @@
 
 What is stored, as JSON-ready data with a format tag:
 
-* the branch's id, name and metadata;
+* the branch's id, name and metadata, and the state its tools keep with it
+  (`Branch.tool_state`: an active sandbox's worktree);
 * the message log: every message of the record, each record entry's
   chronological sort key, the active view and the compaction summaries' spans,
   so a restored view is exactly the saved one (evidence on tool messages
@@ -35,7 +36,11 @@ through ``resources`` when loading:
 
 * a factory keyword argument is the resource named like the argument
   (``"exchange"``); when two registrations pass different objects under one
-  name, the later ones are ``"exchange-2"``, ``"exchange-3"``...;
+  name, the later ones are ``"exchange-2"``, ``"exchange-3"``...; an argument
+  that holds such a value inside a mapping or a list (an unregistered hook in
+  ``hooks={"bash": {"security": [ask]}}``) is one resource as a whole, so
+  ``resources={"hooks": hooks}`` hands back exactly what was passed; a
+  resource the factory refuses on load is a `ConfigurationError` naming it;
 * a static tool is the resource ``"tool:<name>"``;
 * the branch's chat model is the optional resource ``"chat_model"``.
 
@@ -71,12 +76,29 @@ __all__ = ["FORMAT", "branch_from_dict", "branch_to_dict"]
 FORMAT = "lionfactory.branch/1"
 
 
+class _LiveInside(Exception):
+    """A live object nested in a container: the whole argument becomes one resource."""
+
+
 class _Encoder:
     """Encodes factory kwargs, naming every live object it meets."""
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
         self.taken: set[str] = set()
+
+    def argument(self, key: str, value: Any) -> Any:
+        """Encode one factory argument: as data, or as one resource named like the argument.
+
+        A live object nested in a mapping or a list (an unregistered hook in
+        ``hooks={"bash": {"security": [ask]}}``) makes the whole argument the
+        resource, so what is handed back under the argument's name (the
+        ``hooks`` mapping itself) is what goes back in its place.
+        """
+        try:
+            return self.encode(key, value, nested=False)
+        except _LiveInside:
+            return {"$resource": self.name_for(key, value)}
 
     def name_for(self, base: str, obj: Any) -> str:
         if id(obj) in self.names:
@@ -89,7 +111,7 @@ class _Encoder:
         self.names[id(obj)] = name
         return name
 
-    def encode(self, key: str, value: Any) -> Any:
+    def encode(self, key: str, value: Any, *, nested: bool = True) -> Any:
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
         if isinstance(value, PurePath):
@@ -102,6 +124,8 @@ class _Encoder:
             return [self.encode(key, v) for v in value]
         if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
             if any(k.startswith("$") for k in value):
+                if nested:
+                    raise _LiveInside
                 return {"$resource": self.name_for(key, value)}
             return {k: self.encode(key, v) for k, v in value.items()}
         record = _data_record(value)
@@ -110,6 +134,8 @@ class _Encoder:
         name = FACTORIES.name_of(value)
         if name is not None:
             return {"$callable": name}
+        if nested:
+            raise _LiveInside
         return {"$resource": self.name_for(key, value)}
 
 
@@ -140,6 +166,7 @@ class _Decoder:
         self.resources = resources
         self.missing: set[str] = set()
         self.problems: list[str] = []
+        self.used: list[str] = []
 
     def decode(self, value: Any) -> Any:
         if isinstance(value, list):
@@ -168,6 +195,7 @@ class _Decoder:
                 if inner not in self.resources:
                     self.missing.add(inner)
                     return None
+                self.used.append(inner)
                 return self.resources[inner]
         if set(value) == {"$record", "data"}:
             return self._record(value["$record"], value["data"])
@@ -215,7 +243,7 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
                 {
                     "kind": "factory",
                     "factory": registration.factory_path,
-                    "kwargs": {k: encoder.encode(k, v) for k, v in registration.kwargs.items()},
+                    "kwargs": {k: encoder.argument(k, v) for k, v in registration.kwargs.items()},
                     "tools": owned,
                 }
             )
@@ -225,12 +253,19 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
         json.dumps(branch.metadata)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"branch.metadata must be JSON-ready to be saved: {exc}") from exc
+    try:
+        json.dumps(branch.tool_state)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"branch.tool_state must be JSON-ready to be saved: {exc}"
+        ) from exc
     record, keys, active, summaries = log.state()
     return {
         "format": FORMAT,
         "id": str(branch.id),
         "name": branch.name,
         "metadata": dict(branch.metadata),
+        "tool_state": dict(branch.tool_state),
         "messages": {
             "record": [m.model_dump(mode="json") for m in record] if dump_messages else record,
             "keys": [list(k) for k in keys],
@@ -305,14 +340,14 @@ def branch_from_dict(
         raise ConfigurationError(f"not a saved branch of format {FORMAT!r}: {found!r:.200}")
     resources = dict(resources or {})
     decoder = _Decoder(resources)
-    plan: list[tuple[Callable[..., Any] | None, dict[str, Any], list[str]]] = []
+    plan: list[tuple[Callable[..., Any] | None, dict[str, Any], list[str], list[str]]] = []
     for entry in _registrations(data):
         names = entry["tools"]
         if entry["kind"] == "static":
             for name in names:
                 if f"tool:{name}" not in resources:
                     decoder.missing.add(f"tool:{name}")
-            plan.append((None, {}, names))
+            plan.append((None, {}, names, []))
             continue
         # The factory first: an unregistered one stops the load before any
         # stored argument is looked at further.
@@ -321,8 +356,9 @@ def branch_from_dict(
         except ConfigurationError as exc:
             decoder.problems.append(str(exc))
             continue
+        decoder.used = []
         kwargs = {k: decoder.decode(v) for k, v in entry["kwargs"].items()}
-        plan.append((factory, kwargs, names))
+        plan.append((factory, kwargs, names, decoder.used))
     if decoder.missing or decoder.problems:
         needed = [f"resource {name!r}" for name in sorted(decoder.missing)] + decoder.problems
         raise ConfigurationError(
@@ -338,15 +374,35 @@ def branch_from_dict(
     branch = cls(name=data.get("name"), chat_model=resources.get("chat_model"))
     branch.id = uuid.UUID(data["id"])
     branch.metadata = dict(data.get("metadata") or {})
+    # Before the factories run: a tool reads its state when it is built.
+    tool_state = data.get("tool_state") or {}
+    if not isinstance(tool_state, dict):
+        raise ConfigurationError(
+            f"a saved branch's 'tool_state' must be an object: {tool_state!r:.200}"
+        )
+    branch.tool_state = dict(tool_state)
     branch.messages = log
-    for maybe_factory, kwargs, names in plan:
+    for maybe_factory, kwargs, names, supplied in plan:
         source: Callable[..., Any] | tuple[Tool, ...] = (
             maybe_factory
             if maybe_factory is not None
             else tuple(resources[f"tool:{name}"] for name in names)
         )
         registration = Registration(source=source, kwargs=kwargs, tool_names=tuple(names))
-        branch._replay(registration, names)  # the same replay as clone()
+        try:
+            branch._replay(registration, names)  # the same replay as clone()
+        except (TypeError, ValueError) as exc:
+            if not supplied:
+                raise
+            # Most likely a resource handed back that is not what was saved
+            # under its name: say which, rather than only what the factory saw.
+            named = ", ".join(repr(name) for name in dict.fromkeys(supplied))
+            raise ConfigurationError(
+                f"cannot restore the branch: {registration.factory_path} refused the "
+                f"resource(s) {named} it was given back ({type(exc).__name__}: {exc}). Supply "
+                f"under each name the very object the branch was registered with (the whole "
+                f"argument of that name, e.g. the whole hooks mapping)."
+            ) from exc
     order = [n for n in data.get("tool_order", []) if n in branch.tools]
     branch.reorder(order)
     branch._pending = _pending_from_data(data.get("pending"))

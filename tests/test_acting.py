@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lionfactory import Branch
 from lionfactory._acting import encode_json, encode_json_string
 
 
@@ -86,3 +88,18 @@ def test_an_integer_too_long_to_print_raises_like_json_dumps() -> None:
         _reference(value)
     with pytest.raises(ValueError, match="integer string conversion"):
         encode_json(value)
+
+
+async def test_outcome_names_a_typed_failure_and_agrees_with_failed(tmp_path: Path) -> None:
+    """A missing file is ``"failed"`` (a response that reports it), bad arguments ``"error"``."""
+    from lionfactory.tools import reader_tool
+
+    (tmp_path / "x.txt").write_text("x\n", encoding="utf-8")
+    branch = Branch()
+    branch.register(reader_tool, workspace_root=str(tmp_path))
+    done = await branch.act("reader", {"action": "read", "path": "x.txt"})
+    missing = await branch.act("reader", {"action": "read", "path": "nope.txt"})
+    invalid = await branch.act("reader", {"action": "read", "path": "x.txt", "limit": "many"})
+    assert (done.outcome, done.failed, done.ok) == ("done", False, True)
+    assert (missing.outcome, missing.failed, missing.ok) == ("failed", True, True)
+    assert (invalid.outcome, invalid.failed, invalid.ok) == ("error", True, False)

@@ -242,9 +242,8 @@ def test_an_unregistered_module_level_hook_is_a_resource(workspace):
     hooks = {"bash": {"pre": [unregistered]}}
     branch.register(coding_toolkit, workspace_root=workspace, tools=["bash"], hooks=hooks)
     data = json.loads(branch.to_json())
-    assert data["registrations"][0]["kwargs"]["hooks"] == {
-        "bash": {"pre": [{"$resource": "hooks"}]}
-    }
+    # The whole argument is the resource: `resources={"hooks": hooks}` gives it back.
+    assert data["registrations"][0]["kwargs"]["hooks"] == {"$resource": "hooks"}
 
 
 @register_factory
@@ -357,7 +356,7 @@ def test_local_functions_are_resources(workspace):
         coding_toolkit, workspace_root=workspace, tools=["bash"], hooks={"*": {"pre": [local_hook]}}
     )
     data = json.loads(branch.to_json())
-    assert data["registrations"][0]["kwargs"]["hooks"] == {"*": {"pre": [{"$resource": "hooks"}]}}
+    assert data["registrations"][0]["kwargs"]["hooks"] == {"$resource": "hooks"}
 
 
 async def test_the_old_spelling_of_a_builtin_hook_still_loads(workspace):

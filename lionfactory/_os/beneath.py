@@ -23,8 +23,10 @@ is not a directory, so callers see the same errors whichever runs.
 
 `open_following` is the reading variant: it follows links while they stay
 below the root (``openat2(RESOLVE_BENEATH)`` alone, or a walk that reads each
-link relative to the descriptors it holds) and reports the resolved
-components, so the caller can judge the real path, not only the spelled one.
+link relative to the descriptors it holds; an absolute target that names a
+path below the root is followed from the root's descriptor, as a relative
+one is) and reports the resolved components, so the caller can judge the
+real path, not only the spelled one.
 """
 
 from __future__ import annotations
@@ -351,13 +353,38 @@ def open_following(root_fd: int, parts: tuple[str, ...], flags: int) -> tuple[in
         raise ValueError("open_following only opens existing files")
     flags &= ~_O_NOFOLLOW  # DIRECTORY_FLAGS carries it; here the final link is followed too
     if _OPENAT2 is not None and current_strategy() == "openat2" and parts:
-        fd = _OPENAT2(root_fd, "/".join(parts), flags | _O_CLOEXEC, 0, _RESOLVE_BENEATH)
+        try:
+            fd = _OPENAT2(root_fd, "/".join(parts), flags | _O_CLOEXEC, 0, _RESOLVE_BENEATH)
+        except OSError as exc:
+            # The kernel refuses every absolute target; one that names a path
+            # below the root is followed by the walk, like a relative one.
+            if exc.errno != errno.EXDEV:
+                raise
+            return _walk_following(root_fd, parts, flags)
         try:
             return fd, _resolved_below(root_fd, fd)
         except BaseException:
             os.close(fd)
             raise
     return _walk_following(root_fd, parts, flags)
+
+
+def _root_path(root_fd: int) -> str | None:
+    """The real path of the root descriptor (``/proc``), or None where it cannot be known."""
+    try:
+        return os.readlink(f"/proc/self/fd/{root_fd}")
+    except OSError:
+        return None
+
+
+def _below(target: str, root: str) -> list[str] | None:
+    """The components of the absolute, normalised `target` below `root`, or None outside it."""
+    if target == root:
+        return []
+    prefix = root.rstrip("/") + "/"
+    if not target.startswith(prefix):
+        return None
+    return target[len(prefix) :].split("/")
 
 
 def _resolved_below(root_fd: int, fd: int) -> tuple[str, ...]:
@@ -405,7 +432,18 @@ def _walk_following(
                 if links > MAX_LINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), "/".join(parts)) from None
                 if target.startswith("/"):
-                    raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), target) from None
+                    # An absolute target below the root (``ln -s "$PWD/real" alias``)
+                    # is followed from the root's descriptor, never by its name,
+                    # so it is as confined as a relative one; any other is refused.
+                    root = _root_path(root_fd)
+                    below = None if root is None else _below(os.path.normpath(target), root)
+                    if below is None:
+                        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), target) from None
+                    for held_fd, _ in held:
+                        os.close(held_fd)
+                    held.clear()
+                    pending.extend(reversed(below))
+                    continue
                 pending.extend(reversed(target.split("/")))
                 continue
             if final:  # the last real name (only "." or "" may follow it)

@@ -18,8 +18,8 @@ Rules:
   name in any component (``.env``, ``.netrc``, private keys, cloud
   credentials...; `DEFAULT_PROTECTED_NAMES`).
 * Reads and listings of a path the model names follow symbolic links that
-  stay beneath the root (``docs -> real_docs``, common in monorepos); a link
-  with an absolute target, one leading out of the root, a loop, and a link
+  stay beneath the root (``docs -> real_docs``, common in monorepos, or an
+  absolute target inside the root); a link leading out of the root, a loop, and a link
   whose *resolved* path has a protected name or ``.git`` component are
   refused (`Location.open`). Writes refuse a link in any component: an atomic
   replace renames over the final name, and through a link it would replace
@@ -441,9 +441,9 @@ class Location:
             return PathRefused(
                 self.shown,
                 f"{self.shown!r} is, or passes through, a symbolic link that leads outside the "
-                f"workspace {self.workspace.root} or has an absolute target; tools follow only "
-                f"links with a relative target that stays inside the workspace. Use the real "
-                f"path of the file, if it is inside the workspace.",
+                f"workspace {self.workspace.root}; tools follow only links whose target stays "
+                f"inside the workspace. Use the real path of the file, if it is inside the "
+                f"workspace.",
             )
         if exc.errno == errno.ELOOP:
             return PathRefused(

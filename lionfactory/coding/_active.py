@@ -10,6 +10,7 @@ directory as its workspace root) all see the same answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -68,6 +69,11 @@ class ActiveWorkspace:
             return
         self.current = Workspace.at(root, protected=self.home.protected)
         self.isolation = _in_worktree(self.home_isolation, self.current.root)
+
+    def resume(self, root: Path, identity: Mapping[str, str]) -> None:
+        """The sandbox's ``on_restore``: back into a worktree re-attached on load."""
+        self.switch(root)
+        self.git_env = dict(identity)
 
     async def enter(self, root: Path | None) -> None:
         """The sandbox's ``on_switch``: `switch`, then learn the sandbox's committer identity."""

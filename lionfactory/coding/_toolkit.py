@@ -78,6 +78,7 @@ def _workspace_tool(
     check: EvidenceCheck,
     git_env: Mapping[str, str] | None = None,
     intel: CodeIntel | None = None,
+    max_output_bytes: int | None = None,
 ) -> Tool:
     """Workspace tool `name` for `root`: one that follows an active sandbox into its worktree.
 
@@ -93,6 +94,8 @@ def _workspace_tool(
     if name == "bash":
         # A test suite often runs longer than the standalone 30 s.
         options["default_timeout"] = TOOLKIT_BASH_TIMEOUT_MS
+        if max_output_bytes is not None:
+            options["max_output_bytes"] = max_output_bytes
     if name == "reader":
         # The toolkit's reader fetches nothing remote: an agent editing code has
         # no business reaching the network through its file reader.
@@ -161,6 +164,7 @@ class _Toolkit:
     home: dict[str, Tool]
     isolation: Isolation
     check: EvidenceCheck
+    max_output_bytes: int | None = None
     # The standalone tools built for the sandbox directory last asked about.
     away: tuple[Workspace, dict[str, Tool]] | None = None
     # Whether code_nav and the editor use a type checker ("auto") or not ("ast").
@@ -236,6 +240,7 @@ class _Toolkit:
                         self.check,
                         self.where.git_env,
                         self.intel_for(current),
+                        self.max_output_bytes,
                     )
                     for name in self.home
                 },
@@ -373,6 +378,7 @@ def coding_toolkit(
     exposed_paths: Sequence[str | os.PathLike[str]] = (),
     code_engine: str = "auto",
     _code_server: Sequence[str] | None = None,
+    max_output_bytes: int | None = None,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -434,6 +440,8 @@ def coding_toolkit(
             syntax only, no server is started).
         _code_server: private test seam: the language server's argv in place
             of ``ty server``.
+        max_output_bytes: bytes of each stream one ``bash`` answer shows (the
+            rest is kept whole for ``jobs``); None: bash's default, 30,000.
 
     Returns:
         The tools, each bound to `branch`.
@@ -472,11 +480,19 @@ def coding_toolkit(
         check=check,
         code_engine=code_engine if {"code_nav", "editor"} & set(names) else "ast",
         server_command=tuple(_code_server) if _code_server is not None else None,
+        max_output_bytes=max_output_bytes,
     )
     intel = kit.intel_for(workspace)
     kit.home.update(
         {
-            name: _workspace_tool(name, workspace, confinement, check, intel=intel)
+            name: _workspace_tool(
+                name,
+                workspace,
+                confinement,
+                check,
+                intel=intel,
+                max_output_bytes=max_output_bytes,
+            )
             for name in names
             if name in WORKSPACE_TOOLS
         }
@@ -502,6 +518,7 @@ def coding_toolkit(
             on_switch=where.enter,
             allow_merge_into_protected=allow_merge_into_protected,
             isolation=confinement,
+            on_restore=where.resume,
         )
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool

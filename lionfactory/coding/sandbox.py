@@ -49,6 +49,17 @@ Decisions:
   toolkit's network and hidden paths.
 * The sandbox starts from the last commit: uncommitted changes in the
   workspace are not in it (``create`` says so in its ``notice``).
+* **An active sandbox survives a save and a load.** Its directories and
+  branch are kept in `Branch.tool_state`; the factory called again on load
+  re-attaches the worktree (``on_restore`` points the toolkit's tools at it),
+  so the conversation's "your tools now work in ..." stays true. The record
+  comes from a store, so it is checked against the repository before it is
+  believed: the branch name is a sandbox's, the worktree is registered in
+  the workspace repository's own git directory. A sandbox whose worktree is
+  gone (a reboot cleared the temporary directory) is not re-attached: the
+  next ``sandbox`` call says so, git's record of the worktree is pruned, and
+  its branch is deleted only when it holds no commit of its own (else the
+  answer names it, so the work can be recovered).
 """
 
 from __future__ import annotations
@@ -57,11 +68,12 @@ import fnmatch
 import inspect
 import os
 import re
+import shutil
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio.to_thread
 import attrs
@@ -81,6 +93,17 @@ PROTECTED_BRANCHES: tuple[str, ...] = ("main", "master", "release*")
 """Branch patterns (fnmatch, case-sensitive like git) a merge needs consent for."""
 
 OnSwitch = Callable[[Path | None], "Awaitable[None] | None"]
+OnRestore = Callable[[Path, Mapping[str, str]], None]
+
+STATE_KEY = "sandbox"
+"""The key of an active sandbox's record in `Branch.tool_state`."""
+_BRANCH_NAME = re.compile(r"lionfactory/sandbox-[0-9a-f]{8}")
+_SCRATCH_PREFIX = "lionfactory-sandbox-"
+_RECORD_KEYS: tuple[str, ...] = ("repo", "prefix", "git_dir", "common_dir", "scratch", "root")
+_RECORD_KEYS += ("branch", "base_branch", "base_commit")
+_IDENTITY_KEYS = frozenset(
+    {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"}
+)
 
 _DESCRIPTION = f"""\
 Work on a private copy of the repository (a git worktree on a new branch), then
@@ -193,6 +216,119 @@ def _state(session: Session | None) -> dict[str, object]:
     }
 
 
+def _to_record(session: Session, identity: Mapping[str, str]) -> dict[str, Any]:
+    """The JSON-ready record of an active sandbox, kept in `Branch.tool_state`."""
+    return {
+        "repo": str(session.repo),
+        "prefix": session.prefix,
+        "git_dir": str(session.git_dir),
+        "common_dir": str(session.common_dir),
+        "scratch": str(session.scratch),
+        "root": str(session.root),
+        "branch": session.branch,
+        "base_branch": session.base_branch,
+        "base_commit": session.base_commit,
+        "admin_dir": None if session.admin_dir is None else str(session.admin_dir),
+        "merged": session.merged,
+        "identity": dict(identity),
+    }
+
+
+@attrs.frozen
+class _Lost:
+    """A recorded sandbox that could not be re-attached on load: why, and what is left of it."""
+
+    reason: str
+    session: Session | None = None
+
+
+def _registered_admin(common_dir: Path, root: Path) -> Path | None:
+    """The admin folder in `common_dir` whose ``gitdir`` names `root`'s ``.git``, or None."""
+    worktrees = common_dir / "worktrees"
+    try:
+        entries = list(os.scandir(worktrees))
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            back = Path(entry.path, "gitdir").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if os.path.realpath(back) == str(root / ".git"):
+            return Path(entry.path)
+    return None
+
+
+def _recall(record: object, workspace: Workspace) -> tuple[Session, dict[str, str]] | _Lost:
+    """The sandbox a saved branch recorded, checked against the repository (blocking).
+
+    The record comes from a store: every path in it must fit the workspace's
+    repository before it is used, and nothing it names is ever removed
+    unless it is what a sandbox of this workspace made.
+    """
+    unusable = _Lost(
+        "The saved branch's sandbox record is not one this toolkit wrote; it was ignored."
+    )
+    if not isinstance(record, Mapping):
+        return unusable
+    try:
+        text = {key: record[key] for key in _RECORD_KEYS}
+        if not all(isinstance(value, str) for value in text.values()):
+            return unusable
+        identity = record.get("identity") or {}
+        if not isinstance(identity, Mapping) or not all(
+            key in _IDENTITY_KEYS and isinstance(value, str) for key, value in identity.items()
+        ):
+            return unusable
+        session = Session(
+            repo=Path(text["repo"]),
+            prefix=text["prefix"],
+            git_dir=Path(text["git_dir"]),
+            common_dir=Path(text["common_dir"]),
+            scratch=Path(text["scratch"]),
+            root=Path(text["root"]),
+            branch=text["branch"],
+            base_branch=text["base_branch"],
+            base_commit=text["base_commit"],
+            merged=record.get("merged") is True,
+        )
+    except KeyError:
+        return unusable
+    home = workspace.root
+    fits = (
+        _BRANCH_NAME.fullmatch(session.branch) is not None
+        and re.fullmatch(r"[0-9a-f]{40,64}", session.base_commit) is not None
+        and all(p.is_absolute() for p in (session.repo, session.scratch, session.root))
+        and session.scratch.name.startswith(_SCRATCH_PREFIX)
+        and session.root.parent == session.scratch
+        and (home == session.repo or session.repo in home.parents)
+        and session.prefix == ("" if home == session.repo else f"{home.relative_to(session.repo)}/")
+        and not session.scratch.is_relative_to(session.repo)
+        and session.git_dir.is_dir()
+        and session.common_dir.is_dir()
+    )
+    if not fits:
+        return unusable
+    if not session.root.is_dir():
+        return _Lost(
+            f"The sandbox {session.branch!r} that was active when this conversation was saved "
+            f"is gone: its worktree {session.root} no longer exists (a temporary directory "
+            f"cleared by a restart, say).",
+            session,
+        )
+    admin = _registered_admin(session.common_dir, session.root)
+    if admin is None:
+        return _Lost(
+            f"The sandbox {session.branch!r} that was active when this conversation was saved "
+            f"is no longer a worktree of the repository ({session.root} is not registered in "
+            f"{session.common_dir}); it was not re-attached.",
+        )
+    session.admin_dir = admin
+    return session, dict(identity)
+
+
 @attrs.define(eq=False)
 class _Sandbox:
     """The handler: one sandbox slot and the actions on it."""
@@ -204,6 +340,44 @@ class _Sandbox:
     session: Session | None = None
     allow_protected: bool = False
     busy: bool = False
+    state: dict[str, Any] = attrs.field(factory=dict, repr=False)
+    identity: dict[str, str] = attrs.field(factory=dict, repr=False)
+    lost: _Lost | None = None
+
+    def _remember(self) -> None:
+        """Keep the active sandbox in the branch's saved state (or drop it, when none is)."""
+        if self.session is None:
+            self.state.pop(STATE_KEY, None)
+        else:
+            self.state[STATE_KEY] = _to_record(self.session, self.identity)
+
+    async def _forget_lost(self) -> str:
+        """Clean up after a sandbox lost on load; the words that tell the model."""
+        lost, self.lost = self.lost, None
+        assert lost is not None
+        said = [lost.reason, "Your tools work in the workspace."]
+        session = lost.session
+        if session is not None:
+            home = session.home(self._git_for(None))
+            # Git's own clean-up of worktrees whose directory is gone.
+            await home.succeeds(["worktree", "prune"], cwd=session.repo)
+            await anyio.to_thread.run_sync(
+                lambda: shutil.rmtree(session.scratch, ignore_errors=True)
+            )
+            found = await home.run(
+                ["rev-parse", "--verify", "--quiet", session.ref], cwd=session.repo
+            )
+            if found.returncode != 0:
+                pass  # the branch went with it
+            elif found.stdout.strip() == session.base_commit:
+                await home.succeeds(["branch", "-D", session.branch], cwd=session.repo)
+                said.append("Its branch held no commits of its own and was deleted.")
+            else:
+                said.append(
+                    f"Its branch {session.branch!r} keeps its commits: tell the user, who can "
+                    f"merge or delete it (git merge {session.branch})."
+                )
+        return " ".join(said)
 
     def _git_for(self, session: Session | None) -> Git:
         """Git confined to what this sandbox's git work writes (see the module docstring)."""
@@ -233,6 +407,16 @@ class _Sandbox:
             )
         self.busy = True
         try:
+            if self.lost is not None and request.action != "create":
+                said = await self._forget_lost()
+                return self._fail(
+                    request.action, f"{said} Create a new sandbox with action='create'."
+                )
+            if self.lost is not None:
+                said = await self._forget_lost()
+                created = await self._create(request)
+                notice = " ".join(n for n in (said, created.notice) if n)
+                return created.model_copy(update={"notice": notice})
             if request.action != "create" and self.session is None:
                 return self._fail(
                     request.action,
@@ -275,7 +459,7 @@ class _Sandbox:
             return self._fail("create", plan)
         scratch = Path(
             await anyio.to_thread.run_sync(
-                lambda: os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-sandbox-"))
+                lambda: os.path.realpath(tempfile.mkdtemp(prefix=_SCRATCH_PREFIX))
             )
         )
         label = re.sub(r"[^A-Za-z0-9._-]", "_", plan.repo.name) or "repo"
@@ -303,12 +487,14 @@ class _Sandbox:
             await anyio.to_thread.run_sync(
                 lambda: session.workspace.mkdir(parents=True, exist_ok=True)
             )
+            identity = await self.git_plain.identity_env(root)
             await self._switch(session.workspace)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await ops.cleanup(git, session, raising=False)
             raise
-        self.session = session
+        self.session, self.identity = session, identity
+        self._remember()
         return self._ok(
             "create",
             f"Created sandbox branch {session.branch!r} from {session.base_branch!r} at "
@@ -383,6 +569,7 @@ class _Sandbox:
         if isinstance(outcome, ops.MergeRefused):
             return self._fail("merge", outcome.error, files=outcome.files)
         session.merged = True
+        self._remember()
         await self._switch(None)
         notice = None
         try:
@@ -394,6 +581,7 @@ class _Sandbox:
             )
         else:
             self.session = None
+            self._remember()
         return self._ok(
             "merge",
             f"Merged {session.branch!r} into {session.base_branch!r} "
@@ -418,6 +606,7 @@ class _Sandbox:
                 f"{exc.message} The sandbox is still recorded; call discard again to retry.",
             )
         self.session = None
+        self._remember()
         await self._switch(None)
         return self._ok(
             "discard",
@@ -437,6 +626,7 @@ def sandbox_tool(
     runner: Runner | None = None,
     allow_merge_into_protected: bool = False,
     isolation: Isolation | None = None,
+    on_restore: OnRestore | None = None,
 ) -> Tool:
     """Build the ``sandbox`` tool for `branch`, with its own, empty sandbox slot.
 
@@ -457,6 +647,11 @@ def sandbox_tool(
         isolation: the toolkit's confinement, applied to every git call
             (widened to the repository and the scratch directory); None runs
             git unconfined.
+        on_restore: called now, with the worktree directory and the
+            committer identity its ``bash`` had, when `branch` was loaded with
+            an active sandbox whose worktree is still there (it is re-attached);
+            the toolkit points its tools at it. A sandbox whose worktree is
+            gone is not re-attached, and the next call says so.
 
     Returns:
         The ``sandbox`` Tool, bound to `branch`.
@@ -476,15 +671,35 @@ def sandbox_tool(
         raise TypeError(f"on_switch must be callable or None, got {on_switch!r}")
     if runner is not None and not callable(runner):
         raise TypeError(f"runner must be callable or None, got {runner!r}")
+    if on_restore is not None and not callable(on_restore):
+        raise TypeError(f"on_restore must be callable or None, got {on_restore!r}")
     workspace = Workspace.at(workspace_root)
     git = Git() if runner is None else Git(runner=runner)
+    handler = _Sandbox(
+        workspace,
+        on_switch,
+        git,
+        isolation,
+        allow_protected=allow_merge_into_protected,
+        state=branch.tool_state,
+    )
+    record = branch.tool_state.get(STATE_KEY)
+    if record is not None:
+        # A branch saved with an active sandbox (a load calls this factory
+        # again): a few stats and one directory listing, no git call.
+        recalled = _recall(record, workspace)
+        if isinstance(recalled, _Lost):
+            handler.lost = recalled
+            branch.tool_state.pop(STATE_KEY, None)
+        else:
+            handler.session, handler.identity = recalled
+            if on_restore is not None:
+                on_restore(recalled[0].workspace, recalled[1])
     return Tool(
         name="sandbox",
         request_model=SandboxRequest,
         description=_DESCRIPTION + ("" if allow_merge_into_protected else _PROTECTED_RULE),
-        handler=_Sandbox(
-            workspace, on_switch, git, isolation, allow_protected=allow_merge_into_protected
-        ),
+        handler=handler,
         bound_to=branch.id,
         response_model=SandboxResponse,
         hints=ToolHints("Work in a git sandbox", destructive=True),

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from lionfactory._acting import ActionResult, answer_result, execute_call
+from lionfactory._acting import ActionResult, answer_result, arguments_object, execute_call
 from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._messages import Message, ToolCall
@@ -59,12 +59,16 @@ class ToolSource:
         return self.branch.tools if self.branch is not None else self.fixed
 
     async def call(
-        self, name: str, arguments: Mapping[str, Any], *, call_id: str | None = None
+        self, name: str, arguments: Mapping[str, Any] | str, *, call_id: str | None = None
     ) -> ActionResult:
-        """Run one call; through a branch it is recorded there as `Branch.act` records it."""
+        """Run one call; through a branch it is recorded there as `Branch.act` records it.
+
+        Raises:
+            ToolInputError: `arguments` is a string that is not a JSON object.
+        """
         if self.branch is not None:
             return await self.branch.act(name, arguments, call_id=call_id)
-        call = ToolCall(name=name, arguments=dict(arguments))
+        call = ToolCall(name=name, arguments=arguments_object(name, arguments))
         if call_id:
             call = call.model_copy(update={"id": call_id})
         action = await execute_call(self.owner, self.fixed, call)
@@ -247,11 +251,11 @@ def _recorded(branch: Branch, call_id: str) -> ActionResult | None:
     """The result the branch recorded for `call_id`, rebuilt from its tool message."""
     for message in reversed(branch.messages.record):
         if message.role == "tool" and message.call_id == call_id:
-            return _from_message(message)
+            return _from_message(message, branch.tools.get(message.tool or ""))
     return None
 
 
-def _from_message(message: Message) -> ActionResult:
+def _from_message(message: Message, tool: Tool | None = None) -> ActionResult:
     try:
         payload = json.loads(message.content)
     except ValueError:
@@ -267,6 +271,8 @@ def _from_message(message: Message) -> ActionResult:
         error_type=payload.get("error_type") if error is not None else None,
         message=message,
         payload=payload,
+        # The same answer the call gave when it ran: the tool's own judgement.
+        failed=error is not None or (tool.reports_failure(payload) if tool else False),
     )
 
 

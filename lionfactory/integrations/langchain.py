@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from lionfactory._acting import ActionResult, pending_payload
-from lionfactory._tool import Tool, reports_failure
+from lionfactory._tool import Tool
 from lionfactory.integrations._calls import (
     Source,
     ToolSource,
@@ -177,7 +177,9 @@ def _structured_tool(
         content = json.dumps(seen, ensure_ascii=False, default=str)
         if call_id is None:
             return content, seen
-        failed = action.pending is not None or not action.ok or reports_failure(action.result)
+        # The tool's own answer (its predicate or response model), as the
+        # CLI and the MCP server ask it; a held call has not succeeded either.
+        failed = action.pending is not None or not action.ok or action.failed
         message = ToolMessage(
             content,
             artifact=seen,

@@ -31,6 +31,9 @@ Results of the 2026-07-28 era carry ``resultType`` (required) and the
 server's identity in ``_meta``; ``tools/list`` and ``server/discover`` are
 cacheable and say for how long (``ttlMs``): the listing is fixed for the
 life of the process, and holds no user data (``cacheScope: public``).
+The ``resources/*`` results are cacheable too, but the files they show
+change at any moment and are the user's (``ttlMs: 0``, ``cacheScope:
+private``: what the SDK's own server fills in, so both transports agree).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ __all__ = [
     "listing_result",
     "result_meta",
     "progress_token",
+    "resource_result",
     "run_with_progress",
 ]
 
@@ -182,6 +186,16 @@ def listing_result(tools: list[dict[str, Any]], server_info: Mapping[str, Any]) 
     """The ``tools/list`` result (one page: the served tools are few)."""
     result = {"tools": tools, "ttlMs": LISTING_TTL_MS, "cacheScope": "public"}
     return complete(result, server_info)
+
+
+def resource_result(result: dict[str, Any], server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``resources/list``, ``resources/templates/list`` or ``resources/read`` result, 2026-07-28.
+
+    Immediately stale and private: a file may change the moment after it was
+    read, and a workspace's files are the user's data, never to be shared by a
+    cache across authorisation contexts.
+    """
+    return complete({**result, "ttlMs": 0, "cacheScope": "private"}, server_info)
 
 
 def result_meta(server_info: Mapping[str, Any]) -> dict[str, Any]:

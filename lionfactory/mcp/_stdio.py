@@ -71,6 +71,7 @@ from lionfactory.mcp._stateless import (
     is_modern,
     listing_result,
     progress_token,
+    resource_result,
     result_meta,
     run_with_progress,
 )
@@ -109,6 +110,9 @@ _RESOURCE_METHODS = frozenset(
         "resources/unsubscribe",
     }
 )
+# The subscribe pair is gone in 2026-07-28 (its clients listen through
+# ``subscriptions/listen``, which this server does not offer).
+_HANDSHAKE_ONLY_RESOURCE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe"})
 Act = Callable[[str, Mapping[str, Any]], Awaitable[ActionResult]]
 
 
@@ -364,7 +368,12 @@ class _Connection:
 
     async def _reply(self, request_id: Any, method: str, params: Mapping[str, Any]) -> None:
         if self.resources is not None and method in _RESOURCE_METHODS:
-            await self.out.send(await self._resource(request_id, method, params))
+            # The era is checked first, as for every other request: a
+            # 2026-07-28 result must carry that era's fields.
+            refused = self._refused(request_id, method, params)
+            if refused is None and self.modern and method in _HANDSHAKE_ONLY_RESOURCE_METHODS:
+                refused = _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+            await self.out.send(refused or await self._resource(request_id, method, params))
             return
         await self.out.send(self._answer(request_id, method, params))
 
@@ -372,21 +381,27 @@ class _Connection:
         from lionfactory.mcp._resources import ResourceError
 
         assert self.resources is not None
+        # A 2026-07-28 client is told of changes only through subscriptions
+        # it opened (there are none here), so its listings are not watched.
+        watch = None if self.modern else self.watch
         try:
             if method == "resources/list":
-                page = await self.resources.list(params)
-                if self.watch is not None and not params.get("cursor"):
-                    await anyio.to_thread.run_sync(self.watch.take_listing)
-                return _result(request_id, page)
-            if method == "resources/read":
-                return _result(request_id, await self.resources.read(params))
-            if method == "resources/subscribe" and self.watch is not None:
-                return _result(request_id, self.watch.subscribe(params))
-            if method == "resources/unsubscribe" and self.watch is not None:
-                return _result(request_id, self.watch.unsubscribe(params))
-            return _result(request_id, self.resources.templates())
+                result = await self.resources.list(params)
+                if watch is not None and not params.get("cursor"):
+                    await anyio.to_thread.run_sync(watch.take_listing)
+            elif method == "resources/read":
+                result = await self.resources.read(params)
+            elif method == "resources/subscribe" and watch is not None:
+                result = watch.subscribe(params)
+            elif method == "resources/unsubscribe" and watch is not None:
+                result = watch.unsubscribe(params)
+            else:
+                result = self.resources.templates()
         except ResourceError as exc:
             return _error(request_id, exc.code, exc.message)
+        if self.modern:
+            result = resource_result(result, self.server_info["serverInfo"])
+        return _result(request_id, result)
 
     def _notified(self, method: str, params: Mapping[str, Any]) -> None:
         if method == "notifications/cancelled":
@@ -446,7 +461,10 @@ class _Connection:
     def _answer_modern(self, request_id: Any, method: str, params: Mapping[str, Any]) -> bytes:
         identity = self.server_info["serverInfo"]
         if method == "server/discover":
-            capabilities = self.server_info["capabilities"]
+            capabilities = dict(self.server_info["capabilities"])
+            if self.resources is not None:
+                # No subscribe pair and no unsolicited list changes in this era.
+                capabilities["resources"] = self.resources.capabilities(watched=False)
             instructions = self.server_info.get("instructions")
             return _result(request_id, discover_result(capabilities, identity, instructions))
         if method == "tools/list":

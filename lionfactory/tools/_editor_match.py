@@ -621,13 +621,14 @@ def _tolerant(
                 f"{_RULE_WORDS[rule.name]} is ignored, but not every occurrence maps "
                 f"unambiguously; replace_all was not applied. Edit each place on its own."
             )
-        return _finish(text, sites, shown)
+        return _finish(text, sites, shown, old)
     return _substring_lookalikes(text, old, new, replace_all=replace_all, shown=shown)
 
 
 _RULE_WORDS = {
     "trailing_whitespace": "trailing whitespace (and line endings)",
     "indent": "indentation (and trailing whitespace)",
+    "tabs": "tabs against spaces in the indentation",
     "unicode": "look-alike quotes, dashes and spaces (and indentation)",
 }
 
@@ -643,7 +644,21 @@ def _overlap(firsts: list[int], count: int) -> bool:
     return any(b < a + count for a, b in itertools.pairwise(firsts))
 
 
-def _finish(text: str, sites: list[_Site], shown: str) -> Applied | Refused:
+def _first_difference(text: str, site: _Site, old: str) -> str:
+    """The first line where the file's matched text and old_string differ, drawn visibly."""
+    found = text[site.start : site.end].strip("\r\n").splitlines()
+    wanted = old.strip("\r\n").splitlines()
+    for offset, (file_line, old_line) in enumerate(zip(found, wanted, strict=False)):
+        if file_line != old_line:
+            return (
+                f" Line {site.first + 1 + offset} of the file is {visible(file_line)}, "
+                f"old_string has {visible(old_line)} (→ is a tab, · a trailing space): "
+                f"{_difference(file_line, old_line)}."
+            )
+    return ""
+
+
+def _finish(text: str, sites: list[_Site], shown: str, old: str | None = None) -> Applied | Refused:
     parts: list[str] = []
     last = 0
     for site in sites:
@@ -656,7 +671,8 @@ def _finish(text: str, sites: list[_Site], shown: str) -> Applied | Refused:
         return Refused(
             f"old_string matches line {sites[0].first + 1} of {shown!r} only when "
             f"{_RULE_WORDS.get(sites[0].matched, 'small differences are')} ignored, and applying "
-            f"it there would leave the Python file unparsable, so it was not applied. Read the "
+            f"it there would leave the Python file unparsable, so it was not applied."
+            f"{'' if old is None else _first_difference(text, sites[0], old)} Read the "
             f"lines and copy old_string and new_string exactly."
         )
     first = sites[0]
@@ -704,7 +720,7 @@ def _substring_lookalikes(
                 chars.setdefault(oc, fc)
     replacement = "".join(chars.get(c, c) for c in new)
     built = [_Site(text.count("\n", 0, s), s, s + len(old), replacement, "unicode") for s in sites]
-    return _finish(text, built, shown)
+    return _finish(text, built, shown, old)
 
 
 # --- refusals -------------------------------------------------------------------

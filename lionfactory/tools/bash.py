@@ -47,7 +47,13 @@ Decisions (argv mode, where no kernel mechanism is the boundary):
   ``notice`` naming it (never its value).
 * **Refusals explained.** A confined command that fails with a network or
   read-only-filesystem error gets a one-line ``notice`` naming the setting
-  that would allow it (``network=``, the writable roots).
+  that would allow it (``network=``, the writable roots; the read-only
+  ``.git`` and the sandbox tool's ``commit`` for a refused git write).
+* **The project's Python.** A confined command finds the workspace's own
+  virtual environment first on PATH (the one ``VIRTUAL_ENV`` names inside
+  the workspace, else ``.venv``, else ``venv``), never the agent's runtime;
+  a command that fails on a missing package or an install is told which
+  interpreter ran and how to choose another.
 * **stdin** is empty (``/dev/null``): nothing can wait for input.
 * **Output is never lost.** A stream longer than the message cap is kept
   whole in the branch's private output directory; the answer shows its head
@@ -77,11 +83,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._call import current_progress
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
-from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
+from lionfactory._os.process import LaunchError, ProcessResult, run_process
 from lionfactory._os.supervisor import SupervisorGone, run_supervised
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._shell_parse import MAX_COMMAND_CHARS
 from lionfactory._tool import Tool, ToolHints
+from lionfactory.tools._bash_python import interpreter_notice, with_project_python
 from lionfactory.tools._bash_shellsplit import leading_assignments, split, unquoted_operator
 from lionfactory.tools.jobs import REGISTRY, BranchJobs, JobLimit, JobRegistry, read_output
 
@@ -93,8 +100,18 @@ DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 300_000
 """Longest timeout a call may have; longer requests are clamped to it."""
 
-HEAD_BYTES = DEFAULT_MAX_BYTES // 2
-"""Bytes of a cut stream's beginning the answer shows (its end gets the same)."""
+DEFAULT_OUTPUT_BYTES = 30_000
+"""Bytes of each stream one answer shows by default; the rest is kept whole.
+
+Measured on typical commands: a failing pytest run's report is under 1 KB, a
+three-commit ``git log -p`` 22 KB, ``pip list`` 5 KB, ``ruff check --select
+ALL`` on a 900-line module 31 KB; ``ls -la /usr/bin`` (76 KB) is a listing a
+model pages through rather than reads. 30 KB keeps all but such listings
+whole, and caps one call near 60 KB of context (both streams), down from 200 KB.
+"""
+
+HEAD_BYTES = DEFAULT_OUTPUT_BYTES // 2
+"""Bytes of a cut stream's beginning the default answer shows (its end gets the same)."""
 
 # Commands longer than this are split in a worker thread, so even the
 # longest allowed command does not hold up the event loop; shorter ones
@@ -142,11 +159,9 @@ error is set when the command did not run or timed out; return_code is null when
 it did not run."""
 
 
-def _description(shell: str | None, default_timeout: int) -> str:
+def _description(shell: str | None, default_timeout: int, cap: int) -> str:
     head = _ARGV_DESCRIPTION if shell is None else _SHELL_DESCRIPTION.format(shell=shell)
-    return head + _COMMON.format(
-        default=default_timeout, maximum=MAX_TIMEOUT_MS, cap=DEFAULT_MAX_BYTES
-    )
+    return head + _COMMON.format(default=default_timeout, maximum=MAX_TIMEOUT_MS, cap=cap)
 
 
 class BashRequest(BaseModel):
@@ -167,7 +182,8 @@ class BashRequest(BaseModel):
         default=None,
         ge=1,
         description=(
-            "Timeout in milliseconds; default: the tool's (its description says), values "
+            "Timeout in MILLISECONDS (5000 = 5 seconds); default: the tool's (its "
+            "description says), values "
             f"above {MAX_TIMEOUT_MS} are clamped to {MAX_TIMEOUT_MS}."
         ),
     )
@@ -249,9 +265,10 @@ def _operator_message(operator: str) -> str:
         f"The command contains an unquoted {shown}, a shell operator. This tool runs a "
         f"single program without a shell (there is no kernel isolation here, so scripts "
         f"are not run; the tool's owner can allow them with bash_tool(shell=True) or an "
-        f"isolation setting): run one command per call, pass cwd instead of `cd dir && "
-        f"...`, and use the program's own options instead of pipes or redirects. If you "
-        f"meant the character literally, quote it."
+        f"isolation setting; on the command line, `lionfactory call --shell bash ...` or "
+        f"`lionfactory call --isolation auto bash ...`): run one command per call, pass "
+        f"cwd instead of `cd dir && ...`, and use the program's own options instead of "
+        f"pipes or redirects. If you meant the character literally, quote it."
     )
 
 
@@ -341,6 +358,7 @@ class _Prepared:
     timeout_ms: int
     notice: str | None
     withheld: tuple[str, ...] = ()
+    python_env: Path | None = None
 
 
 def _spiller(
@@ -354,10 +372,10 @@ def _spiller(
     return open_spill
 
 
-def _head_and_tail(path: Path, name: str, ident: str) -> str:
-    head, _, size = read_output(path, 0, HEAD_BYTES)
-    start = max(HEAD_BYTES, size - HEAD_BYTES)
-    tail, _, _ = read_output(path, start, HEAD_BYTES) if start < size else ("", 0, 0)
+def _head_and_tail(path: Path, name: str, ident: str, half: int = HEAD_BYTES) -> str:
+    head, _, size = read_output(path, 0, half)
+    start = max(half, size - half)
+    tail, _, _ = read_output(path, start, half) if start < size else ("", 0, 0)
     omitted = start - len(head.encode("utf-8", "surrogatepass"))
     marker = (
         f"\n[{name} cut: {size:,} bytes in all; {max(omitted, 0):,} bytes omitted here. The "
@@ -374,6 +392,7 @@ class _BashHandler:
     shell: str | None = None
     default_timeout: int = DEFAULT_TIMEOUT_MS
     registry: JobRegistry = REGISTRY
+    max_bytes: int = DEFAULT_OUTPUT_BYTES
 
     async def close_branch(self, branch_id: uuid.UUID | None) -> None:
         """Kill `branch_id`'s jobs and drop its kept output (`Branch.aclose` calls it)."""
@@ -436,7 +455,13 @@ class _BashHandler:
             # As a shell does: the assignments join the environment of this
             # one command (over the configured or inherited environment).
             env = {**(os.environ if env is None else env), **assignments}
-        return _Prepared(argv, env, cwd, timeout_ms, notice, withheld)
+        python_env = None
+        if self.isolation is not None and self.isolation.confined:
+            # The project's python and pip, not the agent's (see _bash_python).
+            env, python_env = with_project_python(
+                self.workspace.root, os.environ if env is None else env
+            )
+        return _Prepared(argv, env, cwd, timeout_ms, notice, withheld, python_env)
 
     async def _run(self, request: BashRequest) -> BashResponse:
         prepared = await self._prepare(request)
@@ -474,6 +499,12 @@ class _BashHandler:
                     f"{MAX_TIMEOUT_MS}), on_timeout='background' to let it go on as a job, or a "
                     f"smaller task."
                 )
+                if prepared.timeout_ms < _SECONDS_LIKE_MS:
+                    error += (
+                        f" The timeout is in milliseconds: {prepared.timeout_ms} ms is "
+                        f"{prepared.timeout_ms / 1000:g} s; for {prepared.timeout_ms} seconds "
+                        f"pass timeout={prepared.timeout_ms * 1000}."
+                    )
             notice = prepared.notice
             if result.returncode != 0 and not result.timed_out:
                 # What the sandbox or the environment policy kept from the
@@ -483,6 +514,12 @@ class _BashHandler:
                     notice,
                     _refusal_notice(output, self.isolation),
                     _withheld_notice(output, prepared.withheld),
+                    interpreter_notice(
+                        prepared.argv,
+                        output,
+                        os.environ if prepared.env is None else prepared.env,
+                        prepared.python_env,
+                    ),
                 )
             return BashResponse(
                 stdout=stdout,
@@ -535,20 +572,19 @@ class _BashHandler:
             cwd=prepared.cwd,
             timeout=prepared.timeout_ms / 1000,
             env=prepared.env,
-            max_bytes=DEFAULT_MAX_BYTES,
+            max_bytes=self.max_bytes,
             spill=spill,
             on_output=on_output,
         )
 
-    @staticmethod
     def _kept_texts(
-        table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
+        self, table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
     ) -> tuple[str, str]:
         texts = {"stdout": stdout, "stderr": stderr}
         for stream, ident in ids.items():
             output = table.outputs.get(ident)
             if output is not None:  # busy while this call runs: never dropped before this
-                texts[stream] = _head_and_tail(output.path, stream, ident)
+                texts[stream] = _head_and_tail(output.path, stream, ident, self.max_bytes // 2)
             table.release(ident)
         table.enforce_budget()
         return texts["stdout"], texts["stderr"]
@@ -590,8 +626,10 @@ class _BashHandler:
                 delay = min(delay * 2, 0.05)
         path = job.output.path
         size = job.output.size()
-        if size > DEFAULT_MAX_BYTES:
-            text = await anyio.to_thread.run_sync(_head_and_tail, path, "output", job.id)
+        if size > self.max_bytes:
+            text = await anyio.to_thread.run_sync(
+                _head_and_tail, path, "output", job.id, self.max_bytes // 2
+            )
         else:
             text = (await anyio.to_thread.run_sync(read_output, path, 0, size))[0]
         if job.running:
@@ -612,7 +650,7 @@ class _BashHandler:
         # job (its output stays readable by id when it was cut).
         await anyio.to_thread.run_sync(table.kill, job)
         table.jobs.pop(job.id, None)
-        cut = size > DEFAULT_MAX_BYTES
+        cut = size > self.max_bytes
         if not cut:
             table.outputs.pop(job.id, None)
             path.unlink(missing_ok=True)
@@ -651,6 +689,15 @@ _MISSING_VARIABLE = re.compile(
 _MAX_NAMED = 12
 
 
+# Below this an answer could not show a traceback's head and tail; above it
+# one call would fill a context window.
+_MIN_OUTPUT_BYTES = 1_000
+_MAX_OUTPUT_BYTES = 1_000_000
+
+# A timeout under this many milliseconds was most likely meant in seconds.
+_SECONDS_LIKE_MS = 100
+
+
 def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     """One line naming the setting that allows what the sandbox refused, or None."""
     if isolation is None or not isolation.confined:
@@ -671,6 +718,14 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     denied = _READ_ONLY_ERRORS.search(output) or (
         isolation.mechanism == "landlock" and _DENIED_ERRORS.search(output)
     )
+    if denied and _in_protected_git(output, isolation):
+        return (
+            "The sandbox keeps the workspace's .git read-only (bwrap binds it so, with "
+            "protect_git), which is what refused this command: git cannot commit, switch "
+            "branches or move refs there, though writing the workspace's files works. To "
+            "commit, use the sandbox tool (action='create', work, then action='commit' and "
+            "action='merge'), or ask the tool's owner to commit."
+        )
     if denied:
         roots = ", ".join(str(root) for root in isolation.policy.writable)
         return (
@@ -681,11 +736,35 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     return None
 
 
+def _in_protected_git(output: str, isolation: Isolation) -> bool:
+    """Whether a refused write names a path in a ``.git`` the policy keeps read-only."""
+    policy = isolation.policy
+    if isolation.mechanism != "bwrap" or not policy.protect_git:
+        return False
+    for root in policy.writable:
+        git = re.escape(str(root / ".git"))
+        if re.search(rf"{git}(?:/|'|\"|:|\s|$)", output):
+            return True
+    # git names the lock relative to the work tree when run there.
+    return re.search(r"(?:^|[\s'\"])\.git/[\w./-]*\.lock", output) is not None
+
+
+# Set by the shell itself in every command, so never what a program missed:
+# ``_`` (the last argument), the directory and the nesting level.
+_SHELL_VARIABLES = frozenset({"_", "PWD", "OLDPWD", "SHLVL"})
+
+
+def _names_in(output: str, name: str) -> bool:
+    # As a whole word: ``_`` or ``HOME`` inside another identifier is not a mention.
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", output) is not None
+
+
 def _withheld_notice(output: str, withheld: tuple[str, ...]) -> str | None:
     """Which withheld variables a failing command may have missed (names only), or None."""
+    withheld = tuple(name for name in withheld if name not in _SHELL_VARIABLES)
     if not withheld:
         return None
-    named = [name for name in withheld if name in output]
+    named = [name for name in withheld if _names_in(output, name)]
     if not named and _MISSING_VARIABLE.search(output):
         named = list(withheld)
     if not named:
@@ -730,6 +809,7 @@ def bash_tool(
     shell: bool | None = None,
     default_timeout: int = DEFAULT_TIMEOUT_MS,
     registry: JobRegistry | None = None,
+    max_output_bytes: int = DEFAULT_OUTPUT_BYTES,
 ) -> Tool:
     """Build the ``bash`` tool.
 
@@ -764,6 +844,10 @@ def bash_tool(
             `MAX_TIMEOUT_MS`).
         registry: where background jobs and kept output live; default: the
             one the ``jobs`` tool reads. Jobs are per branch either way.
+        max_output_bytes: bytes of each stream (stdout, stderr) one answer
+            shows, at least 1,000 and at most 1,000,000 (`DEFAULT_OUTPUT_BYTES`,
+            30,000, by default); a longer stream shows its beginning and end,
+            and is kept whole for ``jobs(action="output")``.
 
     Returns:
         The ``bash`` Tool (safe to share: jobs and kept output are per branch).
@@ -781,6 +865,13 @@ def bash_tool(
     if not 1 <= default_timeout <= MAX_TIMEOUT_MS:
         raise ValueError(
             f"default_timeout must be between 1 and {MAX_TIMEOUT_MS} ms, got {default_timeout}"
+        )
+    if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int):
+        raise TypeError(f"max_output_bytes must be an int, got {max_output_bytes!r}")
+    if not _MIN_OUTPUT_BYTES <= max_output_bytes <= _MAX_OUTPUT_BYTES:
+        raise ValueError(
+            f"max_output_bytes must be between {_MIN_OUTPUT_BYTES:,} and "
+            f"{_MAX_OUTPUT_BYTES:,}, got {max_output_bytes!r}"
         )
     workspace = Workspace.at(workspace_root, protected=protected_names)
     checked_env = _check_env(env)
@@ -801,7 +892,11 @@ def bash_tool(
     return Tool(
         name="bash",
         description=confinement.annotate(
-            _description(None if program is None else os.path.basename(program), default_timeout)
+            _description(
+                None if program is None else os.path.basename(program),
+                default_timeout,
+                max_output_bytes,
+            )
         ),
         request_model=BashRequest,
         handler=_BashHandler(
@@ -811,6 +906,7 @@ def bash_tool(
             program,
             default_timeout,
             REGISTRY if registry is None else registry,
+            max_output_bytes,
         ),
         response_model=BashResponse,
         hints=ToolHints("Run a shell command", destructive=True, open_world=True),

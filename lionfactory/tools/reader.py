@@ -88,7 +88,8 @@ class ReaderRequest(BaseModel):
     )
     limit: int | None = Field(
         default=None,
-        description=f"read/open: the most rows to show (default {DEFAULT_LIMIT}).",
+        ge=1,
+        description=f"read/open: the most rows to show, at least 1 (default {DEFAULT_LIMIT}).",
     )
     recursive: bool | None = Field(
         default=None,

@@ -21,7 +21,7 @@ import trio
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from lionfactory.tools.bash import bash_tool
+from lionfactory.tools.bash import HEAD_BYTES, bash_tool
 
 PY = sys.executable
 
@@ -184,7 +184,7 @@ async def test_64_concurrent_calls_printing_10_mb_each_use_bounded_memory(worksp
     for answer in answers:
         assert answer["return_code"] == 0 and answer["error"] is None, answer["stderr"]
         head, marker, tail = str(answer["stdout"]).split("\n")
-        assert head == tail == "x" * 50_000
+        assert head == tail == "x" * HEAD_BYTES
         assert "10,000,000 bytes in all" in marker
     # Unbounded capture would hold 640 MB; the caps allow 64 x 100 KB kept
     # plus pipe chunks in flight.

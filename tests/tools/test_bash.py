@@ -23,6 +23,7 @@ from lionfactory._os.isolation import mechanism_problem
 from lionfactory.errors import ToolInputError
 from lionfactory.tools._bash_shellsplit import split
 from lionfactory.tools.bash import (
+    HEAD_BYTES,
     MAX_COMMAND_CHARS,
     BashRequest,
     BashResponse,
@@ -316,7 +317,7 @@ async def test_huge_output_is_capped_with_a_notice_and_bounded_memory(workspace:
     assert result["return_code"] == 0
     for stream, key in (("stdout", "output_id"), ("stderr", "stderr_output_id")):
         head, marker, tail = result[stream].split("\n")
-        assert head == tail == "x" * 50_000
+        assert head == tail == "x" * HEAD_BYTES
         assert "50,000,000 bytes in all" in marker and result[key] in marker
     assert peak < 5_000_000
 

@@ -17,7 +17,7 @@ from _test_helpers import eventually, processes_tagged
 from lionfactory import Branch
 from lionfactory._os.isolation import mechanism_problem
 from lionfactory.tools import jobs as jobs_module
-from lionfactory.tools.bash import bash_tool
+from lionfactory.tools.bash import HEAD_BYTES, bash_tool
 from lionfactory.tools.jobs import MAX_JOBS, jobs_tool
 
 PY = shlex.quote(sys.executable)
@@ -388,7 +388,7 @@ async def test_concurrent_cut_outputs_are_never_dropped_while_their_calls_run(
     for result in results:
         assert result.ok and result.result is not None, result.error
         head, marker, tail = result.result["stdout"].split("\n", 2)
-        assert head == "y" * 50_000 and tail == "y" * 49_999 + "\n"
+        assert head == "y" * HEAD_BYTES and tail == "y" * (HEAD_BYTES - 1) + "\n"
         assert result.result["output_id"] in marker
     table = jobs_module.REGISTRY.tables[branch.id]
     assert not any(output.busy for output in table.outputs.values())
