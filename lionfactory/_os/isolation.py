@@ -84,6 +84,8 @@ __all__ = [
     "landlock_abi",
     "landlock_namespaces",
     "mechanism_problem",
+    "private_base",
+    "private_directory",
     "resolve_isolation",
     "workspace_isolation",
 ]
@@ -105,6 +107,46 @@ _PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus",
 # it holds no capability over anything the host owns).
 _SANDBOX_UID = 1000
 _ENV = "/usr/bin/env"
+
+
+def private_base() -> Path:
+    """The folder every branch's private host files live in; hidden from every confined process.
+
+    Kept output, job output and the Landlock private temporary directories
+    are created inside it (`private_directory`). Mode 0700 keeps other users
+    out, but not another branch of the same user, whose confined commands
+    run with the same uid: every confined launch hides this folder (under
+    bwrap an empty tmpfs over it, under Landlock no rule beneath it) and
+    grants back only the launching branch's own temporary directory as a
+    writable root. Named per user in the system's temporary directory; if
+    someone else owns that name, or it is not a real folder, a fresh one is
+    made for this process instead.
+    """
+    global _BASE
+    base = _BASE
+    if base is not None and os.path.isdir(base):
+        return base
+    candidate = Path(tempfile.gettempdir()) / f"lionfactory-{os.geteuid()}"
+    try:
+        os.mkdir(candidate, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        candidate = Path(tempfile.mkdtemp(prefix="lionfactory-"))
+    info = os.lstat(candidate)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        candidate = Path(tempfile.mkdtemp(prefix="lionfactory-"))
+    os.chmod(candidate, 0o700)
+    _BASE = Path(os.path.realpath(candidate))
+    return _BASE
+
+
+_BASE: Path | None = None
+
+
+def private_directory(prefix: str) -> Path:
+    """A new owner-only folder inside `private_base` (resolved)."""
+    return Path(os.path.realpath(tempfile.mkdtemp(prefix=prefix, dir=private_base())))
 
 
 class _Resolved(tuple[Path, ...]):
@@ -566,7 +608,7 @@ class Isolation:
             return _reporting(launch) if report_first_process else launch
         if policy.private_tmp:
             # Landlock can only grant access to existing host directories.
-            tmpdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-tmp-")))
+            tmpdir = private_directory("tmp-")
             child_env.update(dict.fromkeys(_TMP_VARS, str(tmpdir)))
             policy = policy.with_writable(tmpdir)
         graceful = policy.pid_namespace and not landlock_namespaces()
@@ -667,7 +709,10 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
     # contain, so a writable workspace inside a hidden home is bound over the
     # tmpfs that hides the home, and a read-only .git over the writable root.
     mounts: list[tuple[Path, int, list[str]]] = []
-    for path in policy.hidden:
+    base = private_base()
+    # Other branches' kept output and temporary folders (see `private_base`).
+    extra = () if policy.private_tmp and _under(base, Path("/tmp")) else (base,)
+    for path in (*policy.hidden, *extra):
         if any(path == w for w in policy.writable) or not os.path.lexists(path):
             continue
         if path.is_dir():
@@ -708,7 +753,7 @@ def _landlock_argv(policy: Policy) -> list[str]:
     argv = [sys.executable, "-I", "-S", str(HELPER), "-r", "/", "-n", policy.network]
     if policy.pid_namespace:
         argv.append("-p")
-    for path in policy.hidden:
+    for path in (*policy.hidden, private_base()):
         if not any(path == w for w in policy.writable):
             argv += ["-d", str(path)]
     shown = _effective_exposed(policy)

@@ -343,7 +343,7 @@ async def _wait_process_gone(pid: int, pgid: int) -> None:
         await _wait_group_gone(pgid, zombies_count=False)
         return
     try:
-        if _exited(pidfd):
+        if pidfd_exited(pidfd):
             # Gone already (usually: the group kill reached it while our
             # pipes drained). Had the number been reused, the process meant
             # would be gone too.
@@ -358,7 +358,7 @@ async def _wait_process_gone(pid: int, pgid: int) -> None:
         os.close(pidfd)
 
 
-def _exited(pidfd: int) -> bool:
+def pidfd_exited(pidfd: int) -> bool:
     """Whether the process of `pidfd` has exited, without waiting (a pidfd polls readable then)."""
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)

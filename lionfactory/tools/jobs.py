@@ -41,7 +41,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -55,7 +54,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._call import current_call, current_progress
-from lionfactory._os.isolation import Isolation
+from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone
 from lionfactory._tool import Tool, ToolHints
@@ -110,37 +109,79 @@ class _Output:
 
 @attrs.define(eq=False)
 class _Job:
-    """A background process and where its output goes."""
+    """A background process and where its output goes.
+
+    A job started directly is named by its pidfd and by its own unreaped
+    process: it is reaped only after its group was killed, and never
+    signalled by number after that, so a finished job's old pid, reused by
+    an unrelated process, is never killed.
+    """
 
     id: str
     command: str
-    # Started directly (no kernel isolation), or by the branch's supervisor.
+    # Started directly (unconfined), or by the branch's supervisor.
     popen: subprocess.Popen[bytes] | RemoteProcess
     output: _Output
     started: float
     tmpdir: Path | None = None
     ended: float | None = None
     killed: bool = False
+    pidfd: int = -1
+    lock: threading.Lock = attrs.Factory(threading.Lock)
 
     @property
     def pgid(self) -> int:
         return self.popen.pid
 
+    @property
+    def reaped(self) -> bool:
+        """Whether the job's own process is reaped: its number may name another process now."""
+        return self.popen.returncode is not None
+
     def poll(self) -> int | None:
-        code = self.popen.poll()
-        if code is not None and self.ended is None:
-            self.ended = _now()
-            # Whatever the command left running in its group ends with it, as
-            # for a foreground call (the supervisor does that for its own
-            # commands, whose pids are its namespace's); then the private
-            # temp dir can go.
+        with self.lock:
             if isinstance(self.popen, RemoteProcess):
-                self.popen.close()
+                code = self.popen.poll()
+                if code is not None and self.ended is None:
+                    # The supervisor killed what the command left (its pids
+                    # are its namespace's) before it reported the exit.
+                    self.popen.close()
             else:
-                _kill_group(self.pgid)
-            if self.tmpdir is not None:
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
+                code = self._poll_local()
+            if code is not None and self.ended is None:
+                self.ended = _now()
+                if self.tmpdir is not None:
+                    shutil.rmtree(self.tmpdir, ignore_errors=True)
+            return code
+
+    def _poll_local(self) -> int | None:
+        assert isinstance(self.popen, subprocess.Popen)
+        if self.popen.returncode is not None:
+            return self.popen.returncode
+        if not _has_exited(self.popen.pid):
+            return None
+        # Exited but unreaped: its zombie keeps the group's number, so what
+        # the command left in its group dies now, by that number (as for a
+        # foreground call); then it is reaped.
+        _kill_group(self.pgid)
+        code = self.popen.wait()
+        self._close_pidfd()
         return code
+
+    def signal_kill(self) -> None:
+        """SIGKILL the job's group, only while its process is unreaped (the number is still its)."""
+        with self.lock:
+            if self.reaped or isinstance(self.popen, RemoteProcess):
+                return
+            _kill_group(self.pgid)
+            if self.pidfd >= 0:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def _close_pidfd(self) -> None:
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
 
     @property
     def running(self) -> bool:
@@ -172,6 +213,24 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def _has_exited(pid: int) -> bool:
+    """Whether our child `pid` has exited, without reaping it (``WNOWAIT``)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True  # reaped elsewhere: nothing of ours is left to wait for
+    return info is not None and info.si_pid == pid
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    """Wait until our child `pid` has exited, without reaping it (bounded)."""
+    deadline = _now() + timeout
+    delay = 0.001
+    while not _has_exited(pid) and _now() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 @attrs.define(eq=False)
 class BranchJobs:
     """The jobs and kept outputs of one branch (or of calls outside any branch)."""
@@ -193,7 +252,9 @@ class BranchJobs:
             running = self.supervisors.get(isolation)
             if running is None or not running.alive:
                 if running is not None:
-                    running.close()
+                    # Dead: reaped now and forgotten, so nothing ever signals its number again.
+                    running.close(grace=0)
+                    _SUPERVISORS.discard(running)
                 running = self.supervisors[isolation] = Supervisor.start(isolation, root)
                 _SUPERVISORS.add(running)
             return running
@@ -202,8 +263,9 @@ class BranchJobs:
         if self.directory is None or not self.directory.is_dir():
             # Outside the workspace and private to this user: kept output is
             # the model's to read through `jobs`, not a file in the project.
-            self.directory = Path(tempfile.mkdtemp(prefix="lionfactory-output-"))
-            os.chmod(self.directory, 0o700)
+            # Inside the folder every confined launch hides: another
+            # branch's confined commands, same uid or not, cannot read it.
+            self.directory = private_directory("output-")
         return self.directory
 
     def new_output(self, label: str, prefix: str = "out") -> tuple[_Output, int]:
@@ -274,6 +336,14 @@ class BranchJobs:
         if isolation is not None and isolation.confined:
             return self._start_supervised(command, argv, cwd=cwd, env=env, isolation=isolation)
         launch_argv, launch_env, tmpdir = list(argv), env, None
+        pass_fds: tuple[int, ...] = ()
+        if isolation is not None and isolation.wraps:
+            # Unconfined, but in a PID namespace of its own where the kernel
+            # allows one (as a foreground call): a ``setsid`` child or a
+            # double-forked daemon dies with the job.
+            _check_program(argv[0], cwd, env)
+            launch = isolation.launch(argv, cwd=cwd, env=env)
+            launch_argv, launch_env, pass_fds = list(launch.argv), launch.env, launch.pass_fds
         output, fd = self.new_output(command, prefix="job")
         try:
             popen = subprocess.Popen(
@@ -283,6 +353,7 @@ class BranchJobs:
                 stderr=fd,
                 cwd=cwd,
                 env=None if launch_env is None else dict(launch_env),
+                pass_fds=pass_fds,
                 start_new_session=True,
             )
         except (OSError, ValueError) as exc:
@@ -294,7 +365,14 @@ class BranchJobs:
             raise LaunchError(argv[0], reason) from None
         finally:
             os.close(fd)
-        job = _Job(output.id, command, popen, output, _now(), tmpdir)
+            for passed in pass_fds:
+                os.close(passed)
+        try:
+            # Taken before anything reaps the child: it names this process only.
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError:
+            pidfd = -1  # no pidfd here: the unreaped child still holds its number
+        job = _Job(output.id, command, popen, output, _now(), tmpdir, pidfd=pidfd)
         output.job = job
         self.jobs[job.id] = job
         _LIVE.add(job)
@@ -345,15 +423,17 @@ class BranchJobs:
             job.poll()
             _LIVE.discard(job)
             return
-        _kill_group(job.pgid)
-        # A process stuck in the kernel cannot die before its I/O returns.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            job.popen.wait(timeout=5)
+        job.signal_kill()
+        if not job.reaped:
+            # A process stuck in the kernel cannot die before its I/O
+            # returns. Its exit is awaited unreaped, so the group's number
+            # stays the job's while the rest of the group is killed.
+            _wait_exit(job.pgid, 5)
+            deadline = _now() + 3
+            while not job.reaped and _group_alive(job.pgid) and _now() < deadline:
+                job.signal_kill()
+                time.sleep(0.005)
         job.poll()
-        deadline = _now() + 3
-        while _group_alive(job.pgid) and _now() < deadline:
-            _kill_group(job.pgid)
-            time.sleep(0.005)
         _LIVE.discard(job)
 
     def close(self) -> None:
@@ -419,15 +499,11 @@ REGISTRY = JobRegistry()
 @atexit.register
 def _kill_all_at_exit() -> None:
     for job in list(_LIVE):
-        if not isinstance(job.popen, RemoteProcess):
-            _kill_group(job.pgid)
+        job.signal_kill()  # never a reaped job's number
     for supervisor in list(_SUPERVISORS):
-        # Its commands die with its sandbox's PID namespace, or when it
-        # sees its socket close.
-        supervisor.control.close()
-        _kill_group(supervisor.popen.pid)
-        if supervisor.tmpdir is not None:
-            shutil.rmtree(supervisor.tmpdir, ignore_errors=True)
+        # Its commands die with its sandbox's PID namespace; its group is
+        # killed while its process is unreaped, then it is reaped.
+        supervisor.close(grace=0)
     for table in list(REGISTRY.tables.values()):
         if table.directory is not None:
             shutil.rmtree(table.directory, ignore_errors=True)
