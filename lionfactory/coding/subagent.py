@@ -279,7 +279,15 @@ class _Subagent:
         except PathRefused as exc:
             return SubagentResponse(success=False, error=f"cwd refused: {exc.message}", **report)
         child = self._child(request, cwd, tools, chat_model)
-        answer, error = await self._run(child, request.instruction, max_turns)
+        try:
+            answer, error = await self._run(child, request.instruction, max_turns)
+        finally:
+            # The child is this call's: its background jobs, supervisor,
+            # sandbox and kept output end with the call, cancelled or not
+            # (none of them is reachable from the parent, whose tools see
+            # only their own branch's).
+            with anyio.CancelScope(shield=True):
+                await child.aclose()
         replies = [m for m in child.messages.record if m.role == "assistant"]
         response, truncated = _cut(answer)
         return SubagentResponse(

@@ -240,4 +240,11 @@ class StatelessCalls:
         session's call).
         """
         branch = self.new_branch()
-        return await branch.act(tool, arguments)
+        try:
+            return await branch.act(tool, arguments)
+        finally:
+            # Nothing the call started outlives it: no later request can
+            # name this branch, so its jobs, supervisor, sandbox and kept
+            # output would be unreachable.
+            with anyio.CancelScope(shield=True):
+                await branch.aclose()
