@@ -51,7 +51,7 @@ from typing import Any, BinaryIO
 import anyio
 import attrs
 
-from lionfactory._os.isolation import Isolation
+from lionfactory._os.isolation import Isolation, hidden_now
 from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
@@ -115,6 +115,10 @@ class Supervisor:
     control: socket.socket
     overlay: dict[str, str]
     tmpdir: Path | None
+    # The credential files hidden inside exposed toolchain trees when the
+    # sandbox was made: its mounts (bwrap) and rules (Landlock) are fixed
+    # then, so one that appears later needs a new sandbox (`stale`).
+    hidden: frozenset[Path] = frozenset()
     # The supervisor's pidfd. The process is reaped only in `close`, after
     # its group was killed: until then its zombie keeps its number, so the
     # group kill can only reach the sandbox's own processes.
@@ -131,6 +135,7 @@ class Supervisor:
         namespace of its own, as where the kernel refuses one (tests use it
         to exercise that path on a machine that allows them).
         """
+        hidden = hidden_now(isolation.policy)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         source = _source_fd()
         script = [sys.executable, "-I", "-S", f"/proc/self/fd/{source}", str(child.fileno())]
@@ -167,12 +172,16 @@ class Supervisor:
             for fd in launch.pass_fds:
                 os.close(fd)
         overlay = {k: v for k, v in (launch.env or {}).items() if k in _TMP_VARS}
-        return cls(isolation, popen, parent, overlay, launch.tmpdir, pidfd)
+        return cls(isolation, popen, parent, overlay, launch.tmpdir, hidden, pidfd)
 
     @property
     def alive(self) -> bool:
         """Whether the supervisor still runs (asked of its pidfd: never reaps it)."""
         return self.pidfd >= 0 and not pidfd_exited(self.pidfd)
+
+    def stale(self) -> bool:
+        """Whether a credential file appeared in an exposed tree since the sandbox was made."""
+        return not hidden_now(self.isolation.policy) <= self.hidden
 
     def submit(
         self,

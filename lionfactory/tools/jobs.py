@@ -41,12 +41,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -56,7 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._call import current_call, current_progress
 from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
-from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone
+from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone, run_supervised
 from lionfactory._tool import Tool, ToolHints
 
 __all__ = [
@@ -79,6 +80,12 @@ PAGE_BYTES = 100_000
 
 MAX_WAIT_MS = 600_000
 """Longest ``wait`` one call may ask for."""
+
+MAX_OFFSET = (1 << 53) - 1
+"""Largest ``offset`` accepted (far past any kept output; a file offset must fit 63 bits)."""
+
+MAX_REPEAT = 1000
+"""Largest count in an ``until`` repetition (``a{1000}``), RE2's own limit."""
 
 _POLL_START = 0.002
 _POLL_MAX = 0.1
@@ -127,6 +134,8 @@ class _Job:
     ended: float | None = None
     killed: bool = False
     pidfd: int = -1
+    # The supervisor that started it (a confined job): its network is the job's.
+    supervisor: Supervisor | None = None
     lock: threading.Lock = attrs.Factory(threading.Lock)
 
     @property
@@ -242,6 +251,9 @@ class BranchJobs:
     directory: Path | None = None
     closed: bool = False
     supervisors: dict[Isolation, Supervisor] = attrs.Factory(dict)
+    # Replaced because their sandbox no longer hid every credential file;
+    # closed with the branch.
+    retired: list[Supervisor] = attrs.Factory(list)
     lock: threading.Lock = attrs.Factory(threading.Lock)
     # Calls of one branch run concurrently (act_many), in worker threads.
     outputs_lock: threading.RLock = attrs.Factory(threading.RLock)
@@ -250,6 +262,13 @@ class BranchJobs:
         """The branch's supervisor for `isolation`, started on first use (blocking)."""
         with self.lock:
             running = self.supervisors.get(isolation)
+            if running is not None and running.alive and running.stale():
+                # A credential file appeared in an exposed tree: later
+                # commands get a sandbox that hides it. What runs in the old
+                # one (a job, a concurrent call) keeps running there until
+                # it ends or the branch closes.
+                self.retired.append(running)
+                running = None
             if running is None or not running.alive:
                 if running is not None:
                     # Dead: reaped now and forgotten, so nothing ever signals its number again.
@@ -399,7 +418,7 @@ class BranchJobs:
             raise LaunchError(argv[0], f"the sandbox's supervisor is gone ({exc})") from None
         finally:
             os.close(fd)
-        job = _Job(output.id, command, process, output, _now())
+        job = _Job(output.id, command, process, output, _now(), supervisor=supervisor)
         output.job = job
         self.jobs[job.id] = job
         _LIVE.add(job)
@@ -443,7 +462,8 @@ class BranchJobs:
             self.kill(job)
         self.jobs.clear()
         with self.lock:
-            supervisors, self.supervisors = list(self.supervisors.values()), {}
+            supervisors = [*self.supervisors.values(), *self.retired]
+            self.supervisors, self.retired = {}, []
         for supervisor in supervisors:
             supervisor.close()
             _SUPERVISORS.discard(supervisor)
@@ -557,19 +577,21 @@ class JobsRequest(BaseModel):
     offset: int = Field(
         default=0,
         ge=0,
+        le=MAX_OFFSET,
         description="output: the byte offset to read from (next_offset of the previous read).",
     )
     until: str | None = Field(
         default=None,
         max_length=1_000,
-        description="wait: a regular expression; the wait ends when the output matches it.",
+        description="wait: a regular expression (RE2 syntax: no backreferences or "
+        "lookaround; ^ and $ match at line ends); the wait ends when the output matches it.",
     )
     port: int | None = Field(
         default=None,
         ge=1,
         le=65_535,
-        description="wait: a TCP port on 127.0.0.1; the wait ends when it accepts connections "
-        "(with network='none' the job's port lives in its own sandbox: use `until` instead).",
+        description="wait: a TCP port on 127.0.0.1 in the job's own network (its sandbox's, "
+        "which later bash calls share); the wait ends when it accepts connections.",
     )
     timeout: int = Field(
         default=30_000,
@@ -653,12 +675,107 @@ def _info(job: _Job) -> JobInfo:
     )
 
 
-def _port_open(port: int) -> bool:
+def _host_port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return True
     except OSError:
         return False
+
+
+# Run inside the job's sandbox: exit 0 when 127.0.0.1:PORT accepts a connection.
+_PROBE = (
+    "import socket,sys\n"
+    "try:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=0.2).close()\n"
+    "except OSError:\n sys.exit(1)\n"
+)
+
+
+async def _port_open(job: _Job, port: int) -> bool:
+    """Whether the port accepts connections in the job's own network (never the host's for it).
+
+    A job the branch's supervisor started lives in the sandbox's network
+    namespace (its own under ``network="none"``): the probe runs there,
+    through the same supervisor, so it sees the job's server and no
+    listener that only the host has. An unconfined job shares the host's
+    network, where the probe is made directly.
+    """
+    supervisor = job.supervisor
+    if supervisor is None:
+        return await anyio.to_thread.run_sync(_host_port_open, port)
+    if not supervisor.alive:
+        return False
+    try:
+        result = await run_supervised(
+            supervisor,
+            [sys.executable, "-I", "-S", "-c", _PROBE, str(port)],
+            cwd=supervisor.isolation.policy.writable[0],
+            timeout=5,
+            env={"PATH": os.defpath},
+            max_bytes=1000,
+        )
+    except (LaunchError, SupervisorGone):
+        return False
+    return result.returncode == 0
+
+
+class _Pattern:
+    """An ``until`` pattern: RE2 (linear time), else Python's ``re`` in an abandonable worker."""
+
+    def __init__(self, compiled: Any, linear: bool) -> None:
+        self.compiled = compiled
+        self.linear = linear
+
+    def search(self, text: str) -> bool:
+        return self.compiled.search(text) is not None
+
+
+_REPEAT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+
+
+def _compile_until(text: str) -> _Pattern | str:
+    """The compiled `text`, or the error the model reads (never an exception)."""
+    for match in _REPEAT.finditer(text):
+        counts = [int(n) for n in match.groups() if n]
+        if any(n > MAX_REPEAT for n in counts):
+            return (
+                f"until repeats {match.group(0)}: counts above {MAX_REPEAT} are refused; "
+                f"match a shorter, distinctive part of the line instead."
+            )
+    try:
+        import re2
+    except ImportError:  # no wheel for this platform: the backtracking engine, bounded by time
+        try:
+            return _Pattern(re.compile(text, re.MULTILINE), linear=False)
+        except (re.error, OverflowError, RecursionError) as exc:
+            return f"until is not a valid regular expression: {exc}."
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 8 << 20
+    try:
+        # Line semantics: `^` and `$` match at every line's start and end, as
+        # a model waiting for "^Listening on .*$" means (RE2's `$` would
+        # otherwise not even match before the output's final newline).
+        return _Pattern(re2.compile(f"(?m){text}", options), linear=True)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        return (
+            f"until is not a valid regular expression ({reason}); it uses RE2 syntax: no "
+            f"backreferences or lookaround."
+        )
+
+
+async def _search(pattern: _Pattern, scanner: _Scanner) -> bool:
+    """Read what is new and match the window, in a worker thread (never on the event loop).
+
+    RE2 needs time linear in the 1 MB window. The fallback engine can take
+    exponential time on a pattern like ``(a+)+$``: its worker is abandoned
+    when the wait's deadline cancels it, so the call still returns on time
+    and the loop stays free (the thread finishes in the background).
+    """
+    return await anyio.to_thread.run_sync(
+        lambda: pattern.search(scanner.advance()), abandon_on_cancel=not pattern.linear
+    )
 
 
 @attrs.frozen
@@ -721,15 +838,12 @@ class _JobsHandler:
         return response
 
     async def _wait(self, job: _Job, request: JobsRequest) -> JobsResponse:
+        pattern: _Pattern | None = None
         if request.until is not None:
-            try:
-                pattern: re.Pattern[str] | None = re.compile(request.until)
-            except re.error as exc:
-                return JobsResponse(
-                    job_id=job.id, error=f"until is not a valid regular expression: {exc}."
-                )
-        else:
-            pattern = None
+            compiled = _compile_until(request.until)
+            if isinstance(compiled, str):
+                return JobsResponse(job_id=job.id, error=compiled)
+            pattern = compiled
         matched = False
         scanner = _Scanner(job.output.path)
         # A transport reporting progress learns how many lines the job printed.
@@ -743,14 +857,10 @@ class _JobsHandler:
                 ended = not job.running
                 if progress is not None and lines is not None:
                     progress.set_lines(await anyio.to_thread.run_sync(lines.advance))
-                if pattern is not None:
-                    window = await anyio.to_thread.run_sync(scanner.advance)
-                    if pattern.search(window):
-                        matched = True
-                        break
-                if request.port is not None and await anyio.to_thread.run_sync(
-                    _port_open, request.port
-                ):
+                if pattern is not None and await _search(pattern, scanner):
+                    matched = True
+                    break
+                if request.port is not None and await _port_open(job, request.port):
                     matched = True
                     break
                 if ended:
