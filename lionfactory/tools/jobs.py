@@ -34,6 +34,7 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -529,30 +530,77 @@ def _kill_all_at_exit() -> None:
             shutil.rmtree(table.directory, ignore_errors=True)
 
 
-def read_output(path: Path, offset: int, limit: int) -> tuple[str, int, int]:
-    """Text of `path` from byte `offset`, at most `limit` bytes, cut at a character boundary.
+def _sequence_length(lead: int) -> int:
+    """Bytes of the UTF-8 sequence `lead` starts (1 for ASCII and for a byte no sequence starts)."""
+    if lead >= 0xF0:
+        return 4 if lead < 0xF8 else 1
+    if lead >= 0xE0:
+        return 3
+    if lead >= 0xC0:
+        return 2
+    return 1
+
+
+def read_output(
+    path: Path, offset: int, limit: int, *, growing: bool = False
+) -> tuple[str, int, int]:
+    """Text of `path` from byte `offset`, at most `limit` bytes, on character boundaries.
+
+    An `offset` inside a multi-byte character starts at that character's
+    first byte; a page ends before a character it would cut (also at the
+    end of a `growing` file, whose writer may not have written the rest),
+    so a page never shows a replacement character for a split one and the
+    offset returned is where the next page continues exactly.
 
     Returns:
-        The text, the offset after it, and the file's size.
+        The text, the byte offset after it, and the file's size.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        handle.seek(offset)
-        data = handle.read(limit)
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    end = offset + len(data)
-    if end < size:
-        # Keep a character split by the page boundary for the next page.
-        for back in range(min(3, len(data)), 0, -1):
-            lead = data[-back]
-            if lead & 0xC0 == 0xC0:  # a lead byte whose sequence is cut
-                need = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-                if need > back:
-                    data, end = data[:-back], end - back
+        offset = min(offset, size)
+        back = min(3, offset)
+        handle.seek(offset - back)
+        data = handle.read(back + limit)
+    start = back
+    if start < len(data) and data[start] & 0xC0 == 0x80:
+        # Inside a character: step back to its lead byte, if it has one.
+        for lead_at in range(start - 1, -1, -1):
+            byte = data[lead_at]
+            if byte & 0xC0 != 0x80:
+                if byte >= 0xC0 and lead_at + _sequence_length(byte) > start:
+                    start = lead_at
                 break
-            if lead & 0xC0 != 0x80:
+    begin = offset - back + start
+    data = data[start : back + limit]
+    end = begin + len(data)
+    if end < size or growing:
+        # Keep a character split by the page's end for the next page.
+        for cut in range(1, min(4, len(data) + 1)):
+            byte = data[-cut]
+            if byte & 0xC0 == 0xC0:  # the last lead byte: is its sequence whole?
+                if _sequence_length(byte) > cut:
+                    data, end = data[:-cut], end - cut
                 break
-    return decoder.decode(data, final=True), end, size
+            if byte & 0xC0 != 0x80:
+                break
+    if not data and begin < size and end < size:
+        # `limit` is shorter than the character at `begin`: show that one whole.
+        data = _whole_character(path, begin)
+        end = begin + len(data)
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=True)
+    return text, end, size
+
+
+def _whole_character(path: Path, at: int) -> bytes:
+    """The character starting at `at`, or nothing while the file holds only part of it."""
+    with open(path, "rb") as handle:
+        handle.seek(at)
+        lead = handle.read(1)
+        if not lead:
+            return b""
+        need = _sequence_length(lead[0])
+        data = lead + handle.read(need - 1)
+        return data if len(data) == need else b""
 
 
 class JobsRequest(BaseModel):
@@ -818,8 +866,9 @@ class _JobsHandler:
 
     async def _output(self, output: _Output, offset: int) -> JobsResponse:
         try:
+            growing = output.busy or (output.job is not None and output.job.running)
             text, end, size = await anyio.to_thread.run_sync(
-                read_output, output.path, offset, PAGE_BYTES
+                functools.partial(read_output, output.path, offset, PAGE_BYTES, growing=growing)
             )
         except OSError:
             return JobsResponse(job_id=output.id, error=f"{output.id!r} can no longer be read.")
