@@ -55,7 +55,7 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._call import current_call, current_progress
+from lionfactory._call import current_call, current_progress, on_branch_collected
 from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone, run_supervised
@@ -515,6 +515,17 @@ class JobRegistry:
 
 REGISTRY = JobRegistry()
 """The one registry the built-in ``bash`` and ``jobs`` tools share."""
+
+
+def _close_collected(branch_id: uuid.UUID) -> None:
+    # A branch dropped without aclose(): its jobs and supervisors end now.
+    with REGISTRY.lock:
+        table = REGISTRY.tables.pop(branch_id, None)
+    if table is not None:
+        table.close()
+
+
+on_branch_collected(_close_collected)
 
 
 @atexit.register

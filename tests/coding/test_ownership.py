@@ -201,3 +201,27 @@ async def test_a_sessionless_call_leaves_no_job_supervisor_or_sandbox(
     assert sandboxes(scratch) == []
     assert len(worktrees(repo)) == 1
     assert set(REGISTRY.tables) <= {None}
+
+
+@pytest.mark.parametrize("mechanism", [pytest.param("none"), *mechanism_params()])
+async def test_a_branch_dropped_without_closing_leaves_no_job_when_collected(
+    mechanism: str, repo: Path
+) -> None:
+    """An owner that drops a branch (an evicted server session) still leaves nothing running."""
+    import gc
+
+    branch = Branch()
+    branch.register(
+        coding_toolkit, workspace_root=repo, notify=False, isolation=mechanism, tools=["bash"]
+    )
+    tag = f"lf-own-{uuid.uuid4().hex}"
+    started = await branch.act(
+        "bash", {"command": f"{PY} -c 'import time; time.sleep(600)' {tag}", "background": True}
+    )
+    assert started.ok and started.result["job_id"], started
+    await eventually(lambda: bool(processes_tagged(tag)), 30)
+    key = branch.id
+    del branch, started
+    gc.collect()
+    await eventually(lambda: not processes_tagged(tag), 30)
+    assert key not in REGISTRY.tables
