@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from _test_helpers import eventually, mechanism_params, processes_tagged
 
 from lionfactory._os.isolation import Isolation, workspace_isolation
@@ -152,11 +153,30 @@ async def test_a_command_is_not_the_first_process_of_its_own_pid_namespace(
 
 
 async def test_each_command_gets_a_new_pid_namespace(supervisor: Supervisor) -> None:
+    # A freed namespace's inode number is handed to the next one, so the
+    # three commands are alive together when they read theirs: each waits
+    # until all three have written theirs.
+    script = (
+        "import os, sys, time\n"
+        "link = os.readlink('/proc/self/ns/pid')\n"
+        "open(os.path.join(sys.argv[1], str(os.getpid()) + link), 'w').close()\n"
+        "deadline = time.monotonic() + 30\n"
+        "while len(os.listdir(sys.argv[1])) < 3 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(link)\n"
+    )
+    barrier = root_of(supervisor) / "barrier"
+    barrier.mkdir()
     links = set()
-    for _ in range(3):
-        result = await run(supervisor, ["readlink", "/proc/self/ns/pid"])
+
+    async def one() -> None:
+        result = await run(supervisor, [PY, "-I", "-S", "-c", script, str(barrier)])
         assert result.returncode == 0, result.stderr
         links.add(result.stdout.strip())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(one)
     outside = os.readlink("/proc/self/ns/pid")
     assert len(links) == 3 and outside not in links
 
