@@ -421,3 +421,16 @@ async def test_without_namespaces_exec_errors_and_exit_codes_are_reported(
     assert (await run(flat_supervisor, ["sh", "-c", "exit 5"])).returncode == 5
     fds = await run(flat_supervisor, ["ls", "/proc/self/fd"])
     assert fds.stdout.split() == ["0", "1", "2", "3"]  # 3: ls's own listing
+
+
+def test_the_supervisors_command_line_does_not_carry_its_source(supervisor: Supervisor) -> None:
+    """It runs from a memfd (``/proc/self/fd/N``), so ``ps`` shows one short line."""
+    deadline = time.monotonic() + 30
+    argv: list[bytes] = []
+    # Empty while bwrap is still entering its namespaces.
+    while not any(argv) and time.monotonic() < deadline:
+        with open(f"/proc/{supervisor.popen.pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    assert b"def main" not in b" ".join(argv)
+    assert any(arg.startswith(b"/proc/self/fd/") for arg in argv), argv
+    assert sum(map(len, argv)) < 8192
