@@ -517,12 +517,22 @@ REGISTRY = JobRegistry()
 """The one registry the built-in ``bash`` and ``jobs`` tools share."""
 
 
-def _close_collected(branch_id: uuid.UUID) -> None:
-    # A branch dropped without aclose(): its jobs and supervisors end now.
+def _forget(branch_id: uuid.UUID) -> None:
     with REGISTRY.lock:
         table = REGISTRY.tables.pop(branch_id, None)
     if table is not None:
         table.close()
+
+
+def _close_collected(branch_id: uuid.UUID) -> None:
+    # A branch dropped without aclose(): its jobs and supervisors end now,
+    # in a thread of their own. A garbage collection can run while this
+    # very thread holds the registry's or a table's lock (it allocates
+    # there), so taking them here could deadlock; the thread waits for them.
+    try:
+        threading.Thread(target=_forget, args=(branch_id,), daemon=True).start()
+    except RuntimeError:  # interpreter shutdown: no new threads, and no lock is held
+        _forget(branch_id)
 
 
 on_branch_collected(_close_collected)
