@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol, cast
@@ -22,6 +23,7 @@ import attrs
 
 from lionfactory._acting import ActionResult, answer_result, arguments_object, execute_call
 from lionfactory._approvals import Answer, PendingCall
+from lionfactory._call import branch_collected
 from lionfactory._messages import ChatModel, Message, MessageLog, ModelReply, ToolCall
 from lionfactory._registration import (
     Registration,
@@ -113,6 +115,9 @@ class Branch:
             pending={},
             running=set(),
         )
+        # Not referencing the branch: a dropped branch is collected, and
+        # what its tools keep for it (jobs, supervisors) is released then.
+        weakref.finalize(self, branch_collected, self.id)
 
     def __repr__(self) -> str:
         return (

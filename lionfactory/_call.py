@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -20,9 +20,11 @@ import attrs
 __all__ = [
     "CallContext",
     "Progress",
+    "branch_collected",
     "call_context",
     "current_call",
     "current_progress",
+    "on_branch_collected",
     "reporting_progress",
 ]
 
@@ -130,3 +132,24 @@ def reporting_progress(progress: Progress) -> Iterator[Progress]:
         yield progress
     finally:
         _progress.reset(token)
+
+
+# Called with a branch's id when the branch is garbage collected (or the
+# interpreter exits) while a tool still keeps something for it: a branch an
+# owner dropped without `aclose()` (an evicted server session, a script that
+# forgot) still leaves no process running. Hooks must be quick, synchronous
+# and must not raise; `aclose()` remains the way to close a branch on time.
+_COLLECTED: list[Callable[[UUID], None]] = []
+
+
+def on_branch_collected(hook: Callable[[UUID], None]) -> None:
+    """Have `hook(branch_id)` called when a branch is collected without being closed."""
+    if hook not in _COLLECTED:
+        _COLLECTED.append(hook)
+
+
+def branch_collected(branch_id: UUID) -> None:
+    """Run every `on_branch_collected` hook for `branch_id` (a branch's finalizer calls it)."""
+    for hook in list(_COLLECTED):
+        with contextlib.suppress(Exception):  # a finalizer must never raise
+            hook(branch_id)

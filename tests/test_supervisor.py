@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from _test_helpers import eventually, mechanism_params, processes_tagged
 
 from lionfactory._os.isolation import Isolation, workspace_isolation
@@ -152,11 +153,30 @@ async def test_a_command_is_not_the_first_process_of_its_own_pid_namespace(
 
 
 async def test_each_command_gets_a_new_pid_namespace(supervisor: Supervisor) -> None:
+    # A freed namespace's inode number is handed to the next one, so the
+    # three commands are alive together when they read theirs: each waits
+    # until all three have written theirs.
+    script = (
+        "import os, sys, time\n"
+        "link = os.readlink('/proc/self/ns/pid')\n"
+        "open(os.path.join(sys.argv[1], str(os.getpid()) + link), 'w').close()\n"
+        "deadline = time.monotonic() + 30\n"
+        "while len(os.listdir(sys.argv[1])) < 3 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(link)\n"
+    )
+    barrier = root_of(supervisor) / "barrier"
+    barrier.mkdir()
     links = set()
-    for _ in range(3):
-        result = await run(supervisor, ["readlink", "/proc/self/ns/pid"])
+
+    async def one() -> None:
+        result = await run(supervisor, [PY, "-I", "-S", "-c", script, str(barrier)])
         assert result.returncode == 0, result.stderr
         links.add(result.stdout.strip())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(one)
     outside = os.readlink("/proc/self/ns/pid")
     assert len(links) == 3 and outside not in links
 
@@ -401,3 +421,16 @@ async def test_without_namespaces_exec_errors_and_exit_codes_are_reported(
     assert (await run(flat_supervisor, ["sh", "-c", "exit 5"])).returncode == 5
     fds = await run(flat_supervisor, ["ls", "/proc/self/fd"])
     assert fds.stdout.split() == ["0", "1", "2", "3"]  # 3: ls's own listing
+
+
+def test_the_supervisors_command_line_does_not_carry_its_source(supervisor: Supervisor) -> None:
+    """It runs from a memfd (``/proc/self/fd/N``), so ``ps`` shows one short line."""
+    deadline = time.monotonic() + 30
+    argv: list[bytes] = []
+    # Empty while bwrap is still entering its namespaces.
+    while not any(argv) and time.monotonic() < deadline:
+        with open(f"/proc/{supervisor.popen.pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    assert b"def main" not in b" ".join(argv)
+    assert any(arg.startswith(b"/proc/self/fd/") for arg in argv), argv
+    assert sum(map(len, argv)) < 8192

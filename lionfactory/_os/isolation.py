@@ -45,11 +45,14 @@ never silently runs unconfined.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
+import re
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -77,13 +80,17 @@ __all__ = [
     "Network",
     "Policy",
     "bwrap_binary",
+    "TOOLCHAIN_SECRET_NAMES",
     "containment",
     "default_exposed",
     "default_hidden",
+    "hidden_now",
     "toolchain_paths",
     "landlock_abi",
     "landlock_namespaces",
     "mechanism_problem",
+    "private_base",
+    "private_directory",
     "resolve_isolation",
     "workspace_isolation",
 ]
@@ -105,6 +112,46 @@ _PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus",
 # it holds no capability over anything the host owns).
 _SANDBOX_UID = 1000
 _ENV = "/usr/bin/env"
+
+
+def private_base() -> Path:
+    """The folder every branch's private host files live in; hidden from every confined process.
+
+    Kept output, job output and the Landlock private temporary directories
+    are created inside it (`private_directory`). Mode 0700 keeps other users
+    out, but not another branch of the same user, whose confined commands
+    run with the same uid: every confined launch hides this folder (under
+    bwrap an empty tmpfs over it, under Landlock no rule beneath it) and
+    grants back only the launching branch's own temporary directory as a
+    writable root. Named per user in the system's temporary directory; if
+    someone else owns that name, or it is not a real folder, a fresh one is
+    made for this process instead.
+    """
+    global _BASE
+    base = _BASE
+    if base is not None and os.path.isdir(base):
+        return base
+    candidate = Path(tempfile.gettempdir()) / f"lionfactory-{os.geteuid()}"
+    try:
+        os.mkdir(candidate, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        candidate = Path(tempfile.mkdtemp(prefix="lionfactory-"))
+    info = os.lstat(candidate)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        candidate = Path(tempfile.mkdtemp(prefix="lionfactory-"))
+    os.chmod(candidate, 0o700)
+    _BASE = Path(os.path.realpath(candidate))
+    return _BASE
+
+
+_BASE: Path | None = None
+
+
+def private_directory(prefix: str) -> Path:
+    """A new owner-only folder inside `private_base` (resolved)."""
+    return Path(os.path.realpath(tempfile.mkdtemp(prefix=prefix, dir=private_base())))
 
 
 class _Resolved(tuple[Path, ...]):
@@ -209,9 +256,48 @@ def default_hidden(home: str | os.PathLike[str] | None = None) -> tuple[Path, ..
     return (*keys, Path("/root")) if base == Path("/") else (base, *keys, Path("/root"))
 
 
-# Files inside an exposed toolchain prefix that hold credentials: hidden
-# again (a crates.io token in ~/.cargo, a registry token in a conda prefix).
-_PREFIX_SECRETS = ("credentials", "credentials.toml", ".condarc", ".npmrc", ".pypirc", ".netrc")
+# Files inside an exposed toolchain tree that hold credentials, at any
+# depth the scan reaches: hidden again (a crates.io token in ~/.cargo, a
+# registry token in a conda prefix or a venv's pip.conf, gh's hosts.yml).
+TOOLCHAIN_SECRET_NAMES: tuple[str, ...] = (
+    "credentials",
+    "credentials.toml",
+    "credentials.json",
+    ".credentials",
+    ".git-credentials",
+    ".condarc",
+    ".npmrc",
+    "npmrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".netrc",
+    "_netrc",
+    "pip.conf",
+    "pip.ini",
+    "hosts.yml",
+    ".pgpass",
+    ".vault-token",
+    ".env",
+)
+"""Names hidden wherever they occur inside an exposed toolchain tree (fnmatch patterns)."""
+# Files hidden only when their text holds a credential: cargo's config.toml
+# (``token = ...``), a git config with a credential helper or a URL with a
+# user and password (pyenv's clone); the rest of them is ordinary settings.
+_CONTENT_CHECKED = ("config.toml", "config")
+_CREDENTIAL_TEXT = re.compile(
+    rb"(?im)^\s*(token|password|secret)\s*=|^\s*\[credential|://[^/\s@:]+:[^/\s@]+@"
+)
+# The scan of each exposed tree: how deep, how many folders, how many bytes
+# of a content-checked file. Folders are re-listed only when their mtime
+# changed (a file created or removed in them), so a command pays a stat per
+# folder, and a new credential file is found before the next command.
+_SCAN_DEPTH = 3
+# The system's own prefixes (``/usr`` behind ``/usr/bin``): written by the
+# package manager, not by a user's tool logins, and large (a scan of /usr
+# takes seconds).
+_SYSTEM_TREES = frozenset(Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"))
+_SCAN_FOLDERS = 4096
+_SCAN_BYTES = 1 << 16
 # Entries of a PATH directory examined for links into a hidden toolchain.
 _MAX_PATH_ENTRIES = 4096
 
@@ -393,15 +479,134 @@ def _effective_exposed(policy: Policy) -> tuple[Path, ...]:
     return tuple(p for p in allowed if p in kept)
 
 
-def _prefix_secrets(exposed: Iterable[Path]) -> tuple[Path, ...]:
-    # Checked at every launch (a credentials file may appear at any time);
-    # plain strings keep the thirty-odd lookups cheap.
-    return tuple(
-        Path(candidate)
-        for path in exposed
-        for name in _PREFIX_SECRETS
-        if os.path.lexists(candidate := f"{path}{os.sep}{name}")
-    )
+@functools.cache
+def _secret_name(name: str) -> bool:
+    lowered = name.lower()
+    return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in TOOLCHAIN_SECRET_NAMES)
+
+
+def _holds_credential(path: str) -> bool:
+    # Read again only when the file changed (its mtime, size or inode).
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
+    known = _CHECKED.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    try:
+        with open(path, "rb") as handle:
+            holds = _CREDENTIAL_TEXT.search(handle.read(_SCAN_BYTES)) is not None
+    except OSError:
+        holds = False
+    _CHECKED[path] = (stamp, holds)
+    return holds
+
+
+_CHECKED: dict[str, tuple[tuple[int, int, int], bool]] = {}
+
+
+# folder -> (its mtime, secret entries by name, content-checked files, subfolders)
+_SCANNED: dict[str, tuple[int, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
+_SCANNED_LOCK = threading.Lock()
+
+
+def _list_folder(
+    folder: str, mtime: int
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    named: list[str] = []
+    checked: list[str] = []
+    subfolders: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if is_dir:
+                    if entry.name == ".git":
+                        checked.append(os.path.join(entry.path, "config"))
+                    else:
+                        subfolders.append(entry.path)
+                elif _secret_name(entry.name):
+                    named.append(entry.path)
+                elif entry.name in _CONTENT_CHECKED:
+                    checked.append(entry.path)
+    except OSError:
+        pass
+    result = (tuple(named), tuple(checked), tuple(subfolders))
+    with _SCANNED_LOCK:
+        _SCANNED[folder] = (mtime, *result)
+    return result
+
+
+def _tree_secrets(root: Path) -> list[str]:
+    """Credential files inside `root` (see `TOOLCHAIN_SECRET_NAMES`), found afresh each call."""
+    found: list[str] = []
+    stack = [(str(root), 0)]
+    folders = 0
+    while stack and folders < _SCAN_FOLDERS:
+        folder, depth = stack.pop()
+        folders += 1
+        try:
+            mtime = os.lstat(folder).st_mtime_ns
+        except OSError:
+            continue
+        cached = _SCANNED.get(folder)
+        if cached is not None and cached[0] == mtime:
+            named, checked, subfolders = cached[1], cached[2], cached[3]
+        else:
+            named, checked, subfolders = _list_folder(folder, mtime)
+        found += named
+        # Edited in place, a file changes no folder's mtime: read each time.
+        found += (path for path in checked if _holds_credential(path))
+        if depth < _SCAN_DEPTH:
+            stack += ((sub, depth + 1) for sub in subfolders)
+    return found
+
+
+def _prefix_secrets(policy: Policy, shown: Iterable[Path]) -> tuple[tuple[Path, bool], ...]:
+    """What to hide again inside the shown toolchain trees: (path, is a folder).
+
+    Checked at every launch (a credential file may appear at any time). A
+    credential that is a link is hidden where it leads, when that is
+    visible inside at all; a link nothing could read through is left
+    alone, so no link makes a launch fail. Paths inside a writable root are
+    the workspace's own (not a toolchain's).
+    """
+    out: dict[Path, bool] = {}
+    for tree in shown:
+        if tree in _SYSTEM_TREES or any(_under(tree, w) for w in policy.writable):
+            continue
+        for candidate in _tree_secrets(tree):
+            path = Path(candidate)
+            if os.path.islink(candidate):
+                target = Path(os.path.realpath(candidate))
+                if not target.exists() or not _visible(policy, target):
+                    continue
+                path = target
+            elif not os.path.lexists(candidate):
+                continue
+            if any(_under(path, w) for w in (*policy.writable, *policy.git_writable)):
+                continue
+            out[path] = path.is_dir()
+    return tuple(out.items())
+
+
+def _visible(policy: Policy, path: Path) -> bool:
+    """Whether `path` can be read inside (not hidden, or shown again by an exposed tree)."""
+    if any(_under(path, w) for w in policy.writable):
+        return True
+    if any(_under(path, e) for e in _effective_exposed(policy)):
+        return True
+    return not any(_under(path, h) for h in policy.hidden) and not _under(path, private_base())
+
+
+def hidden_now(policy: Policy) -> frozenset[Path]:
+    """The credential files a launch under `policy` would hide now (a supervisor compares them)."""
+    return frozenset(path for path, _folder in _prefix_secrets(policy, _effective_exposed(policy)))
 
 
 @attrs.frozen
@@ -566,7 +771,7 @@ class Isolation:
             return _reporting(launch) if report_first_process else launch
         if policy.private_tmp:
             # Landlock can only grant access to existing host directories.
-            tmpdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="lionfactory-tmp-")))
+            tmpdir = private_directory("tmp-")
             child_env.update(dict.fromkeys(_TMP_VARS, str(tmpdir)))
             policy = policy.with_writable(tmpdir)
         graceful = policy.pid_namespace and not landlock_namespaces()
@@ -667,7 +872,10 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
     # contain, so a writable workspace inside a hidden home is bound over the
     # tmpfs that hides the home, and a read-only .git over the writable root.
     mounts: list[tuple[Path, int, list[str]]] = []
-    for path in policy.hidden:
+    base = private_base()
+    # Other branches' kept output and temporary folders (see `private_base`).
+    extra = () if policy.private_tmp and _under(base, Path("/tmp")) else (base,)
+    for path in (*policy.hidden, *extra):
         if any(path == w for w in policy.writable) or not os.path.lexists(path):
             continue
         if path.is_dir():
@@ -685,9 +893,16 @@ def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
         if covered and path.exists():
             exposed.append(path)
             mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
-    for path in _prefix_secrets(exposed):
+    for path, folder in _prefix_secrets(policy, _effective_exposed(policy)):
+        if (
+            policy.private_tmp
+            and _under(path, Path("/tmp"))
+            and not any(_under(path, e) for e in exposed)
+        ):
+            continue  # under the private /tmp already, unless an exposed tree shows it
         # Deeper than its prefix, so mounted after it: hidden again.
-        mounts.append((path, 1, ["--ro-bind", "/dev/null", str(path)]))
+        hide = ["--tmpfs", str(path)] if folder else ["--ro-bind", "/dev/null", str(path)]
+        mounts.append((path, 1, hide))
     for path in policy.writable:
         if path.exists():
             mounts.append((path, 2, ["--bind", str(path), str(path)]))
@@ -708,13 +923,13 @@ def _landlock_argv(policy: Policy) -> list[str]:
     argv = [sys.executable, "-I", "-S", str(HELPER), "-r", "/", "-n", policy.network]
     if policy.pid_namespace:
         argv.append("-p")
-    for path in policy.hidden:
+    for path in (*policy.hidden, private_base()):
         if not any(path == w for w in policy.writable):
             argv += ["-d", str(path)]
     shown = _effective_exposed(policy)
     for path in shown:
         argv += ["-x", str(path)]
-    for path in _prefix_secrets(shown):
+    for path, _folder in _prefix_secrets(policy, shown):
         argv += ["-d", str(path)]
     for path in (*policy.writable, *policy.git_writable):
         argv += ["-w", str(path)]

@@ -343,7 +343,7 @@ async def _wait_process_gone(pid: int, pgid: int) -> None:
         await _wait_group_gone(pgid, zombies_count=False)
         return
     try:
-        if _exited(pidfd):
+        if pidfd_exited(pidfd):
             # Gone already (usually: the group kill reached it while our
             # pipes drained). Had the number been reused, the process meant
             # would be gone too.
@@ -358,7 +358,7 @@ async def _wait_process_gone(pid: int, pgid: int) -> None:
         os.close(pidfd)
 
 
-def _exited(pidfd: int) -> bool:
+def pidfd_exited(pidfd: int) -> bool:
     """Whether the process of `pidfd` has exited, without waiting (a pidfd polls readable then)."""
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
@@ -508,6 +508,11 @@ class _Child:
             await anyio.wait_readable(self._pidfd)
         return code
 
+    async def exited(self) -> None:
+        """Wait until the child has exited, leaving it unreaped (its number stays reserved)."""
+        if self._popen.returncode is None:
+            await anyio.wait_readable(self._pidfd)
+
     async def aclose(self) -> None:
         """Wait for the child to exit, as `anyio.abc.Process.aclose` does (no pipes are ours)."""
         await self.wait()
@@ -541,6 +546,23 @@ class _Waited(_Child):
 
     async def wait(self) -> int:
         return await anyio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
+
+    async def exited(self) -> None:
+        if self._popen.returncode is None:
+            await anyio.to_thread.run_sync(_wait_unreaped, self._popen.pid, abandon_on_cancel=True)
+
+
+def _wait_unreaped(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
+async def _exit_of(process: _Child | anyio.abc.Process) -> None:
+    """Wait for `process` to exit; unreaped where it can be (a pidfd, or ``WNOWAIT``)."""
+    if isinstance(process, _Child):
+        await process.exited()
+    else:
+        await process.wait()  # anyio's own process: it reaps (no pidfd on this kernel)
 
 
 _PIDFD = hasattr(os, "pidfd_open")
@@ -653,15 +675,15 @@ async def run_process(
             async with anyio.create_task_group() as group:
                 group.start_soon(drain_fd, out_r, out, exited)
                 group.start_soon(drain_fd, err_r, err, exited)
-                await process.wait()
+                await _exit_of(process)
                 exited.set()
                 # The leader is done; whatever it left running in its group
                 # would keep our pipes open (and outlive the call). Kill it so
                 # the drains reach end-of-file now, not at the deadline. The
-                # leader is reaped, but its id stays the group's id while any
-                # member lives, and Linux hands out pids sequentially, so the
-                # number cannot name a new group this soon.
+                # leader is not reaped yet: its zombie keeps the group's
+                # number, so the kill reaches this group and no other.
                 _signal_group(pgid, signal.SIGKILL)
+                await process.wait()
     finally:
         # Runs on success, timeout and cancellation alike; shielded so that a
         # cancelled caller still leaves no process and no open pipe behind.
@@ -672,10 +694,14 @@ async def run_process(
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGTERM)
                 with anyio.move_on_after(_REAP_GRACE):
-                    await process.wait()
-            # After a clean exit the group is usually empty already; then
-            # there is nothing to wait for (a cheap signal tells).
-            alive = _signal_group(pgid, signal.SIGKILL)
+                    await _exit_of(process)
+            if process.returncode is None:
+                # Unreaped, the leader holds the group's number: kill by it.
+                alive = _signal_group(pgid, signal.SIGKILL)
+            else:
+                # Reaped after its group was killed: only ask whether members
+                # are still dying (signal 0), never signal the number again.
+                alive = _signal_group(pgid, 0)
             if process.returncode is None:
                 # Reaped already, there is nothing to close: the pipes are
                 # ours, and the wait took one more trip through the scheduler.

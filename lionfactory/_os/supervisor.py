@@ -36,6 +36,7 @@ import contextlib
 import functools
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -50,7 +51,7 @@ from typing import Any, BinaryIO
 import anyio
 import attrs
 
-from lionfactory._os.isolation import Isolation
+from lionfactory._os.isolation import Isolation, hidden_now
 from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
@@ -58,6 +59,7 @@ from lionfactory._os.process import (
     _check_program,
     drain_fd,
     not_started_inside,
+    pidfd_exited,
 )
 
 __all__ = ["RemoteProcess", "Supervisor", "run_supervised"]
@@ -66,11 +68,30 @@ MAIN = Path(__file__).with_name("supervisor_main.py")
 
 
 @functools.cache
-def _main_source() -> str:
-    # The supervisor runs from its source text (``python -c``), not its path:
-    # inside bwrap the private /tmp covers a checkout under /tmp (as CI may
-    # clone), and the package's files are not among what the sandbox shows.
-    return MAIN.read_text(encoding="utf-8")
+def _main_source() -> bytes:
+    return MAIN.read_bytes()
+
+
+def _source_fd() -> int:
+    """A fresh descriptor holding the supervisor's source, run as ``/proc/self/fd/N``.
+
+    Not its path: inside bwrap the private /tmp covers a checkout under /tmp
+    (as CI may clone), and the package's files are not among what the
+    sandbox shows. Not ``python -c SOURCE`` either: the 20 KB of source then
+    sits on the command line of bwrap and the supervisor, flooding ``ps``.
+    """
+    fd = os.memfd_create("lionfactory-supervisor", 0)
+    os.write(fd, _main_source())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+# The supervisor's own environment: nothing of the host's. Its commands get
+# the environment each request names (the isolation's policy applied), so
+# neither bwrap, its init, the supervisor nor its forks hold a variable a
+# command could read from ``/proc/PID/environ``. A fixed, harmless PATH and
+# locale keep what the wrappers run (bwrap's ``env``, Python) predictable.
+_SUPERVISOR_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
 
 
 _TMP_VARS = ("TMPDIR", "TMP", "TEMP")
@@ -94,6 +115,14 @@ class Supervisor:
     control: socket.socket
     overlay: dict[str, str]
     tmpdir: Path | None
+    # The credential files hidden inside exposed toolchain trees when the
+    # sandbox was made: its mounts (bwrap) and rules (Landlock) are fixed
+    # then, so one that appears later needs a new sandbox (`stale`).
+    hidden: frozenset[Path] = frozenset()
+    # The supervisor's pidfd. The process is reaped only in `close`, after
+    # its group was killed: until then its zombie keeps its number, so the
+    # group kill can only reach the sandbox's own processes.
+    pidfd: int = -1
     lock: threading.Lock = attrs.Factory(threading.Lock)
 
     @classmethod
@@ -106,15 +135,18 @@ class Supervisor:
         namespace of its own, as where the kernel refuses one (tests use it
         to exercise that path on a machine that allows them).
         """
+        hidden = hidden_now(isolation.policy)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        script = [sys.executable, "-I", "-S", "-c", _main_source(), str(child.fileno())]
+        source = _source_fd()
+        script = [sys.executable, "-I", "-S", f"/proc/self/fd/{source}", str(child.fileno())]
         if not command_namespaces:
             script.append("--no-namespaces")
         try:
-            launch = isolation.launch(script, cwd=root, env=None)
+            launch = isolation.launch(script, cwd=root, env=_SUPERVISOR_ENV)
         except BaseException:
             parent.close()
             child.close()
+            os.close(source)
             raise
         try:
             popen = subprocess.Popen(
@@ -123,24 +155,33 @@ class Supervisor:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 cwd=root,
-                env=None if launch.env is None else dict(launch.env),
+                env=dict(launch.env or _SUPERVISOR_ENV),
                 # The wrapper's own descriptors too (bwrap's seccomp program).
-                pass_fds=(child.fileno(), *launch.pass_fds),
+                pass_fds=(child.fileno(), source, *launch.pass_fds),
                 start_new_session=True,
             )
+            # Taken before anything can reap it, so it names this process
+            # for as long as we hold it, whatever number the kernel reuses.
+            pidfd = os.pidfd_open(popen.pid)
         except BaseException:
             parent.close()
             raise
         finally:
             child.close()
+            os.close(source)
             for fd in launch.pass_fds:
                 os.close(fd)
         overlay = {k: v for k, v in (launch.env or {}).items() if k in _TMP_VARS}
-        return cls(isolation, popen, parent, overlay, launch.tmpdir)
+        return cls(isolation, popen, parent, overlay, launch.tmpdir, hidden, pidfd)
 
     @property
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        """Whether the supervisor still runs (asked of its pidfd: never reaps it)."""
+        return self.pidfd >= 0 and not pidfd_exited(self.pidfd)
+
+    def stale(self) -> bool:
+        """Whether a credential file appeared in an exposed tree since the sandbox was made."""
+        return not hidden_now(self.isolation.policy) <= self.hidden
 
     def submit(
         self,
@@ -175,17 +216,32 @@ class Supervisor:
             theirs.close()
         return mine
 
-    def close(self) -> None:
-        """Kill every command and end the sandbox (blocking)."""
+    def close(self, *, grace: float = _EXIT_GRACE) -> None:
+        """Kill every command and end the sandbox (blocking; safe to call twice).
+
+        The supervisor is given `grace` seconds to end its commands on its
+        own, then its whole group (bwrap's init with it, and so the
+        sandbox's PID namespace) is killed while its unreaped process still
+        holds the group's number, and only then reaped: a pid the kernel
+        handed out again is never signalled.
+        """
         self.control.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=_EXIT_GRACE)
-        # The sandbox's own helpers (bwrap's init) are in the same group.
-        with contextlib.suppress(OSError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        if self.popen.poll() is None:
-            self.popen.kill()
+        with self.lock:
+            pidfd, self.pidfd = self.pidfd, -1
+        if pidfd < 0:
+            return
+        try:
+            if grace > 0:
+                poller = select.poll()
+                poller.register(pidfd, select.POLLIN)
+                poller.poll(int(grace * 1000))
+            with contextlib.suppress(OSError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             self.popen.wait()
+        finally:
+            os.close(pidfd)
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 

@@ -73,12 +73,25 @@ def _send(sock: socket.socket, message: dict[str, object]) -> None:
         sock.send(json.dumps(message).encode())
 
 
+# Leaders forked and not reaped yet: only these may be signalled by number
+# (an unreaped process, a zombie too, keeps its number from reuse).
+_UNREAPED: set[int] = set()
+
+
 def _kill_group(pgid: int) -> None:
-    # The leader too, by pid: a kill that comes before it called setsid()
-    # would find no group yet.
-    for kill in (os.killpg, os.kill):
+    """Kill group `pgid`; callers hold an unreaped member of it (see `main`'s ``reap``).
+
+    A group's number cannot be handed out again while any process, a zombie
+    included, still has it as its group; so a kill sent while one of its
+    members is unreaped reaches that group and no other. The leader is also
+    killed by pid (a kill that comes before it called ``setsid()`` finds no
+    group yet), but only while it is unreaped.
+    """
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+    if pgid in _UNREAPED:
         with contextlib.suppress(OSError):
-            kill(pgid, signal.SIGKILL)
+            os.kill(pgid, signal.SIGKILL)
 
 
 _CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
@@ -275,10 +288,14 @@ class _Spare:
         if len(data) != _PID.size:
             return False
         self.runner = _PID.unpack(data)[0]
+        if self.runner > 0:
+            _UNREAPED.add(self.runner)
         return self.runner > 0
 
     def discard(self) -> None:
-        _kill_group(self.leader)
+        # Its group's number is ours only while the leader or the runner is unreaped.
+        if self.leader in _UNREAPED or self.runner in _UNREAPED:
+            _kill_group(self.leader)
         self.channel.close()
 
 
@@ -299,6 +316,7 @@ def _prepare(namespaces: bool) -> _Spare:
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid:
+        _UNREAPED.add(pid)
         theirs.close()
         return _Spare(pid, mine)
     # The leader: nothing of the supervisor's own may leak into the command.
@@ -371,13 +389,27 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
     reaped: list[tuple[int, int]] = []
 
     def reap() -> None:
+        """Reap every exited child; a runner's group is killed first, while it is a zombie."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if pid == 0:
+            if info is None or info.si_pid == 0:
                 return
+            pid = info.si_pid
+            command = running.get(pid)
+            if command is not None:
+                # Still unreaped, the runner keeps its group's number: what
+                # the command left in the group dies now, by that number.
+                _kill_group(command.group)
+            elif spare is not None and pid == spare.runner:
+                _kill_group(spare.leader)
+            try:
+                _done, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                continue
+            _UNREAPED.discard(pid)
             reaped.append((pid, status))
 
     def finish(pid: int, status: int) -> None:
@@ -385,9 +417,10 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
         if command is None:
             return  # a leader, or an orphan of some command (we are a subreaper)
         code, error = _outcome(command, status)
-        # What the command left running ends with it, and the exit is
-        # reported only once the group is gone, so "done" means no process.
-        _kill_group(command.group)
+        # What the command left running was killed in `reap` (before its
+        # runner was reaped), and the exit is reported only once the group
+        # is gone, so "done" means no process. Only signal 0 from here on:
+        # a group whose last member is gone may have a new owner.
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             try:

@@ -18,6 +18,7 @@ only) and replaced atomically after a commit; the branch is named in full
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -527,12 +528,29 @@ def _admin_of(session: Session) -> Path | None:
     return candidate if os.path.realpath(back) == str(session.root / ".git") else None
 
 
-async def cleanup(git: Git, session: Session, *, raising: bool = True) -> None:
+def remove_files(session: Session) -> None:
+    """Remove the worktree, its admin folder and the scratch directory now (blocking, no git).
+
+    What interpreter exit can still do: the sandbox branch (and any commit
+    on it) stays in the repository.
+    """
+    for path in (session.root, _admin_of(session)):
+        with contextlib.suppress(OSError):
+            _remove_tree(path)
+    shutil.rmtree(session.scratch, ignore_errors=True)
+
+
+async def cleanup(
+    git: Git, session: Session, *, raising: bool = True, keep_commits: bool = False
+) -> None:
     """Remove the worktree, its admin folder, the branch and the scratch directory.
 
     The worktree and its admin folder are removed by path (both recorded at
     creation), not by ``git worktree remove``, which would find the worktree
-    through the admin folder's files. Steps already done are skipped.
+    through the admin folder's files. Steps already done are skipped. With
+    `keep_commits` (a branch closed with its sandbox still active), a
+    sandbox branch holding commits beyond its base stays, so committed work
+    is never lost; uncommitted changes go with the worktree.
 
     Raises:
         GitError: a step failed (when `raising`); the steps done stay done.
@@ -544,6 +562,16 @@ async def cleanup(git: Git, session: Session, *, raising: bool = True) -> None:
             await anyio.to_thread.run_sync(_remove_tree, _admin_of(session))
         except OSError as exc:
             raise GitError(f"Could not remove the sandbox worktree ({exc}).") from None
+        if keep_commits:
+            ahead = await home.run(
+                ["rev-list", "--count", f"{session.base_commit}..{session.ref}"],
+                cwd=session.repo,
+            )
+            if ahead.returncode == 0 and ahead.stdout.strip() not in ("", "0"):
+                await anyio.to_thread.run_sync(
+                    lambda: shutil.rmtree(session.scratch, ignore_errors=True)
+                )
+                return
         if await home.succeeds(["rev-parse", "--verify", "--quiet", session.ref], cwd=session.repo):
             await home.check(
                 ["branch", "-D", session.branch],

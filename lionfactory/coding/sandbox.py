@@ -64,6 +64,7 @@ Decisions:
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import inspect
 import os
@@ -71,6 +72,7 @@ import re
 import shutil
 import tempfile
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -397,6 +399,21 @@ class _Sandbox:
         """Git for the active sandbox (or for the workspace when none is active)."""
         return self._git_for(self.session)
 
+    async def close_branch(self, branch_id: uuid.UUID | None) -> None:
+        """The branch is closing: remove its active sandbox (commits on its branch are kept).
+
+        One handler serves one branch (each registration builds its own), so
+        `branch_id` needs no lookup.
+        """
+        session = self.session
+        if session is None:
+            return
+        self.session = None
+        _OPEN.discard(self)
+        with anyio.CancelScope(shield=True):
+            await ops.cleanup(self._git_for(session), session, raising=False, keep_commits=True)
+            await self._switch(None)
+
     async def __call__(self, request: SandboxRequest) -> SandboxResponse:
         # A flag, not an anyio.Lock: a lock binds to the first event loop that
         # uses it, and tools may be called from trio and from asyncio.
@@ -495,6 +512,7 @@ class _Sandbox:
             raise
         self.session, self.identity = session, identity
         self._remember()
+        _OPEN.add(self)
         return self._ok(
             "create",
             f"Created sandbox branch {session.branch!r} from {session.base_branch!r} at "
@@ -582,6 +600,7 @@ class _Sandbox:
         else:
             self.session = None
             self._remember()
+            _OPEN.discard(self)
         return self._ok(
             "merge",
             f"Merged {session.branch!r} into {session.base_branch!r} "
@@ -607,6 +626,7 @@ class _Sandbox:
             )
         self.session = None
         self._remember()
+        _OPEN.discard(self)
         await self._switch(None)
         return self._ok(
             "discard",
@@ -616,6 +636,20 @@ class _Sandbox:
             base_branch=session.base_branch,
             base_commit=session.base_commit,
         )
+
+
+# Handlers with an active sandbox, for the cleanup at interpreter exit
+# (held weakly: a handler nobody holds any more is not kept alive by this).
+_OPEN: weakref.WeakSet[_Sandbox] = weakref.WeakSet()
+
+
+@atexit.register
+def _remove_open_sandboxes() -> None:
+    # No event loop runs any more: remove the files; the sandbox branch
+    # (with any commit on it) stays in the repository.
+    for handler in list(_OPEN):
+        if handler.session is not None:
+            ops.remove_files(handler.session)
 
 
 def sandbox_tool(

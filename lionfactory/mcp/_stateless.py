@@ -291,7 +291,11 @@ class StatelessCalls:
         try:
             action = await branch.act(tool, arguments)
         finally:
-            await branch.aclose()
+            # Nothing the call started outlives it: no later request can
+            # name this branch, so its jobs, supervisor, sandbox and kept
+            # output would be unreachable.
+            with anyio.CancelScope(shield=True):
+                await branch.aclose()
         if action.pending is not None:
             # The branch that would hold the call is dropped with this
             # request: the model is told a person must approve it, and that

@@ -560,7 +560,7 @@ class _BashHandler:
         # branch's one sandbox, so it reaches the branch's background jobs
         # (loopback, /tmp) and nothing else.
         running = table.supervisors.get(self.isolation)
-        if running is not None and running.alive:
+        if running is not None and running.alive and not running.stale():
             supervisor = running  # the common case: no worker-thread round trip
         else:
             supervisor = await anyio.to_thread.run_sync(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -41,23 +42,23 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._call import current_call, current_progress
-from lionfactory._os.isolation import Isolation
+from lionfactory._call import current_call, current_progress, on_branch_collected
+from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
-from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone
+from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone, run_supervised
 from lionfactory._tool import Tool, ToolHints
 
 __all__ = [
@@ -80,6 +81,12 @@ PAGE_BYTES = 100_000
 
 MAX_WAIT_MS = 600_000
 """Longest ``wait`` one call may ask for."""
+
+MAX_OFFSET = (1 << 53) - 1
+"""Largest ``offset`` accepted (far past any kept output; a file offset must fit 63 bits)."""
+
+MAX_REPEAT = 1000
+"""Largest count in an ``until`` repetition (``a{1000}``), RE2's own limit."""
 
 _POLL_START = 0.002
 _POLL_MAX = 0.1
@@ -110,37 +117,81 @@ class _Output:
 
 @attrs.define(eq=False)
 class _Job:
-    """A background process and where its output goes."""
+    """A background process and where its output goes.
+
+    A job started directly is named by its pidfd and by its own unreaped
+    process: it is reaped only after its group was killed, and never
+    signalled by number after that, so a finished job's old pid, reused by
+    an unrelated process, is never killed.
+    """
 
     id: str
     command: str
-    # Started directly (no kernel isolation), or by the branch's supervisor.
+    # Started directly (unconfined), or by the branch's supervisor.
     popen: subprocess.Popen[bytes] | RemoteProcess
     output: _Output
     started: float
     tmpdir: Path | None = None
     ended: float | None = None
     killed: bool = False
+    pidfd: int = -1
+    # The supervisor that started it (a confined job): its network is the job's.
+    supervisor: Supervisor | None = None
+    lock: threading.Lock = attrs.Factory(threading.Lock)
 
     @property
     def pgid(self) -> int:
         return self.popen.pid
 
+    @property
+    def reaped(self) -> bool:
+        """Whether the job's own process is reaped: its number may name another process now."""
+        return self.popen.returncode is not None
+
     def poll(self) -> int | None:
-        code = self.popen.poll()
-        if code is not None and self.ended is None:
-            self.ended = _now()
-            # Whatever the command left running in its group ends with it, as
-            # for a foreground call (the supervisor does that for its own
-            # commands, whose pids are its namespace's); then the private
-            # temp dir can go.
+        with self.lock:
             if isinstance(self.popen, RemoteProcess):
-                self.popen.close()
+                code = self.popen.poll()
+                if code is not None and self.ended is None:
+                    # The supervisor killed what the command left (its pids
+                    # are its namespace's) before it reported the exit.
+                    self.popen.close()
             else:
-                _kill_group(self.pgid)
-            if self.tmpdir is not None:
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
+                code = self._poll_local()
+            if code is not None and self.ended is None:
+                self.ended = _now()
+                if self.tmpdir is not None:
+                    shutil.rmtree(self.tmpdir, ignore_errors=True)
+            return code
+
+    def _poll_local(self) -> int | None:
+        assert isinstance(self.popen, subprocess.Popen)
+        if self.popen.returncode is not None:
+            return self.popen.returncode
+        if not _has_exited(self.popen.pid):
+            return None
+        # Exited but unreaped: its zombie keeps the group's number, so what
+        # the command left in its group dies now, by that number (as for a
+        # foreground call); then it is reaped.
+        _kill_group(self.pgid)
+        code = self.popen.wait()
+        self._close_pidfd()
         return code
+
+    def signal_kill(self) -> None:
+        """SIGKILL the job's group, only while its process is unreaped (the number is still its)."""
+        with self.lock:
+            if self.reaped or isinstance(self.popen, RemoteProcess):
+                return
+            _kill_group(self.pgid)
+            if self.pidfd >= 0:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def _close_pidfd(self) -> None:
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
 
     @property
     def running(self) -> bool:
@@ -172,6 +223,24 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def _has_exited(pid: int) -> bool:
+    """Whether our child `pid` has exited, without reaping it (``WNOWAIT``)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True  # reaped elsewhere: nothing of ours is left to wait for
+    return info is not None and info.si_pid == pid
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    """Wait until our child `pid` has exited, without reaping it (bounded)."""
+    deadline = _now() + timeout
+    delay = 0.001
+    while not _has_exited(pid) and _now() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 @attrs.define(eq=False)
 class BranchJobs:
     """The jobs and kept outputs of one branch (or of calls outside any branch)."""
@@ -183,6 +252,9 @@ class BranchJobs:
     directory: Path | None = None
     closed: bool = False
     supervisors: dict[Isolation, Supervisor] = attrs.Factory(dict)
+    # Replaced because their sandbox no longer hid every credential file;
+    # closed with the branch.
+    retired: list[Supervisor] = attrs.Factory(list)
     lock: threading.Lock = attrs.Factory(threading.Lock)
     # Calls of one branch run concurrently (act_many), in worker threads.
     outputs_lock: threading.RLock = attrs.Factory(threading.RLock)
@@ -191,9 +263,18 @@ class BranchJobs:
         """The branch's supervisor for `isolation`, started on first use (blocking)."""
         with self.lock:
             running = self.supervisors.get(isolation)
+            if running is not None and running.alive and running.stale():
+                # A credential file appeared in an exposed tree: later
+                # commands get a sandbox that hides it. What runs in the old
+                # one (a job, a concurrent call) keeps running there until
+                # it ends or the branch closes.
+                self.retired.append(running)
+                running = None
             if running is None or not running.alive:
                 if running is not None:
-                    running.close()
+                    # Dead: reaped now and forgotten, so nothing ever signals its number again.
+                    running.close(grace=0)
+                    _SUPERVISORS.discard(running)
                 running = self.supervisors[isolation] = Supervisor.start(isolation, root)
                 _SUPERVISORS.add(running)
             return running
@@ -202,8 +283,9 @@ class BranchJobs:
         if self.directory is None or not self.directory.is_dir():
             # Outside the workspace and private to this user: kept output is
             # the model's to read through `jobs`, not a file in the project.
-            self.directory = Path(tempfile.mkdtemp(prefix="lionfactory-output-"))
-            os.chmod(self.directory, 0o700)
+            # Inside the folder every confined launch hides: another
+            # branch's confined commands, same uid or not, cannot read it.
+            self.directory = private_directory("output-")
         return self.directory
 
     def new_output(self, label: str, prefix: str = "out") -> tuple[_Output, int]:
@@ -274,6 +356,14 @@ class BranchJobs:
         if isolation is not None and isolation.confined:
             return self._start_supervised(command, argv, cwd=cwd, env=env, isolation=isolation)
         launch_argv, launch_env, tmpdir = list(argv), env, None
+        pass_fds: tuple[int, ...] = ()
+        if isolation is not None and isolation.wraps:
+            # Unconfined, but in a PID namespace of its own where the kernel
+            # allows one (as a foreground call): a ``setsid`` child or a
+            # double-forked daemon dies with the job.
+            _check_program(argv[0], cwd, env)
+            launch = isolation.launch(argv, cwd=cwd, env=env)
+            launch_argv, launch_env, pass_fds = list(launch.argv), launch.env, launch.pass_fds
         output, fd = self.new_output(command, prefix="job")
         try:
             popen = subprocess.Popen(
@@ -283,6 +373,7 @@ class BranchJobs:
                 stderr=fd,
                 cwd=cwd,
                 env=None if launch_env is None else dict(launch_env),
+                pass_fds=pass_fds,
                 start_new_session=True,
             )
         except (OSError, ValueError) as exc:
@@ -294,7 +385,14 @@ class BranchJobs:
             raise LaunchError(argv[0], reason) from None
         finally:
             os.close(fd)
-        job = _Job(output.id, command, popen, output, _now(), tmpdir)
+            for passed in pass_fds:
+                os.close(passed)
+        try:
+            # Taken before anything reaps the child: it names this process only.
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError:
+            pidfd = -1  # no pidfd here: the unreaped child still holds its number
+        job = _Job(output.id, command, popen, output, _now(), tmpdir, pidfd=pidfd)
         output.job = job
         self.jobs[job.id] = job
         _LIVE.add(job)
@@ -321,7 +419,7 @@ class BranchJobs:
             raise LaunchError(argv[0], f"the sandbox's supervisor is gone ({exc})") from None
         finally:
             os.close(fd)
-        job = _Job(output.id, command, process, output, _now())
+        job = _Job(output.id, command, process, output, _now(), supervisor=supervisor)
         output.job = job
         self.jobs[job.id] = job
         _LIVE.add(job)
@@ -345,15 +443,17 @@ class BranchJobs:
             job.poll()
             _LIVE.discard(job)
             return
-        _kill_group(job.pgid)
-        # A process stuck in the kernel cannot die before its I/O returns.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            job.popen.wait(timeout=5)
+        job.signal_kill()
+        if not job.reaped:
+            # A process stuck in the kernel cannot die before its I/O
+            # returns. Its exit is awaited unreaped, so the group's number
+            # stays the job's while the rest of the group is killed.
+            _wait_exit(job.pgid, 5)
+            deadline = _now() + 3
+            while not job.reaped and _group_alive(job.pgid) and _now() < deadline:
+                job.signal_kill()
+                time.sleep(0.005)
         job.poll()
-        deadline = _now() + 3
-        while _group_alive(job.pgid) and _now() < deadline:
-            _kill_group(job.pgid)
-            time.sleep(0.005)
         _LIVE.discard(job)
 
     def close(self) -> None:
@@ -363,7 +463,8 @@ class BranchJobs:
             self.kill(job)
         self.jobs.clear()
         with self.lock:
-            supervisors, self.supervisors = list(self.supervisors.values()), {}
+            supervisors = [*self.supervisors.values(), *self.retired]
+            self.supervisors, self.retired = {}, []
         for supervisor in supervisors:
             supervisor.close()
             _SUPERVISORS.discard(supervisor)
@@ -416,47 +517,111 @@ REGISTRY = JobRegistry()
 """The one registry the built-in ``bash`` and ``jobs`` tools share."""
 
 
+def _forget(branch_id: uuid.UUID) -> None:
+    with REGISTRY.lock:
+        table = REGISTRY.tables.pop(branch_id, None)
+    if table is not None:
+        table.close()
+
+
+def _close_collected(branch_id: uuid.UUID) -> None:
+    # A branch dropped without aclose(): its jobs and supervisors end now,
+    # in a thread of their own. A garbage collection can run while this
+    # very thread holds the registry's or a table's lock (it allocates
+    # there), so taking them here could deadlock; the thread waits for them.
+    try:
+        threading.Thread(target=_forget, args=(branch_id,), daemon=True).start()
+    except RuntimeError:  # interpreter shutdown: no new threads, and no lock is held
+        _forget(branch_id)
+
+
+on_branch_collected(_close_collected)
+
+
 @atexit.register
 def _kill_all_at_exit() -> None:
     for job in list(_LIVE):
-        if not isinstance(job.popen, RemoteProcess):
-            _kill_group(job.pgid)
+        job.signal_kill()  # never a reaped job's number
     for supervisor in list(_SUPERVISORS):
-        # Its commands die with its sandbox's PID namespace, or when it
-        # sees its socket close.
-        supervisor.control.close()
-        _kill_group(supervisor.popen.pid)
-        if supervisor.tmpdir is not None:
-            shutil.rmtree(supervisor.tmpdir, ignore_errors=True)
+        # Its commands die with its sandbox's PID namespace; its group is
+        # killed while its process is unreaped, then it is reaped.
+        supervisor.close(grace=0)
     for table in list(REGISTRY.tables.values()):
         if table.directory is not None:
             shutil.rmtree(table.directory, ignore_errors=True)
 
 
-def read_output(path: Path, offset: int, limit: int) -> tuple[str, int, int]:
-    """Text of `path` from byte `offset`, at most `limit` bytes, cut at a character boundary.
+def _sequence_length(lead: int) -> int:
+    """Bytes of the UTF-8 sequence `lead` starts (1 for ASCII and for a byte no sequence starts)."""
+    if lead >= 0xF0:
+        return 4 if lead < 0xF8 else 1
+    if lead >= 0xE0:
+        return 3
+    if lead >= 0xC0:
+        return 2
+    return 1
+
+
+def read_output(
+    path: Path, offset: int, limit: int, *, growing: bool = False
+) -> tuple[str, int, int]:
+    """Text of `path` from byte `offset`, at most `limit` bytes, on character boundaries.
+
+    An `offset` inside a multi-byte character starts at that character's
+    first byte; a page ends before a character it would cut (also at the
+    end of a `growing` file, whose writer may not have written the rest),
+    so a page never shows a replacement character for a split one and the
+    offset returned is where the next page continues exactly.
 
     Returns:
-        The text, the offset after it, and the file's size.
+        The text, the byte offset after it, and the file's size.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        handle.seek(offset)
-        data = handle.read(limit)
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    end = offset + len(data)
-    if end < size:
-        # Keep a character split by the page boundary for the next page.
-        for back in range(min(3, len(data)), 0, -1):
-            lead = data[-back]
-            if lead & 0xC0 == 0xC0:  # a lead byte whose sequence is cut
-                need = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-                if need > back:
-                    data, end = data[:-back], end - back
+        offset = min(offset, size)
+        back = min(3, offset)
+        handle.seek(offset - back)
+        data = handle.read(back + limit)
+    start = back
+    if start < len(data) and data[start] & 0xC0 == 0x80:
+        # Inside a character: step back to its lead byte, if it has one.
+        for lead_at in range(start - 1, -1, -1):
+            byte = data[lead_at]
+            if byte & 0xC0 != 0x80:
+                if byte >= 0xC0 and lead_at + _sequence_length(byte) > start:
+                    start = lead_at
                 break
-            if lead & 0xC0 != 0x80:
+    begin = offset - back + start
+    data = data[start : back + limit]
+    end = begin + len(data)
+    if end < size or growing:
+        # Keep a character split by the page's end for the next page.
+        for cut in range(1, min(4, len(data) + 1)):
+            byte = data[-cut]
+            if byte & 0xC0 == 0xC0:  # the last lead byte: is its sequence whole?
+                if _sequence_length(byte) > cut:
+                    data, end = data[:-cut], end - cut
                 break
-    return decoder.decode(data, final=True), end, size
+            if byte & 0xC0 != 0x80:
+                break
+    if not data and begin < size and end < size:
+        # `limit` is shorter than the character at `begin`: show that one whole.
+        data = _whole_character(path, begin)
+        end = begin + len(data)
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=True)
+    return text, end, size
+
+
+def _whole_character(path: Path, at: int) -> bytes:
+    """The character starting at `at`, or nothing while the file holds only part of it."""
+    with open(path, "rb") as handle:
+        handle.seek(at)
+        lead = handle.read(1)
+        if not lead:
+            return b""
+        need = _sequence_length(lead[0])
+        data = lead + handle.read(need - 1)
+        return data if len(data) == need else b""
 
 
 class JobsRequest(BaseModel):
@@ -481,19 +646,21 @@ class JobsRequest(BaseModel):
     offset: int = Field(
         default=0,
         ge=0,
+        le=MAX_OFFSET,
         description="output: the byte offset to read from (next_offset of the previous read).",
     )
     until: str | None = Field(
         default=None,
         max_length=1_000,
-        description="wait: a regular expression; the wait ends when the output matches it.",
+        description="wait: a regular expression (RE2 syntax: no backreferences or "
+        "lookaround; ^ and $ match at line ends); the wait ends when the output matches it.",
     )
     port: int | None = Field(
         default=None,
         ge=1,
         le=65_535,
-        description="wait: a TCP port on 127.0.0.1; the wait ends when it accepts connections "
-        "(with network='none' the job's port lives in its own sandbox: use `until` instead).",
+        description="wait: a TCP port on 127.0.0.1 in the job's own network (its sandbox's, "
+        "which later bash calls share); the wait ends when it accepts connections.",
     )
     timeout: int = Field(
         default=30_000,
@@ -577,12 +744,107 @@ def _info(job: _Job) -> JobInfo:
     )
 
 
-def _port_open(port: int) -> bool:
+def _host_port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return True
     except OSError:
         return False
+
+
+# Run inside the job's sandbox: exit 0 when 127.0.0.1:PORT accepts a connection.
+_PROBE = (
+    "import socket,sys\n"
+    "try:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=0.2).close()\n"
+    "except OSError:\n sys.exit(1)\n"
+)
+
+
+async def _port_open(job: _Job, port: int) -> bool:
+    """Whether the port accepts connections in the job's own network (never the host's for it).
+
+    A job the branch's supervisor started lives in the sandbox's network
+    namespace (its own under ``network="none"``): the probe runs there,
+    through the same supervisor, so it sees the job's server and no
+    listener that only the host has. An unconfined job shares the host's
+    network, where the probe is made directly.
+    """
+    supervisor = job.supervisor
+    if supervisor is None:
+        return await anyio.to_thread.run_sync(_host_port_open, port)
+    if not supervisor.alive:
+        return False
+    try:
+        result = await run_supervised(
+            supervisor,
+            [sys.executable, "-I", "-S", "-c", _PROBE, str(port)],
+            cwd=supervisor.isolation.policy.writable[0],
+            timeout=5,
+            env={"PATH": os.defpath},
+            max_bytes=1000,
+        )
+    except (LaunchError, SupervisorGone):
+        return False
+    return result.returncode == 0
+
+
+class _Pattern:
+    """An ``until`` pattern: RE2 (linear time), else Python's ``re`` in an abandonable worker."""
+
+    def __init__(self, compiled: Any, linear: bool) -> None:
+        self.compiled = compiled
+        self.linear = linear
+
+    def search(self, text: str) -> bool:
+        return self.compiled.search(text) is not None
+
+
+_REPEAT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+
+
+def _compile_until(text: str) -> _Pattern | str:
+    """The compiled `text`, or the error the model reads (never an exception)."""
+    for match in _REPEAT.finditer(text):
+        counts = [int(n) for n in match.groups() if n]
+        if any(n > MAX_REPEAT for n in counts):
+            return (
+                f"until repeats {match.group(0)}: counts above {MAX_REPEAT} are refused; "
+                f"match a shorter, distinctive part of the line instead."
+            )
+    try:
+        import re2
+    except ImportError:  # no wheel for this platform: the backtracking engine, bounded by time
+        try:
+            return _Pattern(re.compile(text, re.MULTILINE), linear=False)
+        except (re.error, OverflowError, RecursionError) as exc:
+            return f"until is not a valid regular expression: {exc}."
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 8 << 20
+    try:
+        # Line semantics: `^` and `$` match at every line's start and end, as
+        # a model waiting for "^Listening on .*$" means (RE2's `$` would
+        # otherwise not even match before the output's final newline).
+        return _Pattern(re2.compile(f"(?m){text}", options), linear=True)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        return (
+            f"until is not a valid regular expression ({reason}); it uses RE2 syntax: no "
+            f"backreferences or lookaround."
+        )
+
+
+async def _search(pattern: _Pattern, scanner: _Scanner) -> bool:
+    """Read what is new and match the window, in a worker thread (never on the event loop).
+
+    RE2 needs time linear in the 1 MB window. The fallback engine can take
+    exponential time on a pattern like ``(a+)+$``: its worker is abandoned
+    when the wait's deadline cancels it, so the call still returns on time
+    and the loop stays free (the thread finishes in the background).
+    """
+    return await anyio.to_thread.run_sync(
+        lambda: pattern.search(scanner.advance()), abandon_on_cancel=not pattern.linear
+    )
 
 
 @attrs.frozen
@@ -625,8 +887,9 @@ class _JobsHandler:
 
     async def _output(self, output: _Output, offset: int) -> JobsResponse:
         try:
+            growing = output.busy or (output.job is not None and output.job.running)
             text, end, size = await anyio.to_thread.run_sync(
-                read_output, output.path, offset, PAGE_BYTES
+                functools.partial(read_output, output.path, offset, PAGE_BYTES, growing=growing)
             )
         except OSError:
             return JobsResponse(job_id=output.id, error=f"{output.id!r} can no longer be read.")
@@ -645,15 +908,12 @@ class _JobsHandler:
         return response
 
     async def _wait(self, job: _Job, request: JobsRequest) -> JobsResponse:
+        pattern: _Pattern | None = None
         if request.until is not None:
-            try:
-                pattern: re.Pattern[str] | None = re.compile(request.until)
-            except re.error as exc:
-                return JobsResponse(
-                    job_id=job.id, error=f"until is not a valid regular expression: {exc}."
-                )
-        else:
-            pattern = None
+            compiled = _compile_until(request.until)
+            if isinstance(compiled, str):
+                return JobsResponse(job_id=job.id, error=compiled)
+            pattern = compiled
         matched = False
         scanner = _Scanner(job.output.path)
         # A transport reporting progress learns how many lines the job printed.
@@ -667,14 +927,10 @@ class _JobsHandler:
                 ended = not job.running
                 if progress is not None and lines is not None:
                     progress.set_lines(await anyio.to_thread.run_sync(lines.advance))
-                if pattern is not None:
-                    window = await anyio.to_thread.run_sync(scanner.advance)
-                    if pattern.search(window):
-                        matched = True
-                        break
-                if request.port is not None and await anyio.to_thread.run_sync(
-                    _port_open, request.port
-                ):
+                if pattern is not None and await _search(pattern, scanner):
+                    matched = True
+                    break
+                if request.port is not None and await _port_open(job, request.port):
                     matched = True
                     break
                 if ended:
