@@ -10,6 +10,7 @@ from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._call import CallContext, current_call
 from lionfactory._chat import ChatModel, ModelReply
+from lionfactory._checkpoints import Checkpoint, RewindReport
 from lionfactory._exchange import Exchange
 from lionfactory._function import function_tool
 from lionfactory._messages import Message, MessageLog, ToolCall, estimate_tokens
@@ -23,12 +24,14 @@ __all__ = [
     "Branch",
     "CallContext",
     "ChatModel",
+    "Checkpoint",
     "Exchange",
     "Message",
     "MessageLog",
     "ModelReply",
     "PendingCall",
     "Registration",
+    "RewindReport",
     "Tool",
     "ToolCall",
     "ToolHints",
