@@ -318,9 +318,8 @@ class Checkpointer:
         ops.sort(key=lambda op: (op.target is not None, -op.path.count("/"), op.path))
         wanted = _folders(target) | {f for d in target_state.dirs for f in (*_parents(d), d)}
         leaving = {f for op in ops if op.target is None for f in _parents(op.path)}
-        gone = sorted(
-            f for f in (leaving | set(now_state.dirs)) - wanted if _selected_any(f, paths)
-        )
+        leaving |= {f for d in now_state.dirs for f in (*_parents(d), d)}
+        gone = sorted(f for f in leaving - wanted if _selected_any(f, paths))
         present = _folders(now) | set(now_state.dirs)
         made = sorted(d for d in target_state.dirs if d not in present and _selected_any(d, paths))
         leaving_paths = {op.path for op in ops if op.target is None}

@@ -279,9 +279,9 @@ class SnapshotStore:
         key = hashlib.sha256(os.fsencode(workspace.root)).hexdigest()[:24]
         directory = state_directory() / "checkpoints" / key
         git_dir = directory / "store.git"
-        git = Git(
-            isolation=_store_isolation(isolation, directory, workspace.root), own_config=True
-        ).at(
+        found = git_dirs(workspace.root)
+        readable = (workspace.root, *(() if found is None else (found[1] / "objects",)))
+        git = Git(isolation=_store_isolation(isolation, directory, readable), own_config=True).at(
             git_dir, workspace.root
         )
         git = git.with_env(GIT_INDEX_FILE=str(directory / "index"), GIT_LITERAL_PATHSPECS="1")
@@ -701,12 +701,12 @@ class SnapshotStore:
 
 
 def _store_isolation(
-    isolation: Isolation | None, directory: Path, root: Path
+    isolation: Isolation | None, directory: Path, readable: tuple[Path, ...]
 ) -> Isolation | None:
     """The toolkit's confinement for the snapshot git: the store writable, the workspace not.
 
-    The workspace is readable (exposed, since a private ``/tmp`` or a hidden
-    home may cover it) and nothing else of the toolkit's writable roots stays
+    The workspace and the project's objects (the alternate) are readable
+    (exposed, since a private ``/tmp`` or a hidden home may cover them) and nothing else of the toolkit's writable roots stays
     writable: a snapshot only reads the tree.
     """
     if isolation is None or not isolation.confined:
@@ -716,7 +716,7 @@ def _store_isolation(
         isolation.policy,
         writable=(directory,),
         git_writable=(),
-        exposed=(*isolation.policy.exposed, root),
+        exposed=(*isolation.policy.exposed, *readable),
     )
     return attrs.evolve(isolation, policy=policy)
 
