@@ -706,8 +706,9 @@ def _store_isolation(
     """The toolkit's confinement for the snapshot git: the store writable, the workspace not.
 
     The workspace and the project's objects (the alternate) are readable
-    (exposed, since a private ``/tmp`` or a hidden home may cover them) and nothing else of the toolkit's writable roots stays
-    writable: a snapshot only reads the tree.
+    (exposed, since a private ``/tmp`` or a hidden home may cover them), and
+    none of the toolkit's writable roots stays writable: a snapshot only
+    reads the tree.
     """
     if isolation is None or not isolation.confined:
         return isolation

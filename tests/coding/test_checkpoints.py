@@ -51,6 +51,10 @@ def manifest(root: Path) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True)
+
+
 def kit_branch(root: Path, **kwargs: Any) -> Branch:
     branch = Branch("You write code.")
     branch.register(coding_toolkit, workspace_root=root, notify=False, **kwargs)
@@ -303,7 +307,7 @@ async def test_a_crafted_checkpoint_naming_git_hooks_or_a_case_folded_twin_is_ne
     from lionfactory._checkpoints import CheckpointEntry
     from lionfactory.coding._snapshots import State
 
-    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    git(workspace, "init", "-q")
     branch = kit_branch(workspace)
     await ok(branch, "editor", action="write", file_path="a.txt", content="a\n")
     entry = branch.checkpoint_log.entries[0]
@@ -341,9 +345,9 @@ async def test_a_forged_object_in_the_projects_store_is_refused(workspace: Path)
     """The alternate is writable by confined commands: restored blobs are hashed again."""
     import zlib
 
-    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    git(workspace, "init", "-q")
     (workspace / "a.txt").write_text("good\n")
-    subprocess.run(["git", "add", "a.txt"], cwd=workspace, check=True)
+    git(workspace, "add", "a.txt")
     oid = blob_id(b"good\n")
     branch = kit_branch(workspace)
     await bash(branch, "echo bad > a.txt")
@@ -510,7 +514,7 @@ async def test_a_clone_reads_its_sources_checkpoints_and_takes_its_own(workspace
 
 @pytest.mark.parametrize("mechanism", [*mechanism_params(), "none"])
 async def test_checkpoints_work_under_each_confinement(workspace: Path, mechanism: str) -> None:
-    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    git(workspace, "init", "-q")
     (workspace / "a.txt").write_bytes(b"a\r\n")
     branch = kit_branch(workspace, isolation=mechanism)
     # One program per call: unconfined, bash runs no shell script.
