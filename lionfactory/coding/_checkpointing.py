@@ -152,9 +152,11 @@ class Checkpointer:
             tool=tool,
             created_at=datetime.now(UTC),
         )
-        store.keep_ref(checkpoint.id, state)
+        fresh = store.keep_ref(state, touch=paths is None)
         entry = CheckpointEntry(checkpoint, {**extra, "before": state.to_data(), "paths": paths})
         self.branch.checkpoint_log.add(entry)
+        if fresh and _over(store):
+            self._forget(await store.prune())
         return entry
 
     async def after(
@@ -190,13 +192,23 @@ class Checkpointer:
             self._jobs_open.discard(root)
             data.pop("job_open", None)
         data["after"] = after.to_data()
-        store.keep_ref(entry.checkpoint.id + "-after", after)
+        fresh = store.keep_ref(after, touch=paths is None)
         ended = CheckpointEntry(attrs.evolve(entry.checkpoint, files_changed=tuple(changed)), data)
         self.branch.checkpoint_log.replace(ended)
-        dropped = await store.prune() if _over(store) else ()
-        if dropped:
-            self.branch.checkpoint_log.drop([d for d in dropped if not d.endswith("-after")])
+        if fresh and _over(store):
+            self._forget(await store.prune())
         return ended
+
+    def _forget(self, trees: Sequence[str]) -> None:
+        """Drop this branch's checkpoints whose target tree was pruned."""
+        gone = set(trees)
+        self.branch.checkpoint_log.drop(
+            [
+                e.checkpoint.id
+                for e in self.branch.checkpoint_log.entries
+                if (e.data.get("before") or {}).get("tree") in gone
+            ]
+        )
 
     def _latest(self, root: str) -> State | None:
         """The branch's latest recorded state of `root` (after its last call)."""
@@ -258,7 +270,7 @@ class Checkpointer:
             )
             with contextlib.suppress(OSError):
                 journal.unlink()
-            after = await store.snapshot()
+            after = await store.snapshot(dirs=True)
         restored = tuple(
             op.path for op in ops if op.target is not None and outcomes[op.path] != "conflict"
         )
@@ -269,7 +281,7 @@ class Checkpointer:
         undo_state = after.state
         data = dict(undo.data)
         data["after"] = undo_state.to_data()
-        store.keep_ref(undo.checkpoint.id + "-after", undo_state)
+        store.keep_ref(undo_state, touch=True)
         changed = tuple(sorted({*restored, *deleted}))
         branch.checkpoint_log.replace(
             CheckpointEntry(attrs.evolve(undo.checkpoint, files_changed=changed), data)
@@ -293,7 +305,7 @@ class Checkpointer:
         force: tuple[str, ...],
     ) -> tuple[RewindReport, list[Op], list[str], list[str], State]:
         root = str(store.workspace.root)
-        snap = await store.snapshot()
+        snap = await store.snapshot(dirs=True)
         now_state = snap.state
         target_state = State.from_data(entry.data["before"])
         target = await store.manifest(target_state)
@@ -377,7 +389,7 @@ class Checkpointer:
             tool="rewind",
             created_at=datetime.now(UTC),
         )
-        store.keep_ref(checkpoint.id, now)
+        store.keep_ref(now, touch=True)
         undo = CheckpointEntry(
             checkpoint,
             {
@@ -512,7 +524,7 @@ def _folders(manifest: Manifest) -> set[str]:
 def _over(store: SnapshotStore) -> bool:
     folder = store.git_dir / "refs" / "checkpoints"
     try:
-        return sum(1 for _ in folder.iterdir()) > 2 * store.limits.keep
+        return sum(1 for _ in folder.iterdir()) > store.limits.keep
     except OSError:
         return False
 
@@ -525,7 +537,11 @@ async def _exclusive(store: SnapshotStore) -> Any:
         fd = os.open(store.directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             if fcntl is not None:
-                await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    # Another process holds it: wait in a thread, not in the event loop.
+                    await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)

@@ -255,6 +255,7 @@ class SnapshotStore:
     limits: Limits
     lock: anyio.Lock = attrs.field(factory=anyio.Lock)
     _ready: bool = False
+    _refresh: bool = False
     _manifests: dict[str, Manifest] = attrs.field(factory=dict)
     last_tree: str | None = None
 
@@ -328,17 +329,29 @@ class SnapshotStore:
             return
         with contextlib.suppress(OSError):
             _write_bytes(index, (project_git_dir / "index").read_bytes())
+            self._refresh = True
 
     # -- snapshots -----------------------------------------------------------
 
-    async def snapshot(self) -> FullSnapshot:
+    async def snapshot(self, *, dirs: bool = False) -> FullSnapshot:
         """Take a full snapshot of the workspace (hold `lock`).
+
+        Args:
+            dirs: also record the empty folders (a second walk of the
+                untracked ones): rewinds do, to remove the folders created
+                since the target and to bring back, on undo, those they removed.
 
         Raises:
             SnapshotError: git failed (a message the model can act on).
         """
         self.ensure()
         root = self.workspace.root
+        if self._refresh:
+            # A seeded index holds the project's stat data, some of it smudged
+            # (racily clean entries): refreshed once, so later listings stat
+            # and do not hash.
+            await self._check(["update-index", "-q", "--refresh"], "refresh", tolerate=True)
+            self._refresh = False
         listing = await self._listing()
         started = _now_ns()
         chosen: dict[str, None] = {}
@@ -405,7 +418,7 @@ class SnapshotStore:
         unsettled = tuple(p for p in chosen if _changed_after(root / p, started))
         return FullSnapshot(
             tree=tree,
-            dirs=await self._empty_dirs(),
+            dirs=await self._empty_dirs() if dirs else (),
             changed=tuple(chosen),
             skipped=tuple(skipped),
             unsettled=unsettled,
@@ -631,23 +644,45 @@ class SnapshotStore:
             mb = dict(b.overlay)
             base = await self._tree_manifest(a.tree) if a.tree is not None else {}
             return {p for p in paths if ma.get(p, base.get(p)) != mb.get(p, base.get(p))}
+        if a.tree is not None and b.tree is not None and not a.overlay and not b.overlay:
+            out = await self._check(
+                ["diff-tree", "-r", "-z", "--no-renames", "--name-only", a.tree, b.tree],
+                "compare two checkpoints",
+                max_bytes=1 << 28,
+            )
+            return {p for p in out.split("\0") if p}
         first, second = await self.manifest(a), await self.manifest(b)
         return {p for p in first.keys() | second.keys() if first.get(p) != second.get(p)}
 
     # -- refs and pruning ----------------------------------------------------
 
-    def keep_ref(self, name: str, state: State) -> None:
-        """Point ``refs/checkpoints/<name>`` at the state's tree (so pruning keeps it)."""
-        if state.tree is None:
-            return
-        self.ensure()
-        _write_text(self.git_dir / "refs" / "checkpoints" / name, f"{state.tree}\n")
+    def keep_ref(self, state: State, *, touch: bool = False) -> bool:
+        """Keep the state's tree with a ref named after it (so ``gc`` keeps it).
 
-    async def prune(self) -> tuple[str, ...]:
-        """Drop the oldest checkpoints' refs beyond `Limits.keep` or `Limits.max_store_bytes`.
+        One ref per tree, not per checkpoint: the checkpoints around editor
+        calls share their base tree and write no ref at all. The ref's mtime
+        says when the tree was last taken (`touch`), which pruning goes by.
 
         Returns:
-            The names of the refs dropped (branches forget those checkpoints).
+            Whether a new ref was written.
+        """
+        if state.tree is None:
+            return False
+        self.ensure()
+        ref = self.git_dir / "refs" / "checkpoints" / state.tree
+        if ref.exists():
+            if touch:
+                with contextlib.suppress(OSError):
+                    os.utime(ref)
+            return False
+        _write_bytes(ref, f"{state.tree}\n".encode())
+        return True
+
+    async def prune(self) -> tuple[str, ...]:
+        """Drop the oldest trees' refs beyond `Limits.keep` or `Limits.max_store_bytes`.
+
+        Returns:
+            The tree ids dropped (branches forget the checkpoints on them).
         """
         folder = self.git_dir / "refs" / "checkpoints"
         refs = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime_ns)

@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, str] = {
     "editor": "bench_editor",
     "exchange": "bench_exchange",
     "mcp": "bench_mcp",
+    "checkpoints": "bench_checkpoints",
 }
 """Benchmark names, in the order of the targets, and their modules."""
 
