@@ -367,6 +367,10 @@ class Checkpointer:
             chain = [entry, *chain]
         external: set[str] = set()
         chain = chain[start:]
+        for current in chain:
+            # Changed while a snapshot was being taken (a job writing, say): the
+            # recorded content may not be what the branch's call left.
+            external.update(p for p in current.data.get("unsettled", ()) if isinstance(p, str))
         for current, following in zip(chain, [*chain[1:], None], strict=True):
             after_data = current.data.get("after")
             if after_data is None:

@@ -60,7 +60,13 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL_CODING_TOOLS", "DEFAULT_CODING_TOOLS", "coding_toolkit"]
 
-ALL_CODING_TOOLS: tuple[str, ...] = (*WORKSPACE_TOOLS, "context", "sandbox", "subagent")
+ALL_CODING_TOOLS: tuple[str, ...] = (
+    *WORKSPACE_TOOLS,
+    "context",
+    "sandbox",
+    "checkpoint",
+    "subagent",
+)
 """Every tool the toolkit can build, in the order it returns them."""
 
 DEFAULT_CODING_TOOLS: tuple[str, ...] = (
@@ -481,6 +487,12 @@ def coding_toolkit(
                 isolation=confinement,
             ),
         )
+    if "checkpoint" in names:
+        if kit.checkpointer is None:
+            raise ValueError("the checkpoint tool needs checkpoints=True")
+        from lionfactory.coding.checkpoint import checkpoint_tool
+
+        built["checkpoint"] = checkpoint_tool(branch)
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
 

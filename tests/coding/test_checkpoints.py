@@ -525,3 +525,89 @@ async def test_checkpoints_work_under_each_confinement(workspace: Path, mechanis
     report = await branch.rewind(branch.checkpoints[0].id)
     assert manifest(workspace) == {"a.txt": ("file", "False", hashlib.sha256(b"a\r\n").hexdigest())}
     assert report.restored == ("a.txt",)
+
+
+# -- the model-facing tool ------------------------------------------------------
+
+
+async def test_the_checkpoint_tool_lists_diffs_pages_and_rewinds(workspace: Path) -> None:
+    (workspace / "a.txt").write_text("one\ntwo\n")
+    branch = kit_branch(workspace, tools=["reader", "editor", "bash", "checkpoint"])
+    await bash(branch, "echo three >> a.txt && printf '\\000\\001' > bin && ln -s a.txt l")
+    listed = await ok(branch, "checkpoint", action="list")
+    [entry] = listed["checkpoints"]
+    assert entry["tool"] == "bash"
+    assert set(entry["files_changed"]) == {"a.txt", "bin", "l"}
+    diff = await ok(branch, "checkpoint", action="diff", from_id=entry["id"])
+    assert diff["name_status"] == ["M\ta.txt", "A\tbin", "A\tl"]
+    assert "+three" in diff["diff"]
+    assert "Binary file bin differs" in diff["diff"]
+    assert diff["next_offset"] is None
+    dry = await ok(branch, "checkpoint", action="rewind", to=entry["id"])
+    assert dry["report"]["dry_run"] is True
+    assert (workspace / "bin").exists()
+    done = await ok(branch, "checkpoint", action="rewind", to=entry["id"], dry_run=False)
+    assert set(done["report"]["deleted"]) == {"bin", "l"}
+    assert (workspace / "a.txt").read_text() == "one\ntwo\n"
+    missing = await ok(branch, "checkpoint", action="rewind", to="ckpt_nope")
+    assert not missing["success"] and "list" in missing["error"]
+
+
+async def test_a_long_diff_comes_in_pages(workspace: Path) -> None:
+    branch = kit_branch(workspace, tools=["editor", "checkpoint"])
+    big = "".join(f"line {i} of a long file\n" for i in range(3000))
+    await ok(branch, "editor", action="write", file_path="big.txt", content=big)
+    first = branch.checkpoints[0].id
+    pages, offset = [], 0
+    while offset is not None:
+        page = await ok(branch, "checkpoint", action="diff", from_id=first, offset=offset)
+        pages.append(page["diff"])
+        offset = page["next_offset"]
+    assert len(pages) > 1
+    assert "".join(pages).count("\n+line ") == 3000
+
+
+def test_the_checkpoint_tool_needs_checkpoints(workspace: Path) -> None:
+    with pytest.raises(ValueError, match="needs checkpoints=True"):
+        coding_toolkit(Branch(), workspace_root=workspace, tools=["checkpoint"], checkpoints=False)
+
+
+async def test_checkpoints_survive_a_redis_store_round_trip(
+    workspace: Path, redis_url: str, redis_namespace: str
+) -> None:
+    from lionfactory.backends import RedisBranchStore
+
+    branch = kit_branch(workspace)
+    await bash(branch, "echo one > a.txt")
+    async with RedisBranchStore(redis_url, namespace=redis_namespace) as store:
+        await store.save(branch)
+        loaded = await store.load(branch.id)
+    assert loaded.checkpoints == branch.checkpoints
+    report = await loaded.rewind(loaded.checkpoints[0].id)
+    assert report.deleted == ("a.txt",)
+
+
+async def test_a_file_written_while_a_snapshot_is_taken_is_reported_as_a_conflict(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background job's write that lands mid-snapshot leaves an uncertain record."""
+    import lionfactory.coding._snapshots as snapshots
+
+    (workspace / "a.txt").write_text("a\n")
+    branch = kit_branch(workspace)
+    real = snapshots.SnapshotStore._check
+
+    async def racing(self: Any, args: list[str], what: str, **kwargs: Any) -> str:
+        out = await real(self, args, what, **kwargs)
+        if args[:1] == ["add"]:
+            (workspace / "job.out").write_text("written by a job during the snapshot\n")
+        return out
+
+    monkeypatch.setattr(snapshots.SnapshotStore, "_check", racing)
+    await bash(branch, "echo b > a.txt && echo first > job.out")
+    entry = branch.checkpoint_log.entries[0]
+    assert "job.out" in entry.data.get("unsettled", ())
+    monkeypatch.setattr(snapshots.SnapshotStore, "_check", real)
+    report = await branch.rewind(entry.checkpoint.id)
+    assert "job.out" in report.conflicts
+    assert (workspace / "job.out").exists()
