@@ -611,3 +611,28 @@ async def test_a_file_written_while_a_snapshot_is_taken_is_reported_as_a_conflic
     report = await branch.rewind(entry.checkpoint.id)
     assert "job.out" in report.conflicts
     assert (workspace / "job.out").exists()
+
+
+async def test_a_sandbox_merge_takes_a_checkpoint_of_the_home_checkout(workspace: Path) -> None:
+    git(workspace, "init", "-q", "-b", "main")
+    git(workspace, "config", "user.name", "T")
+    git(workspace, "config", "user.email", "t@example.invalid")
+    (workspace / "a.py").write_text("x = 1\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-q", "-m", "init")
+    branch = kit_branch(
+        workspace, tools=["reader", "editor", "bash", "sandbox"], allow_merge_into_protected=True
+    )
+    assert (await ok(branch, "sandbox", action="create"))["success"]
+    await ok(branch, "reader", action="read", path="a.py")
+    edit = {"action": "edit", "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}
+    assert (await ok(branch, "editor", **edit))["success"]
+    await ok(branch, "sandbox", action="commit", message="x is 2")
+    assert (await ok(branch, "sandbox", action="merge"))["success"]
+    assert (workspace / "a.py").read_text() == "x = 2\n"
+    merge = branch.checkpoints[-1]
+    assert merge.tool == "sandbox"
+    assert merge.files_changed == ("a.py",)
+    report = await branch.rewind(merge.id, scope="code")
+    assert report.restored == ("a.py",)
+    assert (workspace / "a.py").read_text() == "x = 1\n"
