@@ -9,6 +9,7 @@ from lionfactory._acting import ActionResult
 from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
 from lionfactory._call import CallContext, current_call
+from lionfactory._checkpoints import Checkpoint, RewindReport
 from lionfactory._exchange import Exchange
 from lionfactory._messages import (
     ChatModel,
@@ -28,12 +29,14 @@ __all__ = [
     "Branch",
     "CallContext",
     "ChatModel",
+    "Checkpoint",
     "Exchange",
     "Message",
     "MessageLog",
     "ModelReply",
     "PendingCall",
     "Registration",
+    "RewindReport",
     "Tool",
     "ToolCall",
     "ToolHints",

@@ -24,6 +24,7 @@ import attrs
 from lionfactory._acting import ActionResult, answer_result, arguments_object, execute_call
 from lionfactory._approvals import Answer, PendingCall
 from lionfactory._call import branch_collected
+from lionfactory._checkpoints import SCOPES, Checkpoint, CheckpointLog, RewindReport, Scope
 from lionfactory._messages import ChatModel, Message, MessageLog, ModelReply, ToolCall
 from lionfactory._registration import (
     Registration,
@@ -37,6 +38,7 @@ from lionfactory._registration import (
 from lionfactory._tool import SchemaStyle, Tool
 from lionfactory.errors import (
     ApprovalPending,
+    CheckpointNotFound,
     CloneError,
     ConfigurationError,
     RegistrationError,
@@ -88,6 +90,7 @@ class Branch:
     _registrations: list[Registration]
     _pending: dict[str, PendingCall]
     _running: set[str]
+    _checkpoints: CheckpointLog
 
     def __init__(
         self,
@@ -114,6 +117,7 @@ class Branch:
             registrations=[],
             pending={},
             running=set(),
+            checkpoints=CheckpointLog(),
         )
         # Not referencing the branch: a dropped branch is collected, and
         # what its tools keep for it (jobs, supervisors) is released then.
@@ -306,6 +310,8 @@ class Branch:
             metadata=self.metadata,
         )
         clone.messages = self.messages.copy()
+        # Before the replay: the clone's toolkit reads its source's checkpoints.
+        clone._checkpoints = self._checkpoints.copy()
         for registration in self.registrations:
             clone._replay(registration, registration.still_owned(self._owners.get))
         # Keep the source's tool order (an update= replacement keeps its slot).
@@ -321,6 +327,70 @@ class Branch:
             for call_id, p in self._pending.items()
         }
         return clone
+
+    # -- checkpoints ---------------------------------------------------------
+
+    @property
+    def checkpoints(self) -> tuple[Checkpoint, ...]:
+        """The checkpoints taken before this branch's file-changing calls, oldest first."""
+        return tuple(entry.checkpoint for entry in self._checkpoints.entries)
+
+    @property
+    def checkpoint_log(self) -> CheckpointLog:
+        """The checkpoint entries and rewinder, for the toolkit that takes them."""
+        return self._checkpoints
+
+    async def rewind(
+        self,
+        to: str,
+        *,
+        scope: Scope = "both",
+        paths: Sequence[str] | None = None,
+        dry_run: bool = False,
+        force: Sequence[str] = (),
+    ) -> RewindReport:
+        """Put the files and/or the conversation back to how they were at checkpoint `to`.
+
+        Args:
+            to: a checkpoint id from `checkpoints` (or a report's ``undo``).
+            scope: ``"code"`` (files only), ``"conversation"`` (the messages
+                after the checkpoint's ``message_index`` leave the active view,
+                kept in the record, and their read evidence with them) or
+                ``"both"``.
+            paths: restore only these workspace-relative paths (files only).
+            dry_run: change nothing; report exactly what the call would do.
+            force: conflicting paths to restore anyway.
+
+        Returns:
+            What was restored, deleted, left as a conflict or skipped, and the
+            id of the checkpoint that undoes this rewind.
+
+        Raises:
+            CheckpointNotFound: `to` is not one of this branch's checkpoints.
+            ConfigurationError: no toolkit with checkpoints is registered.
+            ValueError: an unknown scope.
+        """
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
+        if isinstance(paths, str) or isinstance(force, str):
+            raise TypeError("paths and force must be lists of paths, not a string")
+        entry = self._checkpoints.find(to)
+        if entry is None:
+            raise CheckpointNotFound(to, len(self._checkpoints.entries))
+        rewinder = self._checkpoints.rewinder
+        if rewinder is None:
+            raise ConfigurationError(
+                "this branch has checkpoints but no toolkit to rewind them; register "
+                "coding_toolkit (checkpoints=True) on it first"
+            )
+        return await rewinder.rewind(
+            self,
+            entry,
+            scope=scope,
+            paths=None if paths is None else tuple(paths),
+            dry_run=dry_run,
+            force=tuple(force),
+        )
 
     # -- closing -------------------------------------------------------------
 

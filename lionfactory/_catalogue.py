@@ -125,6 +125,12 @@ CATALOGUE: tuple[BuiltinTool, ...] = (
         coding="opt-in",
     ),
     _tool(
+        "checkpoint",
+        package="lionfactory.coding.checkpoint",
+        needs=frozenset({"branch"}),
+        coding="opt-in",
+    ),
+    _tool(
         "subagent",
         package="lionfactory.coding.subagent",
         needs=frozenset({"branch", "workspace"}),

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from lionfactory._approvals import PendingCall
+from lionfactory._checkpoints import CheckpointLog
 from lionfactory._messages import Message, MessageLog
 from lionfactory._registration import FACTORIES, Registration
 from lionfactory._tool import Tool
@@ -275,6 +276,7 @@ def branch_to_dict(branch: Branch, *, dump_messages: bool = True) -> dict[str, A
         "registrations": registrations,
         "tool_order": list(branch.tools),
         "pending": _pending_to_data(branch),
+        "checkpoints": branch.checkpoint_log.to_data(),
     }
 
 
@@ -382,6 +384,8 @@ def branch_from_dict(
         )
     branch.tool_state = dict(tool_state)
     branch.messages = log
+    # Before the replay: a toolkit rebuilt for the branch finds its checkpoints.
+    branch._checkpoints = CheckpointLog.from_data(data.get("checkpoints"))
     for maybe_factory, kwargs, names, supplied in plan:
         source: Callable[..., Any] | tuple[Tool, ...] = (
             maybe_factory

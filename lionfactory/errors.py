@@ -18,6 +18,7 @@ never crashes an agent loop::
     ├── UnknownOwnerError (LookupError)  an Exchange call named an unregistered owner
     ├── ConflictError                    a branch store holds a newer save than the one loaded
     ├── UnknownBranchError (LookupError) a branch store has no branch of that id
+    ├── CheckpointNotFound (LookupError) Branch.rewind named no checkpoint of the branch
     ├── ScriptExhaustedError (AssertionError)
     │                                    a ScriptedModel ran out of replies (testing)
     ├── ModelError                       a chat model request failed (lionfactory.models)
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalPending",
     "ApprovalRequired",
+    "CheckpointNotFound",
     "CloneError",
     "ConfigurationError",
     "ConflictError",
@@ -265,6 +267,21 @@ class ConflictError(LionfactoryError):
         self.branch_id = branch_id
         self.expected = expected
         self.found = found
+
+
+class CheckpointNotFound(LionfactoryError, LookupError):
+    """`Branch.rewind` named an id that is none of the branch's checkpoints.
+
+    Attributes:
+        checkpoint_id: the id asked for.
+    """
+
+    def __init__(self, checkpoint_id: str, known: int) -> None:
+        super().__init__(
+            f"no checkpoint {checkpoint_id!r} on this branch ({known} checkpoint(s); "
+            f"branch.checkpoints lists them)"
+        )
+        self.checkpoint_id = checkpoint_id
 
 
 class UnknownBranchError(LionfactoryError, LookupError):

@@ -7,6 +7,7 @@ import queue
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -32,6 +33,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Checkpoint stores of the toolkits tests build go to a temporary state
+# directory, never the developer's own (subprocesses inherit it).
+if not os.environ.get("LIONFACTORY_STATE_DIR"):
+    os.environ["LIONFACTORY_STATE_DIR"] = tempfile.mkdtemp(prefix="lionfactory-state-")
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     (
         "lionfactory.errors",
         "lionfactory._approvals",
+        "lionfactory._checkpoints",
         "lionfactory._messages",
         "lionfactory._tool",
         "lionfactory._call",

@@ -178,11 +178,16 @@ class Git:
         env: extra variables (``GIT_INDEX_FILE`` for a scratch index, ...).
         isolation: the confinement git starts under (hooks never run: see HARDENING);
             None runs it directly (and keeps the runner's signature minimal).
+        own_config: the repository is one only the library writes (the
+            checkpoint store, pinned with `at`), so no driver listing is read
+            before content commands: its configuration names none, and git
+            reads no other (``GIT_CONFIG_GLOBAL``/``NOSYSTEM``).
     """
 
     runner: Runner = run_process
     env: Mapping[str, str] = attrs.field(factory=dict)
     isolation: Isolation | None = None
+    own_config: bool = False
 
     def with_env(self, **extra: str) -> Git:
         """The same runner with more environment variables."""
@@ -301,7 +306,7 @@ class Git:
         position = _subcommand_index(args)
         subcommand = args[position] if position < len(args) else ""
         blanked: dict[str, str] = {}
-        if subcommand not in _CONTENT_FREE:
+        if subcommand not in _CONTENT_FREE and not self.own_config:
             blanked = await self._driver_overrides(cwd)
         if subcommand in _DIFFING:
             args[position + 1 : position + 1] = ["--no-ext-diff", "--no-textconv"]

@@ -15,7 +15,9 @@ that carry its policy, and composes the tools they return:
   to every tool that starts a program, to the sandbox's git and to
   subagents, which can only narrow it;
 * user hooks, in tiers (security, then the tool's own, then ``"*"``), and
-  the nudge post hook.
+  the nudge post hook;
+* checkpoints (`_checkpointing`): the workspace recorded before each call
+  that can change files, so `Branch.rewind` can put it back.
 
 The request models, defaults, keys and error texts are the standalone tools'
 own, because the standalone handler does the work. Everything stateful lives
@@ -30,10 +32,11 @@ import contextlib
 import copy
 import inspect
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import attrs
 
 from lionfactory._call import CallContext, call_context, current_call
@@ -50,9 +53,12 @@ from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, run_pre_hooks
 from lionfactory.coding._active import ActiveWorkspace
+from lionfactory.coding._checkpointing import Checkpointer, plan_call
 from lionfactory.coding._guard import EvidenceCheck, EvidenceStore
 from lionfactory.coding._nudges import NudgeHook, NudgeRule, default_nudge_rules
+from lionfactory.coding._snapshots import SnapshotError, refuse_root
 from lionfactory.coding.rules import Rule, RuleHook, hinted_rules, rule_set
+from lionfactory.errors import ToolDenied
 from lionfactory.tools._code_intel import CodeIntel, build_code_intel
 from lionfactory.tools.jobs import jobs_tool
 
@@ -217,6 +223,8 @@ class _Toolkit:
         for intel in self.intels.values():
             await intel.close_branch(branch_id)
 
+    checkpointer: Checkpointer | None = None
+
     @property
     def active(self) -> Workspace:
         """The workspace the tools work in now."""
@@ -253,12 +261,48 @@ class _Toolkit:
         return self.check.store
 
     async def call(self, name: str, request: Any) -> Any:
-        """Run the current standalone handler for `name`, asking it for file evidence.
+        """Run the current standalone handler for `name`, checkpointed when it can change files."""
+        handler = self.tools[name].handler
+        return await self.checkpointed(name, request, lambda: self._call(handler, name, request))
+
+    async def checkpointed(self, name: str, request: Any, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Run `run()` between the checkpoint before the call and the record of its changes.
+
+        A checkpoint that cannot be taken (a full disk, say) refuses the
+        call: it would change files no rewind could put back.
+        """
+        plan = None if self.checkpointer is None else plan_call(name, request, self.active)
+        if plan is None or self.checkpointer is None:
+            return await run()
+        # A sandbox merge changes the home checkout, wherever the tools work now.
+        workspace = self.where.home if name == "sandbox" else self.active
+        try:
+            entry = await self.checkpointer.before(workspace, name, plan.paths)
+        except SnapshotError as exc:
+            raise ToolDenied(
+                f"No checkpoint could be taken before this call, so it did not run: {exc.message}",
+                name,
+            ) from None
+        try:
+            return await run()
+        finally:
+            # Recorded even when the call failed or was cancelled: it may have
+            # changed files before it stopped.
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(_AFTER_TIMEOUT),
+                contextlib.suppress(SnapshotError),
+            ):
+                await self.checkpointer.after(
+                    workspace, entry, job_started=plan.job_started, job_ended=plan.job_ended
+                )
+
+    async def _call(self, handler: Callable[[Any], Awaitable[Any]], name: str, request: Any) -> Any:
+        """Run `handler`, asking it for file evidence.
 
         Under `Branch.act` the evidence lands on the tool message (and leaves
         with it); outside, in a call context of its own, it goes to `store`.
         """
-        handler = self.tools[name].handler
         running = current_call()
         if running is not None:
             self.warm(name, request)
@@ -312,6 +356,28 @@ def _tool_hooks(
         tiers["pre"].append(_SecurityRecheck(tuple(security)))
     tiers["pre"][:0] = security
     return tiers
+
+
+_AFTER_TIMEOUT = 120.0
+"""Seconds the snapshot after a call may take (it runs shielded from cancellation)."""
+
+
+@attrs.frozen
+class _Checkpointed:
+    """A tool handler (jobs, sandbox) run between the toolkit's checkpoints."""
+
+    kit: _Toolkit
+    name: str
+    handler: Callable[[Any], Awaitable[Any]]
+
+    async def __call__(self, request: Any) -> Any:
+        return await self.kit.checkpointed(self.name, request, lambda: self.handler(request))
+
+    async def close_branch(self, branch_id: Any) -> None:
+        """The wrapped handler's own (Branch.aclose asks the handler), if it has one."""
+        closer = getattr(self.handler, "close_branch", None)
+        if closer is not None:
+            await closer(branch_id)
 
 
 @attrs.frozen
@@ -379,6 +445,7 @@ def coding_toolkit(
     code_engine: str = "auto",
     _code_server: Sequence[str] | None = None,
     max_output_bytes: int | None = None,
+    checkpoints: bool = True,
 ) -> list[Tool]:
     """Build the coding tools for one branch: standalone tools plus branch policy.
 
@@ -442,6 +509,13 @@ def coding_toolkit(
             of ``ty server``.
         max_output_bytes: bytes of each stream one ``bash`` answer shows (the
             rest is kept whole for ``jobs``); None: bash's default, 30,000.
+        checkpoints: record the workspace before each call that can change
+            files (editor changes, bash unless its parse shows it only reads,
+            background jobs and their kill, a sandbox merge) in a private
+            store under the state directory (``$LIONFACTORY_STATE_DIR``, else
+            ``$XDG_STATE_HOME/lionfactory``), so `Branch.rewind` can put files
+            and conversation back. Refused for a workspace that is the home
+            directory or ``/``.
 
     Returns:
         The tools, each bound to `branch`.
@@ -461,6 +535,7 @@ def coding_toolkit(
         notify_max_tokens,
         allow_merge_into_protected=allow_merge_into_protected,
         keep_default_nudges=keep_default_nudges,
+        checkpoints=checkpoints,
     )
     hook_map = _normalise_hooks(hooks)
     if code_engine not in ("auto", "ast"):
@@ -497,12 +572,23 @@ def coding_toolkit(
             if name in WORKSPACE_TOOLS
         }
     )
+    if checkpoints:
+        refused = refuse_root(workspace.root)
+        if refused is not None:
+            raise ValueError(
+                f"checkpoints are refused for {refused} ({workspace.root}): a snapshot would "
+                f"copy everything under it; use a project directory, or checkpoints=False"
+            )
+        kit.checkpointer = Checkpointer(
+            branch, confinement, forget_evidence=kit.store.by_path.clear
+        )
+        branch.checkpoint_log.rewinder = kit.checkpointer
 
     built = _wrapped_workspace_tools(kit)
     if "bash" in names:
         # Background jobs and kept output come with bash: its answers name
         # job and output ids only `jobs` can read. Jobs are per branch.
-        built["jobs"] = jobs_tool()
+        built["jobs"] = _with_checkpoints(kit, "jobs", jobs_tool())
         names = _with_jobs(names)
     if "context" in names:
         # Imported here: a toolkit without it (``mcp serve``'s) skips its models.
@@ -512,14 +598,24 @@ def coding_toolkit(
     if "sandbox" in names:
         from lionfactory.coding.sandbox import sandbox_tool
 
-        built["sandbox"] = sandbox_tool(
-            branch,
-            workspace_root=workspace.root,
-            on_switch=where.enter,
-            allow_merge_into_protected=allow_merge_into_protected,
-            isolation=confinement,
-            on_restore=where.resume,
+        built["sandbox"] = _with_checkpoints(
+            kit,
+            "sandbox",
+            sandbox_tool(
+                branch,
+                workspace_root=workspace.root,
+                on_switch=where.enter,
+                allow_merge_into_protected=allow_merge_into_protected,
+                isolation=confinement,
+                on_restore=where.resume,
+            ),
         )
+    if "checkpoint" in names:
+        if kit.checkpointer is None:
+            raise ValueError("the checkpoint tool needs checkpoints=True")
+        from lionfactory.coding.checkpoint import checkpoint_tool
+
+        built["checkpoint"] = checkpoint_tool(branch)
     if "subagent" in names:
         from lionfactory.coding.subagent import subagent_tool
 
@@ -594,6 +690,13 @@ def _with_rules(
     every = out.setdefault("*", {})
     every["security"] = (RuleHook(rules, root), *every.get("security", ()))
     return out
+
+
+def _with_checkpoints(kit: _Toolkit, name: str, tool: Tool) -> Tool:
+    """`tool` with its handler run between checkpoints (when the toolkit takes them)."""
+    if kit.checkpointer is None:
+        return tool
+    return attrs.evolve(tool, handler=_Checkpointed(kit, name, tool.handler))
 
 
 def _with_jobs(names: tuple[str, ...]) -> tuple[str, ...]:

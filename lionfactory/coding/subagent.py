@@ -88,7 +88,7 @@ _READ_ONLY = ("reader", "search", "code_check", "code_nav", "ast_search", "conte
 PERMITTED_TOOLS: Mapping[str, tuple[str, ...]] = {
     "read_only": _READ_ONLY,
     "safe": (*_READ_ONLY, "editor", "bash"),
-    "allow_all": (*_READ_ONLY, "editor", "bash", "sandbox"),
+    "allow_all": (*_READ_ONLY, "editor", "bash", "sandbox", "checkpoint"),
     "deny_all": (),
 }
 """The coding tools each permission set gives the child."""

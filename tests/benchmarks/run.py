@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "exchange": "bench_exchange",
     "mcp": "bench_mcp",
     "code_intel": "bench_code_intel",
+    "checkpoints": "bench_checkpoints",
 }
 """Benchmark names, in the order of the targets, and their modules."""
 

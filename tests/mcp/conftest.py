@@ -20,7 +20,11 @@ from lionfactory.mcp._stateless import PROGRESS_ENVIRONMENT
 # point the server's Python at the checkout under test, so a worktree's tests
 # exercise that worktree's server and not whichever copy is installed.
 SOURCE_ROOT = str(Path(lionfactory.__file__).resolve().parents[1])
-SERVER_ENV = {"PYTHONPATH": SOURCE_ROOT}
+# The served toolkit's checkpoint stores go to the tests' state directory.
+SERVER_ENV = {
+    "PYTHONPATH": SOURCE_ROOT,
+    **{k: v for k, v in os.environ.items() if k == "LIONFACTORY_STATE_DIR"},
+}
 
 NOTES = "alpha\nbeta\n"
 

@@ -481,3 +481,21 @@ async def test_a_served_session_with_the_context_tool_is_told_to_use_it(
     notes = await _nudges_after_reads(stdio_server("--tools", "reader,context"), 6)
     assert notes[:3] == ["", "", ""]
     assert "Context usage is about" in notes[3] and "context tool" in notes[3]
+
+
+async def test_a_served_session_lists_and_rewinds_its_checkpoints(
+    git_workspace: Path, stdio_server: Callable[..., StdioServerParameters]
+) -> None:
+    params = stdio_server("--tools", "reader,editor,checkpoint")
+    async with Client(params) as client:
+        await client.call_tool("reader", READ)
+        assert not (await client.call_tool("editor", EDIT)).is_error
+        listed = (await client.call_tool("checkpoint", {"action": "list"})).structured_content
+        [entry] = listed["checkpoints"]
+        assert (entry["tool"], entry["files_changed"]) == ("editor", ["notes.txt"])
+        rewound = await client.call_tool(
+            "checkpoint", {"action": "rewind", "to": entry["id"], "dry_run": False}
+        )
+    assert not rewound.is_error, text(rewound)
+    assert rewound.structured_content["report"]["restored"] == ["notes.txt"]
+    assert (git_workspace / "notes.txt").read_text(encoding="utf-8") == NOTES

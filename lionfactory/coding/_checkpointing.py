@@ -1,0 +1,669 @@
+"""Checkpoints for one branch of a coding toolkit: take them around calls, rewind to them.
+
+`Checkpointer` is the rewinder a toolkit registers on its branch's
+`CheckpointLog`. Before a call that can change files it records the
+workspace's state (`State`) and after the call the state the call left, so
+that each checkpoint's entry holds ``before`` and ``after``:
+
+* before an editor call only the paths the call names are hashed,
+  in-process, over the last full snapshot (the touched paths are known);
+* before any other call (bash, a job, a sandbox merge) a full snapshot is
+  taken with the store's persistent index, which hashes only what changed.
+
+A rewind is a three-way decision per path, between its entry at the target
+checkpoint, in the branch's latest recorded state, and on disk now:
+
+* a path that differs from the target and that only this branch's calls
+  changed since (each gap between one call's ``after`` and the next call's
+  ``before`` is someone else's doing, and so is any difference between the
+  latest ``after`` and the disk) is restored;
+* a path someone else changed in that time is a conflict, left untouched
+  unless named in ``force``;
+* a path never tracked (ignored, over a limit, protected, a nested
+  repository) is never touched.
+
+Before the first change a journal of the operations is written to the store;
+the next rewind or checkpoint of any branch on the workspace runs a journal
+it finds to the end, so a rewind killed halfway completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from lionfactory._call import current_call
+from lionfactory._checkpoints import Checkpoint, CheckpointEntry, RewindReport, Scope
+from lionfactory._os.isolation import Isolation
+from lionfactory._os.workspace import Workspace
+from lionfactory.coding._restore import (
+    Op,
+    apply_op,
+    make_dirs,
+    read_journal,
+    remove_empty_dirs,
+    write_journal,
+)
+from lionfactory.coding._snapshots import (
+    GITLINK,
+    Entry,
+    Limits,
+    Manifest,
+    SnapshotError,
+    SnapshotStore,
+    State,
+    valid_path,
+)
+
+if TYPE_CHECKING:
+    from lionfactory._branch import Branch
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: the in-process lock only
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["Checkpointer"]
+
+_JOURNAL = "rewind.json"
+
+
+def _new_id() -> str:
+    return "ckpt_" + secrets.token_hex(8)
+
+
+def _message_index(branch: Branch) -> int:
+    """The record index of the assistant message carrying the running call."""
+    record = branch.messages.record
+    running = current_call()
+    if running is not None and running.call_id:
+        for index in range(len(record) - 1, -1, -1):
+            message = record[index]
+            if message.role == "assistant" and any(
+                call.id == running.call_id for call in message.tool_calls
+            ):
+                return index
+    return len(record) - 1
+
+
+@attrs.define(eq=False)
+class Checkpointer:
+    """The checkpoints of one branch of one toolkit (the branch's rewinder).
+
+    Attributes:
+        branch: the branch whose log holds the checkpoints.
+        isolation: the toolkit's confinement, for the snapshot git.
+        limits: what snapshots leave out and how much is kept.
+        forget_evidence: drops read evidence kept outside the conversation
+            (the toolkit's local store) on a conversation rewind.
+    """
+
+    branch: Branch
+    isolation: Isolation | None
+    limits: Limits = attrs.field(factory=Limits)
+    forget_evidence: Callable[[], None] = lambda: None
+    # Open (not yet ended) background jobs started by this branch, by root:
+    # what changes meanwhile is the job's doing, not someone else's.
+    _jobs_open: set[str] = attrs.field(factory=set)
+
+    def store(self, workspace: Workspace) -> SnapshotStore:
+        """The store of `workspace` (raises `SnapshotError` for ``/`` or the home directory)."""
+        return SnapshotStore.for_workspace(workspace, isolation=self.isolation, limits=self.limits)
+
+    # -- around calls --------------------------------------------------------
+
+    async def before(
+        self, workspace: Workspace, tool: str, paths: Sequence[str] | None
+    ) -> CheckpointEntry:
+        """Take the checkpoint before a call: of `paths` only, or of everything (None).
+
+        Raises:
+            SnapshotError: the snapshot failed (the call should not run blind).
+        """
+        store = self.store(workspace)
+        root = str(workspace.root)
+        extra: dict[str, Any] = {"root": root}
+        async with _exclusive(store):
+            await self._finish_journal(store)
+            last = self._latest(root)
+            if paths is not None and last is not None and last.tree is not None:
+                state = last.with_paths(store.snapshot_paths(paths))
+            else:
+                snap = await store.snapshot()
+                state = snap.state
+                extra["skipped"] = list(snap.skipped)
+                if snap.unsettled:
+                    extra["unsettled"] = list(snap.unsettled)
+                if paths is not None:
+                    state = state.with_paths(store.snapshot_paths(paths))
+            if root in self._jobs_open:
+                extra["job_open"] = True
+        checkpoint = Checkpoint(
+            id=_new_id(),
+            message_index=_message_index(self.branch),
+            tool=tool,
+            created_at=datetime.now(UTC),
+        )
+        fresh = store.keep_ref(state, touch=paths is None)
+        entry = CheckpointEntry(checkpoint, {**extra, "before": state.to_data(), "paths": paths})
+        self.branch.checkpoint_log.add(entry)
+        if fresh and _over(store):
+            self._forget(await store.prune())
+        return entry
+
+    async def after(
+        self,
+        workspace: Workspace,
+        entry: CheckpointEntry,
+        *,
+        job_started: bool = False,
+        job_ended: bool = False,
+    ) -> CheckpointEntry:
+        """Record what the call left and fill in the checkpoint's `files_changed`."""
+        store = self.store(workspace)
+        before = State.from_data(entry.data["before"])
+        paths = entry.data.get("paths")
+        data = dict(entry.data)
+        root = str(workspace.root)
+        async with _exclusive(store):
+            if paths is not None:
+                after = before.with_paths(store.snapshot_paths(paths))
+                changed = sorted(
+                    p for p, e in after.overlay if dict(before.overlay).get(p, _MISSING) != e
+                )
+            else:
+                snap = await store.snapshot()
+                after = snap.state
+                changed = sorted(await store.changed_between(before, after))
+                if snap.unsettled:
+                    data["unsettled"] = sorted({*data.get("unsettled", ()), *snap.unsettled})
+        if job_started:
+            self._jobs_open.add(root)
+            data["job_open"] = True
+        if job_ended:
+            self._jobs_open.discard(root)
+            data.pop("job_open", None)
+        data["after"] = after.to_data()
+        fresh = store.keep_ref(after, touch=paths is None)
+        ended = CheckpointEntry(attrs.evolve(entry.checkpoint, files_changed=tuple(changed)), data)
+        self.branch.checkpoint_log.replace(ended)
+        if fresh and _over(store):
+            self._forget(await store.prune())
+        return ended
+
+    def _forget(self, trees: Sequence[str]) -> None:
+        """Drop this branch's checkpoints whose target tree was pruned."""
+        gone = set(trees)
+        self.branch.checkpoint_log.drop(
+            [
+                e.checkpoint.id
+                for e in self.branch.checkpoint_log.entries
+                if (e.data.get("before") or {}).get("tree") in gone
+            ]
+        )
+
+    def _latest(self, root: str) -> State | None:
+        """The branch's latest recorded state of `root` (after its last call)."""
+        for entry in reversed(self.branch.checkpoint_log.entries):
+            if entry.data.get("root") != root:
+                continue
+            with contextlib.suppress(SnapshotError):
+                return State.from_data(entry.data.get("after") or entry.data["before"])
+        return None
+
+    # -- rewind --------------------------------------------------------------
+
+    async def rewind(
+        self,
+        branch: Branch,
+        entry: CheckpointEntry,
+        *,
+        scope: Scope,
+        paths: tuple[str, ...] | None,
+        dry_run: bool,
+        force: tuple[str, ...],
+    ) -> RewindReport:
+        """Rewind `branch` to `entry` (see the module docstring).
+
+        Raises:
+            SnapshotError: the store cannot be read or the workspace snapshot failed.
+        """
+        root = entry.data.get("root")
+        if scope == "conversation":
+            if not dry_run:
+                undo = self._conversation_undo(branch)
+                self._rewind_conversation(branch, entry)
+                return RewindReport(undo=undo.checkpoint.id)
+            return RewindReport()
+        if not isinstance(root, str):
+            raise SnapshotError("The checkpoint names no workspace; it cannot be restored.")
+        workspace = Workspace.at(root)
+        store = self.store(workspace)
+        async with _exclusive(store):
+            await self._finish_journal(store)
+            report, ops, dirs_gone, dirs_made, now = await self._plan(
+                store, entry, paths=paths, force=force
+            )
+            if dry_run:
+                return report
+            undo = await self._take_undo(store, branch, now)
+            journal = store.journal_dir / _JOURNAL
+            blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
+            write_journal(
+                journal,
+                {
+                    "ops": [op.to_data() for op in ops],
+                    "dirs_gone": dirs_gone,
+                    "dirs_made": dirs_made,
+                },
+            )
+            outcomes, removed = await anyio.to_thread.run_sync(
+                _run_ops, workspace, ops, blobs, dirs_gone, dirs_made
+            )
+            with contextlib.suppress(OSError):
+                journal.unlink()
+            after = await store.snapshot(dirs=True)
+        restored = tuple(
+            op.path for op in ops if op.target is not None and outcomes[op.path] != "conflict"
+        )
+        deleted = tuple(
+            op.path for op in ops if op.target is None and outcomes[op.path] != "conflict"
+        )
+        late = tuple(op.path for op in ops if outcomes[op.path] in ("conflict", "refused"))
+        undo_state = after.state
+        data = dict(undo.data)
+        data["after"] = undo_state.to_data()
+        store.keep_ref(undo_state, touch=True)
+        changed = tuple(sorted({*restored, *deleted}))
+        branch.checkpoint_log.replace(
+            CheckpointEntry(attrs.evolve(undo.checkpoint, files_changed=changed), data)
+        )
+        if scope == "both":
+            self._rewind_conversation(branch, entry)
+        return RewindReport(
+            restored=tuple(p for p in restored if p not in late),
+            deleted=tuple(p for p in deleted if p not in late) + tuple(removed),
+            conflicts=tuple(sorted({*report.conflicts, *late})),
+            skipped=report.skipped,
+            undo=undo.checkpoint.id,
+        )
+
+    async def _plan(
+        self,
+        store: SnapshotStore,
+        entry: CheckpointEntry,
+        *,
+        paths: tuple[str, ...] | None,
+        force: tuple[str, ...],
+    ) -> tuple[RewindReport, list[Op], list[str], list[str], State]:
+        root = str(store.workspace.root)
+        snap = await store.snapshot(dirs=True)
+        now_state = snap.state
+        target_state = State.from_data(entry.data["before"])
+        target = await store.manifest(target_state)
+        now = await store.manifest(now_state)
+        external = await self._external(store, entry, root, now_state)
+        skipped: set[str] = {s.rsplit(": ", 1)[0] for s in snap.skipped}
+        conflicts: list[str] = []
+        ops: list[Op] = []
+        forced = set(force)
+        for path in sorted(target.keys() | now.keys()):
+            want, have = target.get(path), now.get(path)
+            if want == have:
+                continue
+            if paths is not None and not _selected(path, paths):
+                continue
+            if not self._restorable(store.workspace, path, want, have):
+                skipped.add(path)
+                continue
+            if path in external and path not in forced:
+                conflicts.append(path)
+                continue
+            ops.append(Op(path, have, want))
+        ops.sort(key=lambda op: (op.target is not None, -op.path.count("/"), op.path))
+        wanted = _folders(target) | {f for d in target_state.dirs for f in (*_parents(d), d)}
+        leaving = {f for op in ops if op.target is None for f in _parents(op.path)}
+        leaving |= {f for d in now_state.dirs for f in (*_parents(d), d)}
+        gone = sorted(f for f in leaving - wanted if _selected_any(f, paths))
+        present = _folders(now) | set(now_state.dirs)
+        made = sorted(d for d in target_state.dirs if d not in present and _selected_any(d, paths))
+        leaving_paths = {op.path for op in ops if op.target is None}
+        emptied = _emptied(store.workspace.root, gone, leaving_paths)
+        report = RewindReport(
+            restored=tuple(op.path for op in ops if op.target is not None),
+            deleted=tuple(op.path for op in ops if op.target is None) + emptied,
+            conflicts=tuple(conflicts),
+            skipped=tuple(sorted(p for p in skipped if paths is None or _selected(p, paths))),
+        )
+        return report, ops, gone, made, now_state
+
+    def _restorable(
+        self, workspace: Workspace, path: str, want: Entry | None, have: Entry | None
+    ) -> bool:
+        if not valid_path(path) or workspace.is_hidden(path):
+            return False
+        return not any(e is not None and e.mode == GITLINK for e in (want, have))
+
+    async def _external(
+        self, store: SnapshotStore, entry: CheckpointEntry, root: str, now: State
+    ) -> set[str]:
+        """Paths changed since `entry` by something other than this branch's calls."""
+        chain = [e for e in self.branch.checkpoint_log.entries if e.data.get("root") == root]
+        start = next(
+            (i for i, e in enumerate(chain) if e.checkpoint.id == entry.checkpoint.id), None
+        )
+        if start is None:
+            # A checkpoint of another branch (a clone's source): everything since is
+            # someone else's doing as far as this branch knows.
+            start = 0
+            chain = [entry, *chain]
+        external: set[str] = set()
+        chain = chain[start:]
+        for current in chain:
+            # Changed while a snapshot was being taken (a job writing, say): the
+            # recorded content may not be what the branch's call left.
+            external.update(p for p in current.data.get("unsettled", ()) if isinstance(p, str))
+        for current, following in zip(chain, [*chain[1:], None], strict=True):
+            after_data = current.data.get("after")
+            if after_data is None:
+                # A call that never ended (killed): its changes are unknown, not someone else's.
+                continue
+            after = State.from_data(after_data)
+            nxt = now if following is None else State.from_data(following.data["before"])
+            if current.data.get("job_open") or (
+                following is not None and following.data.get("job_open")
+            ):
+                # A background job of this branch was running: its writes are ours.
+                continue
+            external |= await store.changed_between(after, nxt)
+        return external
+
+    async def _take_undo(self, store: SnapshotStore, branch: Branch, now: State) -> CheckpointEntry:
+        checkpoint = Checkpoint(
+            id=_new_id(),
+            message_index=len(branch.messages.record) - 1,
+            tool="rewind",
+            created_at=datetime.now(UTC),
+        )
+        store.keep_ref(now, touch=True)
+        undo = CheckpointEntry(
+            checkpoint,
+            {
+                "root": str(store.workspace.root),
+                "before": now.to_data(),
+                "paths": None,
+                "view": [m.id for m in branch.messages.active],
+            },
+        )
+        branch.checkpoint_log.add(undo)
+        return undo
+
+    def _conversation_undo(self, branch: Branch) -> CheckpointEntry:
+        last = next((e for e in reversed(branch.checkpoint_log.entries) if "root" in e.data), None)
+        data: dict[str, Any] = {"view": [m.id for m in branch.messages.active]}
+        if last is not None:
+            state = last.data.get("after") or last.data["before"]
+            data.update(root=last.data["root"], before=state, after=state, paths=None)
+        undo = CheckpointEntry(
+            Checkpoint(
+                id=_new_id(),
+                message_index=len(branch.messages.record) - 1,
+                tool="rewind",
+                created_at=datetime.now(UTC),
+            ),
+            data,
+        )
+        branch.checkpoint_log.add(undo)
+        return undo
+
+    def _rewind_conversation(self, branch: Branch, entry: CheckpointEntry) -> None:
+        """Messages after the checkpoint's index leave the view (an undo's view comes back)."""
+        log = branch.messages
+        record = log.record
+        index = entry.checkpoint.message_index
+        view = entry.data.get("view")
+        if isinstance(view, list):
+            keep = {v for v in view if isinstance(v, str)}
+            log.evict_ids([m.id for m in record[index + 1 :] if m.id not in keep])
+            for message_id in keep:
+                if log.get(message_id) is not None and not log.is_active(message_id):
+                    at = log.record_index(message_id)
+                    log.restore(at, at + 1)
+        else:
+            log.evict_ids([m.id for m in record[index + 1 :]])
+        self.forget_evidence()
+
+    async def _finish_journal(self, store: SnapshotStore) -> None:
+        """Run a journal a killed rewind left to the end (hold the store's lock)."""
+        store.ensure()
+        journal = store.journal_dir / _JOURNAL
+        found = read_journal(journal, _journal_parts)
+        if found is None:
+            return
+        ops, gone, made = found
+        blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
+        await anyio.to_thread.run_sync(_run_ops, store.workspace, ops, blobs, gone, made)
+        with contextlib.suppress(OSError):
+            journal.unlink()
+
+    async def close_branch(self, branch_id: Any) -> None:
+        """Nothing held per branch: the store's files stay for later rewinds."""
+        del branch_id
+
+
+_MISSING = object()
+
+
+def _journal_parts(raw: Any) -> tuple[list[Op], list[str], list[str]]:
+    ops = [Op.from_data(item) for item in raw["ops"]]
+    gone = [f for f in raw["dirs_gone"] if isinstance(f, str) and valid_path(f)]
+    made = [f for f in raw["dirs_made"] if isinstance(f, str) and valid_path(f)]
+    return ops, gone, made
+
+
+def _run_ops(
+    workspace: Workspace,
+    ops: list[Op],
+    blobs: dict[str, bytes],
+    gone: list[str],
+    made: list[str],
+) -> tuple[dict[str, str], list[str]]:
+    """Deletions, then empty folders, then writes (a folder may become a file and back)."""
+    outcomes: dict[str, str] = {}
+    root_fd = workspace.open_root()
+    try:
+        for op in ops:
+            if op.target is None:
+                outcomes[op.path] = apply_op(root_fd, op, blobs)
+        removed = remove_empty_dirs(root_fd, gone)
+        for op in ops:
+            if op.target is not None:
+                outcomes[op.path] = apply_op(root_fd, op, blobs)
+        make_dirs(root_fd, made)
+    finally:
+        os.close(root_fd)
+    return outcomes, removed
+
+
+def _emptied(root: Path, folders: list[str], leaving: set[str]) -> tuple[str, ...]:
+    """The folders a rewind's deletions leave empty (deepest first), as it will remove them."""
+    gone: set[str] = set()
+    order = sorted(folders, key=lambda f: (-f.count("/"), f))
+    for folder in order:
+        try:
+            names = os.listdir(root / folder)
+        except OSError:
+            continue
+        if all(f"{folder}/{name}" in leaving or f"{folder}/{name}" in gone for name in names):
+            gone.add(folder)
+    return tuple(f for f in order if f in gone)
+
+
+def _selected(path: str, paths: Iterable[str]) -> bool:
+    return any(path == p.strip("/") or path.startswith(p.strip("/") + "/") for p in paths)
+
+
+def _selected_any(path: str, paths: Iterable[str] | None) -> bool:
+    return paths is None or _selected(path, paths)
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _folders(manifest: Manifest) -> set[str]:
+    """Folders holding the manifest's paths."""
+    return {folder for path in manifest for folder in _parents(path)}
+
+
+def _over(store: SnapshotStore) -> bool:
+    folder = store.git_dir / "refs" / "checkpoints"
+    try:
+        return sum(1 for _ in folder.iterdir()) > store.limits.keep
+    except OSError:
+        return False
+
+
+@contextlib.asynccontextmanager
+async def _exclusive(store: SnapshotStore) -> Any:
+    """Hold the store: this process's lock, then ``flock`` across processes."""
+    async with store.lock:
+        store.ensure()
+        fd = os.open(store.directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    # Another process holds it: wait in a thread, not in the event loop.
+                    await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+@attrs.frozen
+class CallPlan:
+    """How to checkpoint one call.
+
+    Attributes:
+        paths: the only paths the call can change (None: any, take a full snapshot).
+        job_started: the call may leave a background job running.
+        job_ended: the call ends (or may end) the branch's background jobs.
+    """
+
+    paths: tuple[str, ...] | None
+    job_started: bool = False
+    job_ended: bool = False
+
+
+_EDITING = frozenset({"write", "edit", "multi_edit", "insert", "apply_patch", "delete"})
+
+# Programs that change no file whatever their arguments (output redirects aside).
+_READING_PROGRAMS = frozenset(
+    {"ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "pwd", "echo"}
+    | {"printf", "true", "false", "stat", "file", "du", "df", "which", "type", "env"}
+    | {"date", "whoami", "id", "uname", "tree", "diff", "cmp", "less", "more", "nl"}
+    | {"realpath", "dirname", "basename", "readlink", "test", "[", "sha256sum", "md5sum"}
+    | {"jq", "cut", "tr", "uniq", "column", "ps", "hostname", "seq", "od", "xxd", "hexdump"}
+)
+_READING_GIT = frozenset(
+    {"status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "grep", "shortlog"}
+)
+_FIND_WRITES = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint"})
+
+
+def bash_reads_only(command: str) -> bool:
+    """Whether a bash command's parse shows it changes no file (conservative: unsure is False)."""
+    from lionfactory._shell_parse import ShellSyntaxError, simple_commands
+
+    try:
+        commands = simple_commands(command)
+    except (ShellSyntaxError, ValueError):
+        return False
+    if not commands:
+        return False
+    for simple in commands:
+        if simple.dynamic or simple.assignments or simple.stdin:
+            return False
+        if any(target not in ("/dev/null", "&1", "&2", "1", "2") for target in simple.redirects):
+            return False
+        words = simple.words
+        if not words:
+            return False
+        program = words[0].rsplit("/", 1)[-1]
+        if program in _READING_PROGRAMS:
+            continue
+        if program == "git" and len(words) > 1 and words[1] in _READING_GIT:
+            if any(w.startswith("--output") for w in words):
+                return False
+            continue
+        if program == "sed" and not any(w.startswith(("-i", "--in-place")) for w in words[1:]):
+            continue
+        if program == "find" and not _FIND_WRITES.intersection(words):
+            continue
+        if program == "sort" and not any(w.startswith(("-o", "--output")) for w in words[1:]):
+            continue
+        return False
+    return True
+
+
+def plan_call(name: str, request: Any, workspace: Workspace) -> CallPlan | None:
+    """The checkpoint a call needs, or None when it cannot change files."""
+    if name == "editor":
+        action = getattr(request, "action", None)
+        if action not in _EDITING:
+            return None
+        if action == "apply_patch":
+            return CallPlan(_patch_paths(getattr(request, "patch", None) or "", workspace))
+        path = getattr(request, "file_path", None)
+        return CallPlan(tuple(p for p in (_relative(path, workspace),) if p is not None))
+    if name == "bash":
+        background = bool(getattr(request, "background", False)) or (
+            getattr(request, "on_timeout", "kill") == "background"
+        )
+        if not background and bash_reads_only(str(getattr(request, "command", ""))):
+            return None
+        return CallPlan(None, job_started=background)
+    if name == "jobs":
+        if getattr(request, "action", None) == "kill":
+            return CallPlan(None, job_ended=True)
+        return None
+    if name == "sandbox":
+        return CallPlan(None) if getattr(request, "action", None) == "merge" else None
+    return None
+
+
+def _relative(path: Any, workspace: Workspace) -> str | None:
+    if not isinstance(path, str) or not path:
+        return None
+    try:
+        location = workspace.locate(path)
+    except Exception:  # a refused path: the tool itself refuses it
+        return None
+    return "/".join(location.parts) or None
+
+
+def _patch_paths(patch: str, workspace: Workspace) -> tuple[str, ...]:
+    from lionfactory.tools._editor_patch import PatchError, parse_patch
+
+    try:
+        ops = parse_patch(patch)
+    except (PatchError, ValueError):
+        return ()
+    found = []
+    for op in ops:
+        for path in (op.path, op.move_to):
+            relative = _relative(path, workspace)
+            if relative is not None:
+                found.append(relative)
+    return tuple(dict.fromkeys(found))
