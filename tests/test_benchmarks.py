@@ -33,6 +33,7 @@ NAMES = (
     "exchange",
     "mcp",
     "code_intel",
+    "checkpoints",
 )
 
 

@@ -73,7 +73,7 @@ def test_the_derived_lists() -> None:
         "ast_search",
     )
     assert {"bash", "search", "code_check", "ast_search"} == RUNS_PROGRAMS
-    assert (*WORKSPACE_TOOLS, "context", "sandbox", "subagent") == ALL_CODING_TOOLS
+    assert (*WORKSPACE_TOOLS, "context", "sandbox", "checkpoint", "subagent") == ALL_CODING_TOOLS
     assert (*WORKSPACE_TOOLS, "context") == DEFAULT_CODING_TOOLS
 
 
@@ -82,7 +82,7 @@ def test_read_only_denies_a_tool_by_its_hints(tmp_path: Path) -> None:
     tools = coding_toolkit(Branch(), workspace_root=tmp_path, tools=list(ALL_CODING_TOOLS))
     denied = {rule.tool for rule in hinted_rules("read_only", tools)}
     # editor, bash and sandbox are the mode's own rules; context changes only the conversation.
-    assert denied == {"jobs", "subagent"}
+    assert denied == {"jobs", "checkpoint", "subagent"}
     assert hinted_rules("accept_edits", tools) == ()
 
 

@@ -63,5 +63,5 @@ def test_mcp_serve_help_names_the_served_tools(tmp_path: Path) -> None:
         name for n in kwargs["tools"] for name in ((n, "jobs") if n == "bash" else (n,))
     )
     assert f"with --toolkit coding (the default): {served};" in text
-    assert "more with --tools: context, sandbox, subagent" in text
+    assert "more with --tools: context, sandbox, checkpoint, subagent" in text
     assert "With --toolkit standalone: reader, editor, bash," in text

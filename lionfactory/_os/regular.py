@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FileRefused",
+    "is_regular",
     "open_regular",
     "read_capped",
     "read_regular",
@@ -51,6 +52,16 @@ class FileRefused(Exception):
         super().__init__(message)
         self.kind: Refusal = kind
         self.message = message
+
+
+def is_regular(st: os.stat_result) -> bool:
+    """Whether `st` (an ``lstat`` or ``fstat``) is of a regular file.
+
+    For code that sorts directory entries rather than refusing a read (the
+    checkpoint store's walk and restore), so that what counts as a file is
+    decided here too.
+    """
+    return stat.S_ISREG(st.st_mode)
 
 
 def regular_stat(fd: int, shown: str) -> os.stat_result:

@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from lionfactory._os.beneath import DIRECTORY_FLAGS, open_beneath, open_child
+from lionfactory._os.regular import is_regular
 from lionfactory.coding._snapshots import EXECUTABLE, SYMLINK, Entry, blob_id, valid_path
 from lionfactory.tools._editor_files import (
     TEMP_PREFIX,
@@ -134,7 +135,7 @@ def _entry_in(dir_fd: int, name: str) -> tuple[Entry | bool | None, Original | N
         return None, None
     if stat.S_ISLNK(st.st_mode):
         return Entry(SYMLINK, blob_id(os.fsencode(os.readlink(name, dir_fd=dir_fd)))), None
-    if not stat.S_ISREG(st.st_mode):
+    if not is_regular(st):
         return False, None
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     try:

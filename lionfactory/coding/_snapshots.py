@@ -43,6 +43,7 @@ import hashlib
 import os
 import secrets
 import stat
+import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping
@@ -50,9 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import attrs
 
 from lionfactory._os.isolation import Isolation
+from lionfactory._os.regular import is_regular
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._git import Git, GitError
 from lionfactory.coding._gitdirs import git_dirs
@@ -237,6 +240,27 @@ def refuse_root(root: Path) -> str | None:
 
 
 @attrs.define(eq=False)
+class AnyLoopLock:
+    """A lock that every event loop and thread of this process can hold in turn.
+
+    One store serves a workspace's branches across the whole process, and a
+    branch may be driven from trio and, in a framework's worker thread, from
+    asyncio: an `anyio.Lock` belongs to the event loop that first waited on
+    it and fails on any other. A contended acquire waits in a worker thread,
+    never in the event loop.
+    """
+
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    async def __aenter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            await anyio.to_thread.run_sync(self._lock.acquire)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+@attrs.define(eq=False)
 class SnapshotStore:
     """One workspace's checkpoint store, shared by the branches of this process.
 
@@ -253,7 +277,7 @@ class SnapshotStore:
     directory: Path
     git: Git
     limits: Limits
-    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    lock: AnyLoopLock = attrs.field(factory=AnyLoopLock)
     _ready: bool = False
     _refresh: bool = False
     _manifests: dict[str, Manifest] = attrs.field(factory=dict)
@@ -383,7 +407,7 @@ class SnapshotStore:
                 st = os.lstat(root / path)
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode) and st.st_size > self.limits.max_file_bytes:
+            if is_regular(st) and st.st_size > self.limits.max_file_bytes:
                 skipped.append(f"{path}: over {self.limits.max_file_bytes:,} bytes")
                 continue
             chosen[path] = None
@@ -501,7 +525,7 @@ class SnapshotStore:
             if stat.S_ISLNK(st.st_mode):
                 data = os.fsencode(os.readlink(parts[-1], dir_fd=dir_fd))
                 return Entry(SYMLINK, self.write_blob(data))
-            if not stat.S_ISREG(st.st_mode) or st.st_size > self.limits.max_file_bytes:
+            if not is_regular(st) or st.st_size > self.limits.max_file_bytes:
                 return False
             fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
             try:

@@ -64,7 +64,6 @@ Decisions:
 
 from __future__ import annotations
 
-import atexit
 import fnmatch
 import inspect
 import os
@@ -72,7 +71,6 @@ import re
 import shutil
 import tempfile
 import uuid
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -409,7 +407,6 @@ class _Sandbox:
         if session is None:
             return
         self.session = None
-        _OPEN.discard(self)
         with anyio.CancelScope(shield=True):
             await ops.cleanup(self._git_for(session), session, raising=False, keep_commits=True)
             await self._switch(None)
@@ -512,7 +509,6 @@ class _Sandbox:
             raise
         self.session, self.identity = session, identity
         self._remember()
-        _OPEN.add(self)
         return self._ok(
             "create",
             f"Created sandbox branch {session.branch!r} from {session.base_branch!r} at "
@@ -600,7 +596,6 @@ class _Sandbox:
         else:
             self.session = None
             self._remember()
-            _OPEN.discard(self)
         return self._ok(
             "merge",
             f"Merged {session.branch!r} into {session.base_branch!r} "
@@ -626,7 +621,6 @@ class _Sandbox:
             )
         self.session = None
         self._remember()
-        _OPEN.discard(self)
         await self._switch(None)
         return self._ok(
             "discard",
@@ -638,18 +632,12 @@ class _Sandbox:
         )
 
 
-# Handlers with an active sandbox, for the cleanup at interpreter exit
-# (held weakly: a handler nobody holds any more is not kept alive by this).
-_OPEN: weakref.WeakSet[_Sandbox] = weakref.WeakSet()
-
-
-@atexit.register
-def _remove_open_sandboxes() -> None:
-    # No event loop runs any more: remove the files; the sandbox branch
-    # (with any commit on it) stays in the repository.
-    for handler in list(_OPEN):
-        if handler.session is not None:
-            ops.remove_files(handler.session)
+# No cleanup at interpreter exit: an active sandbox is recorded with its
+# branch (`Branch.tool_state`), so a branch saved to a store re-attaches its
+# worktree when it is loaded in a later process, and removing the files at
+# exit would throw away the agent's uncommitted work in it. Closing the branch
+# (`aclose()`, the end of a sub-agent's call or of a sessionless MCP call)
+# removes the worktree and keeps the sandbox branch's commits.
 
 
 def sandbox_tool(

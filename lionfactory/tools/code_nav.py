@@ -440,6 +440,11 @@ class _NavHandler:
                     )
                 )
             return "ast"
+        if request.engine == "auto" and request.action == "outline":
+            # An outline is syntax only: Python's own parser answers it
+            # exactly (kinds and signatures in `items`, the precise reason a
+            # file cannot be read) without a round trip to the server.
+            return "ast"
         if self.intel is None or (request.engine == "ty" and self.intel.engine != "ty"):
             raise _NavFailure(
                 "engine='ty' is not available here (ty is not installed, or this tool was "

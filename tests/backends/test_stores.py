@@ -338,6 +338,9 @@ async def test_a_row_planted_for_a_stdio_session_runs_nothing_in_mcp_serve(
             "standalone",
             "--store",
             f"sqlite:///{db}",
+            # The standalone bash is unconfined, so any store is writable by it;
+            # this test plants the row itself and asks only what serving it runs.
+            "--allow-writable-store",
             "--session",
             "victim",
         ],

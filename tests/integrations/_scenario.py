@@ -118,6 +118,11 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "ast_search": [{"pattern": "print($X)", "path": ".", "lang": "python", "max_results": 2}],
     "context": [{"action": "evict", "start": 2, "end": 4}, {"action": "status"}],
     "sandbox": [{"action": "commit", "message": "wip"}, {"action": "diff"}],
+    "checkpoint": [
+        {"action": "list"},
+        {"action": "diff", "from_id": "c1", "to_id": "current", "offset": 4},
+        {"action": "rewind", "to": "c1", "scope": "code", "dry_run": False},
+    ],
     "subagent": [{"instruction": "list files", "permissions": "read_only", "max_turns": 3}],
     "messenger": [
         {"action": "send", "to": ["peer"], "content": "hi"},

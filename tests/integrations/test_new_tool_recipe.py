@@ -274,9 +274,10 @@ async def _count_over(client: Client) -> tuple[list[str], Any]:
 
 @pytest.mark.parametrize("toolkit", ["standalone", "coding"])
 async def test_three_package_places_reach_mcp_over_stdio_and_a_store(
-    recipe_package: Path, tmp_path: Path, toolkit: str
+    recipe_package: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, toolkit: str
 ) -> None:
-    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    # The store lives outside the served workspace, where the served tools cannot write it.
+    store = f"sqlite:///{tmp_path_factory.mktemp('store') / 'sessions.db'}"
     command = _serve(
         recipe_package, tmp_path, "--toolkit", toolkit, "--store", store, "--session", "s"
     )

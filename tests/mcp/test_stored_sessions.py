@@ -25,7 +25,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from lionfactory.backends import RedisBranchStore, SqliteBranchStore
-from lionfactory.mcp._stored_sessions import NotThisSession, session_branch_id
+from lionfactory.mcp._stored_sessions import CLOSED_KEY, NotThisSession, session_branch_id
 
 NOTES = "alpha\nbeta\n"  # what the git_workspace fixture commits
 
@@ -219,7 +219,10 @@ async def test_two_servers_sharing_a_redis_store_serve_alternate_calls_of_one_se
     assert router.session is not None
     async with RedisBranchStore(redis_url) as store:
         branch = await store.load(session_branch_id(router.session, "http"))
-        assert await store.version(branch.id) == 5  # made at the handshake, then 4 calls
+        # Made at the handshake, saved after each of the 4 calls, then stored as
+        # closed when the client's DELETE ended the session.
+        assert await store.version(branch.id) == 6
+        assert branch.metadata.get(CLOSED_KEY)
     calls = [m.tool_calls[0].name for m in branch.messages.record if m.tool_calls]
     assert calls == ["reader", "editor", "editor", "reader"]
 

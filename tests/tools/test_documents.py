@@ -236,12 +236,21 @@ async def test_a_missing_document_is_refused_with_advice(reader):
     assert "list_dir" in result["error"]
 
 
-async def test_a_symlinked_document_is_refused(reader, workspace: Path):
+async def test_a_symlinked_document_opens_inside_the_workspace_and_is_refused_outside(
+    reader, workspace: Path, tmp_path: Path
+):
+    """A link is followed like any other read: only while its target stays inside the root."""
     make_html(workspace / "p.html")
     (workspace / "alias.html").symlink_to(workspace / "p.html")
-    result = await reader(action="open", path="alias.html")
+    inside = await reader(action="open", path="alias.html")
+    assert inside["success"] is True, inside
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    make_html(outside / "secret.html")
+    (workspace / "away.html").symlink_to(outside / "secret.html")
+    result = await reader(action="open", path="away.html")
     assert result["success"] is False
-    assert "symbolic link" in result["error"]
+    assert "symbolic link that leads outside the workspace" in result["error"]
 
 
 async def test_a_protected_document_is_refused(reader, workspace: Path):

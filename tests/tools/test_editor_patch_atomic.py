@@ -106,7 +106,7 @@ async def test_a_directory_swapped_for_a_link_mid_patch_rolls_back_and_names_the
             ),
         },
     )
-    assert result.outcome == "done" and result.result is not None
+    assert result.outcome == "failed" and result.result is not None
     assert result.result["success"] is False
     error = result.result["error"]
     assert "'sub/n'" in error and "Every file was put back" in error, error
