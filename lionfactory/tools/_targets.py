@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
 from lionfactory._os.workspace import PathRefused, Workspace
 
-__all__ = ["PathTargets"]
+__all__ = ["PathTargets", "resolved"]
 
 
 @attrs.frozen
@@ -34,12 +35,15 @@ class PathTargets:
         for value in values:
             if value is not None:
                 paths.extend([value] if isinstance(value, str) else value)
-        if not paths:
-            paths = ["."]
-        found: list[str] = []
-        for path in paths:
-            try:
-                found.append(self.workspace.locate(path).relative)
-            except PathRefused:
-                continue
-        return tuple(dict.fromkeys(found))
+        return resolved(self.workspace, paths or ["."])
+
+
+def resolved(workspace: Workspace, paths: Iterable[str]) -> tuple[str, ...]:
+    """`paths` as `workspace` resolves them, each once, in order; refused ones left out."""
+    found: list[str] = []
+    for path in paths:
+        try:
+            found.append(workspace.locate(path).relative)
+        except PathRefused:
+            continue
+    return tuple(dict.fromkeys(found))

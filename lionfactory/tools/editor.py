@@ -59,6 +59,7 @@ from lionfactory.tools._editor_files import (
     remove_stale_temps,
 )
 from lionfactory.tools._editor_text import snippet
+from lionfactory.tools._targets import resolved
 
 if TYPE_CHECKING:
     from lionfactory.tools._editor_match import Hunk, Placed
@@ -1327,13 +1328,7 @@ class _EditorTargets:
             if isinstance(ops, str):
                 return ()  # refused before any file is touched
             paths = [path for op in ops for path in (op.path, op.move_to) if path is not None]
-        found: list[str] = []
-        for path in paths:
-            try:
-                found.append(self.workspace.locate(path).relative)
-            except PathRefused:
-                continue
-        return tuple(dict.fromkeys(found))
+        return resolved(self.workspace, paths)
 
 
 def patch_operations(request: EditorRequest) -> list[FileOp] | str:
