@@ -91,6 +91,8 @@ async def test_read_only_mode_denies_jobs_through_the_toolkit(tmp_path: Path) ->
     branch.register(coding_toolkit, workspace_root=tmp_path, mode="read_only")
     result = await branch.act("jobs", {"action": "list"})
     assert result.error_type == ToolDenied.__name__, result
-    assert "this session is read-only: jobs changes things" in str(result.error)
+    assert "read_only mode" in str(result.error)
+    assert "jobs can change things" in str(result.error)
+    assert "ask them to switch the mode" in str(result.error)
     listed = await branch.act("reader", {"action": "list_dir", "path": "."})
     assert listed.error is None

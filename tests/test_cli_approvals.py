@@ -128,5 +128,6 @@ def test_read_only_mode_refuses_bash(workspace: Path) -> None:
         timeout=120,
         cwd=workspace,
     )
-    assert done.returncode == 1 and "read-only" in done.stderr
+    assert done.returncode == 1 and "read_only mode" in done.stderr
+    assert "bash runs commands" in done.stderr
     assert not (workspace / "x").exists()

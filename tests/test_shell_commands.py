@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lionfactory._shell_commands import MAX_NESTING, ShellTooDeep, normalized_commands
+from lionfactory._shell.commands import MAX_NESTING, ShellTooDeep, normalized_commands
 from lionfactory.coding import Rule, deny_destructive_commands
 from lionfactory.coding.rules import RuleHook, simple_commands
 from lionfactory.errors import ApprovalRequired, ToolDenied

@@ -81,9 +81,11 @@ __all__ = [
     "Policy",
     "bwrap_binary",
     "TOOLCHAIN_SECRET_NAMES",
+    "child_isolation",
     "containment",
     "default_exposed",
     "default_hidden",
+    "git_admin_isolation",
     "hidden_now",
     "toolchain_paths",
     "landlock_abi",
@@ -92,7 +94,10 @@ __all__ = [
     "private_base",
     "private_directory",
     "resolve_isolation",
+    "server_isolation",
+    "within",
     "workspace_isolation",
+    "worktree_isolation",
 ]
 
 Mechanism = Literal["bwrap", "landlock", "none"]
@@ -170,8 +175,13 @@ def _paths(values: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
     return _Resolved(dict.fromkeys(Path(os.path.realpath(v)) for v in values))
 
 
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def within(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies below it (both resolved: no link is read)."""
+    return path == folder or folder in path.parents
+
+
+# The short private name the policy code below has always used.
+_under = within
 
 
 @attrs.frozen
@@ -1006,14 +1016,17 @@ def workspace_isolation(
     environment the commands get; ``os.environ`` when None), plus `exposed`.
     `env_policy` rides on the isolation, so every tool it is handed to
     (and every sub-agent inheriting it) filters the environment the same way.
-    An `Isolation` given by a toolkit is used as it is; `root` must lie
-    inside its writable roots.
+    An `Isolation` given by a toolkit is used as it is, `root` must lie
+    inside its writable roots, and an `env_policy` given with it replaces its
+    own (a tool's owner narrowing what one tool's programs inherit).
 
     Raises:
         ConfigurationError: see `resolve_isolation`.
         ValueError: an unknown mechanism or network mode.
         TypeError: `isolation` is neither a name nor an `Isolation`.
     """
+    if env_policy is not None and not isinstance(env_policy, EnvPolicy):
+        raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
     if isinstance(isolation, Isolation):
         # Built by a toolkit for this root (a sandbox worktree adds git
         # folders): used as it is, provided the root is one it may write.
@@ -1022,7 +1035,9 @@ def workspace_isolation(
                 f"the workspace {root} is outside the isolation's writable roots "
                 f"{[str(w) for w in isolation.policy.writable]}"
             )
-        return isolation
+        if env_policy is None:
+            return isolation
+        return attrs.evolve(isolation, env_policy=env_policy)
     if not isinstance(isolation, str):
         raise TypeError(f"isolation must be a mechanism name or an Isolation, got {isolation!r}")
     if network not in NETWORK_MODES:
@@ -1033,8 +1048,6 @@ def workspace_isolation(
         exposed=_joined(default_exposed(environ=environ), exposed),
         network=network,  # type: ignore[arg-type]
     )
-    if env_policy is not None and not isinstance(env_policy, EnvPolicy):
-        raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
     return attrs.evolve(resolve_isolation(isolation, policy), env_policy=env_policy)
 
 
@@ -1055,3 +1068,100 @@ def _joined(derived: tuple[Path, ...], extra: Iterable[str | os.PathLike[str]]) 
 
 def _binary_for(mechanism: str) -> str | None:
     return bwrap_binary() if mechanism == "bwrap" else None
+
+
+# Isolations derived from a toolkit's one. Each part of a toolkit that runs
+# a program under a shifted or narrower confinement (a sandbox worktree, the
+# sandbox's own git, a child toolkit, a language server) takes it from one
+# of these by name, so what each may write and read is decided in this file.
+
+
+def _shifted(
+    isolation: Isolation | None,
+    *,
+    writable: Iterable[Path],
+    git_writable: Iterable[Path] = (),
+    readable: Iterable[Path] = (),
+    protect_git: bool | None = None,
+    network: Network | None = None,
+    private_tmp: bool | None = None,
+) -> Isolation | None:
+    """`isolation` writing `writable` only, `readable` shown again; None or unconfined as is.
+
+    An unconfined isolation is returned unchanged: without a mechanism only
+    its PID namespace counts, which none of the derivations changes.
+    """
+    if isolation is None or not isolation.confined:
+        return isolation
+    base = isolation.policy
+    policy = attrs.evolve(
+        base,
+        writable=tuple(writable),
+        git_writable=tuple(git_writable),
+        exposed=(*base.exposed, *readable),
+        protect_git=base.protect_git if protect_git is None else protect_git,
+        network=base.network if network is None else network,
+        private_tmp=base.private_tmp if private_tmp is None else private_tmp,
+    )
+    return attrs.evolve(isolation, policy=policy)
+
+
+def worktree_isolation(
+    isolation: Isolation | None,
+    root: Path,
+    *,
+    git_writable: Iterable[Path],
+    readable: Iterable[Path] = (),
+) -> Isolation | None:
+    """The toolkit's `isolation` writing the sandbox worktree `root` instead of the workspace.
+
+    Args:
+        isolation: the toolkit's confinement at home (None: it confines nothing).
+        root: the worktree.
+        git_writable: the git metadata a commit in the worktree writes; the
+            main checkout's own stays read-only.
+        readable: the rest of the repository's common directory, shown
+            again where a private ``/tmp`` or a hidden home covers it: without
+            its HEAD, refs and config git cannot even name the base branch.
+    """
+    return _shifted(isolation, writable=(root,), git_writable=git_writable, readable=readable)
+
+
+def git_admin_isolation(isolation: Isolation | None, writable: Iterable[Path]) -> Isolation | None:
+    """The toolkit's `isolation` for the sandbox's own git work: exactly `writable`, ``.git`` too.
+
+    Creating, committing and removing a worktree writes the repository's
+    git directories themselves, so no ``.git`` stays read-only; nothing else
+    of the checkout is writable.
+    """
+    return _shifted(isolation, writable=writable, protect_git=False)
+
+
+def child_isolation(isolation: Isolation, root: Path) -> Isolation:
+    """A parent toolkit's `isolation` for a child toolkit working in `root`.
+
+    The same mechanism, network, hidden paths and environment policy,
+    writable only inside the child's (narrower) workspace.
+
+    Raises:
+        ConfigurationError: `root` would widen the parent's policy.
+    """
+    return isolation.retarget(attrs.evolve(isolation.policy, writable=(root,), git_writable=()))
+
+
+def server_isolation(isolation: Isolation, root: Path, program: Path) -> Isolation:
+    """`isolation` for a long-lived language server that reads `root` and writes nothing.
+
+    Nothing writable but its private temporary directory and no network;
+    the workspace and the server's own program folder readable even where a
+    hidden home or the private ``/tmp`` would cover them.
+    """
+    shifted = _shifted(
+        isolation,
+        writable=(),
+        readable=(root, program.parent),
+        network="none",
+        private_tmp=True,
+    )
+    assert shifted is not None
+    return shifted

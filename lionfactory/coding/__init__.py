@@ -10,7 +10,7 @@ import typing as _typing
 
 from lionfactory._catalogue import ALL_CODING_TOOLS, DEFAULT_CODING_TOOLS
 from lionfactory._catalogue import lazy_exports as _lazy_exports
-from lionfactory._shell_parse import ShellSyntaxError, SimpleCommand, simple_commands
+from lionfactory._shell.parse import ShellSyntaxError, SimpleCommand, simple_commands
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding._nudges import (
     BashFailureStreak,

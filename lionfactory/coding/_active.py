@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from lionfactory._os.isolation import Isolation
+from lionfactory._os.isolation import Isolation, worktree_isolation
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._git import Git
 from lionfactory.coding._gitdirs import git_dirs, worktree_writable
@@ -85,18 +85,9 @@ class ActiveWorkspace:
 def _in_worktree(isolation: Isolation | None, root: Path) -> Isolation | None:
     """`isolation` writing the sandbox worktree `root` instead of the workspace."""
     if isolation is None or not isolation.confined:
-        return isolation
-    # The worktree instead of the workspace, plus the git metadata a commit
-    # there writes (the main checkout's own stays read-only), and the rest of
-    # the repository's common directory readable: without its HEAD, refs and
-    # config (covered by a private /tmp or a hidden home when the checkout
-    # lives there) git in the worktree cannot even name the base branch.
+        return isolation  # nothing to shift: the git directories need no lookup
     found = git_dirs(root)
-    shown = () if found is None or found[0] == found[1] else (found[1],)
-    policy = attrs.evolve(
-        isolation.policy,
-        writable=(root,),
-        git_writable=worktree_writable(root),
-        exposed=(*isolation.policy.exposed, *shown),
+    common = () if found is None or found[0] == found[1] else (found[1],)
+    return worktree_isolation(
+        isolation, root, git_writable=worktree_writable(root), readable=common
     )
-    return attrs.evolve(isolation, policy=policy)

@@ -584,7 +584,7 @@ _FIND_WRITES = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fpr
 
 def bash_reads_only(command: str) -> bool:
     """Whether a bash command's parse shows it changes no file (conservative: unsure is False)."""
-    from lionfactory._shell_parse import ShellSyntaxError, simple_commands
+    from lionfactory._shell.parse import ShellSyntaxError, simple_commands
 
     try:
         commands = simple_commands(command)

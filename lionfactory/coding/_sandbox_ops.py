@@ -27,6 +27,7 @@ from pathlib import Path
 import anyio.to_thread
 import attrs
 
+from lionfactory._os.isolation import within
 from lionfactory._os.regular import FileRefused, regular_stat
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError
 
@@ -159,10 +160,6 @@ def _paths(output: str) -> list[str]:
     return [path for path in output.split("\0") if path]
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 async def plan(git: Git, root: Path) -> Plan | str:
     """Check that a sandbox can start from the repository around `root`; record its git dirs."""
     top = await git.run(["rev-parse", "--show-toplevel"], cwd=root)
@@ -187,7 +184,7 @@ async def plan(git: Git, root: Path) -> Plan | str:
     for folder in (git_dir, common_dir):
         # A git directory inside the work tree (other than its own .git) is
         # one a command in the checkout could have made, through a .git file.
-        if _inside(folder, repo) and folder != repo / ".git":
+        if within(folder, repo) and folder != repo / ".git":
             return (
                 f"The repository's git directory {folder} lies inside the checkout {repo}, "
                 f"where a command could have put it (through a .git file), so the sandbox "

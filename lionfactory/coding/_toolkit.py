@@ -49,7 +49,7 @@ from lionfactory._catalogue import (
 )
 from lionfactory._evidence import FileEvidence, asking_for_evidence
 from lionfactory._os.environment import EnvPolicy
-from lionfactory._os.isolation import Isolation, workspace_isolation
+from lionfactory._os.isolation import Isolation, child_isolation, workspace_isolation
 from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, run_pre_hooks
 from lionfactory.coding._active import ActiveWorkspace
@@ -783,10 +783,7 @@ def _toolkit_isolation(
     exposed: tuple[str | os.PathLike[str], ...],
 ) -> Isolation:
     if isinstance(isolation, Isolation):
-        # Inherited from a parent toolkit: the same mechanism, network,
-        # hidden paths and environment policy, writable only inside this
-        # (narrower) workspace.
-        return isolation.retarget(attrs.evolve(isolation.policy, writable=(root,), git_writable=()))
+        return child_isolation(isolation, root)  # inherited from a parent toolkit
     return workspace_isolation(
         isolation,
         root,

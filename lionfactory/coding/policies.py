@@ -61,9 +61,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from lionfactory._echo import shorten
-from lionfactory._shell_commands import ShellTooDeep, normalized_commands
-from lionfactory._shell_parse import MAX_COMMAND_CHARS, ShellSyntaxError
-from lionfactory.coding._shellwords import has_long, long_flags, program_name, short_flags
+from lionfactory._shell.commands import ShellTooDeep, normalized_commands, program_name
+from lionfactory._shell.flags import has_long, long_flags, short_flags
+from lionfactory._shell.parse import MAX_COMMAND_CHARS, ShellSyntaxError
 from lionfactory.errors import ToolDenied
 
 __all__ = ["deny_destructive_commands"]

@@ -72,8 +72,8 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from lionfactory._shell_commands import ShellTooDeep, normalized_commands
-from lionfactory._shell_parse import ShellSyntaxError
+from lionfactory._shell.commands import ShellTooDeep, normalized_commands
+from lionfactory._shell.parse import ShellSyntaxError
 from lionfactory._tool import Tool, stated_targets
 from lionfactory.errors import ApprovalRequired, ToolDenied
 
@@ -306,13 +306,27 @@ def _normal_path(text: str, root: Path | None) -> str:
     return normal
 
 
+def _read_only(what: str) -> str:
+    """Why ``read_only`` denies a call, and what the model can do instead.
+
+    The model did nothing wrong: the branch's mode forbids the tool. So the
+    reason names the mode and the tool's effect, and offers the two ways on:
+    look with a tool that only reads, or ask the user, who chose the mode.
+    """
+    return (
+        f"the branch runs in read_only mode, which allows only tools that read, and {what}; "
+        f"look with a reading tool (reader, search) instead, or tell the user what you would "
+        f"change and ask them to switch the mode"
+    )
+
+
 MODES: Mapping[str, tuple[Rule, ...]] = {
     # Look, never touch: no edits, no commands (bash can change anything),
     # no sandbox merges; reading, searching and checking run.
     "read_only": (
-        Rule("editor", decision="deny", reason="this session is read-only: no file changes"),
-        Rule("bash", decision="deny", reason="this session is read-only: no commands"),
-        Rule("sandbox", decision="deny", reason="this session is read-only: no sandbox"),
+        Rule("editor", decision="deny", reason=_read_only("editor changes files")),
+        Rule("bash", decision="deny", reason=_read_only("bash runs commands")),
+        Rule("sandbox", decision="deny", reason=_read_only("sandbox changes the sandbox")),
     ),
     # A person approves every file change, every command and every sandbox step.
     "ask_edits": (
@@ -460,7 +474,7 @@ def hinted_rules(mode: str | None, tools: Iterable[Tool]) -> tuple[Rule, ...]:
         Rule(
             tool.name,
             decision="deny",
-            reason=f"this session is read-only: {tool.name} changes things",
+            reason=_read_only(f"{tool.name} can change things"),
         )
         for tool in tools
         if not (tool.hints is not None and tool.hints.read_only)

@@ -80,7 +80,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
-from lionfactory._os.isolation import Isolation
+from lionfactory._os.isolation import Isolation, git_admin_isolation, within
 from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.coding import _sandbox_ops as ops
@@ -303,7 +303,7 @@ def _recall(record: object, workspace: Workspace) -> tuple[Session, dict[str, st
         and all(p.is_absolute() for p in (session.repo, session.scratch, session.root))
         and session.scratch.name.startswith(_SCRATCH_PREFIX)
         and session.root.parent == session.scratch
-        and (home == session.repo or session.repo in home.parents)
+        and within(home, session.repo)
         and session.prefix == ("" if home == session.repo else f"{home.relative_to(session.repo)}/")
         and not session.scratch.is_relative_to(session.repo)
         and session.git_dir.is_dir()
@@ -387,10 +387,7 @@ class _Sandbox:
         writable: tuple[Path, ...] = (self.workspace.root,)
         if session is not None:
             writable = (session.repo, session.scratch, session.git_dir, session.common_dir)
-        policy = attrs.evolve(
-            isolation.policy, writable=writable, git_writable=(), protect_git=False
-        )
-        return self.git_plain.with_isolation(attrs.evolve(isolation, policy=policy))
+        return self.git_plain.with_isolation(git_admin_isolation(isolation, writable))
 
     @property
     def git(self) -> Git:

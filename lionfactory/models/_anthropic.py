@@ -20,11 +20,10 @@ import attrs
 from lionfactory._messages import Message, ModelReply, ToolCall
 from lionfactory.errors import ConfigurationError
 from lionfactory.models._http import (
-    BODY_EXCERPT,
     HttpChatModel,
-    ModelError,
     common_fields,
     new_client,
+    tool_call,
 )
 
 if TYPE_CHECKING:
@@ -184,12 +183,7 @@ class AnthropicMessages(HttpChatModel):
     def _parse(self, data: Any) -> ModelReply:
         content = data.get("content") if isinstance(data, dict) else None
         if not isinstance(content, list):
-            text = json.dumps(data, default=str)
-            raise ModelError(
-                f"the chat model at {self.url} answered without a content list: {text[:300]}",
-                status=200,
-                body=text[:BODY_EXCERPT],
-            )
+            raise self._unreadable(data, "a content list")
         blocks = [b for b in content if isinstance(b, dict)]
         text = "".join(
             b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)
@@ -213,20 +207,11 @@ AnthropicMessages.__module__ = "lionfactory.models"
 
 
 def _parse_call(block: dict[str, Any]) -> ToolCall:
-    name, call_id, arguments = block.get("name"), block.get("id"), block.get("input")
-    # A call without a name still reaches the branch, which tells the model
-    # that no tool of that name exists; a missing id gets a fresh one.
-    extra = {"id": call_id} if isinstance(call_id, str) and call_id else {}
-    problem = None
-    if not isinstance(arguments, dict):
-        problem = f"expected a JSON object as input, got {type(arguments).__name__}"
-        arguments = {}
-    return ToolCall(
-        name=name if isinstance(name, str) else "",
-        arguments=arguments,
-        arguments_error=problem,
-        **extra,
-    )
+    arguments = block.get("input")
+    if isinstance(arguments, dict):
+        return tool_call(block.get("name"), block.get("id"), arguments, None)
+    problem = f"expected a JSON object as input, got {type(arguments).__name__}"
+    return tool_call(block.get("name"), block.get("id"), {}, problem)
 
 
 def _turns(messages: Sequence[Message]) -> list[dict[str, Any]]:

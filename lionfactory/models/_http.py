@@ -9,6 +9,7 @@ Importing this module imports httpx (the ``models`` extra).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -22,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "lionfactory.models needs httpx; install it with `pip install 'lionfactory[models]'`"
     ) from exc
 
+from lionfactory._messages import ToolCall
 from lionfactory.errors import LionfactoryError
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ __all__ = [
     "close_client",
     "new_client",
     "post_json",
+    "tool_call",
 ]
 
 # Retried: rate limits, request timeouts and server errors (Anthropic's 529
@@ -303,6 +306,15 @@ class HttpChatModel(ClientOwner):
     def _parse(self, data: Any) -> ModelReply:
         raise NotImplementedError  # pragma: no cover - every adapter defines it
 
+    def _unreadable(self, data: Any, lacking: str) -> ModelError:
+        """The error for a 200 answer without `lacking` (its start is kept to show what came)."""
+        text = json.dumps(data, default=str)
+        return ModelError(
+            f"the chat model at {self.url} answered without {lacking}: {text[:300]}",
+            status=200,
+            body=text[:BODY_EXCERPT],
+        )
+
     async def __call__(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelReply:
         """Ask the model: post the conversation and the tools, return its reply.
 
@@ -344,3 +356,19 @@ class HttpChatModel(ClientOwner):
                 body=response.text[:BODY_EXCERPT],
                 attempts=attempts,
             ) from None
+
+
+def tool_call(name: Any, call_id: Any, arguments: dict[str, Any], problem: str | None) -> ToolCall:
+    """A tool call as an API spelled it, whatever it left out.
+
+    A call without a name still reaches the branch, which tells the model
+    that no tool of that name exists; a missing id gets a fresh one.
+    `problem` says why the arguments were not a JSON object (then ``{}``).
+    """
+    extra = {"id": call_id} if isinstance(call_id, str) and call_id else {}
+    return ToolCall(
+        name=name if isinstance(name, str) else "",
+        arguments=arguments,
+        arguments_error=problem,
+        **extra,
+    )

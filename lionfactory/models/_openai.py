@@ -16,11 +16,10 @@ import attrs
 from lionfactory._echo import echo
 from lionfactory._messages import Message, ModelReply, ToolCall
 from lionfactory.models._http import (
-    BODY_EXCERPT,
     HttpChatModel,
-    ModelError,
     common_fields,
     new_client,
+    tool_call,
 )
 
 if TYPE_CHECKING:
@@ -161,12 +160,7 @@ class OpenAICompatible(HttpChatModel):
         first = choices[0] if isinstance(choices, list) and choices else None
         message = first.get("message") if isinstance(first, dict) else None
         if not isinstance(message, dict):
-            text = json.dumps(data, default=str)
-            raise ModelError(
-                f"the chat model at {self.url} answered without choices[0].message: {text[:300]}",
-                status=200,
-                body=text[:BODY_EXCERPT],
-            )
+            raise self._unreadable(data, "choices[0].message")
         calls = message.get("tool_calls")
         calls = calls if isinstance(calls, list) else []
         return ModelReply(
@@ -223,18 +217,8 @@ def _text(content: Any) -> str:
 def _parse_call(raw: dict[str, Any]) -> ToolCall:
     function = raw.get("function")
     function = function if isinstance(function, dict) else {}
-    name = function.get("name")
-    call_id = raw.get("id")
-    # A call without a name still reaches the branch, which tells the model
-    # that no tool of that name exists; a missing id gets a fresh one.
-    extra = {"id": call_id} if isinstance(call_id, str) and call_id else {}
     arguments, problem = _parse_arguments(function.get("arguments"))
-    return ToolCall(
-        name=name if isinstance(name, str) else "",
-        arguments=arguments,
-        arguments_error=problem,
-        **extra,
-    )
+    return tool_call(function.get("name"), raw.get("id"), arguments, problem)
 
 
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:

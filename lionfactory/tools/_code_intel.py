@@ -43,7 +43,7 @@ import attrs
 
 from lionfactory._call import current_call
 from lionfactory._os.environment import EnvPolicy
-from lionfactory._os.isolation import Isolation, workspace_isolation
+from lionfactory._os.isolation import Isolation, server_isolation, workspace_isolation
 from lionfactory._os.regular import FileRefused, read_regular
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory.tools._lsp import LspClient, LspError, char_column
@@ -405,19 +405,8 @@ class CodeIntel:
             filtered = self.isolation.environment(None)
             env = dict(filtered.variables) if filtered is not None else None
             if self.isolation.wraps:
-                # Nothing writable but its private temporary directory, no
-                # network; the workspace and the server's own binary readable
-                # even where a hidden home or the private /tmp would cover them.
-                base = self.isolation.policy
-                policy = attrs.evolve(
-                    base,
-                    writable=(),
-                    git_writable=(),
-                    exposed=(*base.exposed, self.root, Path(argv[0]).parent),
-                    network="none",
-                    private_tmp=True,
-                )
-                launch = attrs.evolve(self.isolation, policy=policy).launch(argv, cwd=cwd, env=env)
+                confined = server_isolation(self.isolation, self.root, Path(argv[0]))
+                launch = confined.launch(argv, cwd=cwd, env=env)
                 argv, env, pass_fds = list(launch.argv), dict(launch.env or {}), launch.pass_fds
                 graceful, cache = launch.graceful, launch.tmpdir
         env = dict(os.environ if env is None else env)

@@ -8,10 +8,9 @@ program and the matches the ignore rules left out the same way.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import attrs
 from pydantic import BaseModel
 
 from lionfactory._os.binaries import BinaryFinder, finder_or_default
@@ -21,7 +20,21 @@ from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._targets import PathTargets
 
-__all__ = ["count", "helper_tool", "left_out_ignored", "not_installed"]
+__all__ = ["HelperReport", "count", "helper_tool", "left_out_ignored", "not_installed"]
+
+
+class HelperReport:
+    """What the helper tools' responses share: the one rule of what counts as a failure.
+
+    A mixin for their pydantic response models (it adds no field, so each
+    model's schema is its own): their ``status`` says ``unavailable`` when
+    the program is missing and ``error`` when it could not run.
+    """
+
+    @classmethod
+    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
+        """A check failed when it could not run (``unavailable``) or broke (``error``)."""
+        return data.get("status") in ("error", "unavailable")
 
 
 def helper_tool(
@@ -48,13 +61,7 @@ def helper_tool(
     """
     finder = finder_or_default(binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
-    confinement = workspace_isolation(isolation, workspace.root)
-    if env_policy is not None:
-        # Which inherited variables the helper program sees (the isolation's
-        # policy applies at the process seam).
-        if not isinstance(env_policy, EnvPolicy):
-            raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
-        confinement = attrs.evolve(confinement, env_policy=env_policy)
+    confinement = workspace_isolation(isolation, workspace.root, env_policy=env_policy)
     return Tool(
         name=name,
         description=confinement.annotate(description),

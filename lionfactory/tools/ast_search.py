@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +47,13 @@ from lionfactory._os.process import LaunchError, ProcessResult, run_process
 from lionfactory._os.project import ProjectView
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory.tools._helper import count, helper_tool, left_out_ignored, not_installed
+from lionfactory.tools._helper import (
+    HelperReport,
+    count,
+    helper_tool,
+    left_out_ignored,
+    not_installed,
+)
 
 __all__ = ["AstSearchMatch", "AstSearchRequest", "AstSearchResponse", "ast_search_tool"]
 
@@ -118,7 +124,7 @@ class AstSearchMatch(BaseModel):
     text: str = Field(description="The matched code (long matches are cut).")
 
 
-class AstSearchResponse(BaseModel):
+class AstSearchResponse(HelperReport, BaseModel):
     """The outcome of one ``ast_search`` call."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -135,11 +141,6 @@ class AstSearchResponse(BaseModel):
     truncated: bool = Field(
         default=False, description="True when some matches were left out (see total)."
     )
-
-    @classmethod
-    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
-        """A check failed when it could not run (``unavailable``) or broke (``error``)."""
-        return data.get("status") in ("error", "unavailable")
 
 
 def _error(summary: str) -> AstSearchResponse:

@@ -86,7 +86,7 @@ from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.process import LaunchError, ProcessResult, run_process
 from lionfactory._os.supervisor import SupervisorGone, run_supervised
 from lionfactory._os.workspace import PathRefused, Workspace
-from lionfactory._shell_parse import MAX_COMMAND_CHARS
+from lionfactory._shell.parse import MAX_COMMAND_CHARS
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._bash_python import interpreter_notice, with_project_python
 from lionfactory.tools._bash_shellsplit import leading_assignments, split, unquoted_operator
@@ -882,11 +882,8 @@ def bash_tool(
         hidden=hidden_paths,
         exposed=exposed_paths,
         environ=checked_env,
+        env_policy=env_policy,
     )
-    if env_policy is not None:
-        if not isinstance(env_policy, EnvPolicy):
-            raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
-        confinement = attrs.evolve(confinement, env_policy=env_policy)
     use_shell = confinement.confined if shell is None else shell
     program = _shell_binary() if use_shell else None
     return Tool(

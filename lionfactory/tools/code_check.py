@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,7 +54,13 @@ from lionfactory._os.isolation import Isolation
 from lionfactory._os.project import ProjectView
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
-from lionfactory.tools._helper import count, helper_tool, left_out_ignored, not_installed
+from lionfactory.tools._helper import (
+    HelperReport,
+    count,
+    helper_tool,
+    left_out_ignored,
+    not_installed,
+)
 
 __all__ = ["CodeCheckRequest", "CodeCheckResponse", "CodeDiagnostic", "code_check_tool"]
 
@@ -136,7 +142,7 @@ class CodeCheckRequest(BaseModel):
     )
 
 
-class CodeCheckResponse(BaseModel):
+class CodeCheckResponse(HelperReport, BaseModel):
     """The outcome of one ``code_check`` call."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -154,11 +160,6 @@ class CodeCheckResponse(BaseModel):
     truncated: bool = Field(
         default=False, description="True when some diagnostics were left out (see total)."
     )
-
-    @classmethod
-    def reports_failure(cls, data: Mapping[str, Any]) -> bool:
-        """A check failed when it could not run (``unavailable``) or broke (``error``)."""
-        return data.get("status") in ("error", "unavailable")
 
 
 def _error(summary: str) -> CodeCheckResponse:

@@ -1,6 +1,6 @@
 """Read a command's flags the way its program would, for policy hooks.
 
-The commands themselves come from `lionfactory._shell_commands`, the one
+The commands themselves come from `lionfactory._shell.commands`, the one
 normalization every command policy shares (wrappers looked through, inner
 scripts read); this module only answers which flags a command was given.
 """
@@ -9,17 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lionfactory._shell_commands import SHELLS, Command, parse_command, program_name
-
-__all__ = [
-    "SHELLS",
-    "Command",
-    "has_long",
-    "long_flags",
-    "parse_command",
-    "program_name",
-    "short_flags",
-]
+__all__ = ["has_long", "long_flags", "short_flags"]
 
 
 def short_flags(args: Sequence[str]) -> set[str]:

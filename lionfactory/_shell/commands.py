@@ -1,6 +1,6 @@
 """A script's commands as a policy sees them: every program it runs, normalized.
 
-`lionfactory._shell_parse` cuts a script into simple commands with a real
+`lionfactory._shell.parse` cuts a script into simple commands with a real
 shell grammar. This module reads each one the way the shell would run it and
 is the one normalization every command policy shares (the permission rules
 and `deny_destructive_commands` alike), so that no policy can be walked
@@ -39,8 +39,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from lionfactory._shell_parse import ShellSyntaxError
-from lionfactory._shell_parse import simple_commands as parse_script
+from lionfactory._shell.parse import ShellSyntaxError
+from lionfactory._shell.parse import simple_commands as parse_script
 
 __all__ = [
     "MAX_NESTING",
