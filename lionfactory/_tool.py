@@ -505,19 +505,30 @@ class Tool:
             RuntimeError: when called from inside a running event loop; use
                 ``await tool(...)`` there.
         """
-        import sniffio  # anyio's own dependency; imported here to keep import time low
         import trio
 
-        try:
-            library: str | None = sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:
-            library = None
+        library = running_event_loop()
         if library is not None:
             raise RuntimeError(
                 f"run_sync() cannot run inside a running {library} event loop; "
                 f"use `await tool(...)` instead"
             )
         return trio.run(functools.partial(self.invoke, arguments))
+
+
+def running_event_loop() -> str | None:
+    """The async library running in this thread (``"trio"``, ``"asyncio"``), or None.
+
+    A synchronous entry point (`Tool.run_sync`, an adapter's sync call) starts
+    its own trio loop, which cannot nest inside a running one; it asks this
+    first so the caller learns to ``await`` instead of meeting trio's error.
+    """
+    import sniffio  # anyio's own dependency; imported here to keep import time low
+
+    try:
+        return sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return None
 
 
 # The tool whose pre hooks are running, for `stated_targets`.

@@ -43,11 +43,13 @@ from lionfactory._shell.parse import ShellSyntaxError
 from lionfactory._shell.parse import simple_commands as parse_script
 
 __all__ = [
+    "GIT_VALUED",
     "MAX_NESTING",
     "SHELLS",
     "Command",
     "Normalized",
     "ShellTooDeep",
+    "git_command",
     "normalized_commands",
     "parse_command",
     "program_name",
@@ -112,7 +114,7 @@ SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish"})
 _SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 
 # git's global options that take the next word as their value.
-_GIT_VALUED = frozenset(
+GIT_VALUED = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
     | {"--attr-source"}
 )
@@ -329,7 +331,7 @@ class Normalized:
     def words(self) -> tuple[str, ...]:
         """The base name and the arguments; for git, without its global options."""
         if self.name == "git":
-            return ("git", *_git_command(self.args))
+            return ("git", *git_command(self.args))
         return (self.name, *self.args)
 
     @property
@@ -354,12 +356,17 @@ class Normalized:
         return tuple(dict.fromkeys(forms))
 
 
-def _git_command(args: Sequence[str]) -> tuple[str, ...]:
-    """The arguments of git from the subcommand on: the global options before it skipped."""
+def git_command(args: Sequence[str], valued: frozenset[str] = GIT_VALUED) -> tuple[str, ...]:
+    """The arguments of git from the subcommand on: the global options before it skipped.
+
+    Args:
+        args: git's arguments (after the program).
+        valued: the global options whose value is the next word.
+    """
     index = 0
     while index < len(args):
         token = args[index]
-        if token in _GIT_VALUED:
+        if token in valued:
             index += 2
         elif token.startswith("-"):
             index += 1

@@ -9,6 +9,19 @@ message id, which `ack` matches) and ``m`` (the message as JSON).
 
 __all__ = ["ACK", "COUNT", "DEAD_LETTER", "PEEK", "RECEIVE", "SEND", "UNREGISTER"]
 
+# The ``m`` field of a stream entry's flat field list ('' when it has none),
+# put in front of each script that reads messages (a script is one chunk:
+# Redis has no shared Lua library that survives a restart).
+_PAYLOAD_OF = """
+local function payload_of(fields)
+  local payload = ''
+  for i = 1, #fields, 2 do
+    if fields[i] == 'm' then payload = fields[i + 1] end
+  end
+  return payload
+end
+"""
+
 # KEYS: owners set. ARGV: inbox prefix, sender, recipient ("" = broadcast),
 # message id, message JSON. Returns 0, or 1/2 for an unknown sender/recipient.
 SEND = """
@@ -34,7 +47,9 @@ return 0
 # pairs ("" for an entry without a message field), at most `limit` of them:
 # a capped receive reads (and delivers) only what it takes, so it costs what
 # it takes, not what is queued. Entries deleted while pending are dropped.
-RECEIVE = """
+RECEIVE = (
+    _PAYLOAD_OF
+    + """
 local inbox, group, consumer, consume = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local limit = tonumber(ARGV[4])
 local out, ids = {}, {}
@@ -54,11 +69,7 @@ for _, start in ipairs({'0', '>'}) do
     for _, entry in ipairs(res[1][2]) do
       local fields = entry[2]
       if fields then
-        local payload = ''
-        for i = 1, #fields, 2 do
-          if fields[i] == 'm' then payload = fields[i + 1] end
-        end
-        table.insert(out, {entry[1], payload})
+        table.insert(out, {entry[1], payload_of(fields)})
       else
         redis.call('XACK', inbox, group, entry[1])
       end
@@ -75,6 +86,7 @@ if consume == '1' then
 end
 return out
 """
+)
 
 # KEYS: inbox. ARGV: group, consumer, then the message ids to acknowledge.
 ACK = """
@@ -105,7 +117,9 @@ return n
 # KEYS: inbox. ARGV: group, consumer, limit ("0": no limit). Returns [last
 # stream id, then stream id and payload of each pending and new entry...]
 # without delivering anything; at most `limit` entries.
-PEEK = """
+PEEK = (
+    _PAYLOAD_OF
+    + """
 local inbox, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local limit = tonumber(ARGV[3])
 local last = '0-0'
@@ -123,12 +137,8 @@ end
 local out = {last}
 local taken = 0
 local function add(entry)
-  local payload = ''
-  for i = 1, #entry[2], 2 do
-    if entry[2][i] == 'm' then payload = entry[2][i + 1] end
-  end
   table.insert(out, entry[1])
-  table.insert(out, payload)
+  table.insert(out, payload_of(entry[2]))
   taken = taken + 1
 end
 local cap = limit
@@ -147,6 +157,7 @@ if taken < cap then
 end
 return out
 """
+)
 
 # KEYS: inbox. Returns how many entries it holds (acknowledged ones are
 # deleted, so: the pending and the new), or an error for a missing inbox.
@@ -161,21 +172,20 @@ return redis.call('XLEN', KEYS[1])
 # removing the owner and its stream, or -1 if the owner is not registered.
 # One script, so no send lands between the read and the delete: a send after
 # it finds no owner and is refused.
-UNREGISTER = """
+UNREGISTER = (
+    _PAYLOAD_OF
+    + """
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return -1 end
 local out = {}
 for _, entry in ipairs(redis.call('XRANGE', KEYS[2], '-', '+')) do
-  local payload = ''
-  for i = 1, #entry[2], 2 do
-    if entry[2][i] == 'm' then payload = entry[2][i + 1] end
-  end
   table.insert(out, entry[1])
-  table.insert(out, payload)
+  table.insert(out, payload_of(entry[2]))
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2])
 return out
 """
+)
 
 # KEYS: inbox, dead-letter stream. ARGV: group, then per entry: stream id,
 # payload, reason. Moves malformed entries (written by another program) out

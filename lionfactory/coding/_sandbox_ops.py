@@ -22,6 +22,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio.to_thread
@@ -283,15 +284,34 @@ def _install_index(index: Path, admin: Path) -> None:
         raise
 
 
-async def _staged(git: Git, session: Session, name: str) -> Git:
-    """A git on the worktree whose scratch index `name` holds every change (``add -A``)."""
+@contextlib.asynccontextmanager
+async def _staged(git: Git, session: Session, name: str) -> AsyncIterator[Git]:
+    """A git on the worktree whose scratch index `name` holds every change (``add -A``).
+
+    The index file is removed when the block ends, however it ends.
+    """
     index = session.scratch / name
-    source = session.admin_dir / "index" if session.admin_dir is not None else None
-    scratch = session.tree(git, index)
-    if not await anyio.to_thread.run_sync(_seed_index, source, index):
-        await scratch.check(["read-tree", session.ref], cwd=session.root, what="prepare the index")
-    await scratch.check(["add", "-A"], cwd=session.root, what="collect the changes")
-    return scratch
+    try:
+        source = session.admin_dir / "index" if session.admin_dir is not None else None
+        scratch = session.tree(git, index)
+        if not await anyio.to_thread.run_sync(_seed_index, source, index):
+            await scratch.check(
+                ["read-tree", session.ref], cwd=session.root, what="prepare the index"
+            )
+        await scratch.check(["add", "-A"], cwd=session.root, what="collect the changes")
+        yield scratch
+    finally:
+        await _drop(index)
+
+
+async def _changed(scratch: Git, session: Session, since: str, what: str) -> list[str]:
+    """The paths whose content in the scratch index differs from commit `since`."""
+    out = await scratch.check(
+        [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z", since],
+        cwd=session.root,
+        what=what,
+    )
+    return _paths(out)
 
 
 async def _drop(path: Path) -> None:
@@ -301,24 +321,15 @@ async def _drop(path: Path) -> None:
 
 async def diff(git: Git, session: Session) -> Diff:
     """Everything the sandbox changed since its base commit, via a scratch index."""
-    index = session.scratch / "diff-index"
-    try:
-        scratch = await _staged(git, session, index.name)
-        names = await scratch.check(
-            [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z", session.base_commit],
-            cwd=session.root,
-            what="list the changed files",
-        )
+    async with _staged(git, session, "diff-index") as scratch:
+        files = await _changed(scratch, session, session.base_commit, "list the changed files")
         patch = await scratch.run(
             [*_QUIET_PATHS, "diff", "--cached", "--no-color", "--no-ext-diff", session.base_commit],
             cwd=session.root,
             max_bytes=MAX_DIFF_CHARS * 4,
         )
-    finally:
-        await _drop(index)
     if patch.returncode != 0 or patch.timed_out:
         raise GitError(f"Could not compute the diff: {patch.stderr.strip() or 'git failed'}.")
-    files = _paths(names)
     text = patch.stdout
     truncated = patch.stdout_truncated or len(text) > MAX_DIFF_CHARS
     notice = None
@@ -344,17 +355,8 @@ async def _tip(git: Git, session: Session) -> str:
 
 async def _pending(git: Git, session: Session) -> list[str]:
     """Paths whose worktree content differs from the sandbox branch's last commit."""
-    index = session.scratch / "status-index"
-    try:
-        scratch = await _staged(git, session, index.name)
-        out = await scratch.check(
-            [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z", session.ref],
-            cwd=session.root,
-            what="list the uncommitted changes",
-        )
-    finally:
-        await _drop(index)
-    return _paths(out)
+    async with _staged(git, session, "status-index") as scratch:
+        return await _changed(scratch, session, session.ref, "list the uncommitted changes")
 
 
 async def commit(git: Git, session: Session, message: str) -> tuple[str, list[str]] | str:
@@ -365,15 +367,9 @@ async def commit(git: Git, session: Session, message: str) -> tuple[str, list[st
     worktree's ``HEAD`` says, and a branch moved meanwhile fails the update.
     """
     index = session.scratch / "commit-index"
-    try:
-        scratch = await _staged(git, session, index.name)
+    async with _staged(git, session, index.name) as scratch:
         tip = await _tip(git, session)
-        staged = await scratch.check(
-            [*_QUIET_PATHS, "diff", "--cached", "--name-only", "-z", tip],
-            cwd=session.root,
-            what="list the staged changes",
-        )
-        files = _paths(staged)
+        files = await _changed(scratch, session, tip, "list the staged changes")
         if not files:
             return "Nothing to commit: the sandbox has no changes since its last commit."
         tree = await scratch.check(["write-tree"], cwd=session.root, what="record the tree")
@@ -402,8 +398,6 @@ async def commit(git: Git, session: Session, message: str) -> tuple[str, list[st
             # The worktree's own index now matches the commit, so `git status`
             # through bash shows nothing left to commit.
             await anyio.to_thread.run_sync(_install_index, index, session.admin_dir)
-    finally:
-        await _drop(index)
     return sha, files
 
 

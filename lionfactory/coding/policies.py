@@ -60,8 +60,16 @@ from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+import attrs
+
 from lionfactory._echo import shorten
-from lionfactory._shell.commands import ShellTooDeep, normalized_commands, program_name
+from lionfactory._shell.commands import (
+    GIT_VALUED,
+    ShellTooDeep,
+    git_command,
+    normalized_commands,
+    program_name,
+)
 from lionfactory._shell.flags import has_long, long_flags, short_flags
 from lionfactory._shell.parse import MAX_COMMAND_CHARS, ShellSyntaxError
 from lionfactory.errors import ToolDenied
@@ -81,10 +89,9 @@ _POWER_VERBS = frozenset(
     | {"suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate"}
 )
 _RUNLEVELS = frozenset({"0", "1", "6", "s", "S", "single"})
-_GIT_OPTIONS_WITH_VALUE = frozenset(
-    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
-    | {"--attr-source", "--exec-path", "--list-cmds"}
-)
+# A policy reads these two as taking a value too: a word after them is then
+# also checked as the subcommand (see `_git_subcommands`).
+_GIT_OPTIONS_WITH_VALUE = GIT_VALUED | {"--exec-path", "--list-cmds"}
 # Subcommands git ships, so that a word after an option git may learn to take
 # a value for (like `--attr-source REV`) is not mistaken for the subcommand.
 _GIT_SUBCOMMANDS = frozenset(
@@ -217,18 +224,12 @@ def _git_subcommands(args: Sequence[str]) -> list[tuple[str, list[str]]]:
     unknown option cannot hide ``reset --hard`` behind it.
     """
     found: list[tuple[str, list[str]]] = []
-    index = 0
-    while index < len(args) and len(found) < 2:
-        token = args[index]
-        if token in _GIT_OPTIONS_WITH_VALUE:
-            index += 2
-        elif token.startswith("-"):
-            index += 1
-        else:
-            found.append((token, list(args[index + 1 :])))
-            if token in _GIT_SUBCOMMANDS:
-                break
-            index += 1
+    rest = git_command(args, _GIT_OPTIONS_WITH_VALUE)
+    while rest and len(found) < 2:
+        found.append((rest[0], list(rest[1:])))
+        if rest[0] in _GIT_SUBCOMMANDS:
+            break
+        rest = git_command(rest[1:], _GIT_OPTIONS_WITH_VALUE)
     return found
 
 
@@ -379,24 +380,22 @@ def _power(token: str, _args: list[str], _depth: int) -> str | None:
     return f"`{program_name(token)}` stops or restarts the machine and is denied."
 
 
-def _service_manager(token: str, args: list[str], _depth: int) -> str | None:
-    verbs = [a for a in args if not a.startswith("-")]
-    if verbs and verbs[0] in _POWER_VERBS:
-        return (
-            f"`{program_name(token)} {verbs[0]}` stops, suspends or restarts the machine and "
-            f"is denied."
-        )
-    return None
+@attrs.frozen
+class _FirstWord:
+    """Denies a program whose first plain word (a verb, a runlevel) is one of `words`."""
+
+    words: frozenset[str]
+    effect: str
+
+    def __call__(self, token: str, args: list[str], _depth: int) -> str | None:
+        plain = [a for a in args if not a.startswith("-")]
+        if plain and plain[0] in self.words:
+            return f"`{program_name(token)} {plain[0]}` {self.effect} and is denied."
+        return None
 
 
-def _init(token: str, args: list[str], _depth: int) -> str | None:
-    levels = [a for a in args if not a.startswith("-")]
-    if levels and levels[0] in _RUNLEVELS:
-        return (
-            f"`{program_name(token)} {levels[0]}` halts, reboots or drops the machine to "
-            f"single-user mode and is denied."
-        )
-    return None
+_service_manager = _FirstWord(_POWER_VERBS, "stops, suspends or restarts the machine")
+_init = _FirstWord(_RUNLEVELS, "halts, reboots or drops the machine to single-user mode")
 
 
 _Checker = Callable[[str, list[str], int], "str | None"]

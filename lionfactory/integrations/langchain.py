@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from lionfactory._acting import ActionResult, pending_payload
-from lionfactory._tool import Tool
+from lionfactory._tool import Tool, running_event_loop
 from lionfactory.integrations._calls import (
     Source,
     ToolSource,
@@ -192,13 +192,9 @@ def _structured_tool(
     def invoke_sync(**arguments: Any) -> tuple[Any, dict[str, Any]]:
         import functools
 
-        import sniffio
         import trio
 
-        try:
-            library: str | None = sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:
-            library = None
+        library = running_event_loop()
         if library is not None:
             raise RuntimeError(
                 f"tool {name!r} was invoked synchronously inside a running {library} event "

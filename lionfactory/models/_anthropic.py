@@ -144,10 +144,6 @@ class AnthropicMessages(HttpChatModel):
             max_tokens=max_tokens, api_version=api_version, api_key=api_key, **fields
         )
 
-    def __repr__(self) -> str:
-        # The api_key stays out: reprs end up in logs and tracebacks.
-        return f"AnthropicMessages(model={self.model!r}, base_url={self.base_url!r})"
-
     @property
     def url(self) -> str:
         """The endpoint every request goes to."""

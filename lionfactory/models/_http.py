@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import anyio
 
@@ -293,6 +293,13 @@ class HttpChatModel(ClientOwner):
     timeout: float
     max_retries: int
     backoff: float
+    _shown: ClassVar[tuple[str, ...]] = ("model", "base_url")
+    """The fields the repr shows, in order."""
+
+    def __repr__(self) -> str:
+        # The api_key stays out: reprs end up in logs and tracebacks.
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)
+        return f"{type(self).__name__}({shown})"
 
     @property
     def url(self) -> str:

@@ -84,6 +84,8 @@ class OpenAICompatible(HttpChatModel):
         TypeError: a `transport` that is not an ``httpx.AsyncBaseTransport``.
     """
 
+    _shown = ("base_url", "model")
+
     base_url: str
     model: str
     timeout: float
@@ -124,10 +126,6 @@ class OpenAICompatible(HttpChatModel):
                 reserved=_RESERVED_PARAMS,
             ),
         )
-
-    def __repr__(self) -> str:
-        # The api_key stays out: reprs end up in logs and tracebacks.
-        return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r})"
 
     @property
     def url(self) -> str:
