@@ -26,6 +26,7 @@ __all__ = [
     "Source",
     "ToolSource",
     "is_input_error",
+    "missing_extra",
     "model_view",
     "recorded_answer",
     "tool_source",
@@ -33,6 +34,13 @@ __all__ = [
 
 Source = Branch | Tool | Sequence[Tool]
 """What an adapter is built from: a branch (live), one tool, or a list of tools."""
+
+
+def missing_extra(adapter: str, needs: str, extra: str) -> ImportError:
+    """What an adapter raises when its framework is missing: what it needs, and the extra."""
+    return ImportError(
+        f"{adapter} needs {needs}; install it with `pip install 'lionfactory[{extra}]'`"
+    )
 
 
 @attrs.frozen

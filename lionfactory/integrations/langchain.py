@@ -43,14 +43,13 @@ from typing import Any
 
 import anyio
 
+from lionfactory.integrations._calls import missing_extra
+
 try:
     from langchain_core.messages import ToolMessage
     from langchain_core.tools import StructuredTool
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "lionfactory.integrations.langchain needs langchain-core; "
-        "install it with `pip install 'lionfactory[langchain]'`"
-    ) from exc
+    raise missing_extra(__name__, "langchain-core", "langchain") from exc
 
 from lionfactory._acting import ActionResult, pending_payload
 from lionfactory._tool import Tool, running_event_loop

@@ -14,13 +14,12 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
+from lionfactory.integrations._calls import missing_extra
+
 try:
     from lionagi.protocols.action.tool import Tool as LionagiTool
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "lionfactory.integrations.lionagi needs lionagi; "
-        "install it with `pip install 'lionfactory[lionagi]'`"
-    ) from exc
+    raise missing_extra(__name__, "lionagi", "lionagi") from exc
 
 from lionfactory._tool import Tool
 from lionfactory.integrations._calls import Source, ToolSource, model_view, tool_source

@@ -35,16 +35,15 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from lionfactory.integrations._calls import missing_extra
+
 try:
     from agents import FunctionTool, RunContextWrapper
     from agents.exceptions import UserError
     from agents.strict_schema import ensure_strict_json_schema
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "lionfactory.integrations.openai_agents needs the OpenAI Agents SDK; "
-        "install it with `pip install 'lionfactory[openai-agents]'`"
-    ) from exc
+    raise missing_extra(__name__, "the OpenAI Agents SDK", "openai-agents") from exc
 
 from lionfactory._acting import pending_payload
 from lionfactory._tool import Tool

@@ -33,16 +33,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from lionfactory.integrations._calls import missing_extra
+
 try:
     from pydantic_ai import ApprovalRequired as DeferForApproval
     from pydantic_ai import ModelRetry, RunContext
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "lionfactory.integrations.pydantic_ai needs pydantic-ai; "
-        "install it with `pip install 'lionfactory[pydantic-ai]'`"
-    ) from exc
+    raise missing_extra(__name__, "pydantic-ai", "pydantic-ai") from exc
 from pydantic_core import SchemaValidator, core_schema
 
 from lionfactory.integrations._calls import (
