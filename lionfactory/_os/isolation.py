@@ -1023,7 +1023,8 @@ def workspace_isolation(
     Raises:
         ConfigurationError: see `resolve_isolation`.
         ValueError: an unknown mechanism or network mode.
-        TypeError: `isolation` is neither a name nor an `Isolation`.
+        TypeError: `isolation` is neither a name nor an `Isolation`, or
+            `env_policy` is not an `EnvPolicy`.
     """
     if env_policy is not None and not isinstance(env_policy, EnvPolicy):
         raise TypeError(f"env_policy must be an EnvPolicy or None, got {env_policy!r}")
