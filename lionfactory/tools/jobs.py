@@ -58,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._call import current_call, current_progress, on_branch_collected
 from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
+from lionfactory._os.sandbox_hide import hide_appeared
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone, run_supervised
 from lionfactory._tool import Tool, ToolHints
 
@@ -263,11 +264,18 @@ class BranchJobs:
         """The branch's supervisor for `isolation`, started on first use (blocking)."""
         with self.lock:
             running = self.supervisors.get(isolation)
-            if running is not None and running.alive and running.stale():
-                # A credential file appeared in an exposed tree: later
-                # commands get a sandbox that hides it. What runs in the old
-                # one (a job, a concurrent call) keeps running there until
-                # it ends or the branch closes.
+            # A credential file appeared in an exposed tree. Under bwrap it
+            # is hidden inside the running sandbox, from its jobs too
+            # (`hide_appeared`). Where that cannot be (Landlock), later
+            # commands get a sandbox that hides it, and what runs in the old
+            # one (a job, a concurrent call) keeps running there, able to
+            # read it, until it ends or the branch closes.
+            if (
+                running is not None
+                and running.alive
+                and running.stale()
+                and not hide_appeared(running)
+            ):
                 self.retired.append(running)
                 running = None
             if running is None or not running.alive:

@@ -1,0 +1,284 @@
+"""Credential files anywhere inside a tree: found by one walk, then kept current by inotify.
+
+Exposed toolchain trees are large (a pyenv root here holds 12,000 folders
+and 130,000 entries) and a credential may appear in any folder at any
+moment (``cargo login``, ``gh auth login``, a ``pip config set`` in a venv).
+Each confined launch asks which credential files a tree holds now. Walking
+the tree each time costs seconds; even a stat per known folder (to see
+which changed) took 0.4 s for that pyenv tree on the test machine. So a
+tree is walked once, every folder in it gets an inotify watch, and each
+later question only reads the queued events (tens of microseconds when
+nothing changed): a folder created later is walked and watched when its
+creation is read, a file created, renamed into place or rewritten is judged
+then.
+
+Where inotify is unavailable, or the per-user watch limit
+(``fs.inotify.max_user_watches``) is reached, or the event queue overflowed,
+the tree is walked again on each question instead (`polled`): correct at
+any depth, at the cost of that walk.
+
+Nothing here follows a link: a credential that is a link is reported as the
+link, and the caller decides what it leads to.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import struct
+import threading
+from collections.abc import Callable
+
+__all__ = ["TreeWatch", "polled"]
+
+_IN_MODIFY = 0x002
+_IN_CLOSE_WRITE = 0x008
+_IN_MOVED_FROM = 0x040
+_IN_MOVED_TO = 0x080
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_DELETE_SELF = 0x400
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+_IN_ONLYDIR = 0x01000000
+_IN_DONT_FOLLOW = 0x02000000
+_IN_ISDIR = 0x40000000
+_MASK = (
+    _IN_MODIFY
+    | _IN_CLOSE_WRITE
+    | _IN_MOVED_FROM
+    | _IN_MOVED_TO
+    | _IN_CREATE
+    | _IN_DELETE
+    | _IN_DELETE_SELF
+    | _IN_ONLYDIR
+    | _IN_DONT_FOLLOW
+)
+_APPEARS = _IN_CREATE | _IN_MOVED_TO | _IN_CLOSE_WRITE | _IN_MODIFY
+_GOES = _IN_DELETE | _IN_MOVED_FROM
+_EVENT = struct.Struct("iIII")
+
+Judge = Callable[[str], bool]
+"""Whether the content-checked file at a path holds a credential (reads it)."""
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def polled(
+    root: str, secret_name: Callable[[str], bool], checked_name: Judge, judge: Judge
+) -> list[str]:
+    """The credential files under `root`, at any depth, by one full walk (no watch).
+
+    Args:
+        root: the tree.
+        secret_name: whether a file name is a credential name.
+        checked_name: whether a file name is one whose content is judged.
+        judge: whether such a file holds a credential.
+    """
+    found: list[str] = []
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if is_dir:
+                        if entry.name == ".git":
+                            # Git's own store: only its config can hold a
+                            # credential (a helper, a URL with a password).
+                            config = os.path.join(entry.path, "config")
+                            if judge(config):
+                                found.append(config)
+                        else:
+                            stack.append(entry.path)
+                    elif secret_name(entry.name) or (
+                        checked_name(entry.name) and judge(entry.path)
+                    ):
+                        found.append(entry.path)
+        except OSError:
+            continue
+    return found
+
+
+class TreeWatch:
+    """The credential files of every tree asked about, kept current by one inotify instance.
+
+    One instance per process (`secrets` is thread-safe): the kernel allows
+    a user 128 inotify instances, and every tree shares this one.
+
+    Args:
+        secret_name: whether a file name is a credential name.
+        checked_name: whether a file name is one whose content is judged.
+        judge: whether such a file holds a credential (called again when it
+            is rewritten).
+    """
+
+    def __init__(
+        self, secret_name: Callable[[str], bool], checked_name: Judge, judge: Judge
+    ) -> None:
+        self._secret_name = secret_name
+        self._checked_name = checked_name
+        self._judge = judge
+        self._lock = threading.Lock()
+        self._libc: ctypes.CDLL | None = None
+        self._fd = -1
+        self._reset()
+
+    def _reset(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+        self._folders: dict[int, str] = {}
+        # Folders watched without their subfolders (``.git``).
+        self._shallow: set[str] = set()
+        # Credential candidates seen: path -> whether it counts now.
+        self._found: dict[str, bool] = {}
+        self._roots: set[str] = set()
+        # Trees the watch could not cover (limit reached): polled instead.
+        self._unwatched: set[str] = set()
+
+    def forget(self) -> None:
+        """Drop everything (a forked child must not read its parent's events)."""
+        self._lock = threading.Lock()
+        self._reset()
+
+    def secrets(self, root: str) -> list[str]:
+        """The credential files under `root` now, at any depth (walked on the first question)."""
+        with self._lock:
+            if any(_is_under(root, u) for u in self._unwatched) or not self._ready():
+                return polled(root, self._secret_name, self._checked_name, self._judge)
+            self._drain()
+            if not any(_is_under(root, known) for known in self._roots):
+                if not self._walk(root):
+                    self._unwatched.add(root)
+                    return polled(root, self._secret_name, self._checked_name, self._judge)
+                self._roots.add(root)
+            return [
+                path for path, counts in self._found.items() if counts and _is_under(path, root)
+            ]
+
+    # -- inotify -----------------------------------------------------------------
+
+    def _ready(self) -> bool:
+        if self._fd >= 0:
+            return True
+        if self._libc is None:
+            try:
+                self._libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            except OSError:
+                return False
+        fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return False
+        self._fd = fd
+        return True
+
+    def _watch(self, folder: str) -> bool:
+        """Watch `folder`; False when the watch limit is reached (the tree is then polled)."""
+        assert self._libc is not None
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(folder), _MASK)
+        if wd < 0:
+            # A folder that vanished or cannot be read has nothing to watch;
+            # only the limit (or no memory for watches) fails the tree.
+            return ctypes.get_errno() not in (errno.ENOSPC, errno.ENOMEM)
+        self._folders[wd] = folder  # the same folder renamed keeps its wd: the path is updated
+        return True
+
+    def _walk(self, top: str) -> bool:
+        # Watched before listed, so an entry created meanwhile is either
+        # listed or reported.
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            if not self._watch(folder):
+                return False
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        try:
+                            is_dir = entry.is_dir(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if not is_dir:
+                            self._judge_file(folder, entry.name, entry.path)
+                        elif entry.name == ".git":
+                            if not self._watch_git(entry.path):
+                                return False
+                        else:
+                            stack.append(entry.path)
+            except OSError:
+                continue
+        return True
+
+    def _watch_git(self, folder: str) -> bool:
+        self._shallow.add(folder)
+        if not self._watch(folder):
+            return False
+        self._judge_file(folder, "config")
+        return True
+
+    def _judge_file(self, folder: str, name: str, path: str | None = None) -> None:
+        if folder in self._shallow:
+            if name == "config":
+                path = path or os.path.join(folder, name)
+                self._found[path] = self._judge(path)
+        elif self._secret_name(name):
+            self._found[path or os.path.join(folder, name)] = True
+        elif self._checked_name(name):
+            path = path or os.path.join(folder, name)
+            self._found[path] = self._judge(path)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._reset()
+                return
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
+                offset += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    # Events were lost: start again (every tree is walked
+                    # again on its next question).
+                    self._reset()
+                    self._ready()
+                    return
+                self._event(wd, mask, os.fsdecode(raw.rstrip(b"\0")))
+
+    def _event(self, wd: int, mask: int, name: str) -> None:
+        folder = self._folders.get(wd)
+        if folder is None:
+            return
+        if mask & _IN_IGNORED:
+            del self._folders[wd]
+            return
+        if not name:
+            return
+        path = os.path.join(folder, name)
+        if mask & _IN_ISDIR:
+            if mask & _GOES:
+                for known in [p for p in self._found if _is_under(p, path)]:
+                    del self._found[known]
+            elif mask & (_IN_CREATE | _IN_MOVED_TO) and folder not in self._shallow:
+                # A new (or moved-in) subtree: walked and watched now. At the
+                # limit its folder is polled from now on.
+                walked = self._watch_git(path) if name == ".git" else self._walk(path)
+                if not walked:
+                    self._unwatched.update(r for r in self._roots if _is_under(path, r))
+        elif mask & _GOES:
+            self._found.pop(path, None)
+        elif mask & _APPEARS:
+            self._judge_file(folder, name)
