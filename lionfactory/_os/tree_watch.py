@@ -64,6 +64,15 @@ Judge = Callable[[str], bool]
 """Whether the content-checked file at a path holds a credential (reads it)."""
 
 
+def _git_objects(folder: str, name: str) -> bool:
+    """Whether `name` in `folder` is a git object store: hashes as names, never a credential.
+
+    Skipped by every walk: a clone's store holds hundreds of folders (and a
+    credential in a repository is in its config, which is checked).
+    """
+    return name == "objects" and os.path.basename(folder) == ".git"
+
+
 def _is_under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -91,13 +100,7 @@ def polled(
                     except OSError:
                         continue
                     if is_dir:
-                        if entry.name == ".git":
-                            # Git's own store: only its config can hold a
-                            # credential (a helper, a URL with a password).
-                            config = os.path.join(entry.path, "config")
-                            if judge(config):
-                                found.append(config)
-                        else:
+                        if not _git_objects(folder, entry.name):
                             stack.append(entry.path)
                     elif secret_name(entry.name) or (
                         checked_name(entry.name) and judge(entry.path)
@@ -137,8 +140,6 @@ class TreeWatch:
             os.close(self._fd)
         self._fd = -1
         self._folders: dict[int, str] = {}
-        # Folders watched without their subfolders (``.git``).
-        self._shallow: set[str] = set()
         # Credential candidates seen: path -> whether it counts now.
         self._found: dict[str, bool] = {}
         self._roots: set[str] = set()
@@ -209,28 +210,14 @@ class TreeWatch:
                             continue
                         if not is_dir:
                             self._judge_file(folder, entry.name, entry.path)
-                        elif entry.name == ".git":
-                            if not self._watch_git(entry.path):
-                                return False
-                        else:
+                        elif not _git_objects(folder, entry.name):
                             stack.append(entry.path)
             except OSError:
                 continue
         return True
 
-    def _watch_git(self, folder: str) -> bool:
-        self._shallow.add(folder)
-        if not self._watch(folder):
-            return False
-        self._judge_file(folder, "config")
-        return True
-
     def _judge_file(self, folder: str, name: str, path: str | None = None) -> None:
-        if folder in self._shallow:
-            if name == "config":
-                path = path or os.path.join(folder, name)
-                self._found[path] = self._judge(path)
-        elif self._secret_name(name):
+        if self._secret_name(name):
             self._found[path or os.path.join(folder, name)] = True
         elif self._checked_name(name):
             path = path or os.path.join(folder, name)
@@ -272,12 +259,14 @@ class TreeWatch:
             if mask & _GOES:
                 for known in [p for p in self._found if _is_under(p, path)]:
                     del self._found[known]
-            elif mask & (_IN_CREATE | _IN_MOVED_TO) and folder not in self._shallow:
-                # A new (or moved-in) subtree: walked and watched now. At the
-                # limit its folder is polled from now on.
-                walked = self._watch_git(path) if name == ".git" else self._walk(path)
-                if not walked:
-                    self._unwatched.update(r for r in self._roots if _is_under(path, r))
+            elif (
+                mask & (_IN_CREATE | _IN_MOVED_TO)
+                and not _git_objects(folder, name)
+                and not self._walk(path)
+            ):
+                # A new (or moved-in) subtree is walked and watched now; at
+                # the limit, its trees are polled from now on.
+                self._unwatched.update(r for r in self._roots if _is_under(path, r))
         elif mask & _GOES:
             self._found.pop(path, None)
         elif mask & _APPEARS:
