@@ -27,6 +27,18 @@ Decisions:
   (under bwrap or Landlock's PID namespace, the whole sandbox);
   `Branch.aclose()` kills every job of the branch and removes its kept
   output; at interpreter exit every job still running is killed.
+* **A credential that appears while a job runs** (``cargo login`` writing
+  into an exposed toolchain) is checked for before the branch's next
+  command or ``jobs`` call. Under bwrap it is then hidden inside the
+  running sandbox, from the job too (`lionfactory._os.sandbox_hide`); what
+  the job read before that check, or holds open, it keeps. Under Landlock a
+  running process's rules cannot change (only a process may narrow its own
+  domain, never its running children's), so the job keeps reading the file
+  until it ends, and only later commands get a sandbox that hides it; the
+  same happens under bwrap when the kernel refuses the helper's mount.
+* **A sessionless MCP call keeps nothing**: its branch closes when the call
+  returns, jobs included, and the output it kept comes back embedded in
+  the call's result (`lionfactory.mcp._stateless`).
 """
 
 from __future__ import annotations
