@@ -130,41 +130,74 @@ class TreeWatch:
         self._secret_name = secret_name
         self._checked_name = checked_name
         self._judge = judge
+        # Held for the quick part (reading events, answering). A first walk
+        # takes seconds and runs under `_walking` alone, so a question about
+        # a tree already walked (before a command, on the event loop) never
+        # waits for another tree's first walk.
         self._lock = threading.Lock()
+        self._walking = threading.Lock()
         self._libc: ctypes.CDLL | None = None
         self._fd = -1
+        self._generation = 0
         self._reset()
 
     def _reset(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = -1
+        self._generation += 1
         self._folders: dict[int, str] = {}
         # Credential candidates seen: path -> whether it counts now.
         self._found: dict[str, bool] = {}
         self._roots: set[str] = set()
         # Trees the watch could not cover (limit reached): polled instead.
         self._unwatched: set[str] = set()
+        # Events of folders a walk in progress watches but has not handed
+        # over yet: replayed when it does.
+        self._early: dict[int, list[tuple[int, str]]] = {}
 
     def forget(self) -> None:
         """Drop everything (a forked child must not read its parent's events)."""
         self._lock = threading.Lock()
+        self._walking = threading.Lock()
         self._reset()
 
     def secrets(self, root: str) -> list[str]:
         """The credential files under `root` now, at any depth (walked on the first question)."""
         with self._lock:
-            if any(_is_under(root, u) for u in self._unwatched) or not self._ready():
-                return polled(root, self._secret_name, self._checked_name, self._judge)
-            self._drain()
-            if not any(_is_under(root, known) for known in self._roots):
-                if not self._walk(root):
+            answer = self._answer(root)
+        if answer is not None:
+            return answer
+        with self._walking:
+            with self._lock:
+                answer = self._answer(root)
+                if answer is not None:
+                    return answer
+                fd, generation = self._fd, self._generation
+            walked = self._walk_apart(fd, root)
+            with self._lock:
+                if walked is None:
                     self._unwatched.add(root)
-                    return polled(root, self._secret_name, self._checked_name, self._judge)
-                self._roots.add(root)
-            return [
-                path for path, counts in self._found.items() if counts and _is_under(path, root)
-            ]
+                elif generation == self._generation:
+                    self._drain()
+                    self._take(*walked)
+                    self._early.clear()  # no other walk runs: nothing else waits for them
+                    self._roots.add(root)
+                    return self._under(root)
+        # The watch limit was reached, or events were lost meanwhile.
+        return polled(root, self._secret_name, self._checked_name, self._judge)
+
+    def _answer(self, root: str) -> list[str] | None:
+        """The answer for a tree already walked, or None (call it holding `_lock`)."""
+        if any(_is_under(root, u) for u in self._unwatched) or not self._ready():
+            return polled(root, self._secret_name, self._checked_name, self._judge)
+        self._drain()
+        if any(_is_under(root, known) for known in self._roots):
+            return self._under(root)
+        return None
+
+    def _under(self, root: str) -> list[str]:
+        return [path for path, counts in self._found.items() if counts and _is_under(path, root)]
 
     # -- inotify -----------------------------------------------------------------
 
@@ -182,25 +215,27 @@ class TreeWatch:
         self._fd = fd
         return True
 
-    def _watch(self, folder: str) -> bool:
-        """Watch `folder`; False when the watch limit is reached (the tree is then polled)."""
-        assert self._libc is not None
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(folder), _MASK)
-        if wd < 0:
-            # A folder that vanished or cannot be read has nothing to watch;
-            # only the limit (or no memory for watches) fails the tree.
-            return ctypes.get_errno() not in (errno.ENOSPC, errno.ENOMEM)
-        self._folders[wd] = folder  # the same folder renamed keeps its wd: the path is updated
-        return True
+    def _walk_apart(self, fd: int, top: str) -> tuple[dict[int, str], dict[str, bool]] | None:
+        """Watch and list every folder of `top`: (folders by wd, candidates); None at the limit.
 
-    def _walk(self, top: str) -> bool:
-        # Watched before listed, so an entry created meanwhile is either
-        # listed or reported.
+        Touches nothing shared (the caller hands the result over with `_take`).
+        Each folder is watched before it is listed, so an entry created
+        meanwhile is either listed or reported.
+        """
+        assert self._libc is not None
+        folders: dict[int, str] = {}
+        found: dict[str, bool] = {}
         stack = [top]
         while stack:
             folder = stack.pop()
-            if not self._watch(folder):
-                return False
+            wd = self._libc.inotify_add_watch(fd, os.fsencode(folder), _MASK)
+            if wd < 0:
+                # A folder that vanished or cannot be read has nothing to
+                # watch; only the limit (or no memory for watches) fails.
+                if ctypes.get_errno() in (errno.ENOSPC, errno.ENOMEM):
+                    return None
+                continue
+            folders[wd] = folder
             try:
                 with os.scandir(folder) as entries:
                     for entry in entries:
@@ -209,19 +244,35 @@ class TreeWatch:
                         except OSError:
                             continue
                         if not is_dir:
-                            self._judge_file(folder, entry.name, entry.path)
+                            self._judge_file(found, entry.name, entry.path)
                         elif not _git_objects(folder, entry.name):
                             stack.append(entry.path)
             except OSError:
                 continue
+        return folders, found
+
+    def _take(self, folders: dict[int, str], found: dict[str, bool]) -> None:
+        """Hand a walk's result over, and replay the events its folders had meanwhile."""
+        # The same folder renamed keeps its wd: the path is updated.
+        self._folders.update(folders)
+        self._found.update(found)
+        for wd in folders:
+            for mask, name in self._early.pop(wd, ()):
+                self._event(wd, mask, name)
+
+    def _walk(self, top: str) -> bool:
+        """Walk a new subtree now (holding `_lock`); False at the watch limit."""
+        walked = self._walk_apart(self._fd, top)
+        if walked is None:
+            return False
+        self._take(*walked)
         return True
 
-    def _judge_file(self, folder: str, name: str, path: str | None = None) -> None:
+    def _judge_file(self, found: dict[str, bool], name: str, path: str) -> None:
         if self._secret_name(name):
-            self._found[path or os.path.join(folder, name)] = True
+            found[path] = True
         elif self._checked_name(name):
-            path = path or os.path.join(folder, name)
-            self._found[path] = self._judge(path)
+            found[path] = self._judge(path)
 
     def _drain(self) -> None:
         while True:
@@ -248,6 +299,8 @@ class TreeWatch:
     def _event(self, wd: int, mask: int, name: str) -> None:
         folder = self._folders.get(wd)
         if folder is None:
+            if self._walking.locked() and not mask & _IN_IGNORED:
+                self._early.setdefault(wd, []).append((mask, name))
             return
         if mask & _IN_IGNORED:
             del self._folders[wd]
@@ -270,4 +323,4 @@ class TreeWatch:
         elif mask & _GOES:
             self._found.pop(path, None)
         elif mask & _APPEARS:
-            self._judge_file(folder, name)
+            self._judge_file(self._found, name, path)
