@@ -71,6 +71,18 @@ async def test_the_default_http_client_gets_a_cut_stream_whole_as_an_embedded_re
 
 
 @HTTPX2_GENERATORS
+async def test_a_sessionless_background_job_over_http_leaves_no_process(http_url: str) -> None:
+    tag = f"lf-sessionless-{uuid.uuid4().hex}"
+    async with Client(http_url) as client:
+        result = await client.call_tool(
+            "bash", {"command": f"echo {tag} up; sleep 600; echo {tag}", "background": True}
+        )
+    assert "the job ended with the call" in result.structured_content["notice"]
+    assert len(embedded(result)) == 1
+    await eventually(lambda: not processes_tagged(tag), 30)
+
+
+@HTTPX2_GENERATORS
 async def test_a_short_sessionless_answer_embeds_nothing(http_url: str) -> None:
     async with Client(http_url) as client:
         result = await client.call_tool("bash", {"command": "echo hi"})
