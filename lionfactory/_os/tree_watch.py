@@ -91,24 +91,29 @@ def polled(
     found: list[str] = []
     stack = [root]
     while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    try:
-                        is_dir = entry.is_dir(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if is_dir:
-                        if not _git_objects(folder, entry.name):
-                            stack.append(entry.path)
-                    elif secret_name(entry.name) or (
-                        checked_name(entry.name) and judge(entry.path)
-                    ):
-                        found.append(entry.path)
-        except OSError:
-            continue
+        for entry in _list(stack.pop(), stack):
+            if secret_name(entry.name) or (checked_name(entry.name) and judge(entry.path)):
+                found.append(entry.path)
     return found
+
+
+def _list(folder: str, subfolders: list[str]) -> list[os.DirEntry[str]]:
+    """The files (and links) in `folder`; its subfolders go onto `subfolders` (never a link)."""
+    files = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not is_dir:
+                    files.append(entry)
+                elif not _git_objects(folder, entry.name):
+                    subfolders.append(entry.path)
+    except OSError:
+        pass
+    return files
 
 
 class TreeWatch:
@@ -236,19 +241,8 @@ class TreeWatch:
                     return None
                 continue
             folders[wd] = folder
-            try:
-                with os.scandir(folder) as entries:
-                    for entry in entries:
-                        try:
-                            is_dir = entry.is_dir(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if not is_dir:
-                            self._judge_file(found, entry.name, entry.path)
-                        elif not _git_objects(folder, entry.name):
-                            stack.append(entry.path)
-            except OSError:
-                continue
+            for entry in _list(folder, stack):
+                self._judge_file(found, entry.name, entry.path)
         return folders, found
 
     def _take(self, folders: dict[int, str], found: dict[str, bool]) -> None:
