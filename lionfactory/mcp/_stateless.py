@@ -58,7 +58,6 @@ from lionfactory._branch import Branch
 from lionfactory._call import Progress, reporting_progress
 from lionfactory.errors import ConfigurationError
 from lionfactory.mcp._protocol import call_result
-from lionfactory.tools.jobs import REGISTRY, read_output
 
 __all__ = [
     "LISTING_TTL_MS",
@@ -322,6 +321,10 @@ def _embed_kept(branch: Branch, action: ActionResult) -> StatelessCall:
 
     Blocking (it reads files): run it in a worker thread.
     """
+    # Imported when a call ran: the stdio server, which shares this module,
+    # never needs the jobs table, and its start waits for every import.
+    from lionfactory.tools.jobs import REGISTRY, read_output
+
     result = action.result
     table = REGISTRY.tables.get(branch.id)
     if result is None or table is None:
