@@ -75,6 +75,7 @@ __all__ = [
     "MECHANISMS",
     "NETWORK_MODES",
     "Isolation",
+    "HiddenFile",
     "Launch",
     "Mechanism",
     "Network",
@@ -568,9 +569,27 @@ def _visible(policy: Policy, path: Path) -> bool:
     return not any(_under(path, h) for h in policy.hidden) and not _under(path, private_base())
 
 
-def hidden_now(policy: Policy) -> frozenset[Path]:
-    """The credential files a launch under `policy` would hide now (a supervisor compares them)."""
-    return frozenset(path for path, _folder in _prefix_secrets(policy, _effective_exposed(policy)))
+HiddenFile = tuple[Path, tuple[int, int]]
+"""A credential path a sandbox hides, and the (device, inode) of what it hid there."""
+
+
+def hidden_now(policy: Policy) -> frozenset[HiddenFile]:
+    """The credential files a launch under `policy` would hide now (a supervisor compares them).
+
+    Each comes with the identity of the file found there: a mount over a
+    path covers that one file, and the kernel drops the mount when the file
+    is replaced (a new file renamed over it, as atomic writers do), so
+    inside a running sandbox the new file would show. A changed identity
+    makes the set differ, like a new path, and the sandbox is fixed again.
+    """
+    found = set()
+    for path, _folder in _prefix_secrets(policy, _effective_exposed(policy)):
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        found.add((path, (info.st_dev, info.st_ino)))
+    return frozenset(found)
 
 
 @attrs.frozen

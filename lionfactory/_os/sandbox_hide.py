@@ -75,7 +75,8 @@ def hide_appeared(supervisor: Supervisor) -> bool:
     sandbox = _sandbox_pid(supervisor.popen.pid)
     if sandbox is None:
         return False
-    specs = [("d:" if path.is_dir() else "f:") + str(path) for path in sorted(appeared)]
+    # New paths, and paths whose file was replaced (which dropped the mount).
+    specs = [("d:" if path.is_dir() else "f:") + str(path) for path, _ in sorted(appeared)]
     argv = [sys.executable, "-I", "-S", __file__, str(sandbox), str(supervisor.popen.pid), *specs]
     try:
         done = subprocess.run(

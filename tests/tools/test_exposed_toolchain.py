@@ -217,3 +217,23 @@ async def test_a_credential_appearing_while_a_job_runs(
             assert SECRET in tail  # Landlock's rules are fixed for a running process
     finally:
         await branch.aclose()
+
+
+@pytest.mark.parametrize("mechanism", mechanism_params())
+async def test_a_hidden_credential_replaced_by_a_rename_stays_hidden(
+    mechanism: str, tmp_path: Path, home: Path
+) -> None:
+    """An atomic writer renames a new file over the old one: the kernel drops that mount."""
+    netrc = home / ".pyenv" / "versions" / "3.99" / ".netrc"
+    netrc.write_text("machine x password old\n")
+    branch = make_branch(tmp_path, home, mechanism)
+    try:
+        first = await run(branch, f"cat {netrc}; echo ran")
+        assert "old" not in first["stdout"] and "ran" in first["stdout"], first
+        written = netrc.with_name(".netrc.tmp-writer")
+        written.write_text(f"machine x password {SECRET}\n")
+        os.replace(written, netrc)
+        again = await run(branch, f"cat {netrc}; echo still-runs")
+        assert SECRET not in again["stdout"] and "still-runs" in again["stdout"], again
+    finally:
+        await branch.aclose()
