@@ -52,7 +52,6 @@ import re
 import stat
 import sys
 import tempfile
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -69,12 +68,14 @@ from lionfactory._os.mechanisms import (
     landlock_namespaces,
     mechanism_problem,
 )
+from lionfactory._os.tree_watch import TreeWatch
 from lionfactory.errors import ConfigurationError
 
 __all__ = [
     "MECHANISMS",
     "NETWORK_MODES",
     "Isolation",
+    "HiddenFile",
     "Launch",
     "Mechanism",
     "Network",
@@ -267,7 +268,7 @@ def default_hidden(home: str | os.PathLike[str] | None = None) -> tuple[Path, ..
 
 
 # Files inside an exposed toolchain tree that hold credentials, at any
-# depth the scan reaches: hidden again (a crates.io token in ~/.cargo, a
+# depth: hidden again (a crates.io token in ~/.cargo, a
 # registry token in a conda prefix or a venv's pip.conf, gh's hosts.yml).
 TOOLCHAIN_SECRET_NAMES: tuple[str, ...] = (
     "credentials",
@@ -297,16 +298,17 @@ _CONTENT_CHECKED = ("config.toml", "config")
 _CREDENTIAL_TEXT = re.compile(
     rb"(?im)^\s*(token|password|secret)\s*=|^\s*\[credential|://[^/\s@:]+:[^/\s@]+@"
 )
-# The scan of each exposed tree: how deep, how many folders, how many bytes
-# of a content-checked file. Folders are re-listed only when their mtime
-# changed (a file created or removed in them), so a command pays a stat per
-# folder, and a new credential file is found before the next command.
-_SCAN_DEPTH = 3
-# The system's own prefixes (``/usr`` behind ``/usr/bin``): written by the
-# package manager, not by a user's tool logins, and large (a scan of /usr
-# takes seconds).
+# The system's own trees (``/usr`` behind ``/usr/bin``) are not scanned.
+# They are the package manager's, installed as root, and readable by every
+# account on the machine outside any sandbox: a token kept there is no
+# secret from anyone who can log in, so a confined command sees nothing
+# there that a local account could not read. And they are large: /usr
+# holds 15,000 folders here, and one walk took 19 s on a cold cache,
+# which every server process would pay on its first command. A token
+# kept in one (say a global ``/usr/local/etc/npmrc``) is hidden by
+# naming it in the policy's hidden paths.
 _SYSTEM_TREES = frozenset(Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"))
-_SCAN_FOLDERS = 4096
+# How many bytes of a content-checked file are searched for a credential.
 _SCAN_BYTES = 1 << 16
 # Entries of a PATH directory examined for links into a hidden toolchain.
 _MAX_PATH_ENTRIES = 4096
@@ -489,10 +491,13 @@ def _effective_exposed(policy: Policy) -> tuple[Path, ...]:
     return tuple(p for p in allowed if p in kept)
 
 
-@functools.cache
+# One expression for every name: a walk of a large tree asks about each of
+# its 100,000 entries, and one fnmatch per pattern per entry took seconds.
+_SECRET_NAME = re.compile("|".join(fnmatch.translate(p) for p in TOOLCHAIN_SECRET_NAMES))
+
+
 def _secret_name(name: str) -> bool:
-    lowered = name.lower()
-    return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in TOOLCHAIN_SECRET_NAMES)
+    return _SECRET_NAME.match(name.lower()) is not None
 
 
 def _holds_credential(path: str) -> bool:
@@ -517,64 +522,24 @@ def _holds_credential(path: str) -> bool:
 _CHECKED: dict[str, tuple[tuple[int, int, int], bool]] = {}
 
 
-# folder -> (its mtime, secret entries by name, content-checked files, subfolders)
-_SCANNED: dict[str, tuple[int, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
-_SCANNED_LOCK = threading.Lock()
+def _content_checked(name: str) -> bool:
+    return name in _CONTENT_CHECKED
 
 
-def _list_folder(
-    folder: str, mtime: int
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    named: list[str] = []
-    checked: list[str] = []
-    subfolders: list[str] = []
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                except OSError:
-                    continue
-                if is_dir:
-                    if entry.name == ".git":
-                        checked.append(os.path.join(entry.path, "config"))
-                    else:
-                        subfolders.append(entry.path)
-                elif _secret_name(entry.name):
-                    named.append(entry.path)
-                elif entry.name in _CONTENT_CHECKED:
-                    checked.append(entry.path)
-    except OSError:
-        pass
-    result = (tuple(named), tuple(checked), tuple(subfolders))
-    with _SCANNED_LOCK:
-        _SCANNED[folder] = (mtime, *result)
-    return result
+# One watch for every exposed tree of the process (see `TreeWatch`).
+_WATCH = TreeWatch(_secret_name, _content_checked, _holds_credential)
+# A forked child would read events meant for its parent: it starts afresh.
+os.register_at_fork(after_in_child=_WATCH.forget)
 
 
 def _tree_secrets(root: Path) -> list[str]:
-    """Credential files inside `root` (see `TOOLCHAIN_SECRET_NAMES`), found afresh each call."""
-    found: list[str] = []
-    stack = [(str(root), 0)]
-    folders = 0
-    while stack and folders < _SCAN_FOLDERS:
-        folder, depth = stack.pop()
-        folders += 1
-        try:
-            mtime = os.lstat(folder).st_mtime_ns
-        except OSError:
-            continue
-        cached = _SCANNED.get(folder)
-        if cached is not None and cached[0] == mtime:
-            named, checked, subfolders = cached[1], cached[2], cached[3]
-        else:
-            named, checked, subfolders = _list_folder(folder, mtime)
-        found += named
-        # Edited in place, a file changes no folder's mtime: read each time.
-        found += (path for path in checked if _holds_credential(path))
-        if depth < _SCAN_DEPTH:
-            stack += ((sub, depth + 1) for sub in subfolders)
-    return found
+    """Credential files inside `root` at any depth (see `TOOLCHAIN_SECRET_NAMES`), as of now.
+
+    The tree is walked once and then followed by inotify, so asking again
+    before each launch costs a read of the queued events, not a walk
+    (`lionfactory._os.tree_watch`).
+    """
+    return _WATCH.secrets(str(root))
 
 
 def _prefix_secrets(policy: Policy, shown: Iterable[Path]) -> tuple[tuple[Path, bool], ...]:
@@ -614,9 +579,27 @@ def _visible(policy: Policy, path: Path) -> bool:
     return not any(_under(path, h) for h in policy.hidden) and not _under(path, private_base())
 
 
-def hidden_now(policy: Policy) -> frozenset[Path]:
-    """The credential files a launch under `policy` would hide now (a supervisor compares them)."""
-    return frozenset(path for path, _folder in _prefix_secrets(policy, _effective_exposed(policy)))
+HiddenFile = tuple[Path, tuple[int, int]]
+"""A credential path a sandbox hides, and the (device, inode) of what it hid there."""
+
+
+def hidden_now(policy: Policy) -> frozenset[HiddenFile]:
+    """The credential files a launch under `policy` would hide now (a supervisor compares them).
+
+    Each comes with the identity of the file found there: a mount over a
+    path covers that one file, and the kernel drops the mount when the file
+    is replaced (a new file renamed over it, as atomic writers do), so
+    inside a running sandbox the new file would show. A changed identity
+    makes the set differ, like a new path, and the sandbox is fixed again.
+    """
+    found = set()
+    for path, _folder in _prefix_secrets(policy, _effective_exposed(policy)):
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        found.add((path, (info.st_dev, info.st_ino)))
+    return frozenset(found)
 
 
 @attrs.frozen

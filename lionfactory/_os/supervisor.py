@@ -51,7 +51,7 @@ from typing import Any, BinaryIO
 import anyio
 import attrs
 
-from lionfactory._os.isolation import Isolation, hidden_now
+from lionfactory._os.isolation import HiddenFile, Isolation, hidden_now
 from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
@@ -118,7 +118,7 @@ class Supervisor:
     # The credential files hidden inside exposed toolchain trees when the
     # sandbox was made: its mounts (bwrap) and rules (Landlock) are fixed
     # then, so one that appears later needs a new sandbox (`stale`).
-    hidden: frozenset[Path] = frozenset()
+    hidden: frozenset[HiddenFile] = frozenset()
     # The supervisor's pidfd. The process is reaped only in `close`, after
     # its group was killed: until then its zombie keeps its number, so the
     # group kill can only reach the sandbox's own processes.

@@ -472,12 +472,14 @@ def create_mcp_server(
         key = _call_session(ctx, params.name, names)
         sessions: SessionBranches = ctx.lifespan_context
         arguments = params.arguments or {}
+        report = _progress_report(ctx)
         if key is None:
-            work = partial(stateless.act, params.name, arguments)
-        else:
-            elicit = client_elicitation(ctx)
-            work = partial(_act, sessions, stored, key, params.name, arguments, elicit)
-        action = await run_with_progress(_progress_report(ctx), work)
+            # Its kept output comes embedded: the call's branch is closed with it.
+            call = await run_with_progress(report, partial(stateless.call, params.name, arguments))
+            return types.CallToolResult.model_validate(call.result(ctx.protocol_version))
+        elicit = client_elicitation(ctx)
+        work = partial(_act, sessions, stored, key, params.name, arguments, elicit)
+        action = await run_with_progress(report, work)
         return _to_call_result(action, ctx.protocol_version)
 
     # Cacheable in 2026-07-28 (handshake-era results drop the fields): the

@@ -21,7 +21,12 @@ What a session meant for the tools, and what replaces it:
   file itself. An ``Mcp-Session-Id`` on such a request is ignored: a
   sessionless call never runs on a session's branch, live or stored. A call
   a hook or rule asks about answers that a person must approve it, and
-  holds nothing (no later request could approve it).
+  holds nothing (no later request could approve it). The branch is closed
+  when the call ends, with everything it started (its sandbox, supervisor,
+  jobs) and the output it kept: what a session would page through later by
+  an ``output_id`` (a bash stream past its cap, a job's output) comes back
+  with the call itself, as embedded resources of the result, whole up to
+  `SESSIONLESS_OUTPUT_BYTES` (`StatelessCalls`).
 * **Over stdio** the process serves exactly one client for as long as the
   pipe is open, so the connection keeps its one branch in every protocol
   version: evidence works as in a session, and ``expected_hash`` is an
@@ -38,8 +43,10 @@ private``: what the SDK's own server fills in, so both transports agree).
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -50,13 +57,16 @@ from lionfactory._acting import ActionResult, answer_result
 from lionfactory._branch import Branch
 from lionfactory._call import Progress, reporting_progress
 from lionfactory.errors import ConfigurationError
+from lionfactory.mcp._protocol import call_result
 
 __all__ = [
     "LISTING_TTL_MS",
     "MODERN_VERSIONS",
     "PROGRESS_ENVIRONMENT",
     "PROGRESS_INTERVAL",
+    "SESSIONLESS_OUTPUT_BYTES",
     "Report",
+    "StatelessCall",
     "StatelessCalls",
     "complete",
     "discover_result",
@@ -266,6 +276,113 @@ async def run_with_progress(report: Report | None, work: Callable[[], Awaitable[
     return result  # type: ignore[return-value]
 
 
+SESSIONLESS_OUTPUT_BYTES = 4 * 1024 * 1024
+"""The most kept output one sessionless call returns with its result (all streams together).
+
+The same cap as a ``resources/read`` of a workspace file: one reply of a few
+megabytes is what clients and proxies carry without trouble. Past it, the
+rest is dropped with the call's branch, and the result says how many bytes
+were lost and how to get them (write them to a workspace file, or connect
+with a session).
+"""
+
+# The response fields that name output a session's branch keeps for later
+# (`jobs(action="output", job_id=...)`): a bash stream past its cap, a job's
+# interleaved output.
+_KEPT_FIELDS = ("output_id", "stderr_output_id", "job_id")
+
+OUTPUT_SCHEME = "lionfactory-output"
+"""The URI scheme of kept output embedded in a sessionless result (never readable later)."""
+
+
+@attrs.frozen
+class StatelessCall:
+    """A sessionless call's outcome and the output it kept, embedded in its result.
+
+    Attributes:
+        action: the call's outcome as the model reads it: the ids of cut
+            streams (which no later request could read) are cleared, and a
+            notice says where the text went.
+        embedded: ``EmbeddedResource`` content blocks, one per kept output.
+    """
+
+    action: ActionResult
+    embedded: tuple[dict[str, Any], ...] = ()
+
+    def result(self, version: str | None) -> dict[str, Any]:
+        """The ``tools/call`` result (a JSON-ready dict): the action's, then the embedded text."""
+        result = call_result(self.action, version)
+        result["content"] += self.embedded
+        return result
+
+
+def _embed_kept(branch: Branch, action: ActionResult) -> StatelessCall:
+    """Move the output `branch` kept for `action` into the result, before the branch closes.
+
+    Blocking (it reads files): run it in a worker thread.
+    """
+    # Imported when a call ran: the stdio server, which shares this module,
+    # never needs the jobs table, and its start waits for every import.
+    from lionfactory.tools.jobs import REGISTRY, read_output
+
+    result = action.result
+    table = REGISTRY.tables.get(branch.id)
+    if result is None or table is None:
+        return StatelessCall(action)
+    left = SESSIONLESS_OUTPUT_BYTES
+    changed = dict(result)
+    embedded: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for field in _KEPT_FIELDS:
+        ident = result.get(field)
+        kept = table.outputs.get(ident) if isinstance(ident, str) else None
+        if kept is None:
+            continue
+        if left > 0:
+            text, end, size = read_output(kept.path, 0, left)
+        else:
+            text, end, size = "", 0, kept.size()
+        left -= end
+        uri = f"{OUTPUT_SCHEME}:///{uuid.uuid4().hex}/{field.removesuffix('_id')}"
+        embedded.append(
+            {"type": "resource", "resource": {"uri": uri, "mimeType": "text/plain", "text": text}}
+        )
+        if field != "job_id":
+            # It would name nothing once the branch is closed; a job's id
+            # stays, as the name of the job that ran (the notice says it ended).
+            changed[field] = None
+        label = kept.label[:120]
+        note = f"The whole {label!r} ({size:,} bytes) is embedded in this result as {uri}"
+        if end < size:
+            note = (
+                f"The first {end:,} of the {size:,} bytes of {label!r} are embedded in "
+                f"this result as {uri}; the other {size - end:,} bytes are lost (a sessionless "
+                f"call returns at most {SESSIONLESS_OUTPUT_BYTES:,}): write the output to a file "
+                f"in the workspace and read it with the reader, or connect with a session"
+            )
+        if field == "job_id":
+            note += ", and the job ended with the call (a sessionless call keeps no job)"
+        notes.append(note + ".")
+        for stream in ("stdout", "stderr"):
+            value = changed.get(stream)
+            if isinstance(value, str):
+                # The cut stream's marker names the jobs tool, which no later
+                # request of a sessionless client can reach.
+                changed[stream] = value.replace(
+                    f"The full text is kept: jobs(action='output', job_id='{ident}', offset=0) "
+                    f"reads it",
+                    f"The full text is embedded in this result as {uri}",
+                )
+    if not embedded:
+        return StatelessCall(action)
+    if "notice" in changed:
+        changed["notice"] = " ".join(n for n in (changed.get("notice"), *notes) if n)
+    content = json.dumps(changed, ensure_ascii=False, default=str)
+    message = action.message.model_copy(update={"content": content})
+    moved = attrs.evolve(action, result=changed, payload=changed, message=message)
+    return StatelessCall(moved, tuple(embedded))
+
+
 @attrs.define(eq=False)
 class StatelessCalls:
     """Runs each sessionless tool call on a branch made for that call alone.
@@ -278,7 +395,15 @@ class StatelessCalls:
     new_branch: Callable[[], Branch]
 
     async def act(self, tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+        """`call`'s outcome as the model reads it (without the embedded output)."""
+        return (await self.call(tool, arguments)).action
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> StatelessCall:
         """Run one call on a fresh branch, then drop the branch with whatever it recorded.
+
+        What the call kept for later reading (a cut stream, a job's output)
+        is embedded in the result first (`StatelessCall`): no later request
+        can name this branch, so an ``output_id`` would name nothing.
 
         Why not one shared branch, or a pool: a branch holds more than
         evidence (the toolkit's nudge history, its sandbox slot), and
@@ -290,6 +415,7 @@ class StatelessCalls:
         branch = self.new_branch()
         try:
             action = await branch.act(tool, arguments)
+            call = await anyio.to_thread.run_sync(_embed_kept, branch, action)
         finally:
             # Nothing the call started outlives it: no later request can
             # name this branch, so its jobs, supervisor, sandbox and kept
@@ -300,5 +426,8 @@ class StatelessCalls:
             # The branch that would hold the call is dropped with this
             # request: the model is told a person must approve it, and that
             # nothing was kept (there is no call id to approve later).
-            return answer_result(action.pending, "must_approve_unkept", exception=action.exception)
-        return action
+            pending = answer_result(
+                action.pending, "must_approve_unkept", exception=action.exception
+            )
+            return StatelessCall(pending)
+        return call

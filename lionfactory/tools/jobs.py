@@ -27,6 +27,18 @@ Decisions:
   (under bwrap or Landlock's PID namespace, the whole sandbox);
   `Branch.aclose()` kills every job of the branch and removes its kept
   output; at interpreter exit every job still running is killed.
+* **A credential that appears while a job runs** (``cargo login`` writing
+  into an exposed toolchain) is checked for before the branch's next
+  command or ``jobs`` call. Under bwrap it is then hidden inside the
+  running sandbox, from the job too (`lionfactory._os.sandbox_hide`); what
+  the job read before that check, or holds open, it keeps. Under Landlock a
+  running process's rules cannot change (only a process may narrow its own
+  domain, never its running children's), so the job keeps reading the file
+  until it ends, and only later commands get a sandbox that hides it; the
+  same happens under bwrap when the kernel refuses the helper's mount.
+* **A sessionless MCP call keeps nothing**: its branch closes when the call
+  returns, jobs included, and the output it kept comes back embedded in
+  the call's result (`lionfactory.mcp._stateless`).
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._call import current_call, current_progress, on_branch_collected
 from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
+from lionfactory._os.sandbox_hide import hide_appeared
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone, run_supervised
 from lionfactory._tool import Tool, ToolHints
 
@@ -263,11 +276,18 @@ class BranchJobs:
         """The branch's supervisor for `isolation`, started on first use (blocking)."""
         with self.lock:
             running = self.supervisors.get(isolation)
-            if running is not None and running.alive and running.stale():
-                # A credential file appeared in an exposed tree: later
-                # commands get a sandbox that hides it. What runs in the old
-                # one (a job, a concurrent call) keeps running there until
-                # it ends or the branch closes.
+            # A credential file appeared in an exposed tree. Under bwrap it
+            # is hidden inside the running sandbox, from its jobs too
+            # (`hide_appeared`). Where that cannot be (Landlock), later
+            # commands get a sandbox that hides it, and what runs in the old
+            # one (a job, a concurrent call) keeps running there, able to
+            # read it, until it ends or the branch closes.
+            if (
+                running is not None
+                and running.alive
+                and running.stale()
+                and not hide_appeared(running)
+            ):
                 self.retired.append(running)
                 running = None
             if running is None or not running.alive:

@@ -1,0 +1,320 @@
+"""Credential files anywhere inside a tree: found by one walk, then kept current by inotify.
+
+Exposed toolchain trees are large (a pyenv root here holds 12,000 folders
+and 130,000 entries) and a credential may appear in any folder at any
+moment (``cargo login``, ``gh auth login``, a ``pip config set`` in a venv).
+Each confined launch asks which credential files a tree holds now. Walking
+the tree each time costs seconds; even a stat per known folder (to see
+which changed) took 0.4 s for that pyenv tree on the test machine. So a
+tree is walked once, every folder in it gets an inotify watch, and each
+later question only reads the queued events (tens of microseconds when
+nothing changed): a folder created later is walked and watched when its
+creation is read, a file created, renamed into place or rewritten is judged
+then.
+
+Where inotify is unavailable, or the per-user watch limit
+(``fs.inotify.max_user_watches``) is reached, or the event queue overflowed,
+the tree is walked again on each question instead (`polled`): correct at
+any depth, at the cost of that walk.
+
+Nothing here follows a link: a credential that is a link is reported as the
+link, and the caller decides what it leads to.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import struct
+import threading
+from collections.abc import Callable
+
+__all__ = ["TreeWatch", "polled"]
+
+_IN_MODIFY = 0x002
+_IN_CLOSE_WRITE = 0x008
+_IN_MOVED_FROM = 0x040
+_IN_MOVED_TO = 0x080
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_DELETE_SELF = 0x400
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+_IN_ONLYDIR = 0x01000000
+_IN_DONT_FOLLOW = 0x02000000
+_IN_ISDIR = 0x40000000
+_MASK = (
+    _IN_MODIFY
+    | _IN_CLOSE_WRITE
+    | _IN_MOVED_FROM
+    | _IN_MOVED_TO
+    | _IN_CREATE
+    | _IN_DELETE
+    | _IN_DELETE_SELF
+    | _IN_ONLYDIR
+    | _IN_DONT_FOLLOW
+)
+_APPEARS = _IN_CREATE | _IN_MOVED_TO | _IN_CLOSE_WRITE | _IN_MODIFY
+_GOES = _IN_DELETE | _IN_MOVED_FROM
+_EVENT = struct.Struct("iIII")
+
+Judge = Callable[[str], bool]
+"""Whether the content-checked file at a path holds a credential (reads it)."""
+
+
+def _git_objects(folder: str, name: str) -> bool:
+    """Whether `name` in `folder` is a git object store: hashes as names, never a credential.
+
+    Skipped by every walk: a clone's store holds hundreds of folders (and a
+    credential in a repository is in its config, which is checked).
+    """
+    return name == "objects" and os.path.basename(folder) == ".git"
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def polled(
+    root: str, secret_name: Callable[[str], bool], checked_name: Judge, judge: Judge
+) -> list[str]:
+    """The credential files under `root`, at any depth, by one full walk (no watch).
+
+    Args:
+        root: the tree.
+        secret_name: whether a file name is a credential name.
+        checked_name: whether a file name is one whose content is judged.
+        judge: whether such a file holds a credential.
+    """
+    found: list[str] = []
+    stack = [root]
+    while stack:
+        for entry in _list(stack.pop(), stack):
+            if secret_name(entry.name) or (checked_name(entry.name) and judge(entry.path)):
+                found.append(entry.path)
+    return found
+
+
+def _list(folder: str, subfolders: list[str]) -> list[os.DirEntry[str]]:
+    """The files (and links) in `folder`; its subfolders go onto `subfolders` (never a link)."""
+    files = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not is_dir:
+                    files.append(entry)
+                elif not _git_objects(folder, entry.name):
+                    subfolders.append(entry.path)
+    except OSError:
+        pass
+    return files
+
+
+class TreeWatch:
+    """The credential files of every tree asked about, kept current by one inotify instance.
+
+    One instance per process (`secrets` is thread-safe): the kernel allows
+    a user 128 inotify instances, and every tree shares this one.
+
+    Args:
+        secret_name: whether a file name is a credential name.
+        checked_name: whether a file name is one whose content is judged.
+        judge: whether such a file holds a credential (called again when it
+            is rewritten).
+    """
+
+    def __init__(
+        self, secret_name: Callable[[str], bool], checked_name: Judge, judge: Judge
+    ) -> None:
+        self._secret_name = secret_name
+        self._checked_name = checked_name
+        self._judge = judge
+        # Held for the quick part (reading events, answering). A first walk
+        # takes seconds and runs under `_walking` alone, so a question about
+        # a tree already walked (before a command, on the event loop) never
+        # waits for another tree's first walk.
+        self._lock = threading.Lock()
+        self._walking = threading.Lock()
+        self._libc: ctypes.CDLL | None = None
+        self._fd = -1
+        self._generation = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+        self._generation += 1
+        self._folders: dict[int, str] = {}
+        # Credential candidates seen: path -> whether it counts now.
+        self._found: dict[str, bool] = {}
+        self._roots: set[str] = set()
+        # Trees the watch could not cover (limit reached): polled instead.
+        self._unwatched: set[str] = set()
+        # Events of folders a walk in progress watches but has not handed
+        # over yet: replayed when it does.
+        self._early: dict[int, list[tuple[int, str]]] = {}
+
+    def forget(self) -> None:
+        """Drop everything (a forked child must not read its parent's events)."""
+        self._lock = threading.Lock()
+        self._walking = threading.Lock()
+        self._reset()
+
+    def secrets(self, root: str) -> list[str]:
+        """The credential files under `root` now, at any depth (walked on the first question)."""
+        with self._lock:
+            answer = self._answer(root)
+        if answer is not None:
+            return answer
+        with self._walking:
+            with self._lock:
+                answer = self._answer(root)
+                if answer is not None:
+                    return answer
+                fd, generation = self._fd, self._generation
+            walked = self._walk_apart(fd, root)
+            with self._lock:
+                if walked is None:
+                    self._unwatched.add(root)
+                elif generation == self._generation:
+                    self._drain()
+                    self._take(*walked)
+                    self._early.clear()  # no other walk runs: nothing else waits for them
+                    self._roots.add(root)
+                    return self._under(root)
+        # The watch limit was reached, or events were lost meanwhile.
+        return polled(root, self._secret_name, self._checked_name, self._judge)
+
+    def _answer(self, root: str) -> list[str] | None:
+        """The answer for a tree already walked, or None (call it holding `_lock`)."""
+        if any(_is_under(root, u) for u in self._unwatched) or not self._ready():
+            return polled(root, self._secret_name, self._checked_name, self._judge)
+        self._drain()
+        if any(_is_under(root, known) for known in self._roots):
+            return self._under(root)
+        return None
+
+    def _under(self, root: str) -> list[str]:
+        return [path for path, counts in self._found.items() if counts and _is_under(path, root)]
+
+    # -- inotify -----------------------------------------------------------------
+
+    def _ready(self) -> bool:
+        if self._fd >= 0:
+            return True
+        if self._libc is None:
+            try:
+                self._libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            except OSError:
+                return False
+        fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return False
+        self._fd = fd
+        return True
+
+    def _walk_apart(self, fd: int, top: str) -> tuple[dict[int, str], dict[str, bool]] | None:
+        """Watch and list every folder of `top`: (folders by wd, candidates); None at the limit.
+
+        Touches nothing shared (the caller hands the result over with `_take`).
+        Each folder is watched before it is listed, so an entry created
+        meanwhile is either listed or reported.
+        """
+        assert self._libc is not None
+        folders: dict[int, str] = {}
+        found: dict[str, bool] = {}
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            wd = self._libc.inotify_add_watch(fd, os.fsencode(folder), _MASK)
+            if wd < 0:
+                # A folder that vanished or cannot be read has nothing to
+                # watch; only the limit (or no memory for watches) fails.
+                if ctypes.get_errno() in (errno.ENOSPC, errno.ENOMEM):
+                    return None
+                continue
+            folders[wd] = folder
+            for entry in _list(folder, stack):
+                self._judge_file(found, entry.name, entry.path)
+        return folders, found
+
+    def _take(self, folders: dict[int, str], found: dict[str, bool]) -> None:
+        """Hand a walk's result over, and replay the events its folders had meanwhile."""
+        # The same folder renamed keeps its wd: the path is updated.
+        self._folders.update(folders)
+        self._found.update(found)
+        for wd in folders:
+            for mask, name in self._early.pop(wd, ()):
+                self._event(wd, mask, name)
+
+    def _walk(self, top: str) -> bool:
+        """Walk a new subtree now (holding `_lock`); False at the watch limit."""
+        walked = self._walk_apart(self._fd, top)
+        if walked is None:
+            return False
+        self._take(*walked)
+        return True
+
+    def _judge_file(self, found: dict[str, bool], name: str, path: str) -> None:
+        if self._secret_name(name):
+            found[path] = True
+        elif self._checked_name(name):
+            found[path] = self._judge(path)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._reset()
+                return
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
+                offset += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    # Events were lost: start again (every tree is walked
+                    # again on its next question).
+                    self._reset()
+                    self._ready()
+                    return
+                self._event(wd, mask, os.fsdecode(raw.rstrip(b"\0")))
+
+    def _event(self, wd: int, mask: int, name: str) -> None:
+        folder = self._folders.get(wd)
+        if folder is None:
+            if self._walking.locked() and not mask & _IN_IGNORED:
+                self._early.setdefault(wd, []).append((mask, name))
+            return
+        if mask & _IN_IGNORED:
+            del self._folders[wd]
+            return
+        if not name:
+            return
+        path = os.path.join(folder, name)
+        if mask & _IN_ISDIR:
+            if mask & _GOES:
+                for known in [p for p in self._found if _is_under(p, path)]:
+                    del self._found[known]
+            elif (
+                mask & (_IN_CREATE | _IN_MOVED_TO)
+                and not _git_objects(folder, name)
+                and not self._walk(path)
+            ):
+                # A new (or moved-in) subtree is walked and watched now; at
+                # the limit, its trees are polled from now on.
+                self._unwatched.update(r for r in self._roots if _is_under(path, r))
+        elif mask & _GOES:
+            self._found.pop(path, None)
+        elif mask & _APPEARS:
+            self._judge_file(self._found, name, path)
