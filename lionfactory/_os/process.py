@@ -175,6 +175,38 @@ class _Capture:
         return text
 
 
+def captured_result(
+    argv: tuple[str, ...],
+    returncode: int | None,
+    streams: tuple[_Capture, _Capture],
+    *,
+    announce: bool,
+    timed_out: bool,
+    pid: int,
+    started: float,
+) -> ProcessResult:
+    """The `ProcessResult` of a finished call from its captured stdout and stderr.
+
+    One construction for both ways a command runs (directly, or through a
+    supervisor): the process leads its own group, so `pid` is its group too.
+    """
+    out, err = streams
+    return ProcessResult(
+        argv=argv,
+        returncode=returncode,
+        stdout=out.text("stdout", announce=announce),
+        stderr=err.text("stderr", announce=announce),
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        timed_out=timed_out,
+        pid=pid,
+        pgid=pid,
+        duration=time.monotonic() - started,
+    )
+
+
 # A chatty writer wakes the event loop once per write: ripgrep writes each
 # matching file's lines separately, over a thousand writes for one search,
 # and each wake-up costs more than the read. After a short read, the reader
@@ -726,19 +758,14 @@ async def run_process(
                 await anyio.to_thread.run_sync(_remove, tmpdir)
             out.close()
             err.close()
-    result = ProcessResult(
-        argv=args,
-        returncode=process.returncode,
-        stdout=out.text("stdout", announce=announce_truncation),
-        stderr=err.text("stderr", announce=announce_truncation),
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
+    result = captured_result(
+        args,
+        process.returncode,
+        (out, err),
+        announce=announce_truncation,
         timed_out=deadline.cancelled_caught,
         pid=process.pid,
-        pgid=pgid,
-        duration=time.monotonic() - started,
+        started=started,
     )
     failure = _not_started(result, env) if wrapped and not result.timed_out else None
     if failure is not None:

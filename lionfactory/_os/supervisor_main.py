@@ -6,8 +6,9 @@ socket pair whose other end the parent keeps. Every message on it is a
 request to start a command: JSON ``{"argv", "cwd", "env"}`` with three file
 descriptors attached (``SCM_RIGHTS``): a per-command socket, and the
 command's stdout and stderr. On the per-command socket the supervisor answers
-``{"pid": N}`` once the command is handed to its namespace (``N`` is the id
-of the command's process group), ``{"exec_error": "..."}`` if it could not
+``{"pid": N, "namespace": BOOL}`` once the command is handed to its namespace
+(``N`` is the id of the command's process group; ``namespace`` false when the
+kernel refused the command a PID namespace of its own), ``{"exec_error": "..."}`` if it could not
 be executed, and ``{"exit": STATUS}`` when it ended (negative: a signal);
 the parent may send ``{"kill": true}`` there, and closing it kills the
 command too. Each command runs in a new session, and when it ends (or is
@@ -475,7 +476,7 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
         running[chosen.runner] = _Command(chosen.leader, report, chosen.channel)
         by_socket[report.fileno()] = chosen.leader
         selector.register(report, selectors.EVENT_READ, "report")
-        _send(report, {"pid": chosen.leader})
+        _send(report, {"pid": chosen.leader, "namespace": chosen.runner != chosen.leader})
         # The next command's namespace, made while this one runs.
         spare = _prepare(namespaces)
 

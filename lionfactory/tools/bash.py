@@ -71,6 +71,7 @@ import os
 import re
 import shutil
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -80,11 +81,11 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._call import current_progress
+from lionfactory._call import current_call, current_progress
 from lionfactory._os.environment import EnvPolicy
-from lionfactory._os.isolation import Isolation, workspace_isolation
-from lionfactory._os.process import LaunchError, ProcessResult, run_process
-from lionfactory._os.supervisor import SupervisorGone, run_supervised
+from lionfactory._os.isolation import Isolation, containment, workspace_isolation
+from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
+from lionfactory._os.supervisor import Supervisor, SupervisorGone, run_supervised
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._shell_parse import MAX_COMMAND_CHARS
 from lionfactory._tool import Tool, ToolHints
@@ -384,6 +385,45 @@ def _head_and_tail(path: Path, name: str, ident: str, half: int = HEAD_BYTES) ->
     return head + marker + tail
 
 
+_NO_PID_NAMESPACE = (
+    "No PID namespace is available here (the kernel refuses unprivileged user namespaces), "
+    "so when a call ends only its process group is killed: a process that started a "
+    "session of its own (setsid, a daemon) can outlive the call."
+)
+"""Said in the description and in every answer where "none" cannot have a PID namespace."""
+
+
+def _uncontained(isolation: Isolation | None) -> bool:
+    """Whether unconfined commands should have a PID namespace here but cannot."""
+    return (
+        isolation is not None
+        and not isolation.confined
+        and isolation.policy.pid_namespace
+        and containment() == "group"
+    )
+
+
+@attrs.define(eq=False)
+class _ToolOwned:
+    """What a ``bash`` tool owns itself: the supervisor of its calls made outside any branch.
+
+    Unconfined commands start through a supervisor too (the toolkit's,
+    `lionfactory._os.supervisor`), which prepares each command's PID
+    namespace while the previous command runs, so a call costs a message and
+    a ``posix_spawn`` instead of a new ``bwrap``. On a branch, the branch's
+    job table owns that supervisor and closes it with the branch. Outside
+    any branch nothing else would: this table does, and the tool's finalizer
+    closes it when the tool is dropped (or the interpreter exits), which
+    ends the prepared namespace and everything in it.
+    """
+
+    table: BranchJobs = attrs.Factory(lambda: BranchJobs(None))
+    # False once commands could not be given a prepared PID namespace here
+    # (the supervisor did not start, or the kernel refused namespaces inside
+    # it): from then on each call runs as before, in a namespace of its own.
+    prepared: bool = True
+
+
 @attrs.frozen
 class _BashHandler:
     workspace: Workspace
@@ -393,6 +433,12 @@ class _BashHandler:
     default_timeout: int = DEFAULT_TIMEOUT_MS
     registry: JobRegistry = REGISTRY
     max_bytes: int = DEFAULT_OUTPUT_BYTES
+    # Not an argument: every factory call (a clone's too) owns a new one.
+    owned: _ToolOwned = attrs.field(factory=_ToolOwned, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        # Bound to the table, not to the handler, so it cannot keep the tool alive.
+        weakref.finalize(self, self.owned.table.close)
 
     async def close_branch(self, branch_id: uuid.UUID | None) -> None:
         """Kill `branch_id`'s jobs and drop its kept output (`Branch.aclose` calls it)."""
@@ -402,10 +448,15 @@ class _BashHandler:
         response = await self._run(request)
         if self.isolation is not None:
             response.isolation = self.isolation.mechanism
-            if self.isolation.notice:
-                # "auto" fell back to a weaker mechanism: the model should know.
-                notes = (response.notice, self.isolation.notice)
-                response.notice = " ".join(note for note in notes if note)
+            started = response.return_code is not None or response.job_id is not None
+            # "auto" fell back to a weaker mechanism, or "none" has no PID
+            # namespace here: the model should know.
+            notes = (
+                response.notice,
+                self.isolation.notice,
+                _NO_PID_NAMESPACE if started and _uncontained(self.isolation) else None,
+            )
+            response.notice = " ".join(note for note in notes if note) or None
         return response
 
     def _environment(self) -> tuple[Mapping[str, str] | None, tuple[str, ...]]:
@@ -482,8 +533,9 @@ class _BashHandler:
                 return BashResponse(error=self._launch_message(exc), notice=prepared.notice)
             except (SupervisorGone, OSError) as exc:
                 return BashResponse(
-                    error=f"The sandbox this conversation's commands run in could not be used "
-                    f"({exc}); the command may not have run. Send it again: a new sandbox starts.",
+                    error=f"The supervisor that starts this conversation's commands could not "
+                    f"be used ({exc}); the command may not have run. Send it again: a new one "
+                    f"starts.",
                     notice=prepared.notice,
                 )
             stdout, stderr = result.stdout, result.stderr
@@ -544,38 +596,69 @@ class _BashHandler:
         progress = current_progress()
         on_output = None if progress is None else progress.count_output
         if self.isolation is None or not self.isolation.confined:
-            return await run_process(
-                prepared.argv,
-                cwd=prepared.cwd,
-                timeout=prepared.timeout_ms / 1000,
-                env=prepared.env,
-                announce_truncation=False,
-                spill=spill,
-                # Unconfined ("none") still runs in a PID namespace where one
-                # can be had: no process outlives the call.
-                isolation=self.isolation,
-                on_output=on_output,
-            )
-        # Under kernel isolation every command of the branch runs in the
-        # branch's one sandbox, so it reaches the branch's background jobs
-        # (loopback, /tmp) and nothing else.
-        running = table.supervisors.get(self.isolation)
-        if running is not None and running.alive and not running.stale():
-            supervisor = running  # the common case: no worker-thread round trip
+            supervisor = await self._unconfined_supervisor(table)
+            if supervisor is None:
+                return await run_process(
+                    prepared.argv,
+                    cwd=prepared.cwd,
+                    timeout=prepared.timeout_ms / 1000,
+                    env=prepared.env,
+                    announce_truncation=False,
+                    spill=spill,
+                    # Unconfined ("none") still runs in a PID namespace where one
+                    # can be had: no process outlives the call.
+                    isolation=self.isolation,
+                    on_output=on_output,
+                )
         else:
-            supervisor = await anyio.to_thread.run_sync(
-                table.supervisor, self.isolation, self.workspace.root
-            )
-        return await run_supervised(
+            # Under kernel isolation every command of the branch runs in the
+            # branch's one confinement, so it reaches the branch's background
+            # jobs (loopback, /tmp) and nothing else.
+            supervisor = await self._supervisor(table, self.isolation)
+        result = await run_supervised(
             supervisor,
             prepared.argv,
             cwd=prepared.cwd,
             timeout=prepared.timeout_ms / 1000,
             env=prepared.env,
-            max_bytes=self.max_bytes,
+            # Unconfined commands keep what `run_process` keeps by default,
+            # as they did before they ran through a supervisor.
+            max_bytes=self.max_bytes if supervisor.isolation.confined else DEFAULT_MAX_BYTES,
             spill=spill,
             on_output=on_output,
         )
+        if supervisor.command_namespaces is False and not supervisor.isolation.confined:
+            # The kernel refused this command a namespace of its own inside
+            # the supervisor's: what it left there dies with that namespace
+            # now, and later calls each get a namespace of their own again.
+            self.owned.prepared = False
+            await anyio.to_thread.run_sync(supervisor.close)
+        return result
+
+    async def _supervisor(self, owner: BranchJobs, isolation: Isolation) -> Supervisor:
+        """`owner`'s supervisor for `isolation`: the running one, else a new one (dead: replaced)."""
+        running = owner.supervisors.get(isolation)
+        if running is not None and running.alive and not running.stale():
+            return running  # the common case: no worker-thread round trip
+        return await anyio.to_thread.run_sync(owner.supervisor, isolation, self.workspace.root)
+
+    async def _unconfined_supervisor(self, table: BranchJobs) -> Supervisor | None:
+        """The supervisor preparing unconfined commands' PID namespaces; None: run as before.
+
+        Owned by the branch (its job table) on a branch, by the tool itself
+        outside any branch (`_ToolOwned`). None where no namespace can be had
+        (the process-group kill is all there is) or the supervisor cannot run.
+        """
+        isolation = self.isolation
+        if isolation is None or not self.owned.prepared or not isolation.wraps:
+            return None
+        call = current_call()
+        owner = table if call is not None and call.branch_id is not None else self.owned.table
+        try:
+            return await self._supervisor(owner, isolation)
+        except OSError:
+            self.owned.prepared = False  # e.g. no memfd: a namespace per call, as before
+            return None
 
     def _kept_texts(
         self, table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
