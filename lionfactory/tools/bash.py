@@ -636,7 +636,7 @@ class _BashHandler:
         return result
 
     async def _supervisor(self, owner: BranchJobs, isolation: Isolation) -> Supervisor:
-        """`owner`'s supervisor for `isolation`: the running one, else a new one (replacing a dead one)."""
+        """`owner`'s supervisor for `isolation`: the running one, else a new one."""
         running = owner.supervisors.get(isolation)
         if running is not None and running.alive and not running.stale():
             return running  # the common case: no worker-thread round trip
