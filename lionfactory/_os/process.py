@@ -460,7 +460,7 @@ def _binfmt_misc() -> bool:
 # What each wrapper prints (and how it exits) when it cannot exec the program.
 _EXEC_FAILED = (
     (1, "bwrap: execvp "),
-    (127, "lionfactory sandbox: cannot execute "),
+    (127, "lionfactory confinement: cannot execute "),
 )
 
 
@@ -480,7 +480,7 @@ def _not_started(result: ProcessResult, env: Mapping[str, str] | None) -> Launch
 
 
 def not_started_inside(program: str, detail: str, env: Mapping[str, str] | None) -> LaunchError:
-    """The `LaunchError` of a program the host finds but the sandbox cannot start.
+    """The `LaunchError` of a program the host finds but the confinement cannot start.
 
     One wording for every way a confined command starts (the process seam's
     wrappers and the branch supervisor): the host-side check passed, so a
@@ -489,7 +489,7 @@ def not_started_inside(program: str, detail: str, env: Mapping[str, str] | None)
     search = (os.environ if env is None else env).get("PATH", os.defpath)
     return LaunchError(
         program,
-        f"not found on PATH inside the sandbox ({detail}); the PATH it searched: "
+        f"not found on PATH inside the confinement ({detail}); the PATH it searched: "
         f"{search}. Expose its directory with the factory's exposed_paths option",
     )
 

@@ -469,7 +469,7 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
             os.close(fds[1])
             os.close(fds[2])
         if chosen is None:
-            _send(report, {"exec_error": "the sandbox could not prepare the command's session"})
+            _send(report, {"exec_error": "the supervisor could not prepare the command's session"})
             _send(report, {"exit": 127})
             report.close()
             return

@@ -63,6 +63,16 @@ Decisions (argv mode, where no kernel mechanism is the boundary):
   workspace and a private temp dir, hidden home directory, network per
   ``network``, no process outliving the call. The mechanism is chosen once,
   by the factory, and named in the description and in every response.
+* **Nothing outlives a call, unconfined too.** Under ``"none"`` each command
+  still runs in a PID namespace of its own, so a child that starts its own
+  session (``setsid``, a double fork, ``setsid -f``) dies when the command's
+  own process ends. The namespace is prepared ahead by a supervisor (the one
+  the toolkit's confinement uses) while the previous command runs, so a call
+  costs a message and a ``posix_spawn``; the supervisor belongs to the
+  branch (closed with it) or, outside any branch, to the tool (closed when
+  the tool is dropped). Where the kernel refuses unprivileged namespaces,
+  only the command's process group is killed; the description and every
+  answer then say that a process leaving the group can outlive the call.
 """
 
 from __future__ import annotations
@@ -246,7 +256,7 @@ class BashResponse(BaseModel):
     notice: str | None = Field(
         default=None,
         description="Something the caller should know about how the command ran: a clamped "
-        "timeout, a sandbox setting or withheld environment variable (named, never shown) "
+        "timeout, a confinement setting or withheld environment variable (named, never shown) "
         "that explains a failure.",
     )
     isolation: str = Field(
@@ -559,7 +569,7 @@ class _BashHandler:
                     )
             notice = prepared.notice
             if result.returncode != 0 and not result.timed_out:
-                # What the sandbox or the environment policy kept from the
+                # What the confinement or the environment policy kept from the
                 # command, when its output suggests that is why it failed.
                 output = f"{result.stdout}\n{result.stderr}"
                 notice = _join(
@@ -751,7 +761,7 @@ def _join(*notes: str | None) -> str | None:
     return " ".join(note for note in notes if note) or None
 
 
-# What programs print when the sandbox's network namespace (or Landlock's
+# What programs print when the confinement's network namespace (or Landlock's
 # TCP rule, or the Unix-socket filter) refused them.
 _NETWORK_ERRORS = re.compile(
     r"Network is unreachable|Temporary failure in name resolution|Name or service not known"
@@ -782,7 +792,7 @@ _SECONDS_LIKE_MS = 100
 
 
 def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
-    """One line naming the setting that allows what the sandbox refused, or None."""
+    """One line naming the setting that allows what the confinement refused, or None."""
     if isolation is None or not isolation.confined:
         return None
     network = isolation.policy.network
@@ -794,7 +804,7 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     )
     if network != "full" and (_NETWORK_ERRORS.search(output) or landlock_refused):
         return (
-            f"The sandbox runs commands with network={network!r}, which looks like what "
+            f"The confinement runs commands with network={network!r}, which looks like what "
             f"stopped this one. Only the tool's owner can allow more (the factory's "
             f"network='loopback' for local services, 'full' for the internet)."
         )
@@ -803,7 +813,7 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     )
     if denied and _in_protected_git(output, isolation):
         return (
-            "The sandbox keeps the workspace's .git read-only (bwrap binds it so, with "
+            "The confinement keeps the workspace's .git read-only (bwrap binds it so, with "
             "protect_git), which is what refused this command: git cannot commit, switch "
             "branches or move refs there, though writing the workspace's files works. To "
             "commit, use the sandbox tool (action='create', work, then action='commit' and "
@@ -812,7 +822,7 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     if denied:
         roots = ", ".join(str(root) for root in isolation.policy.writable)
         return (
-            f"The sandbox lets commands write only inside its writable roots ({roots}) and "
+            f"The confinement lets commands write only inside its writable roots ({roots}) and "
             f"$TMPDIR; a write elsewhere is refused. Write inside the workspace, or ask the "
             f"tool's owner for another writable root."
         )
@@ -903,7 +913,12 @@ def bash_tool(
             child inherits ``os.environ`` as it is at the time of each call.
         protected_names: fnmatch patterns of names ``cwd`` may not pass
             through; the workspace defaults when None.
-        isolation: ``"none"`` (no confinement), ``"auto"`` (the strongest
+        isolation: ``"none"`` (no confinement; each command still runs in a
+            PID namespace of its own, prepared ahead, so nothing it starts
+            outlives the call; where the kernel refuses namespaces only the
+            command's process group is killed, so a process that starts a
+            session of its own can outlive the call, and the description and
+            every answer say so), ``"auto"`` (the strongest
             mechanism available, named in the description), ``"bwrap"`` or
             ``"landlock"`` (that one, or `ConfigurationError`), or the
             `Isolation` a toolkit resolved (used as it is; the workspace must
@@ -972,15 +987,18 @@ def bash_tool(
         confinement = attrs.evolve(confinement, env_policy=env_policy)
     use_shell = confinement.confined if shell is None else shell
     program = _shell_binary() if use_shell else None
+    description = confinement.annotate(
+        _description(
+            None if program is None else os.path.basename(program),
+            default_timeout,
+            max_output_bytes,
+        )
+    )
+    if _uncontained(confinement):
+        description = f"{description}\n\n{_NO_PID_NAMESPACE}"
     return Tool(
         name="bash",
-        description=confinement.annotate(
-            _description(
-                None if program is None else os.path.basename(program),
-                default_timeout,
-                max_output_bytes,
-            )
-        ),
+        description=description,
         request_model=BashRequest,
         handler=_BashHandler(
             workspace,

@@ -298,3 +298,23 @@ async def test_no_process_of_the_prepared_namespace_holds_a_secret(
     # The command itself gets what the policy lets through: all of it without one.
     assert found["mine"] is (policy is None)
     assert supervisor.command_namespaces is True
+
+
+def test_without_namespaces_the_description_and_every_answer_say_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the kernel refuses namespaces (simulated: it cannot be made so here)."""
+    from lionfactory._os import isolation
+    from lionfactory.tools import bash
+
+    for module in (isolation, bash):
+        monkeypatch.setattr(module, "containment", lambda: "group")
+    tool = bash_tool()
+    assert "No PID namespace is available here" in tool.description
+    result = tool.run_sync(command="true")
+    assert result["return_code"] == 0, result
+    assert "can outlive the call" in result["notice"]
+    # As before: no supervisor, the process-group kill only.
+    assert _supervisor_or_none(tool) is None
+    refused = tool.run_sync(command="a|b")
+    assert refused["return_code"] is None and "No PID namespace" not in (refused["notice"] or "")
