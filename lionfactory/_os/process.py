@@ -179,18 +179,18 @@ def captured_result(
     argv: tuple[str, ...],
     returncode: int | None,
     streams: tuple[_Capture, _Capture],
-    *,
+    ended: tuple[bool, int, float],
     announce: bool,
-    timed_out: bool,
-    pid: int,
-    started: float,
 ) -> ProcessResult:
     """The `ProcessResult` of a finished call from its captured stdout and stderr.
 
     One construction for both ways a command runs (directly, or through a
-    supervisor): the process leads its own group, so `pid` is its group too.
+    supervisor). `ended` is (timed out, the pid, when the call started); the
+    process leads its own group, so the pid is its group too. `announce`
+    appends the truncation line to a cut stream's text.
     """
     out, err = streams
+    timed_out, pid, started = ended
     return ProcessResult(
         argv=argv,
         returncode=returncode,
@@ -758,15 +758,8 @@ async def run_process(
                 await anyio.to_thread.run_sync(_remove, tmpdir)
             out.close()
             err.close()
-    result = captured_result(
-        args,
-        process.returncode,
-        (out, err),
-        announce=announce_truncation,
-        timed_out=deadline.cancelled_caught,
-        pid=process.pid,
-        started=started,
-    )
+    ended = (deadline.cancelled_caught, process.pid, started)
+    result = captured_result(args, process.returncode, (out, err), ended, announce_truncation)
     failure = _not_started(result, env) if wrapped and not result.timed_out else None
     if failure is not None:
         raise failure

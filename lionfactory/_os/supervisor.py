@@ -440,12 +440,4 @@ async def run_supervised(
         raise not_started_inside(args[0], exec_error, env)
     if gone and code is None and not deadline.cancelled_caught:
         raise SupervisorGone("the supervisor closed the command's socket")
-    return captured_result(
-        args,
-        code,
-        (out, err),
-        announce=False,
-        timed_out=deadline.cancelled_caught,
-        pid=pid,
-        started=started,
-    )
+    return captured_result(args, code, (out, err), (deadline.cancelled_caught, pid, started), False)

@@ -23,6 +23,8 @@ from typing import Any
 import anyio
 import pytest
 from _test_helpers import eventually, processes_tagged
+from test_confined_environ import READER as CONFINED_READER
+from test_confined_environ import SECRET_NAME, SECRET_VALUE
 from test_pid_reuse import SCENARIO, _namespace_problem
 
 from lionfactory import Branch
@@ -245,38 +247,16 @@ def test_a_replaced_supervisors_reused_pid_is_never_killed(tmp_path: Path) -> No
     script.write_text(STANDALONE)
     root = tmp_path / "ws"
     root.mkdir()
-    done = subprocess.run(
-        ["unshare", "--pid", "--fork", "--mount-proc", PY, str(script), str(root), "standalone"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "ALIVE", done.stdout + done.stderr
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", PY, str(script), str(root), "-"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "ALIVE", output
 
 
-SECRET_NAME = "OPENAI_API_KEY"
-SECRET_VALUE = "sk-lionfactory-canary-standalone"
-
-# Reads the environment of every process it can see except itself (a command
-# inherits the caller's environment by design when no policy filters it).
-READER = """
-import json, os
-me = os.readlink("/proc/self")
-read, leaks = [], []
-for name in os.listdir("/proc"):
-    if not name.isdigit() or name == me:
-        continue
-    try:
-        data = open(f"/proc/{name}/environ", "rb").read()
-    except OSError:
-        continue
-    read.append(int(name))
-    if b"OPENAI_API_KEY" in data or b"sk-lionfactory-canary" in data:
-        leaks.append(int(name))
-print(json.dumps({"read": read, "leaks": leaks, "mine": "OPENAI_API_KEY" in os.environ}))
-"""
+# The reader of the confined tests, skipping itself by its /proc entry: its own pid is its
+# namespace's, not that of the /proc it reads (a command inherits the caller's environment
+# by design when no policy filters it).
+READER = CONFINED_READER.replace("int(name) == os.getpid()", "name == os.readlink('/proc/self')")
 
 
 @pytest.mark.parametrize("policy", [None, EnvPolicy()], ids=["inherited", "env-policy"])
@@ -296,7 +276,8 @@ async def test_no_process_of_the_prepared_namespace_holds_a_secret(
     assert len(found["read"]) >= 3, found
     assert found["leaks"] == [], found
     # The command itself gets what the policy lets through: all of it without one.
-    assert found["mine"] is (policy is None)
+    env = await tool(command="env")
+    assert (SECRET_NAME in env["stdout"]) is (policy is None)
     assert supervisor.command_namespaces is True
 
 
