@@ -147,6 +147,12 @@ class Supervisor:
         script = [sys.executable, "-I", "-S", f"/proc/self/fd/{source}", str(child.fileno())]
         if not command_namespaces:
             script.append("--no-namespaces")
+        if not isolation.confined:
+            # Unconfined, a command's namespace only keeps what it starts from
+            # outliving it: one its runner emptied serves the next command as
+            # well as a new one, and saves the two forks a new one costs.
+            # Confined commands each get a new one (pids from 2, nothing shared).
+            script.append("--reuse-namespaces")
         try:
             launch = isolation.launch(script, cwd=root, env=_SUPERVISOR_ENV)
         except BaseException:
