@@ -24,9 +24,17 @@ command had a sandbox of its own. (For uid 0 the kernel refuses to map root
 into that user namespace without CAP_SETFCAP, so root's commands see
 themselves as the overflow uid 65534 while the kernel still acts for root.)
 This is the one place besides `lionfactory._os.process.run_process` that starts
-programs, and only confined ones. Closing the supervisor's socket (branch
-close, interpreter exit, a dead parent) kills every command and ends the
-sandbox with its namespaces.
+programs. Closing the supervisor's socket (branch close, interpreter exit, a
+dead parent) kills every command and ends the sandbox with its namespaces.
+
+The unconfined default (``"none"``) uses a supervisor too, started in a bare
+PID namespace (`Isolation.launch` for ``"none"``: bwrap binding ``/`` as it
+is, or the exec helper's namespace) with the same empty environment: its
+commands keep the caller's rights and get a PID namespace each, prepared
+ahead and, once its runner has emptied it, reused for the next command
+(``--reuse-namespaces``), so a standalone call costs a message and a
+``posix_spawn`` instead of a ``bwrap`` start. If the supervisor itself is
+killed, its outer namespace's init dies and takes every command with it.
 """
 
 from __future__ import annotations
