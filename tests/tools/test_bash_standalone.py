@@ -299,3 +299,26 @@ def test_without_namespaces_the_description_and_every_answer_say_so(
     assert _supervisor_or_none(tool) is None
     refused = tool.run_sync(command="a|b")
     assert refused["return_code"] is None and "No PID namespace" not in (refused["notice"] or "")
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_concurrent_calls_each_get_a_namespace_and_the_emptied_ones_serve_later_calls(
+    backend: str,
+) -> None:
+    async def main() -> None:
+        branch = Branch()
+        branch.register(bash_tool())
+        sleeper = f"{PY} -c 'import sys, time; time.sleep(0.2); print(sys.argv[1])'"
+        try:
+            calls = [("bash", {"command": f"{sleeper} {n}"}) for n in range(6)]
+            results = await branch.act_many(calls)
+            assert [r.result["stdout"] for r in results] == [f"{n}\n" for n in range(6)]
+            supervisor = _supervisor(branch.tools["bash"], branch)
+            for n in range(3):
+                again = await branch.act("bash", {"command": f"echo {n}"})
+                assert again.result["stdout"] == f"{n}\n", again
+            assert _supervisor(branch.tools["bash"], branch) is supervisor
+        finally:
+            await branch.aclose()
+
+    anyio.run(main, backend=backend)
