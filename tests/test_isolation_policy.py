@@ -318,7 +318,7 @@ def test_a_program_hidden_inside_the_sandbox_is_a_typed_error(
     monkeypatch.setenv("PATH", f"{late}{os.pathsep}{os.environ['PATH']}")
     result = tool.run_sync(command="latetool")
     assert result["return_code"] is None, result
-    assert "not found on PATH inside the sandbox" in result["error"]
+    assert "not found on PATH inside the confinement" in result["error"]
     assert str(late) in result["error"]  # the PATH it searched
 
 

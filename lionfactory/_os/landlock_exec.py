@@ -107,7 +107,7 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def _fail(message: str) -> None:
-    os.write(2, f"lionfactory sandbox: {message}\n".encode(errors="replace"))
+    os.write(2, f"lionfactory confinement: {message}\n".encode(errors="replace"))
     os._exit(126)
 
 
@@ -557,7 +557,7 @@ def _exec(program: str, argv: list[str]) -> None:
     try:
         os.execvp(program, argv)
     except OSError as exc:
-        os.write(2, f"lionfactory sandbox: cannot execute {argv[0]!r}: {exc}\n".encode())
+        os.write(2, f"lionfactory confinement: cannot execute {argv[0]!r}: {exc}\n".encode())
         os._exit(127)
 
 

@@ -175,6 +175,38 @@ class _Capture:
         return text
 
 
+def captured_result(
+    argv: tuple[str, ...],
+    returncode: int | None,
+    streams: tuple[_Capture, _Capture],
+    ended: tuple[bool, int, float],
+    announce: bool,
+) -> ProcessResult:
+    """The `ProcessResult` of a finished call from its captured stdout and stderr.
+
+    One construction for both ways a command runs (directly, or through a
+    supervisor). `ended` is (timed out, the pid, when the call started); the
+    process leads its own group, so the pid is its group too. `announce`
+    appends the truncation line to a cut stream's text.
+    """
+    out, err = streams
+    timed_out, pid, started = ended
+    return ProcessResult(
+        argv=argv,
+        returncode=returncode,
+        stdout=out.text("stdout", announce=announce),
+        stderr=err.text("stderr", announce=announce),
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        timed_out=timed_out,
+        pid=pid,
+        pgid=pid,
+        duration=time.monotonic() - started,
+    )
+
+
 # A chatty writer wakes the event loop once per write: ripgrep writes each
 # matching file's lines separately, over a thousand writes for one search,
 # and each wake-up costs more than the read. After a short read, the reader
@@ -428,7 +460,7 @@ def _binfmt_misc() -> bool:
 # What each wrapper prints (and how it exits) when it cannot exec the program.
 _EXEC_FAILED = (
     (1, "bwrap: execvp "),
-    (127, "lionfactory sandbox: cannot execute "),
+    (127, "lionfactory confinement: cannot execute "),
 )
 
 
@@ -448,7 +480,7 @@ def _not_started(result: ProcessResult, env: Mapping[str, str] | None) -> Launch
 
 
 def not_started_inside(program: str, detail: str, env: Mapping[str, str] | None) -> LaunchError:
-    """The `LaunchError` of a program the host finds but the sandbox cannot start.
+    """The `LaunchError` of a program the host finds but the confinement cannot start.
 
     One wording for every way a confined command starts (the process seam's
     wrappers and the branch supervisor): the host-side check passed, so a
@@ -457,7 +489,7 @@ def not_started_inside(program: str, detail: str, env: Mapping[str, str] | None)
     search = (os.environ if env is None else env).get("PATH", os.defpath)
     return LaunchError(
         program,
-        f"not found on PATH inside the sandbox ({detail}); the PATH it searched: "
+        f"not found on PATH inside the confinement ({detail}); the PATH it searched: "
         f"{search}. Expose its directory with the factory's exposed_paths option",
     )
 
@@ -726,20 +758,8 @@ async def run_process(
                 await anyio.to_thread.run_sync(_remove, tmpdir)
             out.close()
             err.close()
-    result = ProcessResult(
-        argv=args,
-        returncode=process.returncode,
-        stdout=out.text("stdout", announce=announce_truncation),
-        stderr=err.text("stderr", announce=announce_truncation),
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
-        timed_out=deadline.cancelled_caught,
-        pid=process.pid,
-        pgid=pgid,
-        duration=time.monotonic() - started,
-    )
+    ended = (deadline.cancelled_caught, process.pid, started)
+    result = captured_result(args, process.returncode, (out, err), ended, announce_truncation)
     failure = _not_started(result, env) if wrapped and not result.timed_out else None
     if failure is not None:
         raise failure

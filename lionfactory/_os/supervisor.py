@@ -24,9 +24,17 @@ command had a sandbox of its own. (For uid 0 the kernel refuses to map root
 into that user namespace without CAP_SETFCAP, so root's commands see
 themselves as the overflow uid 65534 while the kernel still acts for root.)
 This is the one place besides `lionfactory._os.process.run_process` that starts
-programs, and only confined ones. Closing the supervisor's socket (branch
-close, interpreter exit, a dead parent) kills every command and ends the
-sandbox with its namespaces.
+programs. Closing the supervisor's socket (branch close, interpreter exit, a
+dead parent) kills every command and ends the sandbox with its namespaces.
+
+The unconfined default (``"none"``) uses a supervisor too, started in a bare
+PID namespace (`Isolation.launch` for ``"none"``: bwrap binding ``/`` as it
+is, or the exec helper's namespace) with the same empty environment: its
+commands keep the caller's rights and get a PID namespace each, prepared
+ahead and, once its runner has emptied it, reused for the next command
+(``--reuse-namespaces``), so a standalone call costs a message and a
+``posix_spawn`` instead of a ``bwrap`` start. If the supervisor itself is
+killed, its outer namespace's init dies and takes every command with it.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from lionfactory._os.process import (
     ProcessResult,
     _Capture,
     _check_program,
+    captured_result,
     drain_fd,
     not_started_inside,
     pidfd_exited,
@@ -124,6 +133,10 @@ class Supervisor:
     # group kill can only reach the sandbox's own processes.
     pidfd: int = -1
     lock: threading.Lock = attrs.Factory(threading.Lock)
+    # Whether the last command it started had a PID namespace of its own
+    # (None: none started yet). False where the kernel refused one inside
+    # the supervisor: its commands then share the supervisor's namespace.
+    command_namespaces: bool | None = None
 
     @classmethod
     def start(
@@ -135,12 +148,19 @@ class Supervisor:
         namespace of its own, as where the kernel refuses one (tests use it
         to exercise that path on a machine that allows them).
         """
-        hidden = hidden_now(isolation.policy)
+        # Unconfined ("none"), nothing is hidden: there is no set to compare.
+        hidden = hidden_now(isolation.policy) if isolation.confined else frozenset()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         source = _source_fd()
         script = [sys.executable, "-I", "-S", f"/proc/self/fd/{source}", str(child.fileno())]
         if not command_namespaces:
             script.append("--no-namespaces")
+        if not isolation.confined:
+            # Unconfined, a command's namespace only keeps what it starts from
+            # outliving it: one its runner emptied serves the next command as
+            # well as a new one, and saves the two forks a new one costs.
+            # Confined commands each get a new one (pids from 2, nothing shared).
+            script.append("--reuse-namespaces")
         try:
             launch = isolation.launch(script, cwd=root, env=_SUPERVISOR_ENV)
         except BaseException:
@@ -181,6 +201,8 @@ class Supervisor:
 
     def stale(self) -> bool:
         """Whether a credential file appeared in an exposed tree since the sandbox was made."""
+        if not self.isolation.confined:
+            return False  # unconfined, it hides nothing: never stale
         return not hidden_now(self.isolation.policy) <= self.hidden
 
     def submit(
@@ -398,6 +420,8 @@ async def run_supervised(
                         gone = True
                         break
                     pid = int(report.get("pid", pid))
+                    if "namespace" in report:
+                        supervisor.command_namespaces = bool(report["namespace"])
                     exec_error = report.get("exec_error", exec_error)
                     if "exit" in report:
                         code = int(report["exit"])
@@ -424,20 +448,10 @@ async def run_supervised(
             out.close()
             err.close()
     if exec_error is not None:
+        if not supervisor.isolation.confined:
+            # Nothing hides a program from an unconfined command: exec said why.
+            raise LaunchError(args[0], exec_error)
         raise not_started_inside(args[0], exec_error, env)
     if gone and code is None and not deadline.cancelled_caught:
         raise SupervisorGone("the supervisor closed the command's socket")
-    return ProcessResult(
-        argv=args,
-        returncode=code,
-        stdout=out.text("stdout", announce=False),
-        stderr=err.text("stderr", announce=False),
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
-        timed_out=deadline.cancelled_caught,
-        pid=pid,
-        pgid=pid,
-        duration=time.monotonic() - started,
-    )
+    return captured_result(args, code, (out, err), (deadline.cancelled_caught, pid, started), False)

@@ -6,8 +6,9 @@ socket pair whose other end the parent keeps. Every message on it is a
 request to start a command: JSON ``{"argv", "cwd", "env"}`` with three file
 descriptors attached (``SCM_RIGHTS``): a per-command socket, and the
 command's stdout and stderr. On the per-command socket the supervisor answers
-``{"pid": N}`` once the command is handed to its namespace (``N`` is the id
-of the command's process group), ``{"exec_error": "..."}`` if it could not
+``{"pid": N, "namespace": BOOL}`` once the command is handed to its namespace
+(``N`` is the id of the command's process group; ``namespace`` false when the
+kernel refused the command a PID namespace of its own), ``{"exec_error": "..."}`` if it could not
 be executed, and ``{"exit": STATUS}`` when it ended (negative: a signal);
 the parent may send ``{"kill": true}`` there, and closing it kills the
 command too. Each command runs in a new session, and when it ends (or is
@@ -34,6 +35,14 @@ tables, then copy-on-write faults on every page either side writes): the
 two a command needs (leader, runner) happen while the previous command
 runs, and the command itself is a vfork-and-exec, so the time from request
 to exit is one message, one ``posix_spawn`` and one process exit.
+
+With ``--reuse-namespaces`` (the unconfined default's supervisor, where a
+namespace only keeps a command's processes from outliving it) a runner does
+not exit after its command: as its namespace's init it kills and reaps
+everything left in it, reports, and waits for the next request. An emptied
+namespace is as good as a new one for that purpose, and a machine busy
+enough that the forks cannot be hidden behind the previous command (each
+costs more than the command on a loaded two-CPU machine) then pays none.
 """
 
 from __future__ import annotations
@@ -183,16 +192,45 @@ def _candidates(program: str, env: dict[str, str]) -> list[str]:
     return [os.path.join(directory, program) for directory in path.split(os.pathsep)]
 
 
-def _runner(channel: socket.socket) -> None:
-    """The namespace's first process: run one command, report its status, exit.
+def _runner(channel: socket.socket, reusable: bool) -> None:
+    """The namespace's first process: run commands, report each one's status.
 
-    Waits for the request on `channel` (with the command's stdout and
+    Waits for a request on `channel` (with the command's stdout and
     stderr), starts the command, reaps every process the command orphans
     (they are reparented to the first process of their namespace), and
     sends ``{"status": WAIT_STATUS}`` (and ``"exec_error"`` when it could
-    not start) just before exiting. An end of file instead of a request
-    means the supervisor is gone.
+    not start). An end of file instead of a request means the supervisor is
+    gone. Without a namespace of its own (not `reusable`) it exits after
+    the one command. As a namespace's init it empties the namespace first
+    (`_empty_namespace`) and then waits for the next request: the namespace
+    is as good as new, and the next command costs no fork at all.
     """
+    while True:
+        _run_one(channel, reusable)
+        if not reusable:
+            os._exit(0)
+
+
+def _empty_namespace() -> None:
+    """Kill and reap every other process of this PID namespace (we are its init).
+
+    ``kill(-1)`` from a namespace's init reaches every process of the
+    namespace but itself, and a process with SIGKILL pending cannot fork,
+    so none is made meanwhile; orphans come to us, so when nothing is left
+    to reap, nothing is left at all.
+    """
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def _run_one(channel: socket.socket, reusable: bool) -> None:
     try:
         data, fds = _receive(channel)
     except OSError:
@@ -222,9 +260,17 @@ def _runner(channel: socket.socket) -> None:
             if done == command:
                 message = {"status": code}
                 break
-    with contextlib.suppress(OSError):
+    if reusable:
+        _empty_namespace()
+        # The command's streams end here: the caller reads them to their end.
+        null = os.open(os.devnull, os.O_WRONLY)
+        for target in (1, 2):
+            os.dup2(null, target)
+        os.close(null)
+    try:
         channel.send(json.dumps(message).encode())
-    os._exit(0)
+    except OSError:
+        os._exit(0)  # the supervisor gave up on us
 
 
 def _spawn(request: dict[str, object]) -> int | str:
@@ -300,11 +346,14 @@ class _Spare:
 
 
 _PID = struct.Struct("i")
+# Emptied namespaces kept for the next commands (more run at once only
+# when commands overlap; a few cover a burst of concurrent calls).
+_IDLE = 4
 _READY_TIMEOUT = 30.0
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def _prepare(namespaces: bool) -> _Spare:
+def _prepare(namespaces: bool, reuse: bool = False) -> _Spare:
     """Fork the leader of the next command's session and namespace (see the module's docstring).
 
     The leader starts a new session and, when `namespaces` and the kernel
@@ -337,37 +386,46 @@ def _prepare(namespaces: bool) -> _Spare:
             theirs.send(_PID.pack(os.getpid()))
     except BaseException:
         os._exit(126)
-    _runner(theirs)
+    _runner(theirs, bool(own) and reuse)
     os._exit(1)  # not reached
 
 
 class _Command:
     """A command the supervisor handed to a runner."""
 
-    __slots__ = ("channel", "group", "report")
+    __slots__ = ("channel", "group", "report", "spare")
 
-    def __init__(self, group: int, report: socket.socket, channel: socket.socket) -> None:
-        self.group = group
+    def __init__(self, spare: _Spare, report: socket.socket) -> None:
+        self.spare = spare  # the runner's namespace: reused when the command is done
+        self.group = spare.leader
         self.report = report
-        self.channel = channel
+        self.channel = spare.channel
 
 
-def _outcome(command: _Command, wait_status: int) -> tuple[int, str | None]:
-    """The command's exit code and exec error, from its runner's last word or its own end."""
+def _word(channel: socket.socket) -> dict[str, object] | None:
+    """The runner's report on `channel`, or None when it has sent none (or died)."""
     try:
-        data = command.channel.recv(65536)
-        message = json.loads(data) if data else {}
+        data = channel.recv(65536)
+        message = json.loads(data) if data else None
     except (OSError, ValueError):
-        message = {}
+        return None
     if not isinstance(message, dict) or not isinstance(message.get("status"), int):
+        return None
+    return message
+
+
+def _outcome(message: dict[str, object] | None, wait_status: int) -> tuple[int, str | None]:
+    """The command's exit code and exec error, from its runner's word or the runner's own end."""
+    if message is None:
         message = {"status": wait_status}  # the runner was killed before it could tell
     status = message["status"]
+    assert isinstance(status, int)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     error = message.get("exec_error")
     return code, None if error is None else str(error)
 
 
-def main(control_fd: int, *, namespaces: bool = True) -> None:
+def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> None:
     control = socket.socket(fileno=control_fd)
     # Runners whose leader has exited are reparented to us, not to the
     # sandbox's init, so we reap them and learn that their command is over.
@@ -383,7 +441,11 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
     by_socket: dict[int, int] = {}  # report socket fd -> the command's group
     # `namespaces` turns False when a leader could not make one (and is
     # False from the start with --no-namespaces).
-    spare: _Spare | None = _prepare(namespaces)
+    spare: _Spare | None = _prepare(namespaces, reuse)
+    # Namespaces whose command is done and that were emptied by their
+    # runner: the next commands' (the newest first), at no fork's cost.
+    idle: list[_Spare] = []
+    by_channel: dict[int, int] = {}  # a running command's channel fd -> its runner pid
     buffer = bytearray(_MAX_MESSAGE)
 
     reaped: list[tuple[int, int]] = []
@@ -405,6 +467,13 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
                 _kill_group(command.group)
             elif spare is not None and pid == spare.runner:
                 _kill_group(spare.leader)
+            else:
+                for waiting in idle:
+                    if waiting.runner == pid:
+                        idle.remove(waiting)
+                        _kill_group(waiting.leader)
+                        waiting.channel.close()
+                        break
             try:
                 _done, status = os.waitpid(pid, 0)
             except ChildProcessError:
@@ -416,7 +485,7 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
         command = running.pop(pid, None)
         if command is None:
             return  # a leader, or an orphan of some command (we are a subreaper)
-        code, error = _outcome(command, status)
+        code, error = _outcome(_word(command.channel), status)
         # What the command left running was killed in `reap` (before its
         # runner was reaped), and the exit is reported only once the group
         # is gone, so "done" means no process. Only signal 0 from here on:
@@ -429,9 +498,35 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
                 break
             reap()  # members reparented to us
             time.sleep(0.001)
+        forget(command)
         command.channel.close()
+        tell(command, code, error)
+
+    def done(pid: int) -> None:
+        """The runner `pid` said its command is over, and its namespace is empty again."""
+        command = running.get(pid)
+        if command is None:
+            return
+        message = _word(command.channel)
+        if message is None:
+            return  # it died instead: its end is reaped (`finish`)
+        del running[pid]
+        forget(command)
+        code, error = _outcome(message, 0)
+        if len(idle) < _IDLE:
+            idle.append(command.spare)
+        else:
+            command.spare.discard()
+        tell(command, code, error)
+
+    def forget(command: _Command) -> None:
+        by_channel.pop(command.channel.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(command.channel)
+        by_socket.pop(command.report.fileno(), None)
+
+    def tell(command: _Command, code: int, error: str | None) -> None:
         report = command.report
-        by_socket.pop(report.fileno(), None)
         if error is not None:
             _send(report, {"exec_error": error})
         _send(report, {"exit": code})
@@ -440,11 +535,14 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
         report.close()
 
     def hand_over(data: bytes, outputs: array.array[int]) -> _Spare | None:
-        """Give the request to a ready runner: the spare's, else a fresh one's (None: neither)."""
+        """Give the request to a ready runner: an idle one's, the spare's, else a fresh one's."""
         nonlocal spare, namespaces
-        for _attempt in range(2):
-            chosen = spare if spare is not None else _prepare(namespaces)
-            spare = None
+        for _attempt in range(2 + len(idle)):
+            if idle:
+                chosen = idle.pop()
+            else:
+                chosen = spare if spare is not None else _prepare(namespaces, reuse)
+                spare = None
             if chosen.ready():
                 if chosen.runner == chosen.leader:
                     namespaces = False  # the kernel refused: leaders run commands themselves
@@ -468,16 +566,23 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
             os.close(fds[1])
             os.close(fds[2])
         if chosen is None:
-            _send(report, {"exec_error": "the sandbox could not prepare the command's session"})
+            _send(report, {"exec_error": "the supervisor could not prepare the command's session"})
             _send(report, {"exit": 127})
             report.close()
             return
-        running[chosen.runner] = _Command(chosen.leader, report, chosen.channel)
+        command = running[chosen.runner] = _Command(chosen, report)
         by_socket[report.fileno()] = chosen.leader
         selector.register(report, selectors.EVENT_READ, "report")
-        _send(report, {"pid": chosen.leader})
-        # The next command's namespace, made while this one runs.
-        spare = _prepare(namespaces)
+        own = chosen.runner != chosen.leader
+        if own and reuse:
+            # Its runner says when the command is done, and stays for the next one.
+            by_channel[chosen.channel.fileno()] = chosen.runner
+            selector.register(chosen.channel, selectors.EVENT_READ, "channel")
+        _send(report, {"pid": chosen.leader, "namespace": own})
+        if spare is None and not idle:
+            # The next command's namespace, made while this one runs.
+            spare = _prepare(namespaces, reuse)
+        del command
 
     while True:
         for key, _events in selector.select():
@@ -486,6 +591,15 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
                 reap()
                 while reaped:
                     finish(*reaped.pop(0))
+            elif key.data == "channel":
+                fileobj = key.fileobj
+                assert isinstance(fileobj, socket.socket)
+                runner = by_channel.get(fileobj.fileno(), 0)
+                if runner:
+                    done(runner)
+                else:
+                    with contextlib.suppress(KeyError, ValueError):
+                        selector.unregister(fileobj)
             elif key.data == "control":
                 try:
                     size, ancillary, _flags, _addr = control.recvmsg_into([buffer], _FDS_SPACE)
@@ -497,6 +611,8 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
                         _kill_group(command.group)
                     if spare is not None:
                         spare.discard()
+                    for waiting in idle:
+                        waiting.discard()
                     return
                 if len(fds) != 3:
                     for fd in fds:
@@ -521,4 +637,8 @@ def main(control_fd: int, *, namespaces: bool = True) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), namespaces="--no-namespaces" not in sys.argv[2:])
+    main(
+        int(sys.argv[1]),
+        namespaces="--no-namespaces" not in sys.argv[2:],
+        reuse="--reuse-namespaces" in sys.argv[2:],
+    )

@@ -63,6 +63,16 @@ Decisions (argv mode, where no kernel mechanism is the boundary):
   workspace and a private temp dir, hidden home directory, network per
   ``network``, no process outliving the call. The mechanism is chosen once,
   by the factory, and named in the description and in every response.
+* **Nothing outlives a call, unconfined too.** Under ``"none"`` each command
+  still runs in a PID namespace of its own, so a child that starts its own
+  session (``setsid``, a double fork, ``setsid -f``) dies when the command's
+  own process ends. The namespace is prepared ahead by a supervisor (the one
+  the toolkit's confinement uses) while the previous command runs, so a call
+  costs a message and a ``posix_spawn``; the supervisor belongs to the
+  branch (closed with it) or, outside any branch, to the tool (closed when
+  the tool is dropped). Where the kernel refuses unprivileged namespaces,
+  only the command's process group is killed; the description and every
+  answer then say that a process leaving the group can outlive the call.
 """
 
 from __future__ import annotations
@@ -71,6 +81,7 @@ import os
 import re
 import shutil
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -80,11 +91,11 @@ import anyio.to_thread
 import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
-from lionfactory._call import current_progress
+from lionfactory._call import current_call, current_progress
 from lionfactory._os.environment import EnvPolicy
-from lionfactory._os.isolation import Isolation, workspace_isolation
-from lionfactory._os.process import LaunchError, ProcessResult, run_process
-from lionfactory._os.supervisor import SupervisorGone, run_supervised
+from lionfactory._os.isolation import Isolation, containment, workspace_isolation
+from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
+from lionfactory._os.supervisor import Supervisor, SupervisorGone, run_supervised
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._shell.parse import MAX_COMMAND_CHARS
 from lionfactory._tool import Tool, ToolHints
@@ -245,7 +256,7 @@ class BashResponse(BaseModel):
     notice: str | None = Field(
         default=None,
         description="Something the caller should know about how the command ran: a clamped "
-        "timeout, a sandbox setting or withheld environment variable (named, never shown) "
+        "timeout, a confinement setting or withheld environment variable (named, never shown) "
         "that explains a failure.",
     )
     isolation: str = Field(
@@ -384,6 +395,45 @@ def _head_and_tail(path: Path, name: str, ident: str, half: int = HEAD_BYTES) ->
     return head + marker + tail
 
 
+_NO_PID_NAMESPACE = (
+    "No PID namespace is available here (the kernel refuses unprivileged user namespaces), "
+    "so when a call ends only its process group is killed: a process that started a "
+    "session of its own (setsid, a daemon) can outlive the call."
+)
+"""Said in the description and in every answer where "none" cannot have a PID namespace."""
+
+
+def _uncontained(isolation: Isolation | None) -> bool:
+    """Whether unconfined commands should have a PID namespace here but cannot."""
+    return (
+        isolation is not None
+        and not isolation.confined
+        and isolation.policy.pid_namespace
+        and containment() == "group"
+    )
+
+
+@attrs.define(eq=False)
+class _ToolOwned:
+    """What a ``bash`` tool owns itself: the supervisor of its calls made outside any branch.
+
+    Unconfined commands start through a supervisor too (the toolkit's,
+    `lionfactory._os.supervisor`), which prepares each command's PID
+    namespace while the previous command runs, so a call costs a message and
+    a ``posix_spawn`` instead of a new ``bwrap``. On a branch, the branch's
+    job table owns that supervisor and closes it with the branch. Outside
+    any branch nothing else would: this table does, and the tool's finalizer
+    closes it when the tool is dropped (or the interpreter exits), which
+    ends the prepared namespace and everything in it.
+    """
+
+    table: BranchJobs = attrs.Factory(lambda: BranchJobs(None))
+    # False once commands could not be given a prepared PID namespace here
+    # (the supervisor did not start, or the kernel refused namespaces inside
+    # it): from then on each call runs as before, in a namespace of its own.
+    prepared: bool = True
+
+
 @attrs.frozen
 class _BashHandler:
     workspace: Workspace
@@ -393,6 +443,12 @@ class _BashHandler:
     default_timeout: int = DEFAULT_TIMEOUT_MS
     registry: JobRegistry = REGISTRY
     max_bytes: int = DEFAULT_OUTPUT_BYTES
+    # Not an argument: every factory call (a clone's too) owns a new one.
+    owned: _ToolOwned = attrs.field(factory=_ToolOwned, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        # Bound to the table, not to the handler, so it cannot keep the tool alive.
+        weakref.finalize(self, self.owned.table.close)
 
     async def close_branch(self, branch_id: uuid.UUID | None) -> None:
         """Kill `branch_id`'s jobs and drop its kept output (`Branch.aclose` calls it)."""
@@ -402,10 +458,15 @@ class _BashHandler:
         response = await self._run(request)
         if self.isolation is not None:
             response.isolation = self.isolation.mechanism
-            if self.isolation.notice:
-                # "auto" fell back to a weaker mechanism: the model should know.
-                notes = (response.notice, self.isolation.notice)
-                response.notice = " ".join(note for note in notes if note)
+            started = response.return_code is not None or response.job_id is not None
+            # "auto" fell back to a weaker mechanism, or "none" has no PID
+            # namespace here: the model should know.
+            notes = (
+                response.notice,
+                self.isolation.notice,
+                _NO_PID_NAMESPACE if started and _uncontained(self.isolation) else None,
+            )
+            response.notice = " ".join(note for note in notes if note) or None
         return response
 
     def _environment(self) -> tuple[Mapping[str, str] | None, tuple[str, ...]]:
@@ -482,8 +543,9 @@ class _BashHandler:
                 return BashResponse(error=self._launch_message(exc), notice=prepared.notice)
             except (SupervisorGone, OSError) as exc:
                 return BashResponse(
-                    error=f"The sandbox this conversation's commands run in could not be used "
-                    f"({exc}); the command may not have run. Send it again: a new sandbox starts.",
+                    error=f"The supervisor that starts this conversation's commands could not "
+                    f"be used ({exc}); the command may not have run. Send it again: a new one "
+                    f"starts.",
                     notice=prepared.notice,
                 )
             stdout, stderr = result.stdout, result.stderr
@@ -507,7 +569,7 @@ class _BashHandler:
                     )
             notice = prepared.notice
             if result.returncode != 0 and not result.timed_out:
-                # What the sandbox or the environment policy kept from the
+                # What the confinement or the environment policy kept from the
                 # command, when its output suggests that is why it failed.
                 output = f"{result.stdout}\n{result.stderr}"
                 notice = _join(
@@ -544,38 +606,69 @@ class _BashHandler:
         progress = current_progress()
         on_output = None if progress is None else progress.count_output
         if self.isolation is None or not self.isolation.confined:
-            return await run_process(
-                prepared.argv,
-                cwd=prepared.cwd,
-                timeout=prepared.timeout_ms / 1000,
-                env=prepared.env,
-                announce_truncation=False,
-                spill=spill,
-                # Unconfined ("none") still runs in a PID namespace where one
-                # can be had: no process outlives the call.
-                isolation=self.isolation,
-                on_output=on_output,
-            )
-        # Under kernel isolation every command of the branch runs in the
-        # branch's one sandbox, so it reaches the branch's background jobs
-        # (loopback, /tmp) and nothing else.
-        running = table.supervisors.get(self.isolation)
-        if running is not None and running.alive and not running.stale():
-            supervisor = running  # the common case: no worker-thread round trip
+            supervisor = await self._unconfined_supervisor(table)
+            if supervisor is None:
+                return await run_process(
+                    prepared.argv,
+                    cwd=prepared.cwd,
+                    timeout=prepared.timeout_ms / 1000,
+                    env=prepared.env,
+                    announce_truncation=False,
+                    spill=spill,
+                    # Unconfined ("none") still runs in a PID namespace where one
+                    # can be had: no process outlives the call.
+                    isolation=self.isolation,
+                    on_output=on_output,
+                )
         else:
-            supervisor = await anyio.to_thread.run_sync(
-                table.supervisor, self.isolation, self.workspace.root
-            )
-        return await run_supervised(
+            # Under kernel isolation every command of the branch runs in the
+            # branch's one confinement, so it reaches the branch's background
+            # jobs (loopback, /tmp) and nothing else.
+            supervisor = await self._supervisor(table, self.isolation)
+        result = await run_supervised(
             supervisor,
             prepared.argv,
             cwd=prepared.cwd,
             timeout=prepared.timeout_ms / 1000,
             env=prepared.env,
-            max_bytes=self.max_bytes,
+            # Unconfined commands keep what `run_process` keeps by default,
+            # as they did before they ran through a supervisor.
+            max_bytes=self.max_bytes if supervisor.isolation.confined else DEFAULT_MAX_BYTES,
             spill=spill,
             on_output=on_output,
         )
+        if supervisor.command_namespaces is False and not supervisor.isolation.confined:
+            # The kernel refused this command a namespace of its own inside
+            # the supervisor's: what it left there dies with that namespace
+            # now, and later calls each get a namespace of their own again.
+            self.owned.prepared = False
+            await anyio.to_thread.run_sync(supervisor.close)
+        return result
+
+    async def _supervisor(self, owner: BranchJobs, isolation: Isolation) -> Supervisor:
+        """`owner`'s supervisor for `isolation`: the running one, else a new one."""
+        running = owner.supervisors.get(isolation)
+        if running is not None and running.alive and not running.stale():
+            return running  # the common case: no worker-thread round trip
+        return await anyio.to_thread.run_sync(owner.supervisor, isolation, self.workspace.root)
+
+    async def _unconfined_supervisor(self, table: BranchJobs) -> Supervisor | None:
+        """The supervisor preparing unconfined commands' PID namespaces; None: run as before.
+
+        Owned by the branch (its job table) on a branch, by the tool itself
+        outside any branch (`_ToolOwned`). None where no namespace can be had
+        (the process-group kill is all there is) or the supervisor cannot run.
+        """
+        isolation = self.isolation
+        if isolation is None or not self.owned.prepared or not isolation.wraps:
+            return None
+        call = current_call()
+        owner = table if call is not None and call.branch_id is not None else self.owned.table
+        try:
+            return await self._supervisor(owner, isolation)
+        except OSError:
+            self.owned.prepared = False  # e.g. no memfd: a namespace per call, as before
+            return None
 
     def _kept_texts(
         self, table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
@@ -668,7 +761,7 @@ def _join(*notes: str | None) -> str | None:
     return " ".join(note for note in notes if note) or None
 
 
-# What programs print when the sandbox's network namespace (or Landlock's
+# What programs print when the confinement's network namespace (or Landlock's
 # TCP rule, or the Unix-socket filter) refused them.
 _NETWORK_ERRORS = re.compile(
     r"Network is unreachable|Temporary failure in name resolution|Name or service not known"
@@ -699,7 +792,7 @@ _SECONDS_LIKE_MS = 100
 
 
 def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
-    """One line naming the setting that allows what the sandbox refused, or None."""
+    """One line naming the setting that allows what the confinement refused, or None."""
     if isolation is None or not isolation.confined:
         return None
     network = isolation.policy.network
@@ -711,7 +804,7 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     )
     if network != "full" and (_NETWORK_ERRORS.search(output) or landlock_refused):
         return (
-            f"The sandbox runs commands with network={network!r}, which looks like what "
+            f"The confinement runs commands with network={network!r}, which looks like what "
             f"stopped this one. Only the tool's owner can allow more (the factory's "
             f"network='loopback' for local services, 'full' for the internet)."
         )
@@ -720,7 +813,7 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     )
     if denied and _in_protected_git(output, isolation):
         return (
-            "The sandbox keeps the workspace's .git read-only (bwrap binds it so, with "
+            "The confinement keeps the workspace's .git read-only (bwrap binds it so, with "
             "protect_git), which is what refused this command: git cannot commit, switch "
             "branches or move refs there, though writing the workspace's files works. To "
             "commit, use the sandbox tool (action='create', work, then action='commit' and "
@@ -729,7 +822,7 @@ def _refusal_notice(output: str, isolation: Isolation | None) -> str | None:
     if denied:
         roots = ", ".join(str(root) for root in isolation.policy.writable)
         return (
-            f"The sandbox lets commands write only inside its writable roots ({roots}) and "
+            f"The confinement lets commands write only inside its writable roots ({roots}) and "
             f"$TMPDIR; a write elsewhere is refused. Write inside the workspace, or ask the "
             f"tool's owner for another writable root."
         )
@@ -820,7 +913,12 @@ def bash_tool(
             child inherits ``os.environ`` as it is at the time of each call.
         protected_names: fnmatch patterns of names ``cwd`` may not pass
             through; the workspace defaults when None.
-        isolation: ``"none"`` (no confinement), ``"auto"`` (the strongest
+        isolation: ``"none"`` (no confinement; each command still runs in a
+            PID namespace of its own, prepared ahead, so nothing it starts
+            outlives the call; where the kernel refuses namespaces only the
+            command's process group is killed, so a process that starts a
+            session of its own can outlive the call, and the description and
+            every answer say so), ``"auto"`` (the strongest
             mechanism available, named in the description), ``"bwrap"`` or
             ``"landlock"`` (that one, or `ConfigurationError`), or the
             `Isolation` a toolkit resolved (used as it is; the workspace must
@@ -886,15 +984,18 @@ def bash_tool(
     )
     use_shell = confinement.confined if shell is None else shell
     program = _shell_binary() if use_shell else None
+    description = confinement.annotate(
+        _description(
+            None if program is None else os.path.basename(program),
+            default_timeout,
+            max_output_bytes,
+        )
+    )
+    if _uncontained(confinement):
+        description = f"{description}\n\n{_NO_PID_NAMESPACE}"
     return Tool(
         name="bash",
-        description=confinement.annotate(
-            _description(
-                None if program is None else os.path.basename(program),
-                default_timeout,
-                max_output_bytes,
-            )
-        ),
+        description=description,
         request_model=BashRequest,
         handler=_BashHandler(
             workspace,

@@ -436,7 +436,7 @@ class BranchJobs:
         except SupervisorGone as exc:
             self._drop(output.id, "the job did not start")
             self.dropped.pop(output.id, None)
-            raise LaunchError(argv[0], f"the sandbox's supervisor is gone ({exc})") from None
+            raise LaunchError(argv[0], f"the branch's supervisor is gone ({exc})") from None
         finally:
             os.close(fd)
         job = _Job(output.id, command, process, output, _now(), supervisor=supervisor)
@@ -679,7 +679,7 @@ class JobsRequest(BaseModel):
         default=None,
         ge=1,
         le=65_535,
-        description="wait: a TCP port on 127.0.0.1 in the job's own network (its sandbox's, "
+        description="wait: a TCP port on 127.0.0.1 in the job's own network (its confinement's, "
         "which later bash calls share); the wait ends when it accepts connections.",
     )
     timeout: int = Field(
