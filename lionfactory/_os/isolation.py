@@ -542,6 +542,29 @@ def _tree_secrets(root: Path) -> list[str]:
     return _WATCH.secrets(str(root))
 
 
+def _toolchain_trees(policy: Policy, shown: Iterable[Path]) -> list[Path]:
+    """The shown trees whose credential files are hidden again (not system or writable ones)."""
+    return [
+        tree
+        for tree in shown
+        if tree not in _SYSTEM_TREES and not any(_under(tree, w) for w in policy.writable)
+    ]
+
+
+def prewarm_secrets(isolation: Isolation) -> None:
+    """Start walking a confined isolation's toolchain trees now, in the background.
+
+    The first launch needs every credential file of every exposed tree, at
+    any depth; a pyenv root alone is 130,000 entries, seconds of walking.
+    Started when the isolation is made (a toolkit or tool being built), the
+    walk overlaps the model's first turn instead of delaying the first
+    command.
+    """
+    if isolation.confined:
+        trees = _toolchain_trees(isolation.policy, _effective_exposed(isolation.policy))
+        _WATCH.prewarm([str(tree) for tree in trees])
+
+
 def _prefix_secrets(policy: Policy, shown: Iterable[Path]) -> tuple[tuple[Path, bool], ...]:
     """What to hide again inside the shown toolchain trees: (path, is a folder).
 
@@ -552,9 +575,7 @@ def _prefix_secrets(policy: Policy, shown: Iterable[Path]) -> tuple[tuple[Path, 
     the workspace's own (not a toolchain's).
     """
     out: dict[Path, bool] = {}
-    for tree in shown:
-        if tree in _SYSTEM_TREES or any(_under(tree, w) for w in policy.writable):
-            continue
+    for tree in _toolchain_trees(policy, shown):
         for candidate in _tree_secrets(tree):
             path = Path(candidate)
             if os.path.islink(candidate):
@@ -1032,7 +1053,9 @@ def workspace_isolation(
         exposed=_joined(default_exposed(environ=environ), exposed),
         network=network,  # type: ignore[arg-type]
     )
-    return attrs.evolve(resolve_isolation(isolation, policy), env_policy=env_policy)
+    resolved = attrs.evolve(resolve_isolation(isolation, policy), env_policy=env_policy)
+    prewarm_secrets(resolved)
+    return resolved
 
 
 def _joined(derived: tuple[Path, ...], extra: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:

@@ -160,6 +160,8 @@ class TreeWatch:
         # Events of folders a walk in progress watches but has not handed
         # over yet: replayed when it does.
         self._early: dict[int, list[tuple[int, str]]] = {}
+        # Trees a background first walk was started for (`prewarm`).
+        self._prewarming: set[str] = set()
 
     def forget(self) -> None:
         """Drop everything (a forked child must not read its parent's events)."""
@@ -191,6 +193,37 @@ class TreeWatch:
                     return self._under(root)
         # The watch limit was reached, or events were lost meanwhile.
         return polled(root, self._secret_name, self._checked_name, self._judge)
+
+    def prewarm(self, roots: list[str]) -> None:
+        """Start the first walk of trees not asked about yet, in a daemon thread.
+
+        A first walk of a large toolchain tree takes seconds; a toolkit asks
+        for it when it is built, so by the time its first command launches
+        (after at least one model turn) the walk is usually done and that
+        launch waits for what is left of it, not for all of it. The walk is
+        the one `secrets` would do (same lock, same hand-over), so a question
+        meanwhile is answered exactly as without it.
+        """
+        with self._lock:
+            pending = [
+                root
+                for root in roots
+                if root not in self._prewarming
+                and not any(_is_under(root, known) for known in self._roots)
+            ]
+            self._prewarming.update(pending)
+        if pending:
+            threading.Thread(
+                target=self._prewarmed, args=(pending,), name="lionfactory-tree-watch", daemon=True
+            ).start()
+
+    def _prewarmed(self, roots: list[str]) -> None:
+        for root in roots:
+            try:
+                self.secrets(root)
+            except OSError:
+                # Asked again before a launch, where a failure is reported.
+                continue
 
     def _answer(self, root: str) -> list[str] | None:
         """The answer for a tree already walked, or None (call it holding `_lock`)."""
