@@ -6,11 +6,14 @@ Importable from any test module: pytest puts this folder (the one holding
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import socketserver
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,24 @@ async def eventually(predicate: Callable[[], bool], seconds: float) -> None:
             await trio.sleep(0.01)
 
 
+@contextlib.contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[str]:
+    """Serve `server` (an HTTP server bound to a loopback port) from a thread; yield its URL.
+
+    It polls for shutdown every 50 ms (the standard library's half second
+    would be paid by every test at teardown); the thread is joined after.
+    """
+    host, port = server.server_address[:2]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host!s}:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
 def processes_tagged(tag: str) -> list[int]:
     """Live (non-zombie) processes whose argv holds `tag`: seen from the host, any namespace."""
     found = []
@@ -59,17 +80,30 @@ def processes_tagged(tag: str) -> list[int]:
 
 
 def git(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> str:
-    """Run the test's own git in `cwd` (it must succeed) and return what it printed."""
+    """Run the test's own git in `cwd` (it must succeed) and return what it printed.
+
+    `env`, when given, is the whole environment git runs in (the test's own
+    otherwise). A failure shows git's own message, not only its exit status.
+    """
     done = subprocess.run(
         ["git", *args],
         cwd=cwd,
         env=None if env is None else dict(env),
-        check=True,
         capture_output=True,
         text=True,
         timeout=60,
     )
+    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
     return done.stdout
+
+
+def home_git(root: Path, *args: str) -> str:
+    """`git` with ``home`` beside `root` as HOME: the developer's ~/.gitconfig stays out.
+
+    For the tests that write their own global configuration there.
+    """
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent / "home")}
+    return git(root, *args, env=env)
 
 
 def hermetic_git(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _test_helpers import hermetic_git as make_git_hermetic
 from hypothesis import HealthCheck, settings
 
 # CI gets a fixed, derandomised budget so runs are repeatable and bounded;
@@ -46,6 +47,18 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
     return root
+
+
+@pytest.fixture
+def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No global or system git configuration leaks in, and no sandbox is left in /tmp."""
+    make_git_hermetic(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def hermetic_git_identity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`hermetic_git`, and commits get a fixed author and committer."""
+    make_git_hermetic(monkeypatch, tmp_path, identity=True)
 
 
 @pytest.fixture
