@@ -7,6 +7,7 @@ Importable from any test module: pytest puts this folder (the one holding
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import socketserver
@@ -58,6 +59,23 @@ def serving(server: socketserver.BaseServer) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextlib.contextmanager
+def kept_folder(name: str) -> Iterator[Path]:
+    """A folder kept across test runs (what the tests install with npm), held by this run.
+
+    Under ``$XDG_CACHE_HOME`` (else ``~/.cache``)/lionfactory-tests, so an
+    install is paid once per machine, not once per run (pytest's own cache
+    is gone under ``-p no:cacheprovider``). An exclusive lock on it while
+    held: two runs at once never install into one folder together.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    folder = Path(base) / "lionfactory-tests" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(f"{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
 
 
 def processes_tagged(tag: str) -> list[int]:
