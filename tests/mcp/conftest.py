@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -32,7 +34,11 @@ NOTES = "alpha\nbeta\n"
 @pytest.fixture
 def git_workspace(tmp_path: Path) -> Path:
     """A git repository with one committed file, ``notes.txt``."""
-    root = tmp_path / "repo"
+    return make_git_workspace(tmp_path / "repo")
+
+
+def make_git_workspace(root: Path) -> Path:
+    """Make `root` a git repository with one committed file, ``notes.txt``."""
     root.mkdir()
     (root / "notes.txt").write_text(NOTES, encoding="utf-8")
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
@@ -91,6 +97,44 @@ async def http_server(workspace: Path, *extra: str) -> AsyncIterator[str]:
             process.terminate()
             with anyio.fail_after(10):
                 await process.wait()
+
+
+@contextmanager
+def serving_http(workspace: Path, *extra: str) -> Iterator[str]:
+    """`http_server` as a plain subprocess, for a server shared by a module's tests.
+
+    An async fixture lives in one test's event loop; this needs none. Its
+    stderr is drained by a thread (the pipe never fills), the first line
+    names the URL. Every test still opens its own session.
+    """
+    command = serve_command(workspace, "--transport", "http", "--port", "0", *extra)
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert process.stderr is not None
+    stderr = process.stderr
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def drain() -> None:
+        for line in stderr:
+            lines.put(line)
+        lines.put(b"")
+
+    thread = threading.Thread(target=drain, daemon=True, name="mcp serve stderr")
+    thread.start()
+    try:
+        line = lines.get(timeout=30).decode()
+        assert "serving MCP at http://127.0.0.1:" in line, line
+        yield line.split()[-1]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        thread.join(timeout=10)
+        stderr.close()
 
 
 @pytest.fixture
