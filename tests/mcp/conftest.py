@@ -7,7 +7,7 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -66,15 +66,18 @@ def stdio_server(git_workspace: Path) -> Callable[..., StdioServerParameters]:
     """``stdio_server(*options)``: how to start ``lionfactory mcp serve`` on the workspace."""
 
     def parameters(*extra: str) -> StdioServerParameters:
-        command = serve_command(git_workspace, *extra)
-        # The SDK passes only a few variables on; the progress interval a test
-        # set (`fast_progress`) goes too.
-        chosen = {k: v for k, v in os.environ.items() if k == PROGRESS_ENVIRONMENT}
-        return StdioServerParameters(
-            command=command[0], args=command[1:], env={**SERVER_ENV, **chosen}
-        )
+        return stdio_parameters(git_workspace, *extra)
 
     return parameters
+
+
+def stdio_parameters(workspace: Path, *extra: str) -> StdioServerParameters:
+    """How to start ``lionfactory mcp serve`` over stdio on `workspace`."""
+    command = serve_command(workspace, *extra)
+    # The SDK passes only a few variables on; the progress interval a test
+    # set (`fast_progress`) goes too.
+    chosen = {k: v for k, v in os.environ.items() if k == PROGRESS_ENVIRONMENT}
+    return StdioServerParameters(command=command[0], args=command[1:], env={**SERVER_ENV, **chosen})
 
 
 @asynccontextmanager
@@ -100,16 +103,23 @@ async def http_server(workspace: Path, *extra: str) -> AsyncIterator[str]:
 
 
 @contextmanager
-def serving_http(workspace: Path, *extra: str) -> Iterator[str]:
+def serving_http(
+    workspace: Path, *extra: str, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
     """`http_server` as a plain subprocess, for a server shared by a module's tests.
 
     An async fixture lives in one test's event loop; this needs none. Its
     stderr is drained by a thread (the pipe never fills), the first line
-    names the URL. Every test still opens its own session.
+    names the URL. Every test still opens its own session. `env` is set over
+    the test's environment.
     """
     command = serve_command(workspace, "--transport", "http", "--port", "0", *extra)
     process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     assert process.stderr is not None
     stderr = process.stderr
