@@ -10,13 +10,14 @@ import contextlib
 import fcntl
 import itertools
 import os
+import queue
 import socketserver
 import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import trio
@@ -76,6 +77,30 @@ def kept_folder(name: str) -> Iterator[Path]:
     with open(folder.with_name(f"{name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield folder
+
+
+def drained(stream: IO[bytes], name: str) -> tuple[queue.Queue[bytes], threading.Thread]:
+    """A thread reading `stream` line by line (its pipe never fills); the lines, ``b""`` at EOF."""
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def drain() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(b"")
+
+    thread = threading.Thread(target=drain, daemon=True, name=name)
+    thread.start()
+    return lines, thread
+
+
+def stopped(process: subprocess.Popen[bytes]) -> None:
+    """Terminate `process` and reap it; killed if it is still there after 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def processes_tagged(tag: str) -> list[int]:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import queue
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
 import pytest
+from _test_helpers import drained, stopped
 from mcp import StdioServerParameters
 
 import lionfactory
@@ -122,29 +121,15 @@ def serving_http(
         env={**os.environ, **(env or {})},
     )
     assert process.stderr is not None
-    stderr = process.stderr
-    lines: queue.Queue[bytes] = queue.Queue()
-
-    def drain() -> None:
-        for line in stderr:
-            lines.put(line)
-        lines.put(b"")
-
-    thread = threading.Thread(target=drain, daemon=True, name="mcp serve stderr")
-    thread.start()
+    lines, thread = drained(process.stderr, "mcp serve stderr")
     try:
         line = lines.get(timeout=30).decode()
         assert "serving MCP at http://127.0.0.1:" in line, line
         yield line.split()[-1]
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stopped(process)
         thread.join(timeout=10)
-        stderr.close()
+        process.stderr.close()
 
 
 @pytest.fixture
