@@ -6,13 +6,18 @@ Importable from any test module: pytest puts this folder (the one holding
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import os
+import queue
+import socketserver
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import trio
@@ -39,6 +44,65 @@ async def eventually(predicate: Callable[[], bool], seconds: float) -> None:
             await trio.sleep(0.01)
 
 
+@contextlib.contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[str]:
+    """Serve `server` (an HTTP server bound to a loopback port) from a thread; yield its URL.
+
+    It polls for shutdown every 50 ms (the standard library's half second
+    would be paid by every test at teardown); the thread is joined after.
+    """
+    host, port = server.server_address[:2]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host!s}:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@contextlib.contextmanager
+def kept_folder(name: str) -> Iterator[Path]:
+    """A folder kept across test runs (what the tests install with npm), held by this run.
+
+    Under ``$XDG_CACHE_HOME`` (else ``~/.cache``)/lionfactory-tests, so an
+    install is paid once per machine, not once per run (pytest's own cache
+    is gone under ``-p no:cacheprovider``). An exclusive lock on it while
+    held: two runs at once never install into one folder together.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    folder = Path(base) / "lionfactory-tests" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(f"{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
+
+
+def drained(stream: IO[bytes], name: str) -> tuple[queue.Queue[bytes], threading.Thread]:
+    """A thread reading `stream` line by line (its pipe never fills); the lines, ``b""`` at EOF."""
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def drain() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(b"")
+
+    thread = threading.Thread(target=drain, daemon=True, name=name)
+    thread.start()
+    return lines, thread
+
+
+def stopped(process: subprocess.Popen[bytes]) -> None:
+    """Terminate `process` and reap it; killed if it is still there after 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def processes_tagged(tag: str) -> list[int]:
     """Live (non-zombie) processes whose argv holds `tag`: seen from the host, any namespace."""
     found = []
@@ -59,17 +123,30 @@ def processes_tagged(tag: str) -> list[int]:
 
 
 def git(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> str:
-    """Run the test's own git in `cwd` (it must succeed) and return what it printed."""
+    """Run the test's own git in `cwd` (it must succeed) and return what it printed.
+
+    `env`, when given, is the whole environment git runs in (the test's own
+    otherwise). A failure shows git's own message, not only its exit status.
+    """
     done = subprocess.run(
         ["git", *args],
         cwd=cwd,
         env=None if env is None else dict(env),
-        check=True,
         capture_output=True,
         text=True,
         timeout=60,
     )
+    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
     return done.stdout
+
+
+def home_git(root: Path, *args: str) -> str:
+    """`git` with ``home`` beside `root` as HOME: the developer's ~/.gitconfig stays out.
+
+    For the tests that write their own global configuration there.
+    """
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent / "home")}
+    return git(root, *args, env=env)
 
 
 def hermetic_git(

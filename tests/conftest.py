@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _test_helpers import drained, stopped
+from _test_helpers import hermetic_git as make_git_hermetic
 from hypothesis import HealthCheck, settings
 
 # CI gets a fixed, derandomised budget so runs are repeatable and bounded;
@@ -46,6 +48,18 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
     return root
+
+
+@pytest.fixture
+def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No global or system git configuration leaks in, and no sandbox is left in /tmp."""
+    make_git_hermetic(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def hermetic_git_identity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`hermetic_git`, and commits get a fixed author and committer."""
+    make_git_hermetic(monkeypatch, tmp_path, identity=True)
 
 
 @pytest.fixture
@@ -124,12 +138,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log = _wait_until_ready(process, port)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stopped(process)
         if log is not None:
             log.join(timeout=10)  # the log reaches its end once the server is gone
         assert process.stdout is not None
@@ -142,17 +151,8 @@ def _wait_until_ready(process: subprocess.Popen[bytes], port: int) -> threading.
     A thread drains its log (so the pipe never fills) and hands the lines
     over; the fixture waits on them, with no polling, for 20 s at most.
     """
-    lines: queue.Queue[bytes] = queue.Queue()
     assert process.stdout is not None
-    stdout = process.stdout
-
-    def drain() -> None:
-        for line in stdout:
-            lines.put(line)
-        lines.put(b"")
-
-    thread = threading.Thread(target=drain, daemon=True, name="redis-server log")
-    thread.start()
+    lines, thread = drained(process.stdout, "redis-server log")
     seen: list[bytes] = []
     deadline = time.monotonic() + 20
     while True:

@@ -14,7 +14,6 @@ import base64
 import json
 import re
 import struct
-import threading
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typing import Any
 import anthropic
 import attrs
 import pytest
+from _test_helpers import serving
 from anthropic.types import (
     AssistantMessageParam,
     Base64ImageSourceParam,
@@ -97,13 +97,9 @@ def server() -> Iterator[Recorder]:
     recorder = Recorder()
     httpd = _Server(("127.0.0.1", 0), _Handler)
     httpd.recorder = recorder
-    recorder.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield recorder
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with serving(httpd) as url:
+        recorder.url = url
+        yield recorder
 
 
 def adapter(server: Recorder, **options: Any) -> AnthropicMessages:

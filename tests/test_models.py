@@ -25,6 +25,7 @@ import attrs
 import httpx
 import pytest
 import trio
+from _test_helpers import serving
 
 from lionfactory import Branch, ChatModel, Message, ModelReply, ToolCall, function_tool
 from lionfactory.errors import LionfactoryError
@@ -124,14 +125,10 @@ def server() -> Iterator[ScriptedServer]:
     script = ScriptedServer()
     httpd = _Server(("127.0.0.1", 0), _Handler)
     httpd.script = script
-    script.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield script
-    script.release.set()
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with serving(httpd) as url:
+        script.url = f"{url}/v1"
+        yield script
+        script.release.set()  # a handler held by a hanging reply lets the server shut down
 
 
 HI = [Message(role="user", content="hi")]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import sys
 import tracemalloc
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
+from _test_helpers import eventually
 
 from lionfactory._os.process import (
     DEFAULT_MAX_BYTES,
@@ -400,25 +402,33 @@ async def test_without_the_exit_the_first_reads_are_prompt(autojump_clock: objec
     assert trio.current_time() - start == pytest.approx(0.001)
 
 
+def _has_text(path: Path) -> bool:
+    return path.exists() and path.read_text() != ""
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 async def test_a_cancelled_run_leaves_no_descriptor_and_no_process(tmp_path: Path) -> None:
-    async def cancel_some() -> list[int]:
+    async def cancel_some(round_: str) -> list[int]:
         groups = []
-        for _ in range(3):
-            marker = tmp_path / "pgid"
+        for n in range(3):
+            marker = tmp_path / f"pgid-{round_}-{n}"
             script = (
                 "import os, time\n"
                 f"open({str(marker)!r}, 'w').write(str(os.getpgid(0)))\n"
                 "time.sleep(60)\n"
             )
-            with trio.move_on_after(0.5):
-                await run_process([PY, "-c", script], cwd=tmp_path, timeout=60)
+            # Cancelled once the child runs (it wrote its group), not after a guess.
+            run = partial(run_process, [PY, "-c", script], cwd=tmp_path, timeout=60)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run)
+                await eventually(partial(_has_text, marker), 30)
+                nursery.cancel_scope.cancel()
             groups.append(int(marker.read_text()))
         return groups
 
-    await cancel_some()
+    await cancel_some("warm-up")
     before = len(os.listdir("/proc/self/fd"))
-    groups = await cancel_some()
+    groups = await cancel_some("counted")
     assert len(os.listdir("/proc/self/fd")) == before
     assert not any(group_exists(pgid) for pgid in groups)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _test_helpers import home_git as git
 
 from lionfactory import Branch
 from lionfactory._os.binaries import BinaryFinder
@@ -46,14 +46,6 @@ TREE = {
     "docs/.ignore": "!app.log\n",
     "docs/app.log": "",
 }
-
-
-def git(root: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent / "home")}
-    done = subprocess.run(
-        ["git", *args], cwd=root, capture_output=True, text=True, check=True, env=env
-    )
-    return done.stdout
 
 
 def build(root: Path, tree: dict[str, str]) -> None:

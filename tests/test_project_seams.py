@@ -13,27 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from _test_helpers import home_git as git
 
 from lionfactory._os.binaries import BinaryFinder
 from lionfactory._os.global_excludes import global_excludes
 from lionfactory.tools import reader_tool
 
 SECRET_LINE = "secret-name.txt"
-
-
-def git(root: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent / "home")}
-    done = subprocess.run(
-        ["git", *args], cwd=root, capture_output=True, text=True, check=True, env=env
-    )
-    return done.stdout
 
 
 @pytest.fixture

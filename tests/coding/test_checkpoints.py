@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _test_helpers import mechanism_params
+from _test_helpers import git, mechanism_params
 
 from lionfactory import Branch, Checkpoint, RewindReport
 from lionfactory._os.beneath import DIRECTORY_FLAGS
@@ -49,10 +49,6 @@ def manifest(root: Path) -> dict[str, tuple[str, ...]]:
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()
                 out[key] = ("file", str(bool(st.st_mode & stat.S_IXUSR)), digest)
     return out
-
-
-def git(root: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=root, check=True)
 
 
 def kit_branch(root: Path, **kwargs: Any) -> Branch:

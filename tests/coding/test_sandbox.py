@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _test_helpers import hermetic_git as shared_hermetic_git
+from _test_helpers import git as shared_git
 
 from lionfactory import Branch, Tool
 from lionfactory._os.process import ProcessResult, run_process
@@ -17,17 +16,12 @@ from lionfactory.coding.sandbox import SandboxRequest, SandboxResponse, sandbox_
 from lionfactory.errors import CloneError, RegistrationError
 from lionfactory.testing import assert_no_foreign_bindings
 
-
-@pytest.fixture(autouse=True)
-def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    shared_hermetic_git(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("hermetic_git")
 
 
 def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True, timeout=30
-    )
-    return done.stdout.strip()
+    """What the test's git printed, without the newline (these tests compare one-line answers)."""
+    return shared_git(repo, *args).strip()
 
 
 def init_repo(root: Path, *, identity: bool = True) -> Path:

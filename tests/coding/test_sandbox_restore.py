@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _test_helpers import git as shared_git
 
 pytestmark = pytest.mark.slow
 
@@ -55,9 +56,7 @@ def git(repo: Path, *args: str) -> str:
     env = {"PATH": os.environ["PATH"], "HOME": str(repo.parent), "GIT_CONFIG_NOSYSTEM": "1"}
     env |= {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
     env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return shared_git(repo, *args, env=env)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from _test_helpers import git, mechanism_params
-from _test_helpers import hermetic_git as shared_hermetic_git
 
 from lionfactory import Branch
 from lionfactory.coding import coding_toolkit
@@ -25,9 +24,7 @@ from lionfactory.coding import coding_toolkit
 MECHANISMS = mechanism_params()
 
 
-@pytest.fixture(autouse=True)
-def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    shared_hermetic_git(monkeypatch, tmp_path, identity=True)
+pytestmark = pytest.mark.usefixtures("hermetic_git_identity")
 
 
 class Scene:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from _test_helpers import git as _git
 
 from lionfactory import Branch
 from lionfactory.coding import (
@@ -436,14 +437,6 @@ async def test_pre_hook_denial_raised_directly(workspace):
 
 
 # -- sandbox wiring: the file tools follow the active worktree
-
-
-def _git(repo: Path, *args: str) -> str:
-    import subprocess
-
-    return subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout
 
 
 async def test_toolkit_tools_work_inside_an_active_sandbox_and_come_home(workspace):

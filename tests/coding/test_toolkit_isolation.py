@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _test_helpers import hermetic_git as shared_hermetic_git
 from _test_helpers import mechanism_params
 
 from lionfactory import Branch, Tool
@@ -22,9 +21,7 @@ MECHANISMS = mechanism_params()
 PY = sys.executable
 
 
-@pytest.fixture(autouse=True)
-def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    shared_hermetic_git(monkeypatch, tmp_path, identity=True)
+pytestmark = pytest.mark.usefixtures("hermetic_git_identity")
 
 
 @pytest.fixture

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
 import pytest
+from _test_helpers import drained, stopped
 from mcp import StdioServerParameters
 
 import lionfactory
@@ -32,7 +33,11 @@ NOTES = "alpha\nbeta\n"
 @pytest.fixture
 def git_workspace(tmp_path: Path) -> Path:
     """A git repository with one committed file, ``notes.txt``."""
-    root = tmp_path / "repo"
+    return make_git_workspace(tmp_path / "repo")
+
+
+def make_git_workspace(root: Path) -> Path:
+    """Make `root` a git repository with one committed file, ``notes.txt``."""
     root.mkdir()
     (root / "notes.txt").write_text(NOTES, encoding="utf-8")
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
@@ -60,15 +65,18 @@ def stdio_server(git_workspace: Path) -> Callable[..., StdioServerParameters]:
     """``stdio_server(*options)``: how to start ``lionfactory mcp serve`` on the workspace."""
 
     def parameters(*extra: str) -> StdioServerParameters:
-        command = serve_command(git_workspace, *extra)
-        # The SDK passes only a few variables on; the progress interval a test
-        # set (`fast_progress`) goes too.
-        chosen = {k: v for k, v in os.environ.items() if k == PROGRESS_ENVIRONMENT}
-        return StdioServerParameters(
-            command=command[0], args=command[1:], env={**SERVER_ENV, **chosen}
-        )
+        return stdio_parameters(git_workspace, *extra)
 
     return parameters
+
+
+def stdio_parameters(workspace: Path, *extra: str) -> StdioServerParameters:
+    """How to start ``lionfactory mcp serve`` over stdio on `workspace`."""
+    command = serve_command(workspace, *extra)
+    # The SDK passes only a few variables on; the progress interval a test
+    # set (`fast_progress`) goes too.
+    chosen = {k: v for k, v in os.environ.items() if k == PROGRESS_ENVIRONMENT}
+    return StdioServerParameters(command=command[0], args=command[1:], env={**SERVER_ENV, **chosen})
 
 
 @asynccontextmanager
@@ -91,6 +99,37 @@ async def http_server(workspace: Path, *extra: str) -> AsyncIterator[str]:
             process.terminate()
             with anyio.fail_after(10):
                 await process.wait()
+
+
+@contextmanager
+def serving_http(
+    workspace: Path, *extra: str, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """`http_server` as a plain subprocess, for a server shared by a module's tests.
+
+    An async fixture lives in one test's event loop; this needs none. Its
+    stderr is drained by a thread (the pipe never fills), the first line
+    names the URL. Every test still opens its own session. `env` is set over
+    the test's environment.
+    """
+    command = serve_command(workspace, "--transport", "http", "--port", "0", *extra)
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    assert process.stderr is not None
+    lines, thread = drained(process.stderr, "mcp serve stderr")
+    try:
+        line = lines.get(timeout=30).decode()
+        assert "serving MCP at http://127.0.0.1:" in line, line
+        yield line.split()[-1]
+    finally:
+        stopped(process)
+        thread.join(timeout=10)
+        process.stderr.close()
 
 
 @pytest.fixture

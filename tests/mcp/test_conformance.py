@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _test_helpers import kept_folder
 
 VERSION = "0.1.13"
 PACKAGE = f"@modelcontextprotocol/conformance@{VERSION}"
@@ -42,29 +43,25 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def conformance(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The suite's command, installed into the run's cache directory on first use."""
+def conformance() -> Path:
+    """The suite's command, installed into a folder kept across runs on first use."""
     npm = shutil.which("npm")
     if npm is None:
         message = f"npm is not installed: the MCP conformance suite ({PACKAGE}) needs it"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message + "; CI must run it (install nodejs and npm)")
         pytest.skip(message)
-    cache = getattr(request.config, "cache", None)
-    prefix = (
-        cache.mkdir(f"mcp-conformance-{VERSION}")
-        if cache is not None
-        else tmp_path_factory.mktemp(f"mcp-conformance-{VERSION}")
-    )
-    command = prefix / "node_modules" / ".bin" / "conformance"
-    installed = prefix / "node_modules" / "@modelcontextprotocol" / "conformance" / "package.json"
-    if not (installed.is_file() and json.loads(installed.read_text())["version"] == VERSION):
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), PACKAGE],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+    with kept_folder(f"mcp-conformance-{VERSION}") as prefix:
+        command = prefix / "node_modules" / ".bin" / "conformance"
+        package = prefix / "node_modules" / "@modelcontextprotocol" / "conformance"
+        installed = package / "package.json"
+        if not (installed.is_file() and json.loads(installed.read_text())["version"] == VERSION):
+            subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), PACKAGE],
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
     return command
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +107,24 @@ def _declared_types(field: dict[str, Any]) -> list[str]:
     return [b["type"] for b in branches if isinstance(b.get("type"), str)]
 
 
+@functools.cache
+def _schemas() -> tuple[tuple[str, dict[str, Any], dict[str, Any] | None], ...]:
+    """Every built-in's name, pydantic's output schema and the served one, made once.
+
+    The examples only read them; building the toolkit and pydantic's schema
+    for each of 400 examples was most of the test's time.
+    """
+    tools = coding_toolkit(Branch(), tools=list(ALL_CODING_TOOLS))
+    return tuple((tool.name, _pydantic_schema(tool), output_schema(tool)) for tool in tools)
+
+
 @given(data=st.data())
 @settings(max_examples=400, deadline=None)
 def test_served_output_schemas_accept_exactly_what_pydantics_do(data: st.DataObject) -> None:
     """Type lists in place of ``anyOf`` of bare types change no verdict, for any built-in."""
     from jsonschema import Draft202012Validator
 
-    tools = coding_toolkit(Branch(), tools=list(ALL_CODING_TOOLS))
-    tool = data.draw(st.sampled_from(tools))
-    original, served = _pydantic_schema(tool), output_schema(tool)
+    tool_name, original, served = data.draw(st.sampled_from(_schemas()))
     assert served is not None
     fields: dict[str, dict[str, Any]] = original["properties"]
     required = set(original.get("required", ()))
@@ -127,7 +137,7 @@ def test_served_output_schemas_accept_exactly_what_pydantics_do(data: st.DataObj
         pool = fitting if fitting and data.draw(st.integers(0, 9)) else _JSON_VALUES
         instance[name] = data.draw(st.sampled_from(pool))
     verdicts = {Draft202012Validator(schema).is_valid(instance) for schema in (original, served)}
-    assert len(verdicts) == 1, (tool.name, instance)
+    assert len(verdicts) == 1, (tool_name, instance)
     event(f"valid: {verdicts.pop()}")  # both kinds are drawn (--hypothesis-show-statistics)
 
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_git_workspace, serving_http, stdio_parameters
 from mcp import Client, StdioServerParameters, types
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.methods import CLIENT_REQUESTS
@@ -30,6 +31,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from lionfactory import function_tool
 from lionfactory.errors import ApprovalRequired
+from lionfactory.mcp._stateless import PROGRESS_ENVIRONMENT
 
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:Async generator 'http(x|core)2\.:ResourceWarning"  # see test_serve.py
@@ -76,20 +78,36 @@ def workspace(git_workspace: Path) -> Path:
     return git_workspace
 
 
+@pytest.fixture(scope="module")
+def served_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`workspace` for the tests that connect: they only read it, so one for the module."""
+    root = make_git_workspace(tmp_path_factory.mktemp("matrix") / "repo")
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("print('hi')\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def served_http_url(served_workspace: Path) -> Iterator[str]:
+    """One HTTP server for the module, ticking progress every 0.2 s (each test its own session)."""
+    with serving_http(served_workspace, env={PROGRESS_ENVIRONMENT: "0.2"}) as url:
+        yield url
+
+
 @pytest.fixture
 def connect(
-    workspace: Path,
-    stdio_server: Callable[..., StdioServerParameters],
-    start_http: Callable[..., AbstractAsyncContextManager[str]],
+    served_workspace: Path, request: pytest.FixtureRequest
 ) -> Callable[..., AbstractAsyncContextManager[Client]]:
     @asynccontextmanager
     async def connected(transport: str, mode: str, **options: Any) -> AsyncIterator[Client]:
         if transport == "stdio":
-            async with client_for(stdio_server(), mode, **options) as client:
+            server = stdio_parameters(served_workspace)
+            async with client_for(server, mode, **options) as client:
                 assert client.protocol_version == expected_version(mode)
                 yield client
             return
-        async with start_http() as url, client_for(url, mode, **options) as client:
+        url = request.getfixturevalue("served_http_url")
+        async with client_for(url, mode, **options) as client:
             assert client.protocol_version == expected_version(mode)
             yield client
 
@@ -120,7 +138,7 @@ async def test_tools_list_and_call(transport: str, mode: str, connect: Any) -> N
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("mode", MODES)
 async def test_resources_list_templates_and_read(
-    transport: str, mode: str, connect: Any, workspace: Path
+    transport: str, mode: str, connect: Any, served_workspace: Path
 ) -> None:
     async with connect(transport, mode) as client:
         # A pinned version adopts no discover result, so it knows no capabilities.
@@ -129,23 +147,23 @@ async def test_resources_list_templates_and_read(
         page = await client.list_resources()
         assert [r.name for r in page.resources] == ["notes.txt", "src/app.py"]
         (template,) = (await client.list_resource_templates()).resource_templates
-        assert template.uri_template == workspace.as_uri() + "/{+path}"
-        read = await client.read_resource((workspace / "src" / "app.py").as_uri())
+        assert template.uri_template == served_workspace.as_uri() + "/{+path}"
+        read = await client.read_resource((served_workspace / "src" / "app.py").as_uri())
         assert getattr(read.contents[0], "text", None) == "print('hi')\n"
         with pytest.raises(MCPError, match="protected") as refused:
-            await client.read_resource((workspace / ".env").as_uri())
+            await client.read_resource((served_workspace / ".env").as_uri())
         assert refused.value.error.code == -32002
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("mode", MODES)
 async def test_resource_subscriptions(
-    transport: str, mode: str, connect: Any, workspace: Path
+    transport: str, mode: str, connect: Any, served_workspace: Path
 ) -> None:
     """The handshake's subscribe pair where it is advertised; not advertised where it is gone."""
     async with connect(transport, mode) as client:
         resources = client.server_capabilities.resources
-        uri = (workspace / "notes.txt").as_uri()
+        uri = (served_workspace / "notes.txt").as_uri()
         if resources is None or not resources.subscribe:
             # Only the stdio loop watches files; the 2026-07-28 era removed the pair.
             assert transport == "http" or mode != "legacy"
@@ -160,6 +178,7 @@ async def test_resource_subscriptions(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.usefixtures("fast_progress")
 async def test_progress(transport: str, mode: str, connect: Any) -> None:
     seen: list[float] = []
 
@@ -167,8 +186,9 @@ async def test_progress(transport: str, mode: str, connect: Any) -> None:
         seen.append(progress)
 
     async with connect(transport, mode) as client:
+        # Three intervals of `fast_progress`: ticks come however late a loaded machine is.
         result = await client.call_tool(
-            "bash", {"command": "sleep 1.5"}, progress_callback=on_progress
+            "bash", {"command": "sleep 0.6"}, progress_callback=on_progress
         )
     assert not result.is_error, text(result)
     assert seen and seen == sorted(seen)

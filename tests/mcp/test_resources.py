@@ -7,13 +7,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from conftest import make_git_workspace, serving_http
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
@@ -28,7 +28,23 @@ pytestmark = pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)2\
 @pytest.fixture
 def project(git_workspace: Path) -> Path:
     """The git workspace with what a real project holds beside its sources."""
-    root = git_workspace
+    return fill_project(git_workspace)
+
+
+@pytest.fixture(scope="module")
+def served_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`project` for the tests that only read it: one for the module and its servers."""
+    return fill_project(make_git_workspace(tmp_path_factory.mktemp("served") / "repo"))
+
+
+@pytest.fixture(scope="module")
+def served_http_url(served_project: Path) -> Iterator[str]:
+    """One HTTP server on `served_project` for the module (each test opens its own session)."""
+    with serving_http(served_project) as url:
+        yield url
+
+
+def fill_project(root: Path) -> Path:
     (root / "src").mkdir()
     (root / "src" / "app.py").write_text("print('hi')\n", encoding="utf-8")
     (root / "src" / "data.bin").write_bytes(BINARY)
@@ -57,25 +73,6 @@ def stdio(project: Path) -> Callable[..., StdioServerParameters]:
     return parameters
 
 
-@asynccontextmanager
-async def http_server(project: Path) -> AsyncIterator[str]:
-    command = [*serve_command(project), "--transport", "http", "--port", "0"]
-    async with await anyio.open_process(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-    ) as process:
-        assert process.stderr is not None
-        seen = b""
-        with anyio.fail_after(30):
-            while b"\n" not in seen:
-                seen += await process.stderr.receive()
-        try:
-            yield seen.decode().splitlines()[0].rsplit(" ", 1)[1]
-        finally:
-            process.terminate()
-            with anyio.fail_after(10):
-                await process.wait()
-
-
 async def all_names(client: Client) -> list[str]:
     names: list[str] = []
     cursor = None
@@ -91,14 +88,16 @@ EXPECTED = [".gitignore", "deploy.txt", "notes.txt", "src/app.py", "src/data.bin
 
 
 @pytest.fixture(params=["stdio", "http"])
-async def client(
-    request: pytest.FixtureRequest, project: Path, stdio: Callable[..., StdioServerParameters]
-) -> AsyncIterator[Client]:
+async def client(request: pytest.FixtureRequest, served_project: Path) -> AsyncIterator[Client]:
+    """A session on `served_project`: its own stdio server, or the module's HTTP server."""
     if request.param == "stdio":
-        async with Client(stdio(), mode="legacy") as connected:
+        command = serve_command(served_project)
+        server = StdioServerParameters(command=command[0], args=command[1:])
+        async with Client(server, mode="legacy") as connected:
             yield connected
         return
-    async with http_server(project) as url, Client(url, mode="legacy") as connected:
+    url = request.getfixturevalue("served_http_url")
+    async with Client(url, mode="legacy") as connected:
         yield connected
 
 
@@ -108,8 +107,10 @@ async def test_the_listing_is_the_project_content_only(client: Client) -> None:
     assert names == EXPECTED
 
 
-async def test_a_text_file_reads_as_text_with_its_mime_type(client: Client, project: Path) -> None:
-    uri = (project / "src" / "app.py").as_uri()
+async def test_a_text_file_reads_as_text_with_its_mime_type(
+    client: Client, served_project: Path
+) -> None:
+    uri = (served_project / "src" / "app.py").as_uri()
     read = await client.read_resource(uri)
     (content,) = read.contents
     assert getattr(content, "text", None) == "print('hi')\n"
@@ -117,8 +118,8 @@ async def test_a_text_file_reads_as_text_with_its_mime_type(client: Client, proj
     assert str(content.uri) == uri
 
 
-async def test_a_binary_file_reads_as_a_blob(client: Client, project: Path) -> None:
-    read = await client.read_resource((project / "src" / "data.bin").as_uri())
+async def test_a_binary_file_reads_as_a_blob(client: Client, served_project: Path) -> None:
+    read = await client.read_resource((served_project / "src" / "data.bin").as_uri())
     (content,) = read.contents
     assert base64.b64decode(getattr(content, "blob", "")) == BINARY
     assert content.mime_type == "application/octet-stream"
@@ -137,21 +138,23 @@ async def test_a_binary_file_reads_as_a_blob(client: Client, project: Path) -> N
     ],
 )
 async def test_what_the_seam_refuses_is_not_found(
-    client: Client, project: Path, relative: str, reason: str
+    client: Client, served_project: Path, relative: str, reason: str
 ) -> None:
-    uri = (project / relative).as_uri() if not relative.startswith("..") else None
-    uri = uri or "file://" + str(project) + "/" + relative
+    uri = (served_project / relative).as_uri() if not relative.startswith("..") else None
+    uri = uri or "file://" + str(served_project) + "/" + relative
     with pytest.raises(MCPError, match=reason) as raised:
         await client.read_resource(uri)
     assert raised.value.error.code == -32002
 
 
-async def test_the_template_covers_any_path_of_the_workspace(client: Client, project: Path) -> None:
+async def test_the_template_covers_any_path_of_the_workspace(
+    client: Client, served_project: Path
+) -> None:
     templates = await client.list_resource_templates()
     (template,) = templates.resource_templates
-    assert template.uri_template == project.as_uri() + "/{+path}"
+    assert template.uri_template == served_project.as_uri() + "/{+path}"
     # An ignored file is not listed, but may be read by its path.
-    read = await client.read_resource((project / ".venv" / "lib" / "site.py").as_uri())
+    read = await client.read_resource((served_project / ".venv" / "lib" / "site.py").as_uri())
     assert getattr(read.contents[0], "text", None) == "x = 1\n"
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from _test_helpers import serving
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
@@ -233,12 +233,8 @@ class ChatCompletions(BaseHTTPRequestHandler):
 def chat_server() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
     server.requests = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(server):
+        yield server
 
 
 def test_serving_subagent_without_a_model_is_refused_at_start(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, aclosing
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,10 +51,17 @@ async def rpc(client: httpx.AsyncClient, url: str, headers: dict[str, str], body
 
 
 @pytest.mark.parametrize("dropped_after", [1, 2])
+@pytest.mark.usefixtures("fast_progress")
 async def test_a_dropped_call_stream_resumes_with_its_result(
-    start_http: Callable[..., AbstractAsyncContextManager[str]], dropped_after: int
+    start_http: Callable[..., AbstractAsyncContextManager[str]],
+    git_workspace: Path,
+    dropped_after: int,
 ) -> None:
-    """Dropped after the priming event, or after a progress notification too."""
+    """Dropped after the priming event, or after a progress notification too.
+
+    The command runs until the test, resumed, lets it finish (a file it
+    waits for), so the result can only come after the drop.
+    """
     base = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     async with start_http() as url, httpx.AsyncClient(timeout=30) as client:
         init = {
@@ -76,7 +84,7 @@ async def test_a_dropped_call_stream_resumes_with_its_result(
             "method": "tools/call",
             "params": {
                 "name": "bash",
-                "arguments": {"command": "sleep 2.5 && echo resumed"},
+                "arguments": {"command": "until [ -e go ]; do sleep 0.02; done; echo resumed"},
                 "_meta": {"progressToken": "p"},
             },
         }
@@ -101,6 +109,7 @@ async def test_a_dropped_call_stream_resumes_with_its_result(
         result = None
         async with client.stream("GET", url, headers=resume) as again:
             assert again.status_code == 200
+            (git_workspace / "go").touch()
             async with aclosing(events(again)) as received:
                 async for event in received:
                     data = json.loads(event["data"]) if event.get("data") else {}

@@ -258,6 +258,7 @@ async def test_a_long_call_reports_progress_every_interval(
     assert quiet == []  # a quick call sends none
 
 
+@pytest.mark.usefixtures("fast_progress")
 async def test_a_call_without_a_progress_token_sends_no_progress(
     stdio_server: Callable[..., StdioServerParameters],
 ) -> None:
@@ -267,7 +268,8 @@ async def test_a_call_without_a_progress_token_sends_no_progress(
         seen.append(message)
 
     async with Client(stdio_server(), mode="2026-07-28", message_handler=on_message) as client:
-        result = await client.call_tool("bash", {"command": "sleep 1.2"})
+        # Three intervals of `fast_progress` in which a token would have had a tick.
+        result = await client.call_tool("bash", {"command": "sleep 0.6"})
     assert not result.is_error
     assert seen == []
 

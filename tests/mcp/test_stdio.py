@@ -454,13 +454,15 @@ async def test_ping_is_gone_in_the_2026_era(raw: Raw) -> None:
     assert reply["error"]["code"] == -32601
 
 
+@pytest.mark.usefixtures("fast_progress")
 async def test_a_progress_token_gets_notifications_before_the_reply(raw: Raw) -> None:
     meta = {**ENVELOPE, "progressToken": "tok"}
     await raw.send(
         {
             "id": 99,
             "method": "tools/call",
-            "params": {"name": "bash", "arguments": {"command": "sleep 1.6"}, "_meta": meta},
+            # Four intervals of `fast_progress` (the server inherits the variable).
+            "params": {"name": "bash", "arguments": {"command": "sleep 0.8"}, "_meta": meta},
         }
     )
     notes = []

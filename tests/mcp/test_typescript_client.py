@@ -21,15 +21,11 @@ from typing import Any
 
 import anyio
 import pytest
+from _test_helpers import kept_folder
 
 TS_SDK = "@modelcontextprotocol/sdk@1.32.2"
 SCRIPT = Path(__file__).with_name("ts") / "client.mjs"
 SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lionfactory-tests"
 
 
 @pytest.fixture(scope="session")
@@ -40,19 +36,18 @@ def ts_client() -> Path:
         if os.environ.get("CI"):
             pytest.fail("node and npm are needed for the TypeScript SDK client tests under CI")
         pytest.skip("node/npm not found: the TypeScript SDK client tests need them")
-    folder = _cache_root() / ("npm-" + TS_SDK.replace("/", "+").replace("@", ""))
-    marker = folder / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
-    if not marker.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "package.json").write_text('{"private": true, "type": "module"}\n')
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--silent", TS_SDK],
-            cwd=folder,
-            check=True,
-            timeout=600,
-        )
-    # The script must sit beside node_modules: ES modules resolve from their own folder.
-    shutil.copyfile(SCRIPT, folder / "client.mjs")
+    with kept_folder("npm-" + TS_SDK.replace("/", "+").replace("@", "")) as folder:
+        marker = folder / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
+        if not marker.exists():
+            (folder / "package.json").write_text('{"private": true, "type": "module"}\n')
+            subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--silent", TS_SDK],
+                cwd=folder,
+                check=True,
+                timeout=600,
+            )
+        # The script must sit beside node_modules: ES modules resolve from their own folder.
+        shutil.copyfile(SCRIPT, folder / "client.mjs")
     return folder
 
 

@@ -10,11 +10,10 @@ file; the whole sandbox lifecycle runs and the canary never appears.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from _test_helpers import hermetic_git as shared_hermetic_git
+from _test_helpers import git as shared_git
 
 from lionfactory import Branch
 from lionfactory.coding.sandbox import SandboxResponse, sandbox_tool
@@ -28,21 +27,10 @@ def git(repo: Path, *args: str) -> str:
     safe += ["filter.evil.clean=", "filter.evil.smudge=", "filter.evil.process="]
     safe += ["filter.evil.required=false"]
     options = [item for setting in safe for item in ("-c", setting)]
-    done = subprocess.run(
-        ["git", *options, *args],
-        cwd=repo,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return done.stdout.strip()
+    return shared_git(repo, *options, *args, env=env).strip()
 
 
-@pytest.fixture(autouse=True)
-def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    shared_hermetic_git(monkeypatch, tmp_path)
+pytestmark = pytest.mark.usefixtures("hermetic_git")
 
 
 def hostile_settings(canary: Path) -> dict[str, str]:

@@ -9,12 +9,11 @@ with only reader, editor and sandbox could otherwise run any command.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _test_helpers import git
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,14 +85,6 @@ def test_the_key_header_is_found_after_whitespace_and_a_bom(leading: str, kind: 
 
 
 # --- .git -----------------------------------------------------------------------
-
-
-def git(root: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-    done = subprocess.run(
-        ["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True
-    )
-    return done.stdout
 
 
 @pytest.fixture

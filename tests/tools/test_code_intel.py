@@ -200,7 +200,12 @@ async def test_a_late_report_is_not_fresh_and_comes_with_the_next_call(project: 
             assert took < 1.5 + 1.0  # the edit's budget, with room for a slow machine
             assert await intel.late_report() is None  # not there yet
             server = await intel.server()
-            await server.client.pump(lambda: False, timeout=2.5)
+            # Until the report of the edited version arrives, not for the whole delay.
+            ((uri, doc),) = server.docs.items()
+            arrived = await server.client.pump(
+                lambda: server.current(uri, doc.version) is not None, timeout=30
+            )
+            assert arrived
             late = await intel.late_report()
             assert late is not None
             assert [x["line"] for x in late["introduced"]] == [2]

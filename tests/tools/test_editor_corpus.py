@@ -8,11 +8,11 @@ into hunks and perturbs them as models do; each case runs through the
 from __future__ import annotations
 
 import collections
-import subprocess
 from pathlib import Path
 
 import editor_corpus as corpus
 import pytest
+from _test_helpers import git as _git
 
 from lionfactory.tools.editor import editor_tool
 
@@ -87,12 +87,6 @@ async def test_a_failed_multi_edit_leaves_each_real_file_byte_identical(workspac
         assert path.read_bytes() == case.before
         checked += 1
     assert checked >= 10
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=60
-    ).stdout
 
 
 @pytest.fixture
