@@ -45,22 +45,27 @@ def reap_orphans(ours):
 
 
 def victim_at(number, ours):
+    # Other processes of this namespace may take numbers at any moment (an
+    # unconfined job's supervisor prepares the next command's namespace
+    # after each command), so a steered fork can land past `number`: then
+    # the number is steered to again once it is free, until the deadline.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         reap_orphans(ours)
-        if not os.path.exists(f"/proc/{number}"):
-            break
-        time.sleep(0.01)
-    with open("/proc/sys/kernel/ns_last_pid", "w") as knob:
-        knob.write(str(number - 1))
-    victim = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
-    )
-    if victim.pid != number:
+        if os.path.exists(f"/proc/{number}"):
+            time.sleep(0.01)
+            continue
+        with open("/proc/sys/kernel/ns_last_pid", "w") as knob:
+            knob.write(str(number - 1))
+        victim = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+        )
+        if victim.pid == number:
+            return victim
         print(f"MISSED {victim.pid} != {number}")
         victim.kill()
-        sys.exit(3)
-    return victim
+        victim.wait()
+    sys.exit(3)
 
 
 if scenario in ("direct", "contained"):
