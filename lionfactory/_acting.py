@@ -195,18 +195,41 @@ def answer_result(
     message = answer_message(pending, payload, metadata)
     error = payload.get("error")
     still_held = kind in ("held", "must_approve")
+    return _ended(
+        pending,
+        message,
+        payload,
+        error,
+        exception=exception,
+        pending=pending if still_held else None,
+        failed=error is not None,
+    )
+
+
+def _ended(
+    call: ToolCall | PendingCall,
+    message: Message,
+    payload: dict[str, Any],
+    error: str | None,
+    *,
+    result: dict[str, Any] | None = None,
+    exception: BaseException | None = None,
+    pending: PendingCall | None = None,
+    failed: bool,
+) -> ActionResult:
+    """The `ActionResult` of `call`; an error's type is the one its payload names."""
     return ActionResult(
-        call_id=pending.id,
-        tool=pending.tool,
-        arguments=dict(pending.arguments),
-        result=None,
+        call_id=call.id,
+        tool=call.name if isinstance(call, ToolCall) else call.tool,
+        arguments=dict(call.arguments),
+        result=result,
         error=error,
-        error_type=payload.get("error_type") if error is not None else None,
+        error_type=None if error is None else payload.get("error_type"),
         message=message,
         exception=exception,
         payload=payload,
-        pending=pending if still_held else None,
-        failed=error is not None,
+        pending=pending,
+        failed=failed,
     )
 
 
@@ -273,16 +296,13 @@ async def execute_call(
         tool=call.name,
         metadata=dict(context.metadata),
     )
-    return ActionResult(
-        call_id=call.id,
-        tool=call.name,
-        arguments=dict(call.arguments),
+    return _ended(
+        call,
+        message,
+        payload,
+        error,
         result=result,
-        error=error,
-        error_type=None if exception is None else type(exception).__name__,
-        message=message,
         exception=exception,
-        payload=payload,
         failed=error is not None or _reports_failure(tools.get(call.name), result),
     )
 
