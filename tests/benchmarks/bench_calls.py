@@ -26,7 +26,7 @@ import trio
 from _common import Row, Size, abest_of, info_row, interleaved, sizes
 
 from lionfactory import Branch, function_tool
-from lionfactory._acting import ActionResult, arguments_object
+from lionfactory._acting import _ended, arguments_object
 from lionfactory._call import CallContext, call_context
 from lionfactory._messages import Message, ToolCall, encode_json
 
@@ -194,17 +194,7 @@ async def _layers(tool: Any, n: int, repeat: int) -> dict[str, float]:
                 metadata=dict(context.metadata),
             )
             t9 = clock()
-            ActionResult(
-                call_id=call.id,
-                tool=call.name,
-                arguments=dict(call.arguments),
-                result=result,
-                error=None,
-                error_type=None,
-                message=reply,
-                payload=result,
-                failed=tool.reports_failure(result),
-            )
+            _ended(call, reply, result, None, result=result, failed=tool.reports_failure(result))
             t10 = clock()
             log.append(reply)
             t11 = clock()
