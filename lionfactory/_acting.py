@@ -289,13 +289,7 @@ async def execute_call(
         payload = error_payload(error, cause)
         content = json.dumps(payload, ensure_ascii=False, default=str)
         exception = cause
-    message = Message(
-        role="tool",
-        content=content,
-        call_id=call.id,
-        tool=call.name,
-        metadata=dict(context.metadata),
-    )
+    message = _tool_message(call, content, context)
     return _ended(
         call,
         message,
@@ -304,6 +298,17 @@ async def execute_call(
         result=result,
         exception=exception,
         failed=error is not None or _reports_failure(tools.get(call.name), result),
+    )
+
+
+def _tool_message(call: ToolCall, content: str, context: CallContext) -> Message:
+    """The tool message answering `call`, with the facts its tool left in `context`."""
+    return Message(
+        role="tool",
+        content=content,
+        call_id=call.id,
+        tool=call.name,
+        metadata=dict(context.metadata),
     )
 
 

@@ -26,7 +26,7 @@ import trio
 from _common import Row, Size, abest_of, info_row, interleaved, sizes
 
 from lionfactory import Branch, function_tool
-from lionfactory._acting import _ended, arguments_object
+from lionfactory._acting import _ended, _tool_message, arguments_object
 from lionfactory._call import CallContext, call_context
 from lionfactory._messages import Message, ToolCall, encode_json
 
@@ -186,13 +186,7 @@ async def _layers(tool: Any, n: int, repeat: int) -> dict[str, float]:
             t7 = clock()
             content = encode_json(result)
             t8 = clock()
-            reply = Message(
-                role="tool",
-                content=content,
-                call_id=call.id,
-                tool=call.name,
-                metadata=dict(context.metadata),
-            )
+            reply = _tool_message(call, content, context)
             t9 = clock()
             _ended(call, reply, result, None, result=result, failed=tool.reports_failure(result))
             t10 = clock()
