@@ -195,18 +195,41 @@ def answer_result(
     message = answer_message(pending, payload, metadata)
     error = payload.get("error")
     still_held = kind in ("held", "must_approve")
+    return _ended(
+        pending,
+        message,
+        payload,
+        error,
+        exception=exception,
+        pending=pending if still_held else None,
+        failed=error is not None,
+    )
+
+
+def _ended(
+    call: ToolCall | PendingCall,
+    message: Message,
+    payload: dict[str, Any],
+    error: str | None,
+    *,
+    result: dict[str, Any] | None = None,
+    exception: BaseException | None = None,
+    pending: PendingCall | None = None,
+    failed: bool,
+) -> ActionResult:
+    """The `ActionResult` of `call`; an error's type is the one its payload names."""
     return ActionResult(
-        call_id=pending.id,
-        tool=pending.tool,
-        arguments=dict(pending.arguments),
-        result=None,
+        call_id=call.id,
+        tool=call.name if isinstance(call, ToolCall) else call.tool,
+        arguments=dict(call.arguments),
+        result=result,
         error=error,
-        error_type=payload.get("error_type") if error is not None else None,
+        error_type=None if error is None else payload.get("error_type"),
         message=message,
         exception=exception,
         payload=payload,
-        pending=pending if still_held else None,
-        failed=error is not None,
+        pending=pending,
+        failed=failed,
     )
 
 
@@ -266,24 +289,26 @@ async def execute_call(
         payload = error_payload(error, cause)
         content = json.dumps(payload, ensure_ascii=False, default=str)
         exception = cause
-    message = Message(
+    message = _tool_message(call, content, context)
+    return _ended(
+        call,
+        message,
+        payload,
+        error,
+        result=result,
+        exception=exception,
+        failed=error is not None or _reports_failure(tools.get(call.name), result),
+    )
+
+
+def _tool_message(call: ToolCall, content: str, context: CallContext) -> Message:
+    """The tool message answering `call`, with the facts its tool left in `context`."""
+    return Message(
         role="tool",
         content=content,
         call_id=call.id,
         tool=call.name,
         metadata=dict(context.metadata),
-    )
-    return ActionResult(
-        call_id=call.id,
-        tool=call.name,
-        arguments=dict(call.arguments),
-        result=result,
-        error=error,
-        error_type=None if exception is None else type(exception).__name__,
-        message=message,
-        exception=exception,
-        payload=payload,
-        failed=error is not None or _reports_failure(tools.get(call.name), result),
     )
 
 

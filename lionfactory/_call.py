@@ -64,14 +64,30 @@ def current_call() -> CallContext | None:
     return _current.get()
 
 
-@contextlib.contextmanager
-def call_context(context: CallContext) -> Iterator[CallContext]:
-    """Make `context` the current call for the duration of the block."""
-    token = _current.set(context)
-    try:
-        yield context
-    finally:
-        _current.reset(token)
+def call_context(context: CallContext) -> _CallScope:
+    """Make `context` the current call for the duration of the block (``with``)."""
+    return _CallScope(context)
+
+
+class _CallScope:
+    """The ``with`` block of `call_context`.
+
+    A class rather than a `contextlib.contextmanager` generator: every
+    `Branch.act` enters one, and the generator's machinery cost more than
+    the tool call it wraps.
+    """
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: CallContext) -> None:
+        self._context = context
+
+    def __enter__(self) -> CallContext:
+        self._token = _current.set(self._context)
+        return self._context
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)
 
 
 @attrs.define(eq=False)
