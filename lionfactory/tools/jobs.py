@@ -24,17 +24,17 @@ Decisions:
   `OUTPUT_BUDGET_BYTES`: the oldest finished outputs are dropped first, and
   asking for a dropped one says so.
 * **Nothing outlives its owner.** `kill` ends the job's whole process group
-  (under bwrap or Landlock's PID namespace, the whole sandbox);
+  (under bwrap or Landlock's PID namespace, the whole confinement);
   `Branch.aclose()` kills every job of the branch and removes its kept
   output; at interpreter exit every job still running is killed.
 * **A credential that appears while a job runs** (``cargo login`` writing
   into an exposed toolchain) is checked for before the branch's next
   command or ``jobs`` call. Under bwrap it is then hidden inside the
-  running sandbox, from the job too (`lionfactory._os.sandbox_hide`); what
+  running confinement, from the job too (`lionfactory._os.rehide`); what
   the job read before that check, or holds open, it keeps. Under Landlock a
   running process's rules cannot change (only a process may narrow its own
   domain, never its running children's), so the job keeps reading the file
-  until it ends, and only later commands get a sandbox that hides it; the
+  until it ends, and only later commands get a confinement that hides it; the
   same happens under bwrap when the kernel refuses the helper's mount.
 * **A sessionless MCP call keeps nothing**: its branch closes when the call
   returns, jobs included, and the output it kept comes back embedded in
@@ -70,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lionfactory._call import current_call, current_progress, on_branch_collected
 from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
-from lionfactory._os.sandbox_hide import hide_appeared
+from lionfactory._os.rehide import hide_appeared
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone, run_supervised
 from lionfactory._tool import Tool, ToolHints
 

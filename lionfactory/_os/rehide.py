@@ -1,16 +1,16 @@
-"""Hide a credential file that appeared after a bwrap sandbox was made, inside that sandbox.
+"""Hide a credential file that appeared after a bwrap confinement was made, inside that confinement.
 
-A branch's supervisor sandbox lives as long as its jobs. Its mounts are
+A branch's supervisor confinement lives as long as its jobs. Its mounts are
 fixed when it starts, so a credential written later into an exposed
 toolchain (``cargo login`` writing ``~/.cargo/credentials.toml``) would be
 readable by a background job that is already running there. Under bwrap the
-host can still change that sandbox's mounts: the sandbox's user namespace
+host can still change that confinement's mounts: the confinement's user namespace
 is owned by the host user, so a host process that enters it holds every
-capability there, and may enter the sandbox's mount namespace and mount
+capability there, and may enter the confinement's mount namespace and mount
 over the new file (``/dev/null``, read-only) or folder (an empty read-only
-tmpfs). Every process of the sandbox (the supervisor and all its commands
+tmpfs). Every process of the confinement (the supervisor and all its commands
 share its mount namespace) loses the path at once; the branch keeps its
-one sandbox, so later commands still reach the job's loopback and ``/tmp``.
+one confinement, so later commands still reach the job's loopback and ``/tmp``.
 
 What cannot be undone: a file the job opened, or read, before the mount
 stays open or read. The mount happens when the branch's next command (or
@@ -19,7 +19,7 @@ stays open or read. The mount happens when the branch's next command (or
 Landlock cannot do this: a Landlock domain is fixed for the processes
 already restricted by it (only a process itself can narrow its own, and
 never its running children's), so under Landlock a running job keeps what
-its sandbox could read, and only later commands get a sandbox that hides
+its confinement could read, and only later commands get a confinement that hides
 the new file.
 
 The part that enters the namespaces must be a process of its own: a
@@ -53,16 +53,16 @@ _HELPER_TIMEOUT = 10.0
 
 
 def hide_appeared(supervisor: Supervisor) -> bool:
-    """Hide, inside `supervisor`'s running sandbox, the credential files that appeared since.
+    """Hide, inside `supervisor`'s running confinement, the credential files that appeared since.
 
     Blocking (it runs a helper process): call it in a worker thread, as the
     supervisor is started.
 
     Returns:
-        True when the sandbox hides every credential file of its policy now
+        True when the confinement hides every credential file of its policy now
         (the supervisor's ``hidden`` set is updated); False when it cannot
-        (not bwrap, the sandbox's process is gone, the kernel refused), and
-        the caller must give later commands a new sandbox instead.
+        (not bwrap, the confinement's process is gone, the kernel refused), and
+        the caller must give later commands a new confinement instead.
     """
     # Imported here: run as a script, this module has no package around it.
     from lionfactory._os.isolation import hidden_now
@@ -72,12 +72,12 @@ def hide_appeared(supervisor: Supervisor) -> bool:
     appeared = hidden_now(supervisor.isolation.policy) - supervisor.hidden
     if not appeared:
         return True
-    sandbox = _sandbox_pid(supervisor.popen.pid)
-    if sandbox is None:
+    inner = _confined_pid(supervisor.popen.pid)
+    if inner is None:
         return False
     # New paths, and paths whose file was replaced (which dropped the mount).
     specs = [("d:" if path.is_dir() else "f:") + str(path) for path, _ in sorted(appeared)]
-    argv = [sys.executable, "-I", "-S", __file__, str(sandbox), str(supervisor.popen.pid), *specs]
+    argv = [sys.executable, "-I", "-S", __file__, str(inner), str(supervisor.popen.pid), *specs]
     try:
         done = subprocess.run(
             argv,
@@ -96,8 +96,8 @@ def hide_appeared(supervisor: Supervisor) -> bool:
     return True
 
 
-def _sandbox_pid(bwrap: int) -> int | None:
-    """The process bwrap made the sandbox with: its only child, in the sandbox's namespaces."""
+def _confined_pid(bwrap: int) -> int | None:
+    """The process bwrap confined first: its only child, in the confinement's namespaces."""
     try:
         with open(f"/proc/{bwrap}/task/{bwrap}/children", encoding="ascii") as handle:
             children = handle.read().split()
@@ -117,11 +117,11 @@ def _parent_of(pid: int) -> int | None:
 
 
 def main(argv: list[str]) -> int:
-    """Enter the sandbox of process ``argv[1]`` (a child of ``argv[2]``) and hide ``argv[3:]``.
+    """Enter the confinement of process ``argv[1]`` (a child of ``argv[2]``) and hide ``argv[3:]``.
 
     Each of ``argv[3:]`` is ``f:PATH`` (a file: ``/dev/null`` bound over it,
     read-only) or ``d:PATH`` (a folder: an empty read-only tmpfs). A path
-    that does not exist inside (under the sandbox's private ``/tmp``) has
+    that does not exist inside (under the confinement's private ``/tmp``) has
     nothing to hide. Exit status 0 when every path is hidden.
     """
     pid, parent = int(argv[1]), int(argv[2])
