@@ -41,7 +41,7 @@ import anyio
 import attrs
 
 from lionfactory._call import current_call
-from lionfactory._checkpoints import Checkpoint, CheckpointEntry, RewindReport, Scope
+from lionfactory._checkpoints import Checkpoint, CheckpointEntry, RewindOptions, RewindReport
 from lionfactory._os.isolation import Isolation
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._restore import (
@@ -82,6 +82,14 @@ def _new_id() -> str:
 
 def _message_index(branch: Branch) -> int:
     """The record index of the assistant message carrying the running call."""
+    running = _carrier(branch)
+    if running is not None:
+        return branch.messages.record_index(running)
+    return len(branch.messages.record) - 1
+
+
+def _carrier(branch: Branch) -> str | None:
+    """The id of the assistant message carrying the running call, or None outside one."""
     record = branch.messages.record
     running = current_call()
     if running is not None and running.call_id:
@@ -90,8 +98,57 @@ def _message_index(branch: Branch) -> int:
             if message.role == "assistant" and any(
                 call.id == running.call_id for call in message.tool_calls
             ):
-                return index
-    return len(record) - 1
+                return message.id
+    return None
+
+
+def _settle_calls(log: Any, start: int, running: str | None) -> None:
+    """Leave no tool call without its result, nor a result without its call, from `start` on.
+
+    An active assistant message's calls get their recorded results back (an
+    undo's view was saved before the rewind call's own result existed); one
+    with a call never answered leaves the view with its results. A result
+    whose call is not in the view leaves it. The running call's carrying
+    message is left as it is: its result is still to come.
+    """
+    record = log.record[start:]
+    results: dict[str, list[Any]] = {}
+    for message in record:
+        if message.role == "tool" and message.call_id:
+            results.setdefault(message.call_id, []).append(message)
+    # Calls made before `start` keep their results wherever these landed.
+    calls_in_view = {
+        call.id
+        for message in log.record[:start]
+        if message.role == "assistant" and log.is_active(message.id)
+        for call in message.tool_calls
+    }
+    for message in record:
+        if message.role != "assistant" or not message.tool_calls or message.id == running:
+            continue
+        if not log.is_active(message.id):
+            continue
+        ids = [call.id for call in message.tool_calls]
+        if all(call_id in results for call_id in ids):
+            for call_id in ids:
+                for result in results[call_id]:
+                    if not log.is_active(result.id):
+                        at = log.record_index(result.id)
+                        log.restore(at, at + 1)
+            calls_in_view.update(ids)
+        else:
+            log.evict_ids([message.id, *(r.id for i in ids for r in results.get(i, ()))])
+    if running is not None:
+        carrier = log.get(running)
+        if carrier is not None and log.is_active(running):
+            calls_in_view.update(call.id for call in carrier.tool_calls)
+    log.evict_ids(
+        [
+            m.id
+            for m in record
+            if m.role == "tool" and log.is_active(m.id) and m.call_id not in calls_in_view
+        ]
+    )
 
 
 @attrs.define(eq=False)
@@ -222,20 +279,14 @@ class Checkpointer:
     # -- rewind --------------------------------------------------------------
 
     async def rewind(
-        self,
-        branch: Branch,
-        entry: CheckpointEntry,
-        *,
-        scope: Scope,
-        paths: tuple[str, ...] | None,
-        dry_run: bool,
-        force: tuple[str, ...],
+        self, branch: Branch, entry: CheckpointEntry, options: RewindOptions
     ) -> RewindReport:
         """Rewind `branch` to `entry` (see the module docstring).
 
         Raises:
             SnapshotError: the store cannot be read or the workspace snapshot failed.
         """
+        scope, paths, dry_run, force = options.scope, options.paths, options.dry_run, options.force
         root = entry.data.get("root")
         if scope == "conversation":
             if not dry_run:
@@ -389,7 +440,7 @@ class Checkpointer:
     async def _take_undo(self, store: SnapshotStore, branch: Branch, now: State) -> CheckpointEntry:
         checkpoint = Checkpoint(
             id=_new_id(),
-            message_index=len(branch.messages.record) - 1,
+            message_index=_message_index(branch),
             tool="rewind",
             created_at=datetime.now(UTC),
         )
@@ -415,7 +466,7 @@ class Checkpointer:
         undo = CheckpointEntry(
             Checkpoint(
                 id=_new_id(),
-                message_index=len(branch.messages.record) - 1,
+                message_index=_message_index(branch),
                 tool="rewind",
                 created_at=datetime.now(UTC),
             ),
@@ -425,20 +476,37 @@ class Checkpointer:
         return undo
 
     def _rewind_conversation(self, branch: Branch, entry: CheckpointEntry) -> None:
-        """Messages after the checkpoint's index leave the view (an undo's view comes back)."""
+        """The view goes back to just before the turn that made the checkpoint's call.
+
+        Inclusive of that turn: the assistant message carrying the call (and
+        every call it carries, with their results) leaves the view too, since
+        a view ending on a tool call without its result is refused by every
+        provider, and keeping the call without its effects would tell the
+        model it happened. A checkpoint taken outside a conversation (no
+        carrying message) keeps the message it names. The running call's own
+        carrying message stays, so its result lands after a call (a rewind
+        from the ``checkpoint`` tool). An undo's saved view comes back with
+        the results of the calls in it.
+        """
         log = branch.messages
         record = log.record
         index = entry.checkpoint.message_index
+        carrier = record[index] if 0 <= index < len(record) else None
+        start = index if carrier is not None and carrier.tool_calls else index + 1
+        start = max(start, 0)
+        running = _carrier(branch)
+        staying = {running} if running is not None else set()
         view = entry.data.get("view")
         if isinstance(view, list):
-            keep = {v for v in view if isinstance(v, str)}
-            log.evict_ids([m.id for m in record[index + 1 :] if m.id not in keep])
-            for message_id in keep:
+            staying |= {v for v in view if isinstance(v, str)}
+            log.evict_ids([m.id for m in record[start:] if m.id not in staying])
+            for message_id in staying:
                 if log.get(message_id) is not None and not log.is_active(message_id):
                     at = log.record_index(message_id)
                     log.restore(at, at + 1)
         else:
-            log.evict_ids([m.id for m in record[index + 1 :]])
+            log.evict_ids([m.id for m in record[start:] if m.id not in staying])
+        _settle_calls(log, start, running)
         self.forget_evidence()
 
     async def _finish_journal(self, store: SnapshotStore) -> None:

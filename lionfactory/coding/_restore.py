@@ -254,21 +254,23 @@ def make_dirs(root_fd: int, folders: list[str]) -> list[str]:
         if not valid_path(folder):
             continue
         parts = tuple(folder.split("/"))
-        try:
-            existed = _parent(root_fd, parts, create=False)
-        except OSError:
-            continue
-        if existed is not None:
-            os.close(existed)
-            continue
-        try:
-            fd = _parent(root_fd, parts, create=True)
-        except OSError:
-            continue
-        if fd is not None:
-            os.close(fd)
+        if _opens(root_fd, parts, create=False) is not False:
+            continue  # there already, or not reachable without a link
+        if _opens(root_fd, parts, create=True) is True:
             made.append(folder)
     return made
+
+
+def _opens(root_fd: int, parts: tuple[str, ...], *, create: bool) -> bool | None:
+    """Whether ``root/parts`` opens as a directory (False: absent; None: refused)."""
+    try:
+        fd = _parent(root_fd, parts, create=create)
+    except OSError:
+        return None
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 def write_journal(path: Path, data: Mapping[str, Any]) -> None:

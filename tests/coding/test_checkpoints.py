@@ -636,3 +636,41 @@ async def test_a_sandbox_merge_takes_a_checkpoint_of_the_home_checkout(workspace
     report = await branch.rewind(merge.id, scope="code")
     assert report.restored == ("a.py",)
     assert (workspace / "a.py").read_text() == "x = 1\n"
+
+
+def assert_calls_answered(branch: Branch) -> None:
+    """Every call in the active view has its result there, and every result its call."""
+    active = list(branch.messages.active)
+    calls = [c.id for m in active if m.role == "assistant" for c in m.tool_calls]
+    results = [m.call_id for m in active if m.role == "tool"]
+    assert sorted(calls) == sorted(results), [(m.role, m.call_id) for m in active]
+
+
+async def test_a_conversation_rewind_never_leaves_a_call_without_its_result(
+    workspace: Path,
+) -> None:
+    """Eviction is inclusive: the turn that made the checkpoint's call leaves with its results."""
+    branch = kit_branch(workspace, tools=["editor", "checkpoint"])
+    await ok(branch, "editor", action="write", file_path="a.txt", content="a\n")
+    await ok(branch, "editor", action="write", file_path="b.txt", content="b\n")
+    first, second = branch.checkpoints
+    carrying = branch.messages.record[second.message_index]
+    # Rewound from inside a call (the model's own tool): that call keeps its place.
+    done = await ok(branch, "checkpoint", action="rewind", to=second.id, dry_run=False)
+    assert done["success"], done
+    assert not branch.messages.is_active(carrying.id)
+    assert_calls_answered(branch)
+    assert branch.messages.active[-1].role == "tool"
+    assert not (workspace / "b.txt").exists()
+    # The undo brings back the view as it was, with the rewind call's own result.
+    undone = await ok(
+        branch, "checkpoint", action="rewind", to=done["report"]["undo"], dry_run=False
+    )
+    assert undone["success"], undone
+    assert branch.messages.is_active(carrying.id)
+    assert_calls_answered(branch)
+    assert (workspace / "b.txt").exists()
+    # From outside any call: the view ends before the first write's turn.
+    await branch.rewind(first.id, scope="conversation")
+    assert_calls_answered(branch)
+    assert [m.role for m in branch.messages.active] == ["system"]
