@@ -488,9 +488,10 @@ def coding_toolkit(
             person (`Branch.run` raises `ApprovalPending`). Each rule's
             examples are checked now. They run as the first security hook.
         mode: a permission preset expanded to rules before `rules`:
-            ``"read_only"`` (editor, bash and sandbox denied),
-            ``"ask_edits"`` (editor, bash and sandbox asked),
-            ``"accept_edits"`` (edits run; bash and sandbox asked), or
+            ``"read_only"`` (editor, bash, sandbox and a real checkpoint
+            rewind denied), ``"ask_edits"`` (the same asked),
+            ``"accept_edits"`` (edits and rewinds run; bash and sandbox
+            asked), or
             ``"auto"`` / None (nothing asked but what `rules` say).
         env_policy: which environment variables the programs the tools start
             get (bash, search, code_check, ast_search); default

@@ -4,13 +4,16 @@ Opt-in (``coding_toolkit(..., tools=[..., "checkpoint"])``): the toolkit
 takes the checkpoints whether or not the model can see them; this tool lets
 it look back (``list``, ``diff``) and undo its own steps (``rewind``, a dry
 run unless told otherwise). A real rewind changes files, so the tool is
-marked destructive and the toolkit's rules and modes treat it as a writing
-call.
+marked destructive, and a real rewind of files states what it writes
+(`rewind_targets`), so the toolkit's rules and modes judge it as a writing
+call: ``ask_edits`` asks for it, ``read_only`` denies it, while ``list``,
+``diff`` and dry runs, which change nothing, are never asked about.
 """
 
 from __future__ import annotations
 
 import difflib
+import posixpath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,6 +55,12 @@ class CheckpointRequest(BaseModel):
     scope: Literal["code", "conversation", "both"] = Field(
         default="both",
         description="rewind: 'code' files only, 'conversation' messages only, or 'both'.",
+    )
+    paths: list[str] | None = Field(
+        default=None,
+        description=(
+            "rewind: restore only these workspace-relative files or folders (default: all)."
+        ),
     )
     dry_run: bool = Field(
         default=True,
@@ -135,7 +144,9 @@ class _Checkpoints:
             return CheckpointResponse(
                 success=False, error="rewind needs `to`: a checkpoint id from list."
             )
-        report = await self.branch.rewind(request.to, scope=request.scope, dry_run=request.dry_run)
+        report = await self.branch.rewind(
+            request.to, scope=request.scope, paths=request.paths, dry_run=request.dry_run
+        )
         return CheckpointResponse(
             success=True,
             report={
@@ -234,6 +245,22 @@ def _unified(path: str, old: Entry | None, new: Entry | None, blobs: dict[str, b
     return out if out.endswith("\n") or not out else out + "\n"
 
 
+def rewind_targets(request: CheckpointRequest) -> tuple[str, ...]:
+    """What a call writes (`Tool.targets`): the paths a real rewind of files restores.
+
+    A ``list``, a ``diff``, a dry run and a conversation-only rewind change
+    no file: no targets, so rules with a glob (the modes' rules for this
+    tool) pass them. A real rewind names its ``paths``, or ``.`` (the whole
+    workspace) without them, so it is judged, asked about or denied like any
+    writing call.
+    """
+    if request.action != "rewind" or request.dry_run or request.scope == "conversation":
+        return ()
+    if not request.paths:
+        return (".",)
+    return tuple(posixpath.normpath(p.replace("\\", "/")).lstrip("/") or "." for p in request.paths)
+
+
 def checkpoint_tool(branch: Branch) -> Tool:
     """Build the ``checkpoint`` tool for `branch` (bound to it).
 
@@ -250,4 +277,5 @@ def checkpoint_tool(branch: Branch) -> Tool:
         bound_to=branch.id,
         response_model=CheckpointResponse,
         hints=ToolHints("Checkpoints and rewind", destructive=True),
+        targets=rewind_targets,
     )

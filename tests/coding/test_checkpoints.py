@@ -674,3 +674,56 @@ async def test_a_conversation_rewind_never_leaves_a_call_without_its_result(
     await branch.rewind(first.id, scope="conversation")
     assert_calls_answered(branch)
     assert [m.role for m in branch.messages.active] == ["system"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "real"),
+    [
+        (None, "done"),
+        ("auto", "done"),
+        ("accept_edits", "done"),
+        ("ask_edits", "pending"),
+        ("read_only", "error"),
+    ],
+)
+async def test_a_real_rewind_goes_through_the_modes_and_a_dry_run_never_asks(
+    workspace: Path, mode: str | None, real: str
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    tools = ["reader", "editor", "checkpoint"]
+    branch = kit_branch(workspace, tools=tools, mode=mode)
+    await ok(branch, "reader", action="read", path="a.txt")
+    edit = {"action": "edit", "file_path": "a.txt", "old_string": "a", "new_string": "b"}
+    first = await branch.act("editor", edit)
+    if first.outcome == "pending":
+        branch.approve(first.call_id)
+        await branch.settle()
+    elif mode == "read_only":
+        assert first.outcome == "error" and "read-only" in (first.error or "")
+        # A read-only session has no checkpoint of its own: one from a session that wrote.
+        writer = kit_branch(workspace, tools=tools)
+        await ok(writer, "reader", action="read", path="a.txt")
+        await ok(writer, "editor", **edit)
+        branch = Branch.from_dict(
+            {**branch.to_dict(), "checkpoints": writer.checkpoint_log.to_data()}
+        )
+    assert (workspace / "a.txt").read_text() == "b\n"
+    [checkpoint] = branch.checkpoints
+    for quiet in (
+        {"action": "list"},
+        {"action": "diff", "from_id": checkpoint.id},
+        {"action": "rewind", "to": checkpoint.id},
+        {"action": "rewind", "to": checkpoint.id, "dry_run": False, "scope": "conversation"},
+    ):
+        assert (await branch.act("checkpoint", quiet)).outcome == "done", quiet
+    assert (workspace / "a.txt").read_text() == "b\n"
+    for arguments in (
+        {"action": "rewind", "to": checkpoint.id, "dry_run": False},
+        {"action": "rewind", "to": checkpoint.id, "dry_run": False, "paths": ["a.txt"]},
+    ):
+        result = await branch.act("checkpoint", arguments)
+        assert result.outcome == real, (arguments, result)
+        if real == "pending":
+            branch.deny(result.call_id, "not now")
+            await branch.settle()
+    assert (workspace / "a.txt").read_text() == ("a\n" if real == "done" else "b\n")
