@@ -168,8 +168,11 @@ class Checkpointer:
     limits: Limits = attrs.field(factory=Limits)
     forget_evidence: Callable[[], None] = lambda: None
     # Open (not yet ended) background jobs started by this branch, by root:
-    # what changes meanwhile is the job's doing, not someone else's.
-    _jobs_open: set[str] = attrs.field(factory=set)
+    # job id -> the id of the checkpoint before the call that started it.
+    # What changes meanwhile is the job's doing, not someone else's.
+    _jobs_open: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    # Whether a job of this branch is still running (the toolkit asks the job table).
+    job_running: Callable[[str], bool] = lambda job_id: False
 
     def store(self, workspace: Workspace) -> SnapshotStore:
         """The store of `workspace` (raises `SnapshotError` for ``/`` or the home directory)."""
@@ -201,7 +204,7 @@ class Checkpointer:
                     extra["unsettled"] = list(snap.unsettled)
                 if paths is not None:
                     state = state.with_paths(store.snapshot_paths(paths))
-            if root in self._jobs_open:
+            if self._jobs_open.get(root):
                 extra["job_open"] = True
         checkpoint = Checkpoint(
             id=_new_id(),
@@ -223,8 +226,18 @@ class Checkpointer:
         *,
         job_started: bool = False,
         job_ended: bool = False,
+        job_id: str | None = None,
     ) -> CheckpointEntry:
-        """Record what the call left and fill in the checkpoint's `files_changed`."""
+        """Record what the call left and fill in the checkpoint's `files_changed`.
+
+        Args:
+            workspace: the workspace the call worked in.
+            entry: the checkpoint taken before the call.
+            job_started: the call started background job `job_id` (its
+                window opens: what changes until it ends is the branch's).
+            job_ended: the call ended job `job_id` (a kill: its window closes).
+            job_id: the job the call started or ended.
+        """
         store = self.store(workspace)
         before = State.from_data(entry.data["before"])
         paths = entry.data.get("paths")
@@ -242,11 +255,14 @@ class Checkpointer:
                 changed = sorted(await store.changed_between(before, after))
                 if snap.unsettled:
                     data["unsettled"] = sorted({*data.get("unsettled", ()), *snap.unsettled})
-        if job_started:
-            self._jobs_open.add(root)
+        opened = self._jobs_open.setdefault(root, {})
+        if job_started and job_id is not None:
+            opened[job_id] = entry.checkpoint.id
+        if job_ended and job_id is not None:
+            opened.pop(job_id, None)
+        if opened:
             data["job_open"] = True
-        if job_ended:
-            self._jobs_open.discard(root)
+        else:
             data.pop("job_open", None)
         data["after"] = after.to_data()
         fresh = store.keep_ref(after, touch=paths is None)
@@ -255,6 +271,41 @@ class Checkpointer:
         if fresh and _over(store):
             self._forget(await store.prune())
         return ended
+
+    async def close_ended_jobs(self) -> None:
+        """Close the window of every job of this branch that ended by itself since last asked.
+
+        Its end checkpoint (tool ``"jobs"``) is taken now, when the end is
+        observed (at the branch's next toolkit call, after a ``jobs`` call,
+        before a rewind): from then on a change is someone else's again.
+        Its `files_changed` are the paths the job changed after the call that
+        started it returned. A job killed through ``jobs`` closes its window
+        in that call instead.
+        """
+        for root, opened in list(self._jobs_open.items()):
+            ended = [job for job in opened if not self.job_running(job)]
+            if not ended:
+                continue
+            starts = [self.branch.checkpoint_log.find(opened.pop(job)) for job in ended]
+            workspace = Workspace.at(root)
+            entry = await self.before(workspace, "jobs", None)
+            closed = await self.after(workspace, entry)
+            store = self.store(workspace)
+            changed: set[str] = set()
+            end_state = State.from_data(closed.data["before"])
+            for start in starts:
+                if start is not None and "after" in start.data:
+                    began = State.from_data(start.data["after"])
+                    changed |= await store.changed_between(began, end_state)
+            self.branch.checkpoint_log.replace(
+                CheckpointEntry(
+                    attrs.evolve(
+                        closed.checkpoint,
+                        files_changed=tuple(sorted({*closed.checkpoint.files_changed, *changed})),
+                    ),
+                    {**closed.data, "jobs_ended": ended},
+                )
+            )
 
     def _forget(self, trees: Sequence[str]) -> None:
         """Drop this branch's checkpoints whose target tree was pruned."""
@@ -287,6 +338,7 @@ class Checkpointer:
             SnapshotError: the store cannot be read or the workspace snapshot failed.
         """
         scope, paths, dry_run, force = options.scope, options.paths, options.dry_run, options.force
+        await self.close_ended_jobs()
         root = entry.data.get("root")
         if scope == "conversation":
             if not dry_run:
@@ -626,12 +678,14 @@ class CallPlan:
     Attributes:
         paths: the only paths the call can change (None: any, take a full snapshot).
         job_started: the call may leave a background job running.
-        job_ended: the call ends (or may end) the branch's background jobs.
+        job_ended: the call ends (or may end) the branch's background job `job_id`.
+        job_id: the job a kill names.
     """
 
     paths: tuple[str, ...] | None
     job_started: bool = False
     job_ended: bool = False
+    job_id: str | None = None
 
 
 _EDITING = frozenset({"write", "edit", "multi_edit", "insert", "apply_patch", "delete"})
@@ -704,7 +758,10 @@ def plan_call(name: str, request: Any, workspace: Workspace) -> CallPlan | None:
         return CallPlan(None, job_started=background)
     if name == "jobs":
         if getattr(request, "action", None) == "kill":
-            return CallPlan(None, job_ended=True)
+            job_id = getattr(request, "job_id", None)
+            return CallPlan(
+                None, job_ended=True, job_id=job_id if isinstance(job_id, str) else None
+            )
         return None
     if name == "sandbox":
         return CallPlan(None) if getattr(request, "action", None) == "merge" else None

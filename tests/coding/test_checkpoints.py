@@ -391,7 +391,8 @@ async def test_a_background_job_gets_checkpoints_and_its_writes_are_the_branchs(
     await ok(branch, "jobs", action="wait", job_id=job_id)
     await ok(branch, "jobs", action="kill", job_id=job_id)
     tools = [c.tool for c in branch.checkpoints]
-    assert tools == ["bash", "jobs"]
+    # Its start, its end (seen by the wait), and the kill of the ended job.
+    assert tools == ["bash", "jobs", "jobs"]
     report = await branch.rewind(branch.checkpoints[0].id)
     assert set(report.deleted) == {"a.txt", "b.txt"}
     assert report.conflicts == ()
@@ -727,3 +728,37 @@ async def test_a_real_rewind_goes_through_the_modes_and_a_dry_run_never_asks(
             branch.deny(result.call_id, "not now")
             await branch.settle()
     assert (workspace / "a.txt").read_text() == ("a\n" if real == "done" else "b\n")
+
+
+async def test_a_job_that_ends_by_itself_closes_its_checkpoint_window(workspace: Path) -> None:
+    """Its end checkpoint names what it wrote; a later user edit is a conflict again."""
+    branch = kit_branch(workspace)
+    started = await ok(branch, "bash", command="sleep 0.3; echo late > late.txt", background=True)
+    assert (await ok(branch, "jobs", action="wait", job_id=started["job_id"]))["matched"]
+    start, end = branch.checkpoints
+    assert (start.tool, end.tool) == ("bash", "jobs")
+    assert "late.txt" in end.files_changed
+    assert branch.checkpoint_log.entries[-1].data.get("jobs_ended") == [started["job_id"]]
+    # The window is closed: the user's file is not the branch's to delete.
+    (workspace / "mine.txt").write_text("the user's\n")
+    report = await branch.rewind(start.id, scope="code")
+    assert report.deleted == ("late.txt",)
+    assert report.conflicts == ("mine.txt",)
+    assert (workspace / "mine.txt").exists()
+
+
+async def test_a_job_end_is_seen_by_the_next_call_of_any_tool(workspace: Path) -> None:
+    import functools
+
+    import anyio.to_thread
+
+    from lionfactory.tools.jobs import REGISTRY, job_running
+
+    (workspace / "a.txt").write_text("a\n")
+    branch = kit_branch(workspace)
+    started = await ok(branch, "bash", command="echo done > out.txt", background=True)
+    job = REGISTRY.tables[branch.id].jobs[started["job_id"]]
+    await anyio.to_thread.run_sync(functools.partial(job.popen.wait, timeout=60))
+    assert not job_running(branch.id, started["job_id"])
+    await ok(branch, "reader", action="read", path="a.txt")
+    assert [c.tool for c in branch.checkpoints] == ["bash", "jobs"]
