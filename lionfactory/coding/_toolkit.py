@@ -220,9 +220,11 @@ class _Toolkit:
         return await intel.late_report() if intel is not None else None
 
     async def close_branch(self, branch_id: Any) -> None:
-        """End the type checker's servers of `branch_id`, in every root."""
+        """End the type checker's servers of `branch_id`, in every root, and its first snapshot."""
         for intel in self.intels.values():
             await intel.close_branch(branch_id)
+        if self.checkpointer is not None:
+            await self.checkpointer.close_branch(branch_id)
 
     checkpointer: Checkpointer | None = None
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
 from lionfactory._tool import Tool, ToolHints
-from lionfactory.coding._snapshots import SYMLINK, Entry, SnapshotError, State
+from lionfactory.coding._snapshots import SYMLINK, Entry, SnapshotError, SnapshotStore, State
 from lionfactory.errors import CheckpointNotFound
 
 __all__ = ["CheckpointRequest", "CheckpointResponse", "checkpoint_tool"]
@@ -79,7 +79,11 @@ class CheckpointResponse(BaseModel):
     success: bool = Field(description="Whether the action was carried out.")
     error: str | None = Field(default=None, description="Why it failed, and what to do next.")
     checkpoints: list[dict[str, Any]] | None = Field(
-        default=None, description="list: id, tool, created_at and files_changed of each."
+        default=None,
+        description=(
+            "list: id, tool, created_at and files_changed of each, and `partial` (why its "
+            "files cannot be rewound to) for a checkpoint taken without a full snapshot."
+        ),
     )
     name_status: list[str] | None = Field(
         default=None, description="diff: one 'A|M|D|T<TAB>path' line per changed path."
@@ -134,8 +138,10 @@ class _Checkpoints:
                     "tool": c.tool,
                     "created_at": c.created_at.isoformat(timespec="seconds"),
                     "files_changed": list(c.files_changed),
+                    **({"partial": e.data["partial"]} if e.data.get("partial") else {}),
                 }
-                for c in self.branch.checkpoints
+                for e in self.branch.checkpoint_log.entries
+                for c in (e.checkpoint,)
             ],
         )
 
@@ -161,7 +167,7 @@ class _Checkpoints:
 
     async def _diff(self, request: CheckpointRequest) -> CheckpointResponse:
         from lionfactory._os.workspace import Workspace
-        from lionfactory.coding._checkpointing import Checkpointer
+        from lionfactory.coding._checkpointing import Checkpointer, wait_for_first_snapshot
 
         if not request.from_id:
             return CheckpointResponse(
@@ -176,15 +182,16 @@ class _Checkpoints:
         if not isinstance(rewinder, Checkpointer) or not isinstance(root, str):
             return CheckpointResponse(success=False, error="This checkpoint cannot be read here.")
         store = rewinder.store(Workspace.at(root))
-        first = State.from_data(start.data["before"])
-        if request.to_id == "current":
-            async with store.lock:
-                second = (await store.snapshot()).state
-        else:
-            end = log.find(request.to_id)
+        end = None if request.to_id == "current" else log.find(request.to_id)
+        if request.to_id != "current" and end is None:
+            raise CheckpointNotFound(request.to_id, len(log.entries))
+        await wait_for_first_snapshot(store)
+        async with store.lock:
+            first = _known(store, start.checkpoint.id, start.data)
             if end is None:
-                raise CheckpointNotFound(request.to_id, len(log.entries))
-            second = State.from_data(end.data["before"])
+                second = (await store.snapshot()).state
+            else:
+                second = _known(store, end.checkpoint.id, end.data)
         old, new = await store.manifest(first), await store.manifest(second)
         changed = sorted(
             p
@@ -204,6 +211,15 @@ class _Checkpoints:
             diff=page,
             next_offset=after if after < len(text) else None,
         )
+
+
+def _known(store: SnapshotStore, checkpoint_id: str, data: Any) -> State:
+    """The state before a checkpoint's call (`SnapshotError` for a partial checkpoint)."""
+    state = store.resolved(State.from_data(data["before"]))
+    if state is None:
+        why = data.get("partial") or "its first snapshot is not done"
+        raise SnapshotError(f"Checkpoint {checkpoint_id} is partial ({why}); compare another one.")
+    return state
 
 
 def _status(old: Entry | None, new: Entry | None) -> str:
