@@ -250,7 +250,7 @@ class BaseSnapshot:
         token, scope = self._token, self._scope
         if token is not None and scope is not None and not self.finished:
             with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(scope.cancel, trio_token=token)
+                token.run_sync_soon(scope.cancel)  # thread-safe, and it does not block
         await self.wait(30.0)
 
 

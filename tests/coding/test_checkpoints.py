@@ -762,3 +762,75 @@ async def test_a_job_end_is_seen_by_the_next_call_of_any_tool(workspace: Path) -
     assert not job_running(branch.id, started["job_id"])
     await ok(branch, "reader", action="read", path="a.txt")
     assert [c.tool for c in branch.checkpoints] == ["bash", "jobs"]
+
+
+# -- the first snapshot of a large tree -------------------------------------------
+
+
+def large_tree(root: Path, files: int) -> None:
+    for index in range(files):
+        folder = root / f"pkg{index % 40}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"m{index}.py").write_text(f"V = {index}\n" * 30)
+
+
+async def test_the_first_snapshot_of_a_large_tree_does_not_block_an_edit(
+    workspace: Path,
+) -> None:
+    """The edit records its path over the snapshot still being taken; the rewind completes it."""
+    from lionfactory.coding._checkpointing import _BASES
+
+    large_tree(workspace, 6_000)
+    branch = kit_branch(workspace, tools=["editor", "bash", "checkpoint"])
+    await ok(branch, "editor", action="write", file_path="new.py", content="x = 1\n")
+    base = _BASES[workspace.resolve()]
+    # 6,000 files are not hashed in the time of an edit: the edit did not wait.
+    assert not base.finished
+    [checkpoint] = branch.checkpoints
+    assert checkpoint.files_changed == ("new.py",)
+    report = await branch.rewind(checkpoint.id, scope="code")
+    assert base.finished and base.error is None
+    assert report.deleted == ("new.py",)
+    assert report.conflicts == ()
+    assert (workspace / "pkg0" / "m0.py").exists()
+
+
+async def test_a_command_that_outruns_the_first_snapshot_gets_a_partial_checkpoint(
+    workspace: Path,
+) -> None:
+    """Never silent: the partial checkpoint says why, and a rewind to it is refused."""
+    from lionfactory.coding._checkpointing import _BASES
+    from lionfactory.coding._snapshots import Limits
+
+    large_tree(workspace, 6_000)
+    branch = kit_branch(workspace, tools=["editor", "bash", "checkpoint"])
+    checkpointer = branch.checkpoint_log.rewinder
+    checkpointer.limits = Limits(first_snapshot_wait=0.0)  # type: ignore[union-attr]
+    await bash(branch, "echo made > made.txt")
+    partial = branch.checkpoint_log.entries[0]
+    assert "first snapshot" in partial.data["partial"]
+    listed = await ok(branch, "checkpoint", action="list")
+    assert "first snapshot" in listed["checkpoints"][0]["partial"]
+    refused = await ok(
+        branch, "checkpoint", action="rewind", to=partial.checkpoint.id, dry_run=False
+    )
+    assert not refused["success"] and "partial" in refused["error"]
+    assert (workspace / "made.txt").exists()
+    assert _BASES[workspace.resolve()].finished
+    # Later checkpoints are whole again.
+    await bash(branch, "rm made.txt")
+    report = await branch.rewind(branch.checkpoints[-1].id, scope="code")
+    assert report.restored == ("made.txt",)
+
+
+async def test_closing_the_branch_cancels_its_first_snapshot(workspace: Path) -> None:
+    from lionfactory.coding._checkpointing import _BASES
+
+    large_tree(workspace, 6_000)
+    branch = kit_branch(workspace)
+    await ok(branch, "editor", action="write", file_path="new.py", content="x = 1\n")
+    base = _BASES[workspace.resolve()]
+    assert not base.finished
+    await branch.aclose()
+    assert base.finished
+    assert base.error is not None and "cancelled" in base.error
