@@ -589,17 +589,38 @@ class Checkpointer:
             undo = await self._take_undo(store, branch, now)
             journal = store.journal_dir / _JOURNAL
             blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
-            write_journal(
-                journal,
-                {
-                    "ops": [op.to_data() for op in ops],
-                    "dirs_gone": dirs_gone,
-                    "dirs_made": dirs_made,
-                },
-            )
+            try:
+                write_journal(
+                    journal,
+                    {
+                        "ops": [op.to_data() for op in ops],
+                        "dirs_gone": dirs_gone,
+                        "dirs_made": dirs_made,
+                    },
+                )
+            except OSError as exc:
+                branch.checkpoint_log.drop([undo.checkpoint.id])
+                with contextlib.suppress(OSError):
+                    journal.with_name(journal.name + ".tmp").unlink()
+                raise SnapshotError(
+                    f"Nothing was rewound: the rewind's journal could not be written to the "
+                    f"checkpoint store ({store.directory}: {exc.strerror}). Free space there "
+                    f"and rewind again."
+                ) from None
             outcomes, removed = await anyio.to_thread.run_sync(
                 _run_ops, workspace, ops, blobs, dirs_gone, dirs_made
             )
+            if "nospace" in outcomes.values():
+                await self._roll_back(store, workspace, ops, outcomes)
+                with contextlib.suppress(OSError):
+                    journal.unlink()
+                branch.checkpoint_log.drop([undo.checkpoint.id])
+                stuck = sorted(p for p, o in outcomes.items() if o == "nospace")
+                raise SnapshotError(
+                    f"Nothing was rewound: the disk holding the workspace is full ({len(stuck)} "
+                    f"file(s) could not be written, e.g. {stuck[0]}), so the files already "
+                    f"put back were returned to how they were. Free space and rewind again."
+                )
             with contextlib.suppress(OSError):
                 journal.unlink()
             after = await store.snapshot(dirs=True)
@@ -686,6 +707,14 @@ class Checkpointer:
             skipped=tuple(sorted(p for p in skipped if paths is None or _selected(p, paths))),
         )
         return report, ops, gone, made, now_state
+
+    async def _roll_back(
+        self, store: SnapshotStore, workspace: Workspace, ops: list[Op], outcomes: dict[str, str]
+    ) -> None:
+        """Undo the operations of a rewind that ran out of space (deletions first: they free it)."""
+        back = [Op(op.path, op.target, op.expect) for op in ops if outcomes[op.path] == "done"]
+        blobs = await store.read_blobs(op.target.oid for op in back if op.target is not None)
+        await anyio.to_thread.run_sync(_run_ops, workspace, back, blobs, [], [])
 
     def _uncertain(self, store: SnapshotStore, entry: CheckpointEntry, root: str) -> set[str]:
         """Paths changed while the first snapshot ran, by no call recorded over it.

@@ -85,7 +85,8 @@ def _entry_from(data: Any) -> Entry | None:
 
 
 OpOutcome = str
-"""``"done"`` (changed), ``"already"`` (at its target), ``"conflict"`` or ``"refused"``."""
+"""``"done"`` (changed), ``"already"`` (at its target), ``"conflict"``, ``"refused"``, or
+``"nospace"`` (the disk is full: the path is left as it was)."""
 
 
 def _parent(root_fd: int, parts: tuple[str, ...], *, create: bool) -> int | None:
@@ -165,6 +166,8 @@ def apply_op(root_fd: int, op: Op, blobs: Mapping[str, bytes]) -> OpOutcome:
     try:
         dir_fd = _parent(root_fd, parts[:-1], create=op.target is not None)
     except OSError as exc:
+        if exc.errno in _FULL:
+            return "nospace"
         # A link or a file where a directory should be: nothing is written there.
         return "refused" if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV) else "conflict"
     if dir_fd is None:
@@ -185,8 +188,16 @@ def apply_op(root_fd: int, op: Op, blobs: Mapping[str, bytes]) -> OpOutcome:
                     os.close(original.fd)
     except FileChanged:
         return "conflict"
+    except OSError as exc:
+        # The editor's write path removes its temporary file: the path is as it was.
+        if exc.errno in _FULL:
+            return "nospace"
+        raise
     finally:
         os.close(dir_fd)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _change(

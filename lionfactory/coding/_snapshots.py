@@ -815,6 +815,9 @@ class SnapshotStore:
 
     # -- git -----------------------------------------------------------------
 
+    def _drop_partial_writes(self) -> None:
+        _drop_partial_writes_in(self.directory, self.git_dir)
+
     async def _check(
         self,
         args: list[str],
@@ -831,9 +834,18 @@ class SnapshotStore:
             )
         except GitError as exc:
             raise SnapshotError(f"Could not {what}: {exc.message}") from None
-        if result.timed_out or result.stdout_truncated or (result.returncode != 0 and not tolerate):
+        full = any(sign in result.stderr for sign in _DISK_FULL)
+        if (
+            full
+            or result.timed_out
+            or result.stdout_truncated
+            or (result.returncode != 0 and not tolerate)
+        ):
+            # A full disk is never tolerated: a snapshot missing what git could
+            # not write would look whole.
             detail = (result.stderr.strip() or result.stdout.strip())[-1000:]
-            if "No space left" in detail:
+            if full:
+                self._drop_partial_writes()
                 raise SnapshotError(
                     f"Could not {what}: the disk holding the checkpoint store "
                     f"({self.directory}) is full. Free space, or build the toolkit with "
@@ -841,6 +853,34 @@ class SnapshotStore:
                 )
             raise SnapshotError(f"Could not {what} (git exit {result.returncode}: {detail}).")
         return result.stdout
+
+
+_DISK_FULL = ("No space left", "Out of diskspace", "ENOSPC")
+"""How git says the disk is full."""
+
+
+def _drop_partial_writes_in(directory: Path, git_dir: Path) -> None:
+    """Remove what a git killed by a full disk left half-written (the caller holds the lock).
+
+    Its temporary objects and packs and its index lock, and the store's own
+    scratch files: none is referenced, and each holds space the next
+    snapshot needs. Complete objects stay (they are valid, and shared).
+    """
+    for dirpath, _dirs, files in os.walk(git_dir / "objects"):
+        for name in files:
+            if name.startswith(("tmp_", ".tmp-")):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(dirpath, name))
+    for lock in (directory / "index.lock", git_dir / "index.lock"):
+        with contextlib.suppress(OSError):
+            lock.unlink()
+    scratch = directory / "tmp"
+    with contextlib.suppress(OSError):
+        for child in scratch.iterdir():
+            if child.is_dir():
+                _remove_tree(child)
+            else:
+                child.unlink()
 
 
 def _store_isolation(

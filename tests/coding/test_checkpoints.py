@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ from lionfactory.backends import SqliteBranchStore
 from lionfactory.coding import coding_toolkit
 from lionfactory.coding._checkpointing import bash_reads_only
 from lionfactory.coding._restore import Op, apply_op
-from lionfactory.coding._snapshots import Entry, SnapshotStore, blob_id
+from lionfactory.coding._snapshots import Entry, SnapshotError, SnapshotStore, blob_id
 from lionfactory.errors import CheckpointNotFound, ConfigurationError
 
 HERE = Path(__file__).resolve().parent
@@ -834,3 +835,87 @@ async def test_closing_the_branch_cancels_its_first_snapshot(workspace: Path) ->
     await branch.aclose()
     assert base.finished
     assert base.error is not None and "cancelled" in base.error
+
+
+# -- a full disk ------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """A 4 MiB tmpfs (root may mount one); skipped, with the reason, where mounting is refused."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill: {done.stderr.strip() or done.returncode}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Fill `folder`'s disk to the last byte; the filler file is returned for freeing."""
+    filler = folder / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+    with contextlib.suppress(OSError), open(folder / "tail", "wb") as handle:
+        while True:
+            handle.write(b"\0")
+            handle.flush()
+    return filler
+
+
+async def test_a_full_checkpoint_store_refuses_the_call_and_the_next_one_works(
+    workspace: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot that cannot be stored leaves nothing partial; the call does not run."""
+    monkeypatch.setenv("LIONFACTORY_STATE_DIR", str(small_disk / "state"))
+    (workspace / "data.bin").write_bytes(os.urandom(6 * 1024 * 1024))
+    branch = kit_branch(workspace)
+    refused = await branch.act("bash", {"command": "echo ran > ran.txt"})
+    assert not refused.ok
+    assert "full" in (refused.error or "") and "checkpoints=False" in (refused.error or "")
+    assert not (workspace / "ran.txt").exists()
+    assert branch.checkpoints == ()
+    # Space comes back (the big file goes): the next call is checkpointed and runs.
+    (workspace / "data.bin").unlink()
+    await bash(branch, "echo ran > ran.txt")
+    assert [c.tool for c in branch.checkpoints] == ["bash"]
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert report.deleted == ("ran.txt",)
+
+
+async def test_a_rewind_on_a_full_workspace_disk_reports_and_leaves_nothing_partial(
+    small_disk: Path,
+) -> None:
+    """A restore that cannot be written leaves the file as it was and says so; it works later."""
+    workspace = small_disk / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("original\n")
+    branch = kit_branch(workspace)
+    await bash(branch, "rm a.txt")
+    first = branch.checkpoints[0].id
+    filler = fill(small_disk)
+    with pytest.raises(SnapshotError, match="full") as raised:
+        await branch.rewind(first, scope="code")
+    assert "rewind again" in raised.value.message
+    # Nothing half-written, nothing left behind, no undo checkpoint for a rewind not done.
+    assert not (workspace / "a.txt").exists()
+    assert len(branch.checkpoints) == 1
+    assert not [p for p in workspace.iterdir() if p.name.startswith(".")]
+    filler.unlink()
+    (small_disk / "tail").unlink(missing_ok=True)
+    again = await branch.rewind(first, scope="code")
+    assert again.restored == ("a.txt",)
+    assert (workspace / "a.txt").read_text() == "original\n"
