@@ -406,7 +406,9 @@ class Checkpointer:
         return entry
 
     def _start_base(self, store: SnapshotStore) -> BaseSnapshot:
-        base = BaseSnapshot(store, self._finish_journal)
+        # The module function, not a bound method: the process-wide table of first
+        # snapshots must not keep the branch alive.
+        base = BaseSnapshot(store, finish_journal)
         _BASES[store.workspace.root] = base
         base.owners.add(self.branch.id)
         base.start()
@@ -882,16 +884,7 @@ class Checkpointer:
 
     async def _finish_journal(self, store: SnapshotStore) -> None:
         """Run a journal a killed rewind left to the end (hold the store's lock)."""
-        store.ensure()
-        journal = store.journal_dir / _JOURNAL
-        found = read_journal(journal, _journal_parts)
-        if found is None:
-            return
-        ops, gone, made = found
-        blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
-        await anyio.to_thread.run_sync(_run_ops, store.workspace, ops, blobs, gone, made)
-        with contextlib.suppress(OSError):
-            journal.unlink()
+        await finish_journal(store)
 
     async def close_branch(self, branch_id: Any) -> None:
         """Stop waiting for first snapshots; one nobody else waits for is cancelled.
@@ -906,6 +899,20 @@ class Checkpointer:
 
 
 _MISSING = object()
+
+
+async def finish_journal(store: SnapshotStore) -> None:
+    """Run a journal a killed rewind left to the end (hold the store's lock)."""
+    store.ensure()
+    journal = store.journal_dir / _JOURNAL
+    found = read_journal(journal, _journal_parts)
+    if found is None:
+        return
+    ops, gone, made = found
+    blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
+    await anyio.to_thread.run_sync(_run_ops, store.workspace, ops, blobs, gone, made)
+    with contextlib.suppress(OSError):
+        journal.unlink()
 
 
 def _journal_parts(raw: Any) -> tuple[list[Op], list[str], list[str]]:
