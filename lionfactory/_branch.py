@@ -24,7 +24,14 @@ import attrs
 from lionfactory._acting import ActionResult, answer_result, arguments_object, execute_call
 from lionfactory._approvals import Answer, PendingCall
 from lionfactory._call import branch_collected
-from lionfactory._checkpoints import SCOPES, Checkpoint, CheckpointLog, RewindReport, Scope
+from lionfactory._checkpoints import (
+    SCOPES,
+    Checkpoint,
+    CheckpointLog,
+    RewindOptions,
+    RewindReport,
+    Scope,
+)
 from lionfactory._messages import ChatModel, Message, MessageLog, ModelReply, ToolCall
 from lionfactory._registration import (
     Registration,
@@ -383,14 +390,13 @@ class Branch:
                 "this branch has checkpoints but no toolkit to rewind them; register "
                 "coding_toolkit (checkpoints=True) on it first"
             )
-        return await rewinder.rewind(
-            self,
-            entry,
+        options = RewindOptions(
             scope=scope,
             paths=None if paths is None else tuple(paths),
             dry_run=dry_run,
             force=tuple(force),
         )
+        return await rewinder.rewind(self, entry, options)
 
     # -- closing -------------------------------------------------------------
 

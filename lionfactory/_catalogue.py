@@ -129,6 +129,7 @@ CATALOGUE: tuple[BuiltinTool, ...] = (
         package="lionfactory.coding.checkpoint",
         needs=frozenset({"branch"}),
         coding="opt-in",
+        path_argument="paths",
     ),
     _tool(
         "subagent",

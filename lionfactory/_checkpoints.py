@@ -18,7 +18,7 @@ import attrs
 
 from lionfactory.errors import ConfigurationError
 
-__all__ = ["Checkpoint", "CheckpointLog", "RewindReport", "Rewinder", "Scope"]
+__all__ = ["Checkpoint", "CheckpointLog", "RewindOptions", "RewindReport", "Rewinder", "Scope"]
 
 Scope = Literal["code", "conversation", "both"]
 SCOPES: tuple[str, ...] = ("code", "conversation", "both")
@@ -70,18 +70,28 @@ class RewindReport:
     undo: str = ""
 
 
+@attrs.frozen
+class RewindOptions:
+    """What a `Branch.rewind` call asks for, as its rewinder receives it.
+
+    Attributes:
+        scope: ``"code"``, ``"conversation"`` or ``"both"``.
+        paths: restore only these workspace-relative paths (None: all).
+        dry_run: change nothing; report what the call would do.
+        force: conflicting paths to restore anyway.
+    """
+
+    scope: Scope = "both"
+    paths: tuple[str, ...] | None = None
+    dry_run: bool = False
+    force: tuple[str, ...] = ()
+
+
 class Rewinder(Protocol):
     """The component a toolkit registers to carry out rewinds of its branch."""
 
     async def rewind(
-        self,
-        branch: Any,
-        entry: CheckpointEntry,
-        *,
-        scope: Scope,
-        paths: tuple[str, ...] | None,
-        dry_run: bool,
-        force: tuple[str, ...],
+        self, branch: Any, entry: CheckpointEntry, options: RewindOptions
     ) -> RewindReport:
         """Rewind `branch` (a `Branch`: this floor cannot name the class) to `entry`."""
         ...

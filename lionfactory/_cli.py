@@ -6,6 +6,9 @@
     lionfactory tools [--json] [--workspace DIR]
     lionfactory call TOOL key=value ... [--workspace DIR] [--json]
                      [--mode read_only|ask_edits|accept_edits|auto] [--rules FILE.json]
+    lionfactory checkpoints list|rewind [ID] --store URL (--session NAME | --http-session ID)
+                     [--scope code|conversation|both] [--path P ...] [--force P ...]
+                     [--apply] [--json]
     lionfactory mcp serve [--workspace DIR] [--toolkit coding|standalone] [--tools a,b]
                           [--transport stdio|http] [--host H] [--port N] [--session-memory CHARS]
                           [--model-url URL --model NAME [--model-api-key-env VAR]]
@@ -52,7 +55,13 @@ from lionfactory._acting import error_payload
 from lionfactory._approvals import Approval, approving
 from lionfactory._catalogue import CATALOGUE, WORKSPACE_TOOLS, BuiltinTool, workspace_factory
 from lionfactory._tool import Tool
-from lionfactory.errors import ApprovalRequired, ConfigurationError, ToolError, ToolInputError
+from lionfactory.errors import (
+    ApprovalRequired,
+    ConfigurationError,
+    ToolError,
+    ToolFailure,
+    ToolInputError,
+)
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -261,6 +270,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="a JSON list of rules ({tool, match, decision, reason, examples, ...})",
     )
 
+    checkpoints = commands.add_parser(
+        "checkpoints",
+        help="list or rewind the checkpoints of a session stored by `mcp serve --store`",
+        description=(
+            "List the checkpoints of an MCP session kept in a --store, or rewind its files "
+            "and/or conversation to one. A rewind is a dry run that reports what it would "
+            "restore, delete and leave as a conflict, unless --apply is given; an applied "
+            "rewind saves the session back, and its report names the checkpoint that undoes it."
+        ),
+    )
+    checkpoints.add_argument("action", choices=("list", "rewind"))
+    checkpoints.add_argument(
+        "checkpoint", nargs="?", default=None, help="rewind: the checkpoint id (from list)"
+    )
+    checkpoints.add_argument(
+        "--store", required=True, metavar="URL", help="the server's --store URL"
+    )
+    checkpoints.add_argument(
+        "--session",
+        default=None,
+        metavar="NAME",
+        help="the stdio session's name (what the server printed, or its --session)",
+    )
+    checkpoints.add_argument(
+        "--http-session", default=None, metavar="ID", help="an HTTP session's id instead"
+    )
+    checkpoints.add_argument(
+        "--scope", choices=("code", "conversation", "both"), default="both", help="rewind only"
+    )
+    checkpoints.add_argument(
+        "--path", action="append", default=None, metavar="PATH", help="rewind only these paths"
+    )
+    checkpoints.add_argument(
+        "--force", action="append", default=[], metavar="PATH", help="restore this conflict too"
+    )
+    checkpoints.add_argument(
+        "--apply", action="store_true", help="rewind for real (the default is a dry run)"
+    )
+    checkpoints.add_argument("--json", action="store_true", help="print JSON")
+
     mcp = commands.add_parser("mcp", help="Model Context Protocol server (needs the mcp extra)")
     mcp_commands = mcp.add_subparsers(
         dest="mcp_command", required=True, metavar="COMMAND", parser_class=_ServeParser
@@ -416,6 +465,8 @@ def _main(argv: Sequence[str] | None, collector_paused: bool = False) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if collector_paused and args.command != "mcp":
         gc.enable()  # a server turns it on when it is ready (`_serving`)
+    if args.command == "checkpoints":
+        return _checkpoints(args)
     workspace: Path | None = args.workspace
     if workspace is not None and not workspace.is_dir():
         print(
@@ -636,6 +687,122 @@ def _print_result(result: Mapping[str, Any]) -> None:
         value = result.get(key)
         if value:
             print(f"{key}: {value}", file=sys.stderr)
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    """``lionfactory checkpoints list|rewind``: a stored session's checkpoints.
+
+    The session's branch is loaded from the store (its toolkit is rebuilt,
+    so its rewinder is there), rewound, and, for an applied rewind, saved
+    back: a server that serves the session next loads the rewound branch. A
+    save that meets a newer version (the session made a call meanwhile)
+    is refused with status 1 and nothing of the rewind is stored; the files
+    it restored stay restored, and its ``undo`` is printed.
+    """
+    import anyio
+
+    if (args.session is None) == (args.http_session is None):
+        print("lionfactory: name the session with --session or --http-session", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "rewind" and not args.checkpoint:
+        print("lionfactory: rewind needs a checkpoint id (see `list`)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        store = _open_store(args.store)
+    except (OSError, ValueError) as exc:
+        print(f"lionfactory: cannot use the store {args.store!r}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return anyio.run(_checkpoints_in, args, store, backend="trio")
+
+
+async def _checkpoints_in(args: argparse.Namespace, store: Any) -> int:
+    from lionfactory.errors import CheckpointNotFound, ConflictError
+    from lionfactory.mcp._stored_sessions import TRANSPORT_KEY, session_branch_id
+
+    transport: Literal["stdio", "http"] = "stdio" if args.session is not None else "http"
+    name = args.session if args.session is not None else args.http_session
+    branch_id = session_branch_id(name, transport)
+    async with store:
+        if not await store.version(branch_id):
+            print(f"lionfactory: the store holds no {transport} session {name!r}", file=sys.stderr)
+            return EXIT_FAILED
+        branch = await store.load(branch_id)
+        if branch.metadata.get(TRANSPORT_KEY) != transport:
+            print(f"lionfactory: {branch_id} is not a stored {transport} session", file=sys.stderr)
+            return EXIT_FAILED
+        try:
+            if args.action == "list":
+                rows = [
+                    {
+                        "id": e.checkpoint.id,
+                        "tool": e.checkpoint.tool,
+                        "created_at": e.checkpoint.created_at.isoformat(timespec="seconds"),
+                        "files_changed": list(e.checkpoint.files_changed),
+                        **({"partial": e.data["partial"]} if e.data.get("partial") else {}),
+                    }
+                    for e in branch.checkpoint_log.entries
+                ]
+                if args.json:
+                    print(json.dumps(rows, indent=2))
+                else:
+                    for row in rows:
+                        files = ", ".join(row["files_changed"]) or "-"
+                        note = f"  (partial: {row['partial']})" if "partial" in row else ""
+                        print(f"{row['id']}  {row['created_at']}  {row['tool']:<8} {files}{note}")
+                    if not rows:
+                        print("no checkpoints")
+                return EXIT_OK
+            try:
+                report = await branch.rewind(
+                    args.checkpoint,
+                    scope=args.scope,
+                    paths=args.path,
+                    dry_run=not args.apply,
+                    force=args.force,
+                )
+            except CheckpointNotFound as exc:
+                print(f"lionfactory: {exc}", file=sys.stderr)
+                return EXIT_FAILED
+            except ToolFailure as exc:  # a snapshot or restore failed: its message says why
+                print(f"lionfactory: {exc}", file=sys.stderr)
+                return EXIT_FAILED
+            result = {
+                "dry_run": not args.apply,
+                "restored": list(report.restored),
+                "deleted": list(report.deleted),
+                "conflicts": list(report.conflicts),
+                "skipped": list(report.skipped),
+                "undo": report.undo,
+            }
+            saved = True
+            if args.apply:
+                try:
+                    await store.save(branch)
+                except ConflictError:
+                    saved = False
+            if args.json:
+                print(json.dumps({**result, "saved": saved}, indent=2))
+            else:
+                head = "would be " if not args.apply else ""
+                print(f"{'dry run: ' if not args.apply else ''}rewind to {args.checkpoint}")
+                for key in ("restored", "deleted", "conflicts", "skipped"):
+                    items = result[key]
+                    label = f"{head}{key}" if key in ("restored", "deleted") else key
+                    print(f"  {label}: {', '.join(items) if items else '-'}")
+                if args.apply:
+                    print(f"  undo: lionfactory checkpoints rewind {report.undo} --apply ...")
+                else:
+                    print("  nothing changed; run again with --apply to rewind")
+            if not saved:
+                print(
+                    "lionfactory: the session changed while rewinding; the files were rewound "
+                    f"but the session was not saved (undo: {report.undo})",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILED
+            return EXIT_OK
+        finally:
+            await branch.aclose()
 
 
 def _open_store(url: str) -> Any:

@@ -81,8 +81,10 @@ def test_read_only_denies_a_tool_by_its_hints(tmp_path: Path) -> None:
     """A tool nobody listed is denied in read_only mode when its hints say it changes things."""
     tools = coding_toolkit(Branch(), workspace_root=tmp_path, tools=list(ALL_CODING_TOOLS))
     denied = {rule.tool for rule in hinted_rules("read_only", tools)}
-    # editor, bash and sandbox are the mode's own rules; context changes only the conversation.
-    assert denied == {"jobs", "checkpoint", "subagent"}
+    # editor, bash, sandbox and checkpoint (its real rewinds of files: listing, diffing
+    # and dry runs change nothing) are the mode's own rules; context changes only the
+    # conversation.
+    assert denied == {"jobs", "subagent"}
     assert hinted_rules("accept_edits", tools) == ()
 
 

@@ -30,9 +30,12 @@ it finds to the end, so a rewind killed halfway completes.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +44,7 @@ import anyio
 import attrs
 
 from lionfactory._call import current_call
-from lionfactory._checkpoints import Checkpoint, CheckpointEntry, RewindReport, Scope
+from lionfactory._checkpoints import Checkpoint, CheckpointEntry, RewindOptions, RewindReport
 from lionfactory._os.isolation import Isolation
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._restore import (
@@ -55,6 +58,7 @@ from lionfactory.coding._restore import (
 from lionfactory.coding._snapshots import (
     GITLINK,
     Entry,
+    FullSnapshot,
     Limits,
     Manifest,
     SnapshotError,
@@ -82,6 +86,14 @@ def _new_id() -> str:
 
 def _message_index(branch: Branch) -> int:
     """The record index of the assistant message carrying the running call."""
+    running = _carrier(branch)
+    if running is not None:
+        return branch.messages.record_index(running)
+    return len(branch.messages.record) - 1
+
+
+def _carrier(branch: Branch) -> str | None:
+    """The id of the assistant message carrying the running call, or None outside one."""
     record = branch.messages.record
     running = current_call()
     if running is not None and running.call_id:
@@ -90,8 +102,173 @@ def _message_index(branch: Branch) -> int:
             if message.role == "assistant" and any(
                 call.id == running.call_id for call in message.tool_calls
             ):
-                return index
-    return len(record) - 1
+                return message.id
+    return None
+
+
+def _settle_calls(log: Any, start: int, running: str | None) -> None:
+    """Leave no tool call without its result, nor a result without its call, from `start` on.
+
+    An active assistant message's calls get their recorded results back (an
+    undo's view was saved before the rewind call's own result existed); one
+    with a call never answered leaves the view with its results. A result
+    whose call is not in the view leaves it. The running call's carrying
+    message is left as it is: its result is still to come.
+    """
+    record = log.record[start:]
+    results: dict[str, list[Any]] = {}
+    for message in record:
+        if message.role == "tool" and message.call_id:
+            results.setdefault(message.call_id, []).append(message)
+    # Calls made before `start` keep their results wherever these landed.
+    calls_in_view = {
+        call.id
+        for message in log.record[:start]
+        if message.role == "assistant" and log.is_active(message.id)
+        for call in message.tool_calls
+    }
+    for message in record:
+        if message.role != "assistant" or not message.tool_calls or message.id == running:
+            continue
+        if not log.is_active(message.id):
+            continue
+        ids = [call.id for call in message.tool_calls]
+        if all(call_id in results for call_id in ids):
+            for call_id in ids:
+                for result in results[call_id]:
+                    if not log.is_active(result.id):
+                        at = log.record_index(result.id)
+                        log.restore(at, at + 1)
+            calls_in_view.update(ids)
+        else:
+            log.evict_ids([message.id, *(r.id for i in ids for r in results.get(i, ()))])
+    if running is not None:
+        carrier = log.get(running)
+        if carrier is not None and log.is_active(running):
+            calls_in_view.update(call.id for call in carrier.tool_calls)
+    log.evict_ids(
+        [
+            m.id
+            for m in record
+            if m.role == "tool" and log.is_active(m.id) and m.call_id not in calls_in_view
+        ]
+    )
+
+
+@attrs.define(eq=False)
+class BaseSnapshot:
+    """A workspace's first full snapshot, taken in a thread of its own.
+
+    A thread with its own trio loop, not a task: a factory starts nothing
+    and the call that needs the snapshot must not wait for it, so no task
+    group of the caller can own it. The branches that wait for it own it
+    (`owners`); the last one to close cancels it (its git processes are
+    killed with the loop's cancel scope). While it runs it holds the store's
+    lock; editor calls record their paths over it without the lock (they
+    write loose objects only, never the index).
+
+    Attributes:
+        store: the workspace's store.
+        finish_journal: runs a killed rewind's journal first (under the lock).
+        id: names the snapshot in the states recorded over it (`State.base`).
+        owners: ids of the branches waiting for it.
+        overtaken: a command ran before it was done: it no longer completes
+            the states recorded during it (the command may have written
+            anything, before or after the snapshot read it).
+        error: why it did not finish, if it did not.
+    """
+
+    store: SnapshotStore
+    finish_journal: Callable[[SnapshotStore], Awaitable[None]]
+    id: str = attrs.field(factory=lambda: secrets.token_hex(16))
+    owners: set[Any] = attrs.field(factory=set)
+    overtaken: bool = False
+    error: str | None = None
+    started_ns: int = attrs.field(factory=time.time_ns)
+    snap: FullSnapshot | None = None
+    # Each path an editor call touched while it ran, as it was before the first such call.
+    first_seen: dict[str, Entry | None] = attrs.field(factory=dict)
+    _done: threading.Event = attrs.field(factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _token: Any = None
+    _scope: Any = None
+    _cancelled: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """Whether it is done (or failed, or was cancelled)."""
+        return self._done.is_set()
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread = threading.Thread(
+            target=self._run, name="lionfactory-first-snapshot", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        import trio
+
+        try:
+            trio.run(self._snapshot)
+        except BaseException as exc:  # reported to whoever reads it; the thread must end
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._done.set()
+
+    async def _snapshot(self) -> None:
+        import trio
+
+        self._token = trio.lowlevel.current_trio_token()
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            if self._cancelled:
+                scope.cancel()
+            async with _exclusive(self.store):
+                await self.finish_journal(self.store)
+                # What changed after the calls stopped waiting for it (a user's
+                # edit, say) is not known to be the branch's: it is unsettled.
+                snap = await self.store.snapshot(since_ns=self.started_ns)
+            self.store.keep_ref(snap.state, touch=True)
+            self.snap = snap
+            if not self.overtaken:
+                self.store.name_base(self.id, snap, dict(self.first_seen))
+        if scope.cancelled_caught:
+            self.error = "cancelled: every branch waiting for it was closed"
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait at most `seconds` for it to finish (in a worker thread); whether it did."""
+        if not self._done.is_set() and seconds > 0:
+            await anyio.to_thread.run_sync(self._done.wait, seconds, abandon_on_cancel=True)
+        return self._done.is_set()
+
+    async def cancel(self) -> None:
+        """Cancel it and wait (bounded) for its thread to end."""
+        import trio
+
+        self._cancelled = True
+        token, scope = self._token, self._scope
+        if token is not None and scope is not None and not self.finished:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(scope.cancel)  # thread-safe, and it does not block
+        await self.wait(30.0)
+
+
+_BASES: dict[Path, BaseSnapshot] = {}
+"""The first snapshot of each workspace root taken in the background, in this process."""
+
+FIRST_SNAPSHOT_TIMEOUT = 600.0
+"""Seconds a rewind or a diff waits for a first snapshot still being taken."""
+
+
+async def wait_for_first_snapshot(store: SnapshotStore) -> None:
+    """Wait until the workspace's first snapshot, if one is being taken, is done.
+
+    A rewind and a diff need the states recorded over it to be complete.
+    """
+    base = _BASES.get(store.workspace.root)
+    if base is not None and not base.finished:
+        await base.wait(FIRST_SNAPSHOT_TIMEOUT)
 
 
 @attrs.define(eq=False)
@@ -111,8 +288,11 @@ class Checkpointer:
     limits: Limits = attrs.field(factory=Limits)
     forget_evidence: Callable[[], None] = lambda: None
     # Open (not yet ended) background jobs started by this branch, by root:
-    # what changes meanwhile is the job's doing, not someone else's.
-    _jobs_open: set[str] = attrs.field(factory=set)
+    # job id -> the id of the checkpoint before the call that started it.
+    # What changes meanwhile is the job's doing, not someone else's.
+    _jobs_open: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    # Whether a job of this branch is still running (the toolkit asks the job table).
+    job_running: Callable[[str], bool] = lambda job_id: False
 
     def store(self, workspace: Workspace) -> SnapshotStore:
         """The store of `workspace` (raises `SnapshotError` for ``/`` or the home directory)."""
@@ -125,15 +305,73 @@ class Checkpointer:
     ) -> CheckpointEntry:
         """Take the checkpoint before a call: of `paths` only, or of everything (None).
 
+        The first full snapshot of a workspace in this process, which on a
+        large tree takes seconds, never runs inside the call that needs it:
+
+        * it starts in the background (`BaseSnapshot`, a thread owned by the
+          branches waiting for it and cancelled when the last one closes);
+        * an editor call (`paths` known) records those paths over the
+          snapshot still being taken (`State.base`) and does not wait; once
+          the snapshot is done its tree completes that state;
+        * any other call waits for it at most `Limits.first_snapshot_wait`
+          seconds. Past that it runs with a *partial* checkpoint (its entry's
+          ``partial`` says why; a rewind to it is refused with that reason and
+          what to do, its changes count as someone else's on a rewind past
+          it), and the snapshot, overtaken by a command that may write
+          anywhere, no longer completes the states recorded during it.
+
         Raises:
             SnapshotError: the snapshot failed (the call should not run blind).
         """
         store = self.store(workspace)
         root = str(workspace.root)
         extra: dict[str, Any] = {"root": root}
+        if self._jobs_open.get(root):
+            extra["job_open"] = True
+        last = self._latest(store, root)
+        base = _BASES.get(workspace.root)
+        if base is not None and base.finished:
+            base = None
+        if base is None and last is None and store.last_tree is None:
+            base = self._start_base(store)
+        if base is not None:
+            base.owners.add(self.branch.id)
+            await self._finish_journal_now(store)
+            if paths is not None and (last is None or last.tree is None) and not base.overtaken:
+                found = store.snapshot_paths(paths)
+                for path, found_entry in found.items():
+                    base.first_seen.setdefault(path, found_entry)
+                state = (last or State(None, base=base.id)).with_paths(found)
+                return self._record(store, tool, state, extra, paths)
+            waited = paths is None and await base.wait(self.limits.first_snapshot_wait)
+            if waited and base.snap is not None:
+                # Just taken, while this call waited: it is the state before the call.
+                snap = base.snap
+                extra["skipped"] = list(snap.skipped)
+                # Changed since it started, but not by the editor calls recorded over it.
+                unsettled = [p for p in snap.unsettled if p not in base.first_seen]
+                if unsettled:
+                    extra["unsettled"] = unsettled
+                return self._record(store, tool, snap.state, extra, paths)
+            if paths is None and not waited:
+                base.overtaken = True
+                extra["partial"] = (
+                    f"the first snapshot of this workspace was still being taken after "
+                    f"{self.limits.first_snapshot_wait:g} s, so this call ran without one: "
+                    f"what it changed cannot be rewound to (later checkpoints can)"
+                )
+                return self._record(store, tool, State(None), extra, paths)
+            if paths is not None and base.overtaken:
+                extra["partial"] = (
+                    "taken while the first snapshot of this workspace was overtaken by a "
+                    "command: only the files this call names are recorded"
+                )
+                return self._record(
+                    store, tool, State(None).with_paths(store.snapshot_paths(paths)), extra, paths
+                )
         async with _exclusive(store):
             await self._finish_journal(store)
-            last = self._latest(root)
+            last = self._latest(store, root)
             if paths is not None and last is not None and last.tree is not None:
                 state = last.with_paths(store.snapshot_paths(paths))
             else:
@@ -144,20 +382,43 @@ class Checkpointer:
                     extra["unsettled"] = list(snap.unsettled)
                 if paths is not None:
                     state = state.with_paths(store.snapshot_paths(paths))
-            if root in self._jobs_open:
-                extra["job_open"] = True
+        entry = self._record(store, tool, state, extra, paths)
+        if store.keep_ref(state, touch=paths is None) and _over(store):
+            self._forget(await store.prune())
+        return entry
+
+    def _record(
+        self,
+        store: SnapshotStore,
+        tool: str,
+        state: State,
+        extra: dict[str, Any],
+        paths: Sequence[str] | None,
+    ) -> CheckpointEntry:
         checkpoint = Checkpoint(
             id=_new_id(),
             message_index=_message_index(self.branch),
             tool=tool,
             created_at=datetime.now(UTC),
         )
-        fresh = store.keep_ref(state, touch=paths is None)
         entry = CheckpointEntry(checkpoint, {**extra, "before": state.to_data(), "paths": paths})
         self.branch.checkpoint_log.add(entry)
-        if fresh and _over(store):
-            self._forget(await store.prune())
         return entry
+
+    def _start_base(self, store: SnapshotStore) -> BaseSnapshot:
+        # The module function, not a bound method: the process-wide table of first
+        # snapshots must not keep the branch alive.
+        base = BaseSnapshot(store, finish_journal)
+        _BASES[store.workspace.root] = base
+        base.owners.add(self.branch.id)
+        base.start()
+        return base
+
+    async def _finish_journal_now(self, store: SnapshotStore) -> None:
+        """Before a call that does not wait for the first snapshot: a killed rewind's journal."""
+        if (store.journal_dir / _JOURNAL).exists():
+            async with _exclusive(store):
+                await self._finish_journal(store)
 
     async def after(
         self,
@@ -166,38 +427,99 @@ class Checkpointer:
         *,
         job_started: bool = False,
         job_ended: bool = False,
+        job_id: str | None = None,
     ) -> CheckpointEntry:
-        """Record what the call left and fill in the checkpoint's `files_changed`."""
+        """Record what the call left and fill in the checkpoint's `files_changed`.
+
+        Args:
+            workspace: the workspace the call worked in.
+            entry: the checkpoint taken before the call.
+            job_started: the call started background job `job_id` (its
+                window opens: what changes until it ends is the branch's).
+            job_ended: the call ended job `job_id` (a kill: its window closes).
+            job_id: the job the call started or ended.
+        """
         store = self.store(workspace)
         before = State.from_data(entry.data["before"])
         paths = entry.data.get("paths")
         data = dict(entry.data)
         root = str(workspace.root)
-        async with _exclusive(store):
-            if paths is not None:
-                after = before.with_paths(store.snapshot_paths(paths))
-                changed = sorted(
-                    p for p, e in after.overlay if dict(before.overlay).get(p, _MISSING) != e
-                )
-            else:
-                snap = await store.snapshot()
-                after = snap.state
-                changed = sorted(await store.changed_between(before, after))
-                if snap.unsettled:
-                    data["unsettled"] = sorted({*data.get("unsettled", ()), *snap.unsettled})
-        if job_started:
-            self._jobs_open.add(root)
+        base = _BASES.get(workspace.root)
+        pending = base is not None and not base.finished
+        if paths is not None and (pending or before.tree is None):
+            # Over the snapshot still being taken: no lock, no git (it holds both).
+            after = before.with_paths(store.snapshot_paths(paths))
+            changed = sorted(
+                p for p, e in after.overlay if dict(before.overlay).get(p, _MISSING) != e
+            )
+        elif pending or store.resolved(before) is None:
+            # A command that did not get its first snapshot: what it left is
+            # known at the next full snapshot, not now.
+            after, changed = State(None), []
+        else:
+            before = store.resolved(before) or before
+            async with _exclusive(store):
+                if paths is not None:
+                    after = before.with_paths(store.snapshot_paths(paths))
+                    changed = sorted(
+                        p for p, e in after.overlay if dict(before.overlay).get(p, _MISSING) != e
+                    )
+                else:
+                    snap = await store.snapshot()
+                    after = snap.state
+                    changed = sorted(await store.changed_between(before, after))
+                    if snap.unsettled:
+                        data["unsettled"] = sorted({*data.get("unsettled", ()), *snap.unsettled})
+        opened = self._jobs_open.setdefault(root, {})
+        if job_started and job_id is not None:
+            opened[job_id] = entry.checkpoint.id
+        if job_ended and job_id is not None:
+            opened.pop(job_id, None)
+        if opened:
             data["job_open"] = True
-        if job_ended:
-            self._jobs_open.discard(root)
+        else:
             data.pop("job_open", None)
         data["after"] = after.to_data()
-        fresh = store.keep_ref(after, touch=paths is None)
         ended = CheckpointEntry(attrs.evolve(entry.checkpoint, files_changed=tuple(changed)), data)
         self.branch.checkpoint_log.replace(ended)
-        if fresh and _over(store):
+        if store.keep_ref(after, touch=paths is None) and _over(store):
             self._forget(await store.prune())
         return ended
+
+    async def close_ended_jobs(self) -> None:
+        """Close the window of every job of this branch that ended by itself since last asked.
+
+        Its end checkpoint (tool ``"jobs"``) is taken now, when the end is
+        observed (at the branch's next toolkit call, after a ``jobs`` call,
+        before a rewind): from then on a change is someone else's again.
+        Its `files_changed` are the paths the job changed after the call that
+        started it returned. A job killed through ``jobs`` closes its window
+        in that call instead.
+        """
+        for root, opened in list(self._jobs_open.items()):
+            ended = [job for job in opened if not self.job_running(job)]
+            if not ended:
+                continue
+            starts = [self.branch.checkpoint_log.find(opened.pop(job)) for job in ended]
+            workspace = Workspace.at(root)
+            entry = await self.before(workspace, "jobs", None)
+            closed = await self.after(workspace, entry)
+            store = self.store(workspace)
+            changed: set[str] = set()
+            end_state = self._state(store, closed.data["before"])
+            for start in starts:
+                began = None if start is None else self._state(store, start.data.get("after"))
+                if began is not None and end_state is not None:
+                    changed |= await store.changed_between(began, end_state)
+            self.branch.checkpoint_log.replace(
+                CheckpointEntry(
+                    attrs.evolve(
+                        closed.checkpoint,
+                        files_changed=tuple(sorted({*closed.checkpoint.files_changed, *changed})),
+                    ),
+                    {**closed.data, "jobs_ended": ended},
+                )
+            )
 
     def _forget(self, trees: Sequence[str]) -> None:
         """Drop this branch's checkpoints whose target tree was pruned."""
@@ -210,32 +532,43 @@ class Checkpointer:
             ]
         )
 
-    def _latest(self, root: str) -> State | None:
-        """The branch's latest recorded state of `root` (after its last call)."""
+    def _latest(self, store: SnapshotStore, root: str) -> State | None:
+        """The branch's latest recorded state of `root` (after its last call), if known.
+
+        A state over the base snapshot still being taken counts as known (its
+        tree is coming); one a command overtook (partial) does not.
+        """
+        base = _BASES.get(store.workspace.root)
         for entry in reversed(self.branch.checkpoint_log.entries):
             if entry.data.get("root") != root:
                 continue
-            with contextlib.suppress(SnapshotError):
-                return State.from_data(entry.data.get("after") or entry.data["before"])
+            try:
+                state = State.from_data(entry.data.get("after") or entry.data["before"])
+            except SnapshotError:
+                continue
+            if (
+                state.tree is None
+                and base is not None
+                and base.id == state.base
+                and not base.finished
+                and not base.overtaken
+            ):
+                return state
+            return store.resolved(state)
         return None
 
     # -- rewind --------------------------------------------------------------
 
     async def rewind(
-        self,
-        branch: Branch,
-        entry: CheckpointEntry,
-        *,
-        scope: Scope,
-        paths: tuple[str, ...] | None,
-        dry_run: bool,
-        force: tuple[str, ...],
+        self, branch: Branch, entry: CheckpointEntry, options: RewindOptions
     ) -> RewindReport:
         """Rewind `branch` to `entry` (see the module docstring).
 
         Raises:
             SnapshotError: the store cannot be read or the workspace snapshot failed.
         """
+        scope, paths, dry_run, force = options.scope, options.paths, options.dry_run, options.force
+        await self.close_ended_jobs()
         root = entry.data.get("root")
         if scope == "conversation":
             if not dry_run:
@@ -247,6 +580,7 @@ class Checkpointer:
             raise SnapshotError("The checkpoint names no workspace; it cannot be restored.")
         workspace = Workspace.at(root)
         store = self.store(workspace)
+        await wait_for_first_snapshot(store)
         async with _exclusive(store):
             await self._finish_journal(store)
             report, ops, dirs_gone, dirs_made, now = await self._plan(
@@ -257,17 +591,38 @@ class Checkpointer:
             undo = await self._take_undo(store, branch, now)
             journal = store.journal_dir / _JOURNAL
             blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
-            write_journal(
-                journal,
-                {
-                    "ops": [op.to_data() for op in ops],
-                    "dirs_gone": dirs_gone,
-                    "dirs_made": dirs_made,
-                },
-            )
+            try:
+                write_journal(
+                    journal,
+                    {
+                        "ops": [op.to_data() for op in ops],
+                        "dirs_gone": dirs_gone,
+                        "dirs_made": dirs_made,
+                    },
+                )
+            except OSError as exc:
+                branch.checkpoint_log.drop([undo.checkpoint.id])
+                with contextlib.suppress(OSError):
+                    journal.with_name(journal.name + ".tmp").unlink()
+                raise SnapshotError(
+                    f"Nothing was rewound: the rewind's journal could not be written to the "
+                    f"checkpoint store ({store.directory}: {exc.strerror}). Free space there "
+                    f"and rewind again."
+                ) from None
             outcomes, removed = await anyio.to_thread.run_sync(
                 _run_ops, workspace, ops, blobs, dirs_gone, dirs_made
             )
+            if "nospace" in outcomes.values():
+                await self._roll_back(store, workspace, ops, outcomes)
+                with contextlib.suppress(OSError):
+                    journal.unlink()
+                branch.checkpoint_log.drop([undo.checkpoint.id])
+                stuck = sorted(p for p, o in outcomes.items() if o == "nospace")
+                raise SnapshotError(
+                    f"Nothing was rewound: the disk holding the workspace is full ({len(stuck)} "
+                    f"file(s) could not be written, e.g. {stuck[0]}), so the files already "
+                    f"put back were returned to how they were. Free space and rewind again."
+                )
             with contextlib.suppress(OSError):
                 journal.unlink()
             after = await store.snapshot(dirs=True)
@@ -307,7 +662,15 @@ class Checkpointer:
         root = str(store.workspace.root)
         snap = await store.snapshot(dirs=True)
         now_state = snap.state
-        target_state = State.from_data(entry.data["before"])
+        resolved = self._state(store, entry.data["before"])
+        if resolved is None:
+            why = entry.data.get("partial") or "its first snapshot never finished"
+            raise SnapshotError(
+                f"Checkpoint {entry.checkpoint.id} is partial ({why}), so the files cannot be "
+                f"put back to it. Rewind to an earlier or a later checkpoint, or rewind only "
+                f"the conversation (scope='conversation')."
+            )
+        target_state = resolved
         target = await store.manifest(target_state)
         now = await store.manifest(now_state)
         external = await self._external(store, entry, root, now_state)
@@ -315,16 +678,18 @@ class Checkpointer:
         conflicts: list[str] = []
         ops: list[Op] = []
         forced = set(force)
-        for path in sorted(target.keys() | now.keys()):
+        uncertain = self._uncertain(store, entry, root)
+        for path in sorted(target.keys() | now.keys() | uncertain):
             want, have = target.get(path), now.get(path)
-            if want == have:
+            if want == have and path not in uncertain:
                 continue
             if paths is not None and not _selected(path, paths):
                 continue
             if not self._restorable(store.workspace, path, want, have):
                 skipped.add(path)
                 continue
-            if path in external and path not in forced:
+            if (path in external and path not in forced) or want == have:
+                # Equal but uncertain: what it held at the checkpoint is not known.
                 conflicts.append(path)
                 continue
             ops.append(Op(path, have, want))
@@ -344,6 +709,45 @@ class Checkpointer:
             skipped=tuple(sorted(p for p in skipped if paths is None or _selected(p, paths))),
         )
         return report, ops, gone, made, now_state
+
+    async def _roll_back(
+        self, store: SnapshotStore, workspace: Workspace, ops: list[Op], outcomes: dict[str, str]
+    ) -> None:
+        """Undo the operations of a rewind that ran out of space (deletions first: they free it)."""
+        back = [Op(op.path, op.target, op.expect) for op in ops if outcomes[op.path] == "done"]
+        blobs = await store.read_blobs(op.target.oid for op in back if op.target is not None)
+        await anyio.to_thread.run_sync(_run_ops, workspace, back, blobs, [], [])
+
+    def _uncertain(self, store: SnapshotStore, entry: CheckpointEntry, root: str) -> set[str]:
+        """Paths changed while the first snapshot ran, by no call recorded over it.
+
+        Their content at a checkpoint recorded over that snapshot is not
+        known (the snapshot read them later): a rewind reports them as
+        conflicts and leaves them alone.
+        """
+        chain = [e for e in self.branch.checkpoint_log.entries if e.data.get("root") == root]
+        ids = [e.checkpoint.id for e in chain]
+        chain = chain[ids.index(entry.checkpoint.id) :] if entry.checkpoint.id in ids else [entry]
+        ours: set[str] = set()
+        bases: set[str] = set()
+        for current in chain:
+            for key in ("before", "after"):
+                raw = current.data.get(key)
+                if isinstance(raw, dict) and isinstance(raw.get("base"), str):
+                    bases.add(raw["base"])
+                    with contextlib.suppress(SnapshotError):
+                        ours.update(p for p, _ in State.from_data(raw).overlay)
+        return {p for base in bases for p in store.base_unsettled(base) if p not in ours}
+
+    @staticmethod
+    def _state(store: SnapshotStore, data: Any) -> State | None:
+        """A recorded state with its tree known, or None (not recorded, or partial)."""
+        if data is None:
+            return None
+        try:
+            return store.resolved(State.from_data(data))
+        except SnapshotError:
+            return None
 
     def _restorable(
         self, workspace: Workspace, path: str, want: Entry | None, have: Entry | None
@@ -371,25 +775,45 @@ class Checkpointer:
             # Changed while a snapshot was being taken (a job writing, say): the
             # recorded content may not be what the branch's call left.
             external.update(p for p in current.data.get("unsettled", ()) if isinstance(p, str))
-        for current, following in zip(chain, [*chain[1:], None], strict=True):
+        # Each call's before and after, in order, then now. Between a call's own
+        # before and after the changes are its own; between one call's after and
+        # the next call's before they are someone else's, unless a job of the
+        # branch ran then. A state that is not known (a call that ran without its
+        # first snapshot) joins its neighbours' spans, which then count as
+        # someone else's: what is not known is never overwritten silently.
+        marks: list[tuple[State | None, str, CheckpointEntry | None]] = []
+        external |= self._uncertain(store, entry, root)
+        for current in chain:
+            marks.append((self._state(store, current.data.get("before")), "before", current))
             after_data = current.data.get("after")
             if after_data is None:
-                # A call that never ended (killed): its changes are unknown, not someone else's.
+                # A call that never ended (killed): its changes are unknown, not
+                # someone else's, so its span runs on to the next call.
                 continue
-            after = State.from_data(after_data)
-            nxt = now if following is None else State.from_data(following.data["before"])
-            if current.data.get("job_open") or (
-                following is not None and following.data.get("job_open")
-            ):
-                # A background job of this branch was running: its writes are ours.
+            marks.append((self._state(store, after_data), "after", current))
+        marks.append((now, "now", None))
+        known = [(i, m) for i, m in enumerate(marks) if m[0] is not None]
+        for (i, (a, kind_a, entry_a)), (j, (b, _, entry_b)) in itertools.pairwise(known):
+            if a is None or b is None:  # never: `known` holds known states only
                 continue
-            external |= await store.changed_between(after, nxt)
+            adjacent = j == i + 1
+            own = adjacent and kind_a == "before"
+            job = (
+                adjacent
+                and kind_a == "after"
+                and (
+                    bool(entry_a is not None and entry_a.data.get("job_open"))
+                    or bool(entry_b is not None and entry_b.data.get("job_open"))
+                )
+            )
+            if not (own or job):
+                external |= await store.changed_between(a, b)
         return external
 
     async def _take_undo(self, store: SnapshotStore, branch: Branch, now: State) -> CheckpointEntry:
         checkpoint = Checkpoint(
             id=_new_id(),
-            message_index=len(branch.messages.record) - 1,
+            message_index=_message_index(branch),
             tool="rewind",
             created_at=datetime.now(UTC),
         )
@@ -415,7 +839,7 @@ class Checkpointer:
         undo = CheckpointEntry(
             Checkpoint(
                 id=_new_id(),
-                message_index=len(branch.messages.record) - 1,
+                message_index=_message_index(branch),
                 tool="rewind",
                 created_at=datetime.now(UTC),
             ),
@@ -425,41 +849,70 @@ class Checkpointer:
         return undo
 
     def _rewind_conversation(self, branch: Branch, entry: CheckpointEntry) -> None:
-        """Messages after the checkpoint's index leave the view (an undo's view comes back)."""
+        """The view goes back to just before the turn that made the checkpoint's call.
+
+        Inclusive of that turn: the assistant message carrying the call (and
+        every call it carries, with their results) leaves the view too, since
+        a view ending on a tool call without its result is refused by every
+        provider, and keeping the call without its effects would tell the
+        model it happened. A checkpoint taken outside a conversation (no
+        carrying message) keeps the message it names. The running call's own
+        carrying message stays, so its result lands after a call (a rewind
+        from the ``checkpoint`` tool). An undo's saved view comes back with
+        the results of the calls in it.
+        """
         log = branch.messages
         record = log.record
         index = entry.checkpoint.message_index
+        carrier = record[index] if 0 <= index < len(record) else None
+        start = index if carrier is not None and carrier.tool_calls else index + 1
+        start = max(start, 0)
+        running = _carrier(branch)
+        staying = {running} if running is not None else set()
         view = entry.data.get("view")
         if isinstance(view, list):
-            keep = {v for v in view if isinstance(v, str)}
-            log.evict_ids([m.id for m in record[index + 1 :] if m.id not in keep])
-            for message_id in keep:
+            staying |= {v for v in view if isinstance(v, str)}
+            log.evict_ids([m.id for m in record[start:] if m.id not in staying])
+            for message_id in staying:
                 if log.get(message_id) is not None and not log.is_active(message_id):
                     at = log.record_index(message_id)
                     log.restore(at, at + 1)
         else:
-            log.evict_ids([m.id for m in record[index + 1 :]])
+            log.evict_ids([m.id for m in record[start:] if m.id not in staying])
+        _settle_calls(log, start, running)
         self.forget_evidence()
 
     async def _finish_journal(self, store: SnapshotStore) -> None:
         """Run a journal a killed rewind left to the end (hold the store's lock)."""
-        store.ensure()
-        journal = store.journal_dir / _JOURNAL
-        found = read_journal(journal, _journal_parts)
-        if found is None:
-            return
-        ops, gone, made = found
-        blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
-        await anyio.to_thread.run_sync(_run_ops, store.workspace, ops, blobs, gone, made)
-        with contextlib.suppress(OSError):
-            journal.unlink()
+        await finish_journal(store)
 
     async def close_branch(self, branch_id: Any) -> None:
-        """Nothing held per branch: the store's files stay for later rewinds."""
-        del branch_id
+        """Stop waiting for first snapshots; one nobody else waits for is cancelled.
+
+        The store's files stay for later rewinds.
+        """
+        for base in list(_BASES.values()):
+            if branch_id in base.owners:
+                base.owners.discard(branch_id)
+                if not base.owners and not base.finished:
+                    await base.cancel()
 
 
 _MISSING = object()
+
+
+async def finish_journal(store: SnapshotStore) -> None:
+    """Run a journal a killed rewind left to the end (hold the store's lock)."""
+    store.ensure()
+    journal = store.journal_dir / _JOURNAL
+    found = read_journal(journal, _journal_parts)
+    if found is None:
+        return
+    ops, gone, made = found
+    blobs = await store.read_blobs(op.target.oid for op in ops if op.target is not None)
+    await anyio.to_thread.run_sync(_run_ops, store.workspace, ops, blobs, gone, made)
+    with contextlib.suppress(OSError):
+        journal.unlink()
 
 
 def _journal_parts(raw: Any) -> tuple[list[Op], list[str], list[str]]:
@@ -558,12 +1011,14 @@ class CallPlan:
     Attributes:
         paths: the only paths the call can change (None: any, take a full snapshot).
         job_started: the call may leave a background job running.
-        job_ended: the call ends (or may end) the branch's background jobs.
+        job_ended: the call ends (or may end) the branch's background job `job_id`.
+        job_id: the job a kill names.
     """
 
     paths: tuple[str, ...] | None
     job_started: bool = False
     job_ended: bool = False
+    job_id: str | None = None
 
 
 _EDITING = frozenset({"write", "edit", "multi_edit", "insert", "apply_patch", "delete"})
@@ -636,7 +1091,10 @@ def plan_call(name: str, request: Any, workspace: Workspace) -> CallPlan | None:
         return CallPlan(None, job_started=background)
     if name == "jobs":
         if getattr(request, "action", None) == "kill":
-            return CallPlan(None, job_ended=True)
+            job_id = getattr(request, "job_id", None)
+            return CallPlan(
+                None, job_ended=True, job_id=job_id if isinstance(job_id, str) else None
+            )
         return None
     if name == "sandbox":
         return CallPlan(None) if getattr(request, "action", None) == "merge" else None

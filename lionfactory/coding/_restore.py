@@ -85,7 +85,8 @@ def _entry_from(data: Any) -> Entry | None:
 
 
 OpOutcome = str
-"""``"done"`` (changed), ``"already"`` (at its target), ``"conflict"`` or ``"refused"``."""
+"""``"done"`` (changed), ``"already"`` (at its target), ``"conflict"``, ``"refused"``, or
+``"nospace"`` (the disk is full: the path is left as it was)."""
 
 
 def _parent(root_fd: int, parts: tuple[str, ...], *, create: bool) -> int | None:
@@ -165,6 +166,8 @@ def apply_op(root_fd: int, op: Op, blobs: Mapping[str, bytes]) -> OpOutcome:
     try:
         dir_fd = _parent(root_fd, parts[:-1], create=op.target is not None)
     except OSError as exc:
+        if exc.errno in _FULL:
+            return "nospace"
         # A link or a file where a directory should be: nothing is written there.
         return "refused" if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV) else "conflict"
     if dir_fd is None:
@@ -185,8 +188,16 @@ def apply_op(root_fd: int, op: Op, blobs: Mapping[str, bytes]) -> OpOutcome:
                     os.close(original.fd)
     except FileChanged:
         return "conflict"
+    except OSError as exc:
+        # The editor's write path removes its temporary file: the path is as it was.
+        if exc.errno in _FULL:
+            return "nospace"
+        raise
     finally:
         os.close(dir_fd)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _change(
@@ -254,21 +265,23 @@ def make_dirs(root_fd: int, folders: list[str]) -> list[str]:
         if not valid_path(folder):
             continue
         parts = tuple(folder.split("/"))
-        try:
-            existed = _parent(root_fd, parts, create=False)
-        except OSError:
-            continue
-        if existed is not None:
-            os.close(existed)
-            continue
-        try:
-            fd = _parent(root_fd, parts, create=True)
-        except OSError:
-            continue
-        if fd is not None:
-            os.close(fd)
+        if _opens(root_fd, parts, create=False) is not False:
+            continue  # there already, or not reachable without a link
+        if _opens(root_fd, parts, create=True) is True:
             made.append(folder)
     return made
+
+
+def _opens(root_fd: int, parts: tuple[str, ...], *, create: bool) -> bool | None:
+    """Whether ``root/parts`` opens as a directory (False: absent; None: refused)."""
+    try:
+        fd = _parent(root_fd, parts, create=create)
+    except OSError:
+        return None
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 def write_journal(path: Path, data: Mapping[str, Any]) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import secrets
 import stat
@@ -117,12 +118,16 @@ class Limits:
             this (a dependency cache, a build tree) is not captured.
         keep: checkpoints kept per workspace store; older ones are pruned.
         max_store_bytes: the store's size above which the oldest are pruned.
+        first_snapshot_wait: seconds a call that needs a full snapshot (bash,
+            a job, a merge) waits for the workspace's first snapshot, taken
+            in the background, before it runs with a partial checkpoint.
     """
 
     max_file_bytes: int = 20 * 1024 * 1024
     max_new_files: int = 20_000
     keep: int = 500
     max_store_bytes: int = 2 * 1024**3
+    first_snapshot_wait: float = 5.0
 
 
 @attrs.frozen
@@ -145,27 +150,36 @@ class State:
     git process: the cost budget of an edit is two milliseconds).
 
     Attributes:
-        tree: the last full snapshot's tree id (None: none taken yet).
+        tree: the last full snapshot's tree id (None: not known, see `base`).
         overlay: ``(path, entry or None)`` pairs over `tree`; None is absent.
+        dirs: the empty folders (full snapshots taken for a rewind only).
+        base: with no `tree`: the id of the first snapshot still being taken
+            in the background when this state was recorded; its tree is the
+            state's once it is done (`SnapshotStore.resolved`). With neither,
+            only the overlay is known (a partial state).
     """
 
     tree: str | None
     overlay: tuple[tuple[str, Entry | None], ...] = ()
     dirs: tuple[str, ...] = ()
+    base: str | None = None
 
     def with_paths(self, changes: Mapping[str, Entry | None]) -> State:
         """This state with `changes` laid over it."""
         merged = dict(self.overlay)
         merged.update(changes)
-        return State(self.tree, tuple(sorted(merged.items())), self.dirs)
+        return State(self.tree, tuple(sorted(merged.items())), self.dirs, self.base)
 
     def to_data(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
+        data: dict[str, Any] = {
             "tree": self.tree,
             "overlay": [[p, None if e is None else [e.mode, e.oid]] for p, e in self.overlay],
             "dirs": list(self.dirs),
         }
+        if self.base is not None:
+            data["base"] = self.base
+        return data
 
     @classmethod
     def from_data(cls, data: Any) -> State:
@@ -186,9 +200,18 @@ class State:
                     raise ValueError(f"bad entry {entry!r:.80}")
                 overlay.append((path, Entry(mode, oid)))
             dirs = tuple(d for d in data.get("dirs", ()) if isinstance(d, str) and valid_path(d))
+            base = data.get("base")
+            if base is not None and not _is_base_id(base):
+                raise ValueError(f"bad base id {base!r:.60}")
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"A saved checkpoint state is malformed ({exc}).") from None
-        return cls(tree, tuple(overlay), dirs)
+        return cls(tree, tuple(overlay), dirs, base)
+
+
+def _is_base_id(value: Any) -> bool:
+    return (
+        isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+    )
 
 
 def _is_oid(value: Any) -> bool:
@@ -320,6 +343,64 @@ class SnapshotStore:
         return self.directory / "store.git"
 
     @property
+    def bases_dir(self) -> Path:
+        """Where each first snapshot taken in the background names its tree when done."""
+        return self.directory / "bases"
+
+    def resolved(self, state: State) -> State | None:
+        """`state` with its tree known, or None when it is not (a partial state).
+
+        A state recorded while the first snapshot ran in the background takes
+        that snapshot's tree once it is done and was not overtaken by a
+        command that ran meanwhile (`Checkpointer` writes the tree only then).
+        """
+        if state.tree is not None:
+            return state
+        found = self._base(state.base)
+        if found is None:
+            return None
+        tree, _, first_seen = found
+        return State(tree, first_seen, state.dirs).with_paths(dict(state.overlay))
+
+    def base_unsettled(self, base: str) -> tuple[str, ...]:
+        """Paths that changed while background snapshot `base` ran (not known to be ours)."""
+        found = self._base(base)
+        return () if found is None else found[1]
+
+    def _base(
+        self, base: str | None
+    ) -> tuple[str, tuple[str, ...], tuple[tuple[str, Entry | None], ...]] | None:
+        if base is None or not _is_base_id(base):
+            return None
+        try:
+            raw = json.loads((self.bases_dir / base).read_text(encoding="utf-8"))
+            tree, unsettled = raw["tree"], raw["unsettled"]
+            first_seen = State.from_data({"tree": tree, "overlay": raw["first_seen"]}).overlay
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, SnapshotError):
+            return None
+        if not _is_oid(tree) or not isinstance(unsettled, list):
+            return None
+        paths = tuple(p for p in unsettled if isinstance(p, str) and valid_path(p))
+        return tree, paths, first_seen
+
+    def name_base(
+        self, base: str, snap: FullSnapshot, first_seen: Mapping[str, Entry | None]
+    ) -> None:
+        """Record what background snapshot `base` produced (see `resolved`).
+
+        Args:
+            base: the snapshot's id.
+            snap: the snapshot.
+            first_seen: each path an editor call touched while it ran, as it
+                was before the first of those calls: the snapshot read it
+                later, and a state recorded before that call had it so.
+        """
+        self.bases_dir.mkdir(exist_ok=True)
+        overlay = State(snap.tree).with_paths(first_seen).to_data()["overlay"]
+        data = {"tree": snap.tree, "unsettled": list(snap.unsettled), "first_seen": overlay}
+        _write_bytes(self.bases_dir / base, json.dumps(data).encode())
+
+    @property
     def journal_dir(self) -> Path:
         """Where rewinds keep their journals."""
         return self.directory / "journals"
@@ -357,13 +438,16 @@ class SnapshotStore:
 
     # -- snapshots -----------------------------------------------------------
 
-    async def snapshot(self, *, dirs: bool = False) -> FullSnapshot:
+    async def snapshot(self, *, dirs: bool = False, since_ns: int | None = None) -> FullSnapshot:
         """Take a full snapshot of the workspace (hold `lock`).
 
         Args:
             dirs: also record the empty folders (a second walk of the
                 untracked ones): rewinds do, to remove the folders created
                 since the target and to bring back, on undo, those they removed.
+            since_ns: report as unsettled what changed since this time (a
+                snapshot in the background, that calls did not wait for),
+                not only during the snapshot.
 
         Raises:
             SnapshotError: git failed (a message the model can act on).
@@ -377,7 +461,7 @@ class SnapshotStore:
             await self._check(["update-index", "-q", "--refresh"], "refresh", tolerate=True)
             self._refresh = False
         listing = await self._listing()
-        started = _now_ns()
+        started = _now_ns() if since_ns is None else since_ns
         chosen: dict[str, None] = {}
         skipped: list[str] = []
         new: list[str] = []
@@ -731,6 +815,9 @@ class SnapshotStore:
 
     # -- git -----------------------------------------------------------------
 
+    def _drop_partial_writes(self) -> None:
+        _drop_partial_writes_in(self.directory, self.git_dir)
+
     async def _check(
         self,
         args: list[str],
@@ -747,9 +834,18 @@ class SnapshotStore:
             )
         except GitError as exc:
             raise SnapshotError(f"Could not {what}: {exc.message}") from None
-        if result.timed_out or result.stdout_truncated or (result.returncode != 0 and not tolerate):
+        full = any(sign in result.stderr for sign in _DISK_FULL)
+        if (
+            full
+            or result.timed_out
+            or result.stdout_truncated
+            or (result.returncode != 0 and not tolerate)
+        ):
+            # A full disk is never tolerated: a snapshot missing what git could
+            # not write would look whole.
             detail = (result.stderr.strip() or result.stdout.strip())[-1000:]
-            if "No space left" in detail:
+            if full:
+                self._drop_partial_writes()
                 raise SnapshotError(
                     f"Could not {what}: the disk holding the checkpoint store "
                     f"({self.directory}) is full. Free space, or build the toolkit with "
@@ -757,6 +853,34 @@ class SnapshotStore:
                 )
             raise SnapshotError(f"Could not {what} (git exit {result.returncode}: {detail}).")
         return result.stdout
+
+
+_DISK_FULL = ("No space left", "Out of diskspace", "ENOSPC")
+"""How git says the disk is full."""
+
+
+def _drop_partial_writes_in(directory: Path, git_dir: Path) -> None:
+    """Remove what a git killed by a full disk left half-written (the caller holds the lock).
+
+    Its temporary objects and packs and its index lock, and the store's own
+    scratch files: none is referenced, and each holds space the next
+    snapshot needs. Complete objects stay (they are valid, and shared).
+    """
+    for dirpath, _dirs, files in os.walk(git_dir / "objects"):
+        for name in files:
+            if name.startswith(("tmp_", ".tmp-")):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(dirpath, name))
+    for lock in (directory / "index.lock", git_dir / "index.lock"):
+        with contextlib.suppress(OSError):
+            lock.unlink()
+    scratch = directory / "tmp"
+    with contextlib.suppress(OSError):
+        for child in scratch.iterdir():
+            if child.is_dir():
+                _remove_tree(child)
+            else:
+                child.unlink()
 
 
 def _store_isolation(

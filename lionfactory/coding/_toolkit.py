@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -60,7 +61,7 @@ from lionfactory.coding._snapshots import SnapshotError, refuse_root
 from lionfactory.coding.rules import Rule, RuleHook, hinted_rules, rule_set
 from lionfactory.errors import ToolDenied
 from lionfactory.tools._code_intel import CodeIntel, build_code_intel
-from lionfactory.tools.jobs import jobs_tool
+from lionfactory.tools.jobs import job_running, jobs_tool
 
 if TYPE_CHECKING:
     from lionfactory._branch import Branch
@@ -219,9 +220,11 @@ class _Toolkit:
         return await intel.late_report() if intel is not None else None
 
     async def close_branch(self, branch_id: Any) -> None:
-        """End the type checker's servers of `branch_id`, in every root."""
+        """End the type checker's servers of `branch_id`, in every root, and its first snapshot."""
         for intel in self.intels.values():
             await intel.close_branch(branch_id)
+        if self.checkpointer is not None:
+            await self.checkpointer.close_branch(branch_id)
 
     checkpointer: Checkpointer | None = None
 
@@ -271,9 +274,11 @@ class _Toolkit:
         A checkpoint that cannot be taken (a full disk, say) refuses the
         call: it would change files no rewind could put back.
         """
+        if self.checkpointer is not None:
+            await self._close_ended_jobs()
         plan = None if self.checkpointer is None else plan_call(name, request, self.active)
         if plan is None or self.checkpointer is None:
-            return await run()
+            return await self._then_close_jobs(name, run)
         # A sandbox merge changes the home checkout, wherever the tools work now.
         workspace = self.where.home if name == "sandbox" else self.active
         try:
@@ -283,8 +288,10 @@ class _Toolkit:
                 f"No checkpoint could be taken before this call, so it did not run: {exc.message}",
                 name,
             ) from None
+        result: Any = None
         try:
-            return await run()
+            result = await run()
+            return result
         finally:
             # Recorded even when the call failed or was cancelled: it may have
             # changed files before it stopped.
@@ -293,9 +300,27 @@ class _Toolkit:
                 anyio.move_on_after(_AFTER_TIMEOUT),
                 contextlib.suppress(SnapshotError),
             ):
+                started = getattr(result, "job_id", None) if plan.job_started else None
                 await self.checkpointer.after(
-                    workspace, entry, job_started=plan.job_started, job_ended=plan.job_ended
+                    workspace,
+                    entry,
+                    job_started=plan.job_started,
+                    job_ended=plan.job_ended,
+                    job_id=started if isinstance(started, str) else plan.job_id,
                 )
+
+    async def _then_close_jobs(self, name: str, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a call that takes no checkpoint; after a ``jobs`` call, close ended jobs' windows."""
+        result = await run()
+        if name == "jobs" and self.checkpointer is not None:
+            await self._close_ended_jobs()
+        return result
+
+    async def _close_ended_jobs(self) -> None:
+        """A job that ended by itself gets its end checkpoint (best effort: never fails a call)."""
+        assert self.checkpointer is not None
+        with contextlib.suppress(SnapshotError):
+            await self.checkpointer.close_ended_jobs()
 
     async def _call(self, handler: Callable[[Any], Awaitable[Any]], name: str, request: Any) -> Any:
         """Run `handler`, asking it for file evidence.
@@ -488,9 +513,10 @@ def coding_toolkit(
             person (`Branch.run` raises `ApprovalPending`). Each rule's
             examples are checked now. They run as the first security hook.
         mode: a permission preset expanded to rules before `rules`:
-            ``"read_only"`` (editor, bash and sandbox denied),
-            ``"ask_edits"`` (editor, bash and sandbox asked),
-            ``"accept_edits"`` (edits run; bash and sandbox asked), or
+            ``"read_only"`` (editor, bash, sandbox and a real checkpoint
+            rewind denied), ``"ask_edits"`` (the same asked),
+            ``"accept_edits"`` (edits and rewinds run; bash and sandbox
+            asked), or
             ``"auto"`` / None (nothing asked but what `rules` say).
         env_policy: which environment variables the programs the tools start
             get (bash, search, code_check, ast_search); default
@@ -580,7 +606,10 @@ def coding_toolkit(
                 f"copy everything under it; use a project directory, or checkpoints=False"
             )
         kit.checkpointer = Checkpointer(
-            branch, confinement, forget_evidence=kit.store.by_path.clear
+            branch,
+            confinement,
+            forget_evidence=kit.store.by_path.clear,
+            job_running=functools.partial(job_running, branch.id),
         )
         branch.checkpoint_log.rewinder = kit.checkpointer
 

@@ -4,20 +4,23 @@ Opt-in (``coding_toolkit(..., tools=[..., "checkpoint"])``): the toolkit
 takes the checkpoints whether or not the model can see them; this tool lets
 it look back (``list``, ``diff``) and undo its own steps (``rewind``, a dry
 run unless told otherwise). A real rewind changes files, so the tool is
-marked destructive and the toolkit's rules and modes treat it as a writing
-call.
+marked destructive, and a real rewind of files states what it writes
+(`rewind_targets`), so the toolkit's rules and modes judge it as a writing
+call: ``ask_edits`` asks for it, ``read_only`` denies it, while ``list``,
+``diff`` and dry runs, which change nothing, are never asked about.
 """
 
 from __future__ import annotations
 
 import difflib
+import posixpath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._branch import Branch
 from lionfactory._tool import Tool, ToolHints
-from lionfactory.coding._snapshots import SYMLINK, Entry, SnapshotError, State
+from lionfactory.coding._snapshots import SYMLINK, Entry, SnapshotError, SnapshotStore, State
 from lionfactory.errors import CheckpointNotFound
 
 __all__ = ["CheckpointRequest", "CheckpointResponse", "checkpoint_tool"]
@@ -53,6 +56,12 @@ class CheckpointRequest(BaseModel):
         default="both",
         description="rewind: 'code' files only, 'conversation' messages only, or 'both'.",
     )
+    paths: list[str] | None = Field(
+        default=None,
+        description=(
+            "rewind: restore only these workspace-relative files or folders (default: all)."
+        ),
+    )
     dry_run: bool = Field(
         default=True,
         description=(
@@ -70,7 +79,11 @@ class CheckpointResponse(BaseModel):
     success: bool = Field(description="Whether the action was carried out.")
     error: str | None = Field(default=None, description="Why it failed, and what to do next.")
     checkpoints: list[dict[str, Any]] | None = Field(
-        default=None, description="list: id, tool, created_at and files_changed of each."
+        default=None,
+        description=(
+            "list: id, tool, created_at and files_changed of each, and `partial` (why its "
+            "files cannot be rewound to) for a checkpoint taken without a full snapshot."
+        ),
     )
     name_status: list[str] | None = Field(
         default=None, description="diff: one 'A|M|D|T<TAB>path' line per changed path."
@@ -125,8 +138,10 @@ class _Checkpoints:
                     "tool": c.tool,
                     "created_at": c.created_at.isoformat(timespec="seconds"),
                     "files_changed": list(c.files_changed),
+                    **({"partial": e.data["partial"]} if e.data.get("partial") else {}),
                 }
-                for c in self.branch.checkpoints
+                for e in self.branch.checkpoint_log.entries
+                for c in (e.checkpoint,)
             ],
         )
 
@@ -135,7 +150,9 @@ class _Checkpoints:
             return CheckpointResponse(
                 success=False, error="rewind needs `to`: a checkpoint id from list."
             )
-        report = await self.branch.rewind(request.to, scope=request.scope, dry_run=request.dry_run)
+        report = await self.branch.rewind(
+            request.to, scope=request.scope, paths=request.paths, dry_run=request.dry_run
+        )
         return CheckpointResponse(
             success=True,
             report={
@@ -150,7 +167,7 @@ class _Checkpoints:
 
     async def _diff(self, request: CheckpointRequest) -> CheckpointResponse:
         from lionfactory._os.workspace import Workspace
-        from lionfactory.coding._checkpointing import Checkpointer
+        from lionfactory.coding._checkpointing import Checkpointer, wait_for_first_snapshot
 
         if not request.from_id:
             return CheckpointResponse(
@@ -165,15 +182,16 @@ class _Checkpoints:
         if not isinstance(rewinder, Checkpointer) or not isinstance(root, str):
             return CheckpointResponse(success=False, error="This checkpoint cannot be read here.")
         store = rewinder.store(Workspace.at(root))
-        first = State.from_data(start.data["before"])
-        if request.to_id == "current":
-            async with store.lock:
-                second = (await store.snapshot()).state
-        else:
-            end = log.find(request.to_id)
+        end = None if request.to_id == "current" else log.find(request.to_id)
+        if request.to_id != "current" and end is None:
+            raise CheckpointNotFound(request.to_id, len(log.entries))
+        await wait_for_first_snapshot(store)
+        async with store.lock:
+            first = _known(store, start.checkpoint.id, start.data)
             if end is None:
-                raise CheckpointNotFound(request.to_id, len(log.entries))
-            second = State.from_data(end.data["before"])
+                second = (await store.snapshot()).state
+            else:
+                second = _known(store, end.checkpoint.id, end.data)
         old, new = await store.manifest(first), await store.manifest(second)
         changed = sorted(
             p
@@ -193,6 +211,15 @@ class _Checkpoints:
             diff=page,
             next_offset=after if after < len(text) else None,
         )
+
+
+def _known(store: SnapshotStore, checkpoint_id: str, data: Any) -> State:
+    """The state before a checkpoint's call (`SnapshotError` for a partial checkpoint)."""
+    state = store.resolved(State.from_data(data["before"]))
+    if state is None:
+        why = data.get("partial") or "its first snapshot is not done"
+        raise SnapshotError(f"Checkpoint {checkpoint_id} is partial ({why}); compare another one.")
+    return state
 
 
 def _status(old: Entry | None, new: Entry | None) -> str:
@@ -234,6 +261,22 @@ def _unified(path: str, old: Entry | None, new: Entry | None, blobs: dict[str, b
     return out if out.endswith("\n") or not out else out + "\n"
 
 
+def rewind_targets(request: CheckpointRequest) -> tuple[str, ...]:
+    """What a call writes (`Tool.targets`): the paths a real rewind of files restores.
+
+    A ``list``, a ``diff``, a dry run and a conversation-only rewind change
+    no file: no targets, so rules with a glob (the modes' rules for this
+    tool) pass them. A real rewind names its ``paths``, or ``.`` (the whole
+    workspace) without them, so it is judged, asked about or denied like any
+    writing call.
+    """
+    if request.action != "rewind" or request.dry_run or request.scope == "conversation":
+        return ()
+    if not request.paths:
+        return (".",)
+    return tuple(posixpath.normpath(p.replace("\\", "/")).lstrip("/") or "." for p in request.paths)
+
+
 def checkpoint_tool(branch: Branch) -> Tool:
     """Build the ``checkpoint`` tool for `branch` (bound to it).
 
@@ -250,4 +293,5 @@ def checkpoint_tool(branch: Branch) -> Tool:
         bound_to=branch.id,
         response_model=CheckpointResponse,
         hints=ToolHints("Checkpoints and rewind", destructive=True),
+        targets=rewind_targets,
     )

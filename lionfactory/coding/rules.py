@@ -91,6 +91,8 @@ PATH_ARGUMENTS: Mapping[str, str] = {
     "code_nav": "path",
     "ast_search": "path",
     "code_check": "paths",
+    # A real rewind of files (its targets: its paths, or "." for all of them).
+    "checkpoint": "paths",
 }
 """The argument a rule's glob is matched against, per file tool, when the call's
 tool does not state its targets (a hook called outside a tool's own pipeline)."""
@@ -327,15 +329,20 @@ MODES: Mapping[str, tuple[Rule, ...]] = {
         Rule("editor", decision="deny", reason=_read_only("editor changes files")),
         Rule("bash", decision="deny", reason=_read_only("bash runs commands")),
         Rule("sandbox", decision="deny", reason=_read_only("sandbox changes the sandbox")),
+        # Listing, diffing and dry runs state no targets: they still run.
+        Rule("checkpoint", "*", "deny", reason=_read_only("a real rewind changes files")),
     ),
     # A person approves every file change, every command and every sandbox step.
     "ask_edits": (
         Rule("editor", decision="ask", reason="changes a file"),
         Rule("bash", decision="ask", reason="runs a command"),
         Rule("sandbox", decision="ask", reason="changes the sandbox or merges it"),
+        Rule("checkpoint", "*", "ask", reason="rewinds files to a checkpoint"),
     ),
     # File changes run at once (they stay in the workspace, and git shows
-    # them); commands and sandbox steps are asked about.
+    # them), a rewind of files too (it writes through the editor's path,
+    # leaves others' changes alone and can itself be undone); commands and
+    # sandbox steps are asked about.
     "accept_edits": (
         Rule("bash", decision="ask", reason="runs a command"),
         Rule("sandbox", decision="ask", reason="changes the sandbox or merges it"),

@@ -537,6 +537,18 @@ REGISTRY = JobRegistry()
 """The one registry the built-in ``bash`` and ``jobs`` tools share."""
 
 
+def job_running(branch_id: uuid.UUID | None, job_id: str, registry: JobRegistry = REGISTRY) -> bool:
+    """Whether job `job_id` of branch `branch_id` still runs (False: ended, killed or unknown).
+
+    The coding toolkit asks it to close a job's checkpoint window when the
+    job ends by itself. Polling reaps nothing a kill would still need: an
+    exited job's group is killed and reaped by `_Job.poll` as for any caller.
+    """
+    table = registry.tables.get(branch_id)
+    job = None if table is None else table.jobs.get(job_id)
+    return job is not None and job.running
+
+
 def _forget(branch_id: uuid.UUID) -> None:
     with REGISTRY.lock:
         table = REGISTRY.tables.pop(branch_id, None)

@@ -12,7 +12,15 @@ checkpoint pays for the state before it and the record after it.
 * a bash command changing one file there (target: at most 300 ms more);
 * for information, the first snapshot of the 10,000-file tree, which the
   project's own index seeds (only what differs from it is hashed), and the
-  same first snapshot with no project index to seed from.
+  same first snapshot with no project index to seed from;
+* the first editor call on a fresh 10,000-file tree with no index, while
+  the first snapshot runs in the background (target: at most 2 ms more
+  than the same first call with ``checkpoints=False``: it does not wait);
+* the first bash call there once an editor call started that snapshot: it
+  waits for it (at most `Limits.first_snapshot_wait`), for information;
+* an editor edit of a Python file on a copy of lionfactory's own tree with
+  checkpoints and diagnostics after edits on (``code_engine="auto"``),
+  against the same edit with both off (target: <= 1.3x; medians).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import Row, Size, budget_row, info_row, interleaved, sizes
+from _common import Row, Size, budget_row, info_row, interleaved, ratio_row, sizes
 
 from lionfactory import Branch
 from lionfactory.coding import coding_toolkit
@@ -32,8 +40,8 @@ from lionfactory.coding import coding_toolkit
 BENCH = "checkpoints"
 
 SIZES: dict[Size, dict[str, Any]] = {
-    "tiny": {"small": 100, "large": 1_000, "repeat": 3},
-    "full": {"small": 1_000, "large": 10_000, "repeat": 7},
+    "tiny": {"small": 100, "large": 1_000, "repeat": 3, "edits": 3},
+    "full": {"small": 1_000, "large": 10_000, "repeat": 7, "edits": 15},
 }
 
 
@@ -163,7 +171,75 @@ async def _measure(size: Size) -> list[Row]:
                 "ms",
             )
         )
+        fresh_on = Path(tmp) / "fresh-on"
+        fresh_off = Path(tmp) / "fresh-off"
+        for folder in (fresh_on, fresh_off):
+            folder.mkdir()
+            make_repo(folder, config["large"], commit=False)
+        first: dict[str, float] = {}
+        # The baseline first, so the one-time costs of a process's first calls are its own.
+        for label, folder, checkpoints in (("off", fresh_off, False), ("on", fresh_on, True)):
+            branch = branch_for(folder, checkpoints)
+            start = trio.current_time()
+            arguments = {"action": "write", "file_path": "first.txt", "content": "x = 1\n"}
+            await _act(branch, "editor", arguments)
+            first[label] = trio.current_time() - start
+            if checkpoints:
+                start = trio.current_time()
+                await _act(branch, "bash", {"command": "nice true"})
+                waited = trio.current_time() - start
+            await branch.aclose()
+        rows.append(
+            budget_row(
+                BENCH,
+                f"first editor write, {config['large']:,} files, first snapshot pending: added",
+                (first["on"] - first["off"]) * 1000,
+                2.0,
+                "ms",
+                baseline=first["off"] * 1000,
+            )
+        )
+        rows.append(
+            info_row(
+                BENCH,
+                f"first bash call after it, {config['large']:,} files (waits for the snapshot)",
+                waited * 1000,
+                "ms",
+            )
+        )
+        rows.extend(await _own_tree_edit(Path(tmp), config["edits"]))
     return rows
+
+
+async def _own_tree_edit(tmp: Path, edits: int) -> list[Row]:
+    """The editor call with checkpoints and diagnostics on, against both off (issue 47)."""
+    import shutil
+    import statistics
+
+    from bench_code_intel import PACKAGE, edit_times
+
+    from lionfactory.tools._code_intel import ty_command
+
+    own = tmp / "own"
+    shutil.copytree(PACKAGE, own / "lionfactory", ignore=shutil.ignore_patterns("__pycache__"))
+    engine = "auto" if ty_command() is not None else "ast"
+    off = await edit_times(own, "ast", edits, checkpoints=False)
+    checkpoints_only = await edit_times(own, "ast", edits, checkpoints=True)
+    on = await edit_times(own, engine, edits, checkpoints=True)
+    name = "editor edit, own tree: checkpoints and diagnostics on, vs both off (median)"
+    if engine == "ast":
+        name += " [ty not installed: diagnostics off]"
+    baseline = statistics.median(off) * 1000
+    return [
+        ratio_row(BENCH, name, statistics.median(on) * 1000, baseline, "ms", 1.3),
+        info_row(
+            BENCH,
+            "editor edit, own tree: checkpoints on, diagnostics off (median)",
+            statistics.median(checkpoints_only) * 1000,
+            "ms",
+            baseline=baseline,
+        ),
+    ]
 
 
 def run(size: Size) -> list[Row]:

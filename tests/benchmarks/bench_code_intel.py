@@ -91,9 +91,17 @@ async def first_diagnostics(root: Path, files: int) -> float:
         await intel.aclose()
 
 
-async def edit_times(root: Path, engine: str, edits: int) -> list[float]:
+async def edit_times(
+    root: Path, engine: str, edits: int, *, checkpoints: bool = True
+) -> list[float]:
     branch = Branch()
-    branch.register(coding_toolkit, workspace_root=root, code_engine=engine, notify=False)
+    branch.register(
+        coding_toolkit,
+        workspace_root=root,
+        code_engine=engine,
+        notify=False,
+        checkpoints=checkpoints,
+    )
     target = "lionfactory/tools/code_nav.py"
     text = (root / target).read_text()
     try:

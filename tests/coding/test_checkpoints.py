@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ from lionfactory.backends import SqliteBranchStore
 from lionfactory.coding import coding_toolkit
 from lionfactory.coding._checkpointing import bash_reads_only
 from lionfactory.coding._restore import Op, apply_op
-from lionfactory.coding._snapshots import Entry, SnapshotStore, blob_id
+from lionfactory.coding._snapshots import Entry, SnapshotError, SnapshotStore, blob_id
 from lionfactory.errors import CheckpointNotFound, ConfigurationError
 
 HERE = Path(__file__).resolve().parent
@@ -387,7 +388,8 @@ async def test_a_background_job_gets_checkpoints_and_its_writes_are_the_branchs(
     await ok(branch, "jobs", action="wait", job_id=job_id)
     await ok(branch, "jobs", action="kill", job_id=job_id)
     tools = [c.tool for c in branch.checkpoints]
-    assert tools == ["bash", "jobs"]
+    # Its start, its end (seen by the wait), and the kill of the ended job.
+    assert tools == ["bash", "jobs", "jobs"]
     report = await branch.rewind(branch.checkpoints[0].id)
     assert set(report.deleted) == {"a.txt", "b.txt"}
     assert report.conflicts == ()
@@ -632,3 +634,284 @@ async def test_a_sandbox_merge_takes_a_checkpoint_of_the_home_checkout(workspace
     report = await branch.rewind(merge.id, scope="code")
     assert report.restored == ("a.py",)
     assert (workspace / "a.py").read_text() == "x = 1\n"
+
+
+def assert_calls_answered(branch: Branch) -> None:
+    """Every call in the active view has its result there, and every result its call."""
+    active = list(branch.messages.active)
+    calls = [c.id for m in active if m.role == "assistant" for c in m.tool_calls]
+    results = [m.call_id for m in active if m.role == "tool"]
+    assert sorted(calls) == sorted(results), [(m.role, m.call_id) for m in active]
+
+
+async def test_a_conversation_rewind_never_leaves_a_call_without_its_result(
+    workspace: Path,
+) -> None:
+    """Eviction is inclusive: the turn that made the checkpoint's call leaves with its results."""
+    branch = kit_branch(workspace, tools=["editor", "checkpoint"])
+    await ok(branch, "editor", action="write", file_path="a.txt", content="a\n")
+    await ok(branch, "editor", action="write", file_path="b.txt", content="b\n")
+    first, second = branch.checkpoints
+    carrying = branch.messages.record[second.message_index]
+    # Rewound from inside a call (the model's own tool): that call keeps its place.
+    done = await ok(branch, "checkpoint", action="rewind", to=second.id, dry_run=False)
+    assert done["success"], done
+    assert not branch.messages.is_active(carrying.id)
+    assert_calls_answered(branch)
+    assert branch.messages.active[-1].role == "tool"
+    assert not (workspace / "b.txt").exists()
+    # The undo brings back the view as it was, with the rewind call's own result.
+    undone = await ok(
+        branch, "checkpoint", action="rewind", to=done["report"]["undo"], dry_run=False
+    )
+    assert undone["success"], undone
+    assert branch.messages.is_active(carrying.id)
+    assert_calls_answered(branch)
+    assert (workspace / "b.txt").exists()
+    # From outside any call: the view ends before the first write's turn.
+    await branch.rewind(first.id, scope="conversation")
+    assert_calls_answered(branch)
+    assert [m.role for m in branch.messages.active] == ["system"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "real"),
+    [
+        (None, "done"),
+        ("auto", "done"),
+        ("accept_edits", "done"),
+        ("ask_edits", "pending"),
+        ("read_only", "error"),
+    ],
+)
+async def test_a_real_rewind_goes_through_the_modes_and_a_dry_run_never_asks(
+    workspace: Path, mode: str | None, real: str
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    tools = ["reader", "editor", "checkpoint"]
+    branch = kit_branch(workspace, tools=tools, mode=mode)
+    await ok(branch, "reader", action="read", path="a.txt")
+    edit = {"action": "edit", "file_path": "a.txt", "old_string": "a", "new_string": "b"}
+    first = await branch.act("editor", edit)
+    if first.outcome == "pending":
+        branch.approve(first.call_id)
+        await branch.settle()
+    elif mode == "read_only":
+        assert first.outcome == "error" and "read-only" in (first.error or "")
+        # A read-only session has no checkpoint of its own: one from a session that wrote.
+        writer = kit_branch(workspace, tools=tools)
+        await ok(writer, "reader", action="read", path="a.txt")
+        await ok(writer, "editor", **edit)
+        branch = Branch.from_dict(
+            {**branch.to_dict(), "checkpoints": writer.checkpoint_log.to_data()}
+        )
+    assert (workspace / "a.txt").read_text() == "b\n"
+    [checkpoint] = branch.checkpoints
+    for quiet in (
+        {"action": "list"},
+        {"action": "diff", "from_id": checkpoint.id},
+        {"action": "rewind", "to": checkpoint.id},
+        {"action": "rewind", "to": checkpoint.id, "dry_run": False, "scope": "conversation"},
+    ):
+        assert (await branch.act("checkpoint", quiet)).outcome == "done", quiet
+    assert (workspace / "a.txt").read_text() == "b\n"
+    for arguments in (
+        {"action": "rewind", "to": checkpoint.id, "dry_run": False},
+        {"action": "rewind", "to": checkpoint.id, "dry_run": False, "paths": ["a.txt"]},
+    ):
+        result = await branch.act("checkpoint", arguments)
+        assert result.outcome == real, (arguments, result)
+        if real == "pending":
+            branch.deny(result.call_id, "not now")
+            await branch.settle()
+    assert (workspace / "a.txt").read_text() == ("a\n" if real == "done" else "b\n")
+
+
+async def test_a_job_that_ends_by_itself_closes_its_checkpoint_window(workspace: Path) -> None:
+    """Its end checkpoint names what it wrote; a later user edit is a conflict again."""
+    branch = kit_branch(workspace)
+    started = await ok(branch, "bash", command="sleep 0.3; echo late > late.txt", background=True)
+    assert (await ok(branch, "jobs", action="wait", job_id=started["job_id"]))["matched"]
+    start, end = branch.checkpoints
+    assert (start.tool, end.tool) == ("bash", "jobs")
+    assert "late.txt" in end.files_changed
+    assert branch.checkpoint_log.entries[-1].data.get("jobs_ended") == [started["job_id"]]
+    # The window is closed: the user's file is not the branch's to delete.
+    (workspace / "mine.txt").write_text("the user's\n")
+    report = await branch.rewind(start.id, scope="code")
+    assert report.deleted == ("late.txt",)
+    assert report.conflicts == ("mine.txt",)
+    assert (workspace / "mine.txt").exists()
+
+
+async def test_a_job_end_is_seen_by_the_next_call_of_any_tool(workspace: Path) -> None:
+    import functools
+
+    import anyio.to_thread
+
+    from lionfactory.tools.jobs import REGISTRY, job_running
+
+    (workspace / "a.txt").write_text("a\n")
+    branch = kit_branch(workspace)
+    started = await ok(branch, "bash", command="echo done > out.txt", background=True)
+    job = REGISTRY.tables[branch.id].jobs[started["job_id"]]
+    await anyio.to_thread.run_sync(functools.partial(job.popen.wait, timeout=60))
+    assert not job_running(branch.id, started["job_id"])
+    await ok(branch, "reader", action="read", path="a.txt")
+    assert [c.tool for c in branch.checkpoints] == ["bash", "jobs"]
+
+
+# -- the first snapshot of a large tree -------------------------------------------
+
+
+def large_tree(root: Path, files: int) -> None:
+    for index in range(files):
+        folder = root / f"pkg{index % 40}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"m{index}.py").write_text(f"V = {index}\n" * 30)
+
+
+async def test_the_first_snapshot_of_a_large_tree_does_not_block_an_edit(
+    workspace: Path,
+) -> None:
+    """The edit records its path over the snapshot still being taken; the rewind completes it."""
+    from lionfactory.coding._checkpointing import _BASES
+
+    large_tree(workspace, 6_000)
+    branch = kit_branch(workspace, tools=["editor", "bash", "checkpoint"])
+    await ok(branch, "editor", action="write", file_path="new.py", content="x = 1\n")
+    base = _BASES[workspace.resolve()]
+    # 6,000 files are not hashed in the time of an edit: the edit did not wait.
+    assert not base.finished
+    [checkpoint] = branch.checkpoints
+    assert checkpoint.files_changed == ("new.py",)
+    report = await branch.rewind(checkpoint.id, scope="code")
+    assert base.finished and base.error is None
+    assert report.deleted == ("new.py",)
+    assert report.conflicts == ()
+    assert (workspace / "pkg0" / "m0.py").exists()
+
+
+async def test_a_command_that_outruns_the_first_snapshot_gets_a_partial_checkpoint(
+    workspace: Path,
+) -> None:
+    """Never silent: the partial checkpoint says why, and a rewind to it is refused."""
+    from lionfactory.coding._checkpointing import _BASES
+    from lionfactory.coding._snapshots import Limits
+
+    large_tree(workspace, 6_000)
+    branch = kit_branch(workspace, tools=["editor", "bash", "checkpoint"])
+    checkpointer = branch.checkpoint_log.rewinder
+    checkpointer.limits = Limits(first_snapshot_wait=0.0)  # type: ignore[union-attr]
+    await bash(branch, "echo made > made.txt")
+    partial = branch.checkpoint_log.entries[0]
+    assert "first snapshot" in partial.data["partial"]
+    listed = await ok(branch, "checkpoint", action="list")
+    assert "first snapshot" in listed["checkpoints"][0]["partial"]
+    refused = await ok(
+        branch, "checkpoint", action="rewind", to=partial.checkpoint.id, dry_run=False
+    )
+    assert not refused["success"] and "partial" in refused["error"]
+    assert (workspace / "made.txt").exists()
+    assert _BASES[workspace.resolve()].finished
+    # Later checkpoints are whole again.
+    await bash(branch, "rm made.txt")
+    report = await branch.rewind(branch.checkpoints[-1].id, scope="code")
+    assert report.restored == ("made.txt",)
+
+
+async def test_closing_the_branch_cancels_its_first_snapshot(workspace: Path) -> None:
+    from lionfactory.coding._checkpointing import _BASES
+
+    large_tree(workspace, 6_000)
+    branch = kit_branch(workspace)
+    await ok(branch, "editor", action="write", file_path="new.py", content="x = 1\n")
+    base = _BASES[workspace.resolve()]
+    assert not base.finished
+    await branch.aclose()
+    assert base.finished
+    assert base.error is not None and "cancelled" in base.error
+
+
+# -- a full disk ------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """A 4 MiB tmpfs (root may mount one); skipped, with the reason, where mounting is refused."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill: {done.stderr.strip() or done.returncode}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Fill `folder`'s disk to the last byte; the filler file is returned for freeing."""
+    filler = folder / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+    with contextlib.suppress(OSError), open(folder / "tail", "wb") as handle:
+        while True:
+            handle.write(b"\0")
+            handle.flush()
+    return filler
+
+
+async def test_a_full_checkpoint_store_refuses_the_call_and_the_next_one_works(
+    workspace: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot that cannot be stored leaves nothing partial; the call does not run."""
+    monkeypatch.setenv("LIONFACTORY_STATE_DIR", str(small_disk / "state"))
+    (workspace / "data.bin").write_bytes(os.urandom(6 * 1024 * 1024))
+    branch = kit_branch(workspace)
+    refused = await branch.act("bash", {"command": "echo ran > ran.txt"})
+    assert not refused.ok
+    assert "full" in (refused.error or "") and "checkpoints=False" in (refused.error or "")
+    assert not (workspace / "ran.txt").exists()
+    assert branch.checkpoints == ()
+    # Space comes back (the big file goes): the next call is checkpointed and runs.
+    (workspace / "data.bin").unlink()
+    await bash(branch, "echo ran > ran.txt")
+    assert [c.tool for c in branch.checkpoints] == ["bash"]
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert report.deleted == ("ran.txt",)
+
+
+async def test_a_rewind_on_a_full_workspace_disk_reports_and_leaves_nothing_partial(
+    small_disk: Path,
+) -> None:
+    """A restore that cannot be written leaves the file as it was and says so; it works later."""
+    workspace = small_disk / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("original\n")
+    branch = kit_branch(workspace)
+    await bash(branch, "rm a.txt")
+    first = branch.checkpoints[0].id
+    filler = fill(small_disk)
+    with pytest.raises(SnapshotError, match="full") as raised:
+        await branch.rewind(first, scope="code")
+    assert "rewind again" in raised.value.message
+    # Nothing half-written, nothing left behind, no undo checkpoint for a rewind not done.
+    assert not (workspace / "a.txt").exists()
+    assert len(branch.checkpoints) == 1
+    assert not [p for p in workspace.iterdir() if p.name.startswith(".")]
+    filler.unlink()
+    (small_disk / "tail").unlink(missing_ok=True)
+    again = await branch.rewind(first, scope="code")
+    assert again.restored == ("a.txt",)
+    assert (workspace / "a.txt").read_text() == "original\n"
