@@ -697,7 +697,7 @@ async def test_a_real_rewind_goes_through_the_modes_and_a_dry_run_never_asks(
         branch.approve(first.call_id)
         await branch.settle()
     elif mode == "read_only":
-        assert first.outcome == "error" and "read-only" in (first.error or "")
+        assert first.outcome == "error" and "read_only mode" in (first.error or "")
         # A read-only session has no checkpoint of its own: one from a session that wrote.
         writer = kit_branch(workspace, tools=tools)
         await ok(writer, "reader", action="read", path="a.txt")

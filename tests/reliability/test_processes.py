@@ -167,6 +167,9 @@ async def test_64_concurrent_calls_printing_10_mb_each_use_bounded_memory(worksp
     (workspace / "flood.py").write_text(FLOOD)
     bash = bash_tool(workspace_root=workspace)
     answers: list[dict[str, object]] = []
+    # The tool keeps the supervisor its first call starts (its socket and
+    # pidfd stay open while the tool lives): counted once, before the flood.
+    await bash(command="true")
     fds = open_fds()
 
     async def one() -> None:
