@@ -32,7 +32,7 @@ from typing import Literal
 
 import attrs
 
-__all__ = ["CORE_NAMES", "DEFAULT_EXCLUDES", "EnvPolicy", "Environment"]
+__all__ = ["CORE_NAMES", "DEFAULT_EXCLUDES", "EnvPolicy", "Environment", "checked_variables"]
 
 Inherit = Literal["all", "core", "none"]
 
@@ -109,15 +109,25 @@ def _patterns(value: Iterable[str]) -> tuple[str, ...]:
     return out
 
 
-def _variables(value: Mapping[str, str]) -> Mapping[str, str]:
+def checked_variables(value: object, what: str) -> dict[str, str]:
+    """`value` as environment variables, or the TypeError/ValueError that names `what`.
+
+    One check for every mapping that becomes a process's environment (a
+    policy's ``set``, a bash call's ``env``): the kernel takes ``NAME=value``
+    strings, so a name may not be empty or hold ``=``, and neither part a NUL.
+    """
     if not isinstance(value, Mapping):
-        raise TypeError(f"set must be a mapping of str to str, got {value!r}")
+        raise TypeError(f"{what} must be a mapping of str to str, got {value!r}")
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise TypeError(f"set must map str to str, got {key!r}: {item!r}")
+            raise TypeError(f"{what} must map str to str, got {key!r}: {item!r}")
         if not key or "=" in key or "\x00" in key or "\x00" in item:
-            raise ValueError(f"set has an invalid entry, got {key!r}: {item!r}")
-    return MappingProxyType(dict(value))
+            raise ValueError(f"{what} has an invalid entry, got {key!r}: {item!r}")
+    return dict(value)
+
+
+def _variables(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(checked_variables(value, "set"))
 
 
 @attrs.frozen

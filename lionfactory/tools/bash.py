@@ -92,7 +92,7 @@ import attrs
 from pydantic import BaseModel, ConfigDict, Field
 
 from lionfactory._call import current_call, current_progress
-from lionfactory._os.environment import EnvPolicy
+from lionfactory._os.environment import EnvPolicy, checked_variables
 from lionfactory._os.isolation import Isolation, containment, workspace_isolation
 from lionfactory._os.process import DEFAULT_MAX_BYTES, LaunchError, ProcessResult, run_process
 from lionfactory._os.supervisor import Supervisor, SupervisorGone, run_supervised
@@ -871,16 +871,7 @@ def _withheld_notice(output: str, withheld: tuple[str, ...]) -> str | None:
 
 
 def _check_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
-    if env is None:
-        return None
-    if not isinstance(env, Mapping):
-        raise TypeError(f"env must be a mapping of str to str or None, got {env!r}")
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"env must map str to str, got {key!r}: {value!r}")
-        if not key or "=" in key or "\x00" in key or "\x00" in value:
-            raise ValueError(f"env has an invalid entry, got {key!r}: {value!r}")
-    return dict(env)
+    return None if env is None else checked_variables(env, "env")
 
 
 def _shell_binary() -> str:
