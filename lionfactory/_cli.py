@@ -689,6 +689,18 @@ def _print_result(result: Mapping[str, Any]) -> None:
             print(f"{key}: {value}", file=sys.stderr)
 
 
+def _printable(text: str) -> str:
+    """`text` for a terminal: control characters escaped.
+
+    A stored session is data another program (or a confined command naming a
+    file) wrote; a file name holding an escape sequence must not drive the
+    user's terminal when the text report prints it.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _checkpoints(args: argparse.Namespace) -> int:
     """``lionfactory checkpoints list|rewind``: a stored session's checkpoints.
 
@@ -746,9 +758,10 @@ async def _checkpoints_in(args: argparse.Namespace, store: Any) -> int:
                     print(json.dumps(rows, indent=2))
                 else:
                     for row in rows:
-                        files = ", ".join(row["files_changed"]) or "-"
+                        files = ", ".join(map(_printable, row["files_changed"])) or "-"
                         note = f"  (partial: {row['partial']})" if "partial" in row else ""
-                        print(f"{row['id']}  {row['created_at']}  {row['tool']:<8} {files}{note}")
+                        line = f"{row['id']}  {row['created_at']}  {row['tool']:<8} {files}{note}"
+                        print(_printable(line))
                     if not rows:
                         print("no checkpoints")
                 return EXIT_OK
@@ -788,7 +801,8 @@ async def _checkpoints_in(args: argparse.Namespace, store: Any) -> int:
                 for key in ("restored", "deleted", "conflicts", "skipped"):
                     items = result[key]
                     label = f"{head}{key}" if key in ("restored", "deleted") else key
-                    print(f"  {label}: {', '.join(items) if items else '-'}")
+                    shown = ", ".join(map(_printable, items)) if items else "-"
+                    print(f"  {label}: {shown}")
                 if args.apply:
                     print(f"  undo: lionfactory checkpoints rewind {report.undo} --apply ...")
                 else:

@@ -86,3 +86,31 @@ async def test_unknown_sessions_and_checkpoints_are_clear_errors(
     assert wrong.returncode == 1 and "ckpt_nope" in wrong.stderr
     unnamed = cli("list", "--store", url)
     assert unnamed.returncode == 2 and "--session" in unnamed.stderr
+
+
+async def test_a_file_name_holding_a_terminal_escape_is_printed_escaped(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """A confined command names the files; the text report never sends their control bytes."""
+    db = tmp_path / "sessions.db"
+    template = Branch("served")
+    template.register(coding_toolkit, workspace_root=workspace, notify=False)
+    data = template.to_dict()
+    data["id"] = str(session_branch_id("esc", "stdio"))
+    data["metadata"] = {TRANSPORT_KEY: "stdio"}
+    branch = Branch.from_dict(data)
+    done = await branch.act("bash", {"command": "touch \"$(printf 'x\\033]0;owned\\007')\""})
+    assert done.error is None, done.error
+    assert any("\x1b" in path for c in branch.checkpoints for path in c.files_changed)
+    async with SqliteBranchStore(str(db)) as store:
+        await store.save(branch)
+    await branch.aclose()
+    url = f"sqlite:///{db}"
+    text = cli("list", "--store", url, "--session", "esc")
+    assert text.returncode == 0, text.stderr
+    assert "\x1b" not in text.stdout and "\x07" not in text.stdout
+    assert "x\\x1b]0;owned\\x07" in text.stdout
+    first = branch.checkpoints[0].id
+    dry = cli("rewind", first, "--store", url, "--session", "esc")
+    assert dry.returncode == 0, dry.stderr
+    assert "\x1b" not in dry.stdout and "x\\x1b]0;owned\\x07" in dry.stdout
