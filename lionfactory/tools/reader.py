@@ -259,7 +259,9 @@ def _read_stream(
     stream.seek(0)
     digest = hashlib.sha256() if want_evidence and st.st_size <= MAX_HASHED_BYTES else None
     budget = COUNT_BUDGET if st.st_size > FULL_COUNT_BYTES else None
-    window = read_window(stream, offset=offset, limit=limit, hasher=digest, count_budget=budget)
+    window = read_window(
+        stream, offset=offset, limit=limit, hasher=digest, count_budget=budget, size=st.st_size
+    )
     evidence = None
     if want_evidence:
         whole = offset == 0 and window.next_offset is None and window.cut_lines == 0

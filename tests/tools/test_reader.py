@@ -573,6 +573,32 @@ def test_a_budgeted_count_reads_no_further_than_its_budget() -> None:
     assert stream.taken == 3 * len(line) + 100_000 + 1
 
 
+@pytest.mark.parametrize("tail_lines", [0, 1, 999, 1_001, 400_000])
+def test_a_known_size_skips_a_count_that_would_run_out(tail_lines: int) -> None:
+    """With the stream's size known, a count past the budget is not started.
+
+    The window and its total are what the budgeted count gives without the
+    size: exact when the rest fits in the budget, unknown when it does not,
+    and only then is nothing read past the window's chunk.
+    """
+    import io
+
+    from lionfactory.tools._reader_window import read_window
+
+    line = b"y" * 99 + b"\n"
+    data = line * (3 + tail_lines)
+    budget = 100_000  # 1,000 lines of 100 bytes
+    counted = read_window(io.BytesIO(data), offset=0, limit=3, count_budget=budget)
+    stream = io.BytesIO(data)
+    sized = read_window(stream, offset=0, limit=3, count_budget=budget, size=len(data))
+    assert sized == counted
+    if tail_lines * len(line) > budget:
+        assert sized.total_lines is None and sized.next_offset == 3
+        assert stream.tell() == min(len(data), 1 << 16)  # the first chunk only
+    else:
+        assert sized.total_lines == 3 + tail_lines
+
+
 _LINE_TEXT = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=12
 )
