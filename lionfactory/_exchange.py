@@ -43,8 +43,8 @@ import math
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import anyio
 import attrs
@@ -58,9 +58,11 @@ __all__ = [
     "check_limit",
     "check_timeout",
     "checked_message",
-    "new_message",
     "owner_id",
+    "sender_filter",
 ]
+
+T = TypeVar("T")
 
 
 @attrs.define(eq=False)
@@ -84,24 +86,9 @@ def check_timeout(timeout: float | None) -> None:
         raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
 
 
-def new_message(
-    registered: Any,
-    sender: uuid.UUID,
-    recipient: uuid.UUID | None,
-    content: str,
-    channel: str,
-    metadata: Mapping[str, Any] | None,
-) -> Message:
-    """Check a send's arguments against `registered` owners and build its `Message`.
-
-    One rule for every backend: the ids must be registered UUIDs and the
-    content a string, or nothing is sent.
-    """
-    if owner_id(sender, "sender") not in registered:
-        raise UnknownOwnerError(sender, "sender")
-    if recipient is not None and owner_id(recipient, "recipient") not in registered:
-        raise UnknownOwnerError(recipient, "recipient")
-    return checked_message(sender, recipient, content, channel, metadata)
+def sender_filter(sender: Any) -> str | None:
+    """The id a ``sender=`` filter matches (`Message.sender` holds it as a string), or None."""
+    return None if sender is None else str(owner_id(sender, "sender"))
 
 
 def checked_message(
@@ -113,9 +100,9 @@ def checked_message(
 ) -> Message:
     """The `Message` of a send, once its ids and content are checked (not its owners).
 
-    The part of the send rule every backend shares: a backend that checks
-    registration elsewhere (Redis, atomically with the delivery) calls this
-    directly; `new_message` checks the owners first.
+    The part of the send rule every backend shares (`BaseExchange.send` calls
+    it); whether the owners are registered is the backend's to check, with
+    the delivery (Redis does it atomically in one script).
 
     Raises:
         TypeError: an id is not a UUID or the content is not a string.
@@ -138,11 +125,18 @@ def checked_message(
 class BaseExchange(abc.ABC):
     """What every exchange offers: the contract the messenger tool is written against.
 
+    `send`, `receive`, `peek` and `count` check their arguments here, once for
+    every backend (ids are UUIDs, content is a string, a limit is at least
+    1), and then call what the backend implements: `_deliver`, `_receive`,
+    `_peek` and `_count`, which get the checked values (a sender filter as
+    the id string `Message.sender` holds). Whether an owner is registered is
+    the backend's to check, with the work it guards.
+
     The synchronous methods suit scripts and worker threads; the ``a``-prefixed
-    coroutines are what async code calls. Their defaults call the synchronous
-    method directly, which is right for a backend that never blocks (the
-    in-memory `Exchange`); a backend that does network I/O overrides them to
-    run it off the event loop.
+    coroutines are what async code calls. They run the synchronous method
+    through `_offload`, which calls it directly: right for a backend that
+    never blocks (the in-memory `Exchange`). A backend that does network I/O
+    overrides `_offload` alone to run it off the event loop.
     """
 
     @abc.abstractmethod
@@ -161,7 +155,6 @@ class BaseExchange(abc.ABC):
     def owners(self) -> tuple[uuid.UUID, ...]:
         """The registered owners, in registration order."""
 
-    @abc.abstractmethod
     def send(
         self,
         sender: uuid.UUID,
@@ -171,9 +164,30 @@ class BaseExchange(abc.ABC):
         *,
         metadata: Mapping[str, Any] | None = None,
     ) -> Message:
-        """Deliver a message to `recipient`'s inbox now, or broadcast it (recipient None)."""
+        """Deliver a message to `recipient`'s inbox now, or broadcast it.
 
-    @abc.abstractmethod
+        Args:
+            sender: the sending owner (must be registered).
+            recipient: the receiving owner, or None to broadcast to every
+                registered owner except the sender.
+            content: the text.
+            channel: a label the recipient sees (``"team"`` by default).
+            metadata: facts to carry along (the messenger puts the sender's
+                display name here).
+
+        Returns:
+            The delivered `Message` (role ``user``; `sender` and `recipient`
+            are the ids as strings, `recipient` None for a broadcast). A
+            broadcast delivers this one immutable message to every inbox.
+
+        Raises:
+            UnknownOwnerError: the sender or the recipient is not registered.
+            TypeError: an id is not a UUID or the content is not a string.
+        """
+        message = checked_message(sender, recipient, content, channel, metadata)
+        self._deliver(message, sender, recipient)
+        return message
+
     def receive(
         self,
         owner: uuid.UUID,
@@ -182,23 +196,47 @@ class BaseExchange(abc.ABC):
         ack: bool = True,
         limit: int | None = None,
     ) -> list[Message]:
-        """The messages for `owner` (from `sender`), pending ones first, oldest first.
+        """Take the messages waiting for `owner`: pending ones first, then new ones, oldest first.
 
-        With ``ack=True`` they are consumed; with ``ack=False`` they stay
-        pending until `ack` names them, and every `receive` returns them again.
-        With `limit`, at most that many (the oldest) are taken; the rest stay,
-        in order, for the next `receive`.
+        Args:
+            owner: whose inbox.
+            sender: only take this sender's messages; the others stay, in order.
+            ack: consume them (the default); False leaves them pending, so
+                every `receive` returns them again until `ack` names them.
+            limit: take at most this many (the oldest); the rest stay queued
+                (or pending) in order.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+            ValueError: `limit` is below 1.
         """
+        check_limit(limit)
+        return self._receive(owner, sender_filter(sender), ack, limit)
 
-    @abc.abstractmethod
     def peek(
         self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
     ) -> list[Message]:
-        """What `receive` would return (at most `limit` of it), without taking anything."""
+        """What `receive` would return (at most `limit` of it), without taking anything.
+
+        Args:
+            owner: whose inbox.
+            sender: only this sender's messages.
+            limit: at most this many (the oldest).
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+            ValueError: `limit` is below 1.
+        """
+        check_limit(limit)
+        return self._peek(owner, sender_filter(sender), limit)
 
     def count(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
-        """How many messages wait for `owner` (from `sender`), pending ones included."""
-        return len(self.peek(owner, sender=sender))
+        """How many messages wait for `owner` (from `sender`), pending ones included.
+
+        Raises:
+            UnknownOwnerError: `owner` is not registered.
+        """
+        return self._count(owner, sender_filter(sender))
 
     def take_rejected(self, owner: uuid.UUID) -> int:
         """How many malformed entries of `owner`'s inbox were set aside since the last call.
@@ -220,6 +258,8 @@ class BaseExchange(abc.ABC):
     ) -> bool:
         """Sleep until `owner` has mail (from `sender`), or `timeout` seconds pass."""
 
+    # -- async ---------------------------------------------------------------
+
     async def asend(
         self,
         sender: uuid.UUID,
@@ -230,7 +270,9 @@ class BaseExchange(abc.ABC):
         metadata: Mapping[str, Any] | None = None,
     ) -> Message:
         """`send` for async code."""
-        return self.send(sender, recipient, content, channel, metadata=metadata)
+        return await self._offload(
+            self.send, sender, recipient, content, channel, metadata=metadata
+        )
 
     async def areceive(
         self,
@@ -241,25 +283,55 @@ class BaseExchange(abc.ABC):
         limit: int | None = None,
     ) -> list[Message]:
         """`receive` for async code."""
-        return self.receive(owner, sender=sender, ack=ack, limit=limit)
+        return await self._offload(self.receive, owner, sender=sender, ack=ack, limit=limit)
 
     async def apeek(
         self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
     ) -> list[Message]:
         """`peek` for async code."""
-        return self.peek(owner, sender=sender, limit=limit)
+        return await self._offload(self.peek, owner, sender=sender, limit=limit)
 
     async def aack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
         """`ack` for async code."""
-        self.ack(owner, message_ids)
+        # Taken here, in the caller's thread: the iterable may be a generator of this loop.
+        await self._offload(self.ack, owner, list(message_ids))
 
     async def acount(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
         """`count` for async code."""
-        return self.count(owner, sender=sender)
+        return await self._offload(self.count, owner, sender=sender)
 
     async def atake_rejected(self, owner: uuid.UUID) -> int:
         """`take_rejected` for async code."""
         return self.take_rejected(owner)
+
+    # -- what a backend implements -------------------------------------------
+
+    @abc.abstractmethod
+    def _deliver(self, message: Message, sender: uuid.UUID, recipient: uuid.UUID | None) -> None:
+        """Put the checked `message` into `recipient`'s inbox, or every other owner's (None).
+
+        Raises:
+            UnknownOwnerError: the sender or the recipient is not registered
+                (then nothing is delivered).
+        """
+
+    @abc.abstractmethod
+    def _receive(
+        self, owner: uuid.UUID, sender: str | None, ack: bool, limit: int | None
+    ) -> list[Message]:
+        """`receive`, once `limit` is checked and `sender` is an id string (or None)."""
+
+    @abc.abstractmethod
+    def _peek(self, owner: uuid.UUID, sender: str | None, limit: int | None) -> list[Message]:
+        """`peek`, once `limit` is checked and `sender` is an id string (or None)."""
+
+    def _count(self, owner: uuid.UUID, sender: str | None) -> int:
+        """`count`, with `sender` an id string (or None): by default, what `_peek` finds."""
+        return len(self._peek(owner, sender, None))
+
+    async def _offload(self, call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run a synchronous method for its async twin: directly, since it never blocks."""
+        return call(*args, **kwargs)
 
 
 def check_limit(limit: int | None) -> None:
@@ -329,37 +401,12 @@ class Exchange(BaseExchange):
 
     # -- mail ----------------------------------------------------------------
 
-    def send(
-        self,
-        sender: uuid.UUID,
-        recipient: uuid.UUID | None,
-        content: str,
-        channel: str = "team",
-        *,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Message:
-        """Deliver a message to `recipient`'s inbox now, or broadcast it.
-
-        Args:
-            sender: the sending owner (must be registered).
-            recipient: the receiving owner, or None to broadcast to every
-                registered owner except the sender.
-            content: the text.
-            channel: a label the recipient sees (``"team"`` by default).
-            metadata: facts to carry along (the messenger puts the sender's
-                display name here).
-
-        Returns:
-            The delivered `Message` (role ``user``; `sender` and `recipient`
-            are the ids as strings, `recipient` None for a broadcast). A
-            broadcast delivers this one immutable message to every inbox.
-
-        Raises:
-            UnknownOwnerError: the sender or the recipient is not registered.
-            TypeError: an id is not a UUID or the content is not a string.
-        """
+    def _deliver(self, message: Message, sender: uuid.UUID, recipient: uuid.UUID | None) -> None:
         with self._lock:
-            message = new_message(self._inboxes, sender, recipient, content, channel, metadata)
+            if sender not in self._inboxes:
+                raise UnknownOwnerError(sender, "sender")
+            if recipient is not None and recipient not in self._inboxes:
+                raise UnknownOwnerError(recipient, "recipient")
             targets = (
                 [recipient] if recipient is not None else [o for o in self._inboxes if o != sender]
             )
@@ -371,47 +418,25 @@ class Exchange(BaseExchange):
                     woken.append(waiting)
         for waiting in woken:
             waiting.event.set()
-        return message
 
-    def receive(
-        self,
-        owner: uuid.UUID,
-        *,
-        sender: uuid.UUID | None = None,
-        ack: bool = True,
-        limit: int | None = None,
+    def _receive(
+        self, owner: uuid.UUID, sender: str | None, ack: bool, limit: int | None
     ) -> list[Message]:
-        """Take the messages waiting for `owner`: pending ones first, then new ones, oldest first.
-
-        Args:
-            owner: whose inbox.
-            sender: only take this sender's messages; the others stay, in order.
-            ack: consume them (the default); False leaves them pending, so
-                every `receive` returns them again until `ack` names them.
-            limit: take at most this many (the oldest); the rest stay queued
-                (or pending) in order.
-
-        Raises:
-            UnknownOwnerError: `owner` is not registered.
-            ValueError: `limit` is below 1.
-        """
-        check_limit(limit)
-        wanted = None if sender is None else str(owner_id(sender, "sender"))
         with self._lock:
             inbox = self._inbox(owner, "owner")
             pending = self._pending[owner]
-            matching = (m for m in pending.values() if wanted is None or m.sender == wanted)
+            matching = (m for m in pending.values() if sender is None or m.sender == sender)
             taken = list(itertools.islice(matching, limit))
             room = None if limit is None else limit - len(taken)
             fresh: list[Message] = []
-            if wanted is None:
+            if sender is None:
                 # The oldest first, popped one by one: O(taken), not O(queued).
                 count = len(inbox) if room is None else min(room, len(inbox))
                 fresh = [inbox.popleft() for _ in range(count)]
             else:
                 kept: list[Message] = []
                 for message in inbox:
-                    if message.sender == wanted and (room is None or len(fresh) < room):
+                    if message.sender == sender and (room is None or len(fresh) < room):
                         fresh.append(message)
                     else:
                         kept.append(message)
@@ -426,36 +451,15 @@ class Exchange(BaseExchange):
                 pending.update((m.id, m) for m in fresh)
         return taken
 
-    def peek(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
-    ) -> list[Message]:
-        """The messages waiting for `owner` (pending first), oldest first, without taking them.
-
-        Args:
-            owner: whose inbox.
-            sender: only this sender's messages.
-            limit: at most this many (the oldest).
-
-        Raises:
-            UnknownOwnerError: `owner` is not registered.
-            ValueError: `limit` is below 1.
-        """
-        check_limit(limit)
-        wanted = None if sender is None else str(owner_id(sender, "sender"))
+    def _peek(self, owner: uuid.UUID, sender: str | None, limit: int | None) -> list[Message]:
         with self._lock:
-            return list(itertools.islice(self._waiting(owner, wanted), limit))
+            return list(itertools.islice(self._waiting(owner, sender), limit))
 
-    def count(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
-        """How many messages wait for `owner` (from `sender`), pending ones included.
-
-        Raises:
-            UnknownOwnerError: `owner` is not registered.
-        """
-        wanted = None if sender is None else str(owner_id(sender, "sender"))
+    def _count(self, owner: uuid.UUID, sender: str | None) -> int:
         with self._lock:
-            if wanted is None:
+            if sender is None:
                 return len(self._inbox(owner, "owner")) + len(self._pending[owner])
-            return sum(1 for _ in self._waiting(owner, wanted))
+            return sum(1 for _ in self._waiting(owner, sender))
 
     def ack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
         """Consume pending messages of `owner` by id; ids not pending are ignored.
@@ -493,7 +497,7 @@ class Exchange(BaseExchange):
         """
         check_timeout(timeout)
         self._inbox(owner, "owner")
-        wanted = None if sender is None else str(owner_id(sender, "sender"))
+        wanted = sender_filter(sender)
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             while owner in self._inboxes and not self._has_mail(owner, wanted):
                 await self._sleep(owner)

@@ -49,19 +49,13 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import pydantic
 
-from lionfactory._exchange import (
-    BaseExchange,
-    check_limit,
-    check_timeout,
-    checked_message,
-    owner_id,
-)
+from lionfactory._exchange import BaseExchange, check_timeout, owner_id, sender_filter
 from lionfactory._messages import Message
 from lionfactory.backends._redis_scripts import (
     ACK,
@@ -134,13 +128,13 @@ class RedisExchange(BaseExchange):
         self._owners_key = f"{namespace}:owners"
         self._seq_key = f"{namespace}:seq"
         self._prefix = f"{namespace}:inbox:"
-        self._send = self._client.register_script(SEND)
-        self._receive = self._client.register_script(RECEIVE)
-        self._ack = self._client.register_script(ACK)
-        self._peek = self._client.register_script(PEEK)
-        self._count = self._client.register_script(COUNT)
-        self._unregister = self._client.register_script(UNREGISTER)
-        self._dead_letter = self._client.register_script(DEAD_LETTER)
+        self._send_script = self._client.register_script(SEND)
+        self._receive_script = self._client.register_script(RECEIVE)
+        self._ack_script = self._client.register_script(ACK)
+        self._peek_script = self._client.register_script(PEEK)
+        self._count_script = self._client.register_script(COUNT)
+        self._unregister_script = self._client.register_script(UNREGISTER)
+        self._dead_letter_script = self._client.register_script(DEAD_LETTER)
         # Malformed entries set aside per owner and not reported yet (this process).
         self._rejected: dict[uuid.UUID, int] = {}
         self._rejected_lock = threading.Lock()
@@ -175,7 +169,7 @@ class RedisExchange(BaseExchange):
             UnknownOwnerError: `owner` is not registered.
         """
         key = self._inbox(owner_id(owner, "owner"))
-        flat = self._unregister(keys=[self._owners_key, key], args=[str(owner)])
+        flat = self._unregister_script(keys=[self._owners_key, key], args=[str(owner)])
         if flat == -1:
             raise UnknownOwnerError(owner, "owner")
         pairs = list(zip(flat[0::2], flat[1::2], strict=True))
@@ -194,24 +188,9 @@ class RedisExchange(BaseExchange):
 
     # -- mail ----------------------------------------------------------------
 
-    def send(
-        self,
-        sender: uuid.UUID,
-        recipient: uuid.UUID | None,
-        content: str,
-        channel: str = "team",
-        *,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Message:
-        """Deliver a message to `recipient`'s inbox now, or broadcast it (see `Exchange.send`).
-
-        Raises:
-            UnknownOwnerError: the sender or the recipient is not registered.
-            TypeError: an id is not a UUID or the content is not a string.
-        """
+    def _deliver(self, message: Message, sender: uuid.UUID, recipient: uuid.UUID | None) -> None:
         # Registration is checked by the script, atomically with the delivery.
-        message = checked_message(sender, recipient, content, channel, metadata)
-        outcome = self._send(
+        outcome = self._send_script(
             keys=[self._owners_key],
             args=[
                 self._prefix,
@@ -226,73 +205,52 @@ class RedisExchange(BaseExchange):
         if outcome == 2:
             assert recipient is not None
             raise UnknownOwnerError(recipient, "recipient")
-        return message
 
-    def receive(
-        self,
-        owner: uuid.UUID,
-        *,
-        sender: uuid.UUID | None = None,
-        ack: bool = True,
-        limit: int | None = None,
+    def _receive(
+        self, owner: uuid.UUID, sender: str | None, ack: bool, limit: int | None
     ) -> list[Message]:
-        """Take the messages for `owner` (see `Exchange.receive`): pending first, then new.
+        """Pending first, then new, as `BaseExchange.receive` says.
 
         A receive filtered by sender or capped by `limit` delivers everything
         new into the pending list and acknowledges only what it returns, so
         the rest comes back, in order, on the next receive.
-
-        Raises:
-            UnknownOwnerError: `owner` is not registered.
-            ValueError: `limit` is below 1.
         """
-        check_limit(limit)
-        wanted = None if sender is None else str(owner_id(sender, "sender"))
         # A filtered receive reads everything (the filter runs here); an
         # unfiltered one reads at most `limit`, and consumes in the script.
-        consume = ack and wanted is None
+        consume = ack and sender is None
         messages: list[Message] = []
         while True:
-            room = None if wanted is not None or limit is None else limit - len(messages)
+            room = None if sender is not None or limit is None else limit - len(messages)
             entries = self._call(
-                owner, self._receive, _GROUP, _CONSUMER, "1" if consume else "0", str(room or 0)
+                owner,
+                self._receive_script,
+                _GROUP,
+                _CONSUMER,
+                "1" if consume else "0",
+                str(room or 0),
             )
             parsed = self._messages(owner, entries)
             messages.extend(parsed)
             # Malformed entries took room a capped read had: read on for it.
             if room is None or len(parsed) == len(entries) or len(messages) >= (limit or 0):
                 break
-        if wanted is not None:
-            messages = [m for m in messages if m.sender == wanted]
+        if sender is not None:
+            messages = [m for m in messages if m.sender == sender]
         if limit is not None:
             messages = messages[:limit]
         if ack and not consume and messages:
             self.ack(owner, [m.id for m in messages])
         return messages
 
-    def peek(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
-    ) -> list[Message]:
-        """What `receive` would return (at most `limit`), without delivering or taking anything.
-
-        Raises:
-            UnknownOwnerError: `owner` is not registered.
-            ValueError: `limit` is below 1.
-        """
-        check_limit(limit)
+    def _peek(self, owner: uuid.UUID, sender: str | None, limit: int | None) -> list[Message]:
+        """Without delivering anything: the new entries stay new."""
         return self._peek_from(owner, sender, limit)[1]
 
-    def count(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
-        """How many messages wait for `owner` (from `sender`), pending ones included.
-
-        Without `sender` one ``XLEN``; with it, the inbox is read.
-
-        Raises:
-            UnknownOwnerError: `owner` is not registered.
-        """
+    def _count(self, owner: uuid.UUID, sender: str | None) -> int:
+        """Without `sender`, one ``XLEN``; with it, the inbox is read."""
         if sender is not None:
-            return len(self.peek(owner, sender=sender))
-        return int(self._call(owner, self._count))
+            return len(self._peek(owner, sender, None))
+        return int(self._call(owner, self._count_script))
 
     def take_rejected(self, owner: uuid.UUID) -> int:
         """How many malformed entries of `owner` this process set aside since the last call."""
@@ -307,7 +265,7 @@ class RedisExchange(BaseExchange):
         """
         ids = [str(i) for i in message_ids]
         if ids:
-            self._call(owner, self._ack, _GROUP, _CONSUMER, *ids)
+            self._call(owner, self._ack_script, _GROUP, _CONSUMER, *ids)
 
     async def wait(
         self, owner: uuid.UUID, timeout: float | None = None, *, sender: uuid.UUID | None = None
@@ -324,11 +282,12 @@ class RedisExchange(BaseExchange):
         check_timeout(timeout)
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         key = self._inbox(owner_id(owner, "owner"))
+        wanted = sender_filter(sender)
         first = True
         while True:
             try:
-                last, waiting = await self._thread(
-                    self._peek_from, owner, sender, None if sender is not None else 1
+                last, waiting = await self._offload(
+                    self._peek_from, owner, wanted, None if wanted is not None else 1
                 )
             except UnknownOwnerError:
                 if first:
@@ -341,46 +300,7 @@ class RedisExchange(BaseExchange):
             if left <= 0:
                 return False
             block = _BLOCK_MS if left > _BLOCK_MS / 1000 else max(1, math.ceil(left * 1000))
-            await self._thread(self._client.xread, {key: last}, count=1, block=block)
-
-    # -- async ---------------------------------------------------------------
-
-    async def asend(
-        self,
-        sender: uuid.UUID,
-        recipient: uuid.UUID | None,
-        content: str,
-        channel: str = "team",
-        *,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Message:
-        """`send` in a worker thread."""
-        return await self._thread(self.send, sender, recipient, content, channel, metadata=metadata)
-
-    async def areceive(
-        self,
-        owner: uuid.UUID,
-        *,
-        sender: uuid.UUID | None = None,
-        ack: bool = True,
-        limit: int | None = None,
-    ) -> list[Message]:
-        """`receive` in a worker thread."""
-        return await self._thread(self.receive, owner, sender=sender, ack=ack, limit=limit)
-
-    async def apeek(
-        self, owner: uuid.UUID, *, sender: uuid.UUID | None = None, limit: int | None = None
-    ) -> list[Message]:
-        """`peek` in a worker thread."""
-        return await self._thread(self.peek, owner, sender=sender, limit=limit)
-
-    async def acount(self, owner: uuid.UUID, *, sender: uuid.UUID | None = None) -> int:
-        """`count` in a worker thread."""
-        return await self._thread(self.count, owner, sender=sender)
-
-    async def aack(self, owner: uuid.UUID, message_ids: Iterable[str]) -> None:
-        """`ack` in a worker thread."""
-        await self._thread(self.ack, owner, list(message_ids))
+            await self._offload(self._client.xread, {key: last}, count=1, block=block)
 
     # -- internals -----------------------------------------------------------
 
@@ -388,12 +308,11 @@ class RedisExchange(BaseExchange):
         return f"{self._prefix}{owner}"
 
     def _peek_from(
-        self, owner: uuid.UUID, sender: uuid.UUID | None, limit: int | None = None
+        self, owner: uuid.UUID, wanted: str | None, limit: int | None = None
     ) -> tuple[bytes, list[Message]]:
-        wanted = None if sender is None else str(owner_id(sender, "sender"))
         cap = "0" if wanted is not None or limit is None else str(limit)
         while True:
-            last, *flat = self._call(owner, self._peek, _GROUP, _CONSUMER, cap)
+            last, *flat = self._call(owner, self._peek_script, _GROUP, _CONSUMER, cap)
             entries = list(zip(flat[0::2], flat[1::2], strict=True))
             messages = self._messages(owner, entries)
             # Malformed entries are gone now; a capped look is taken again to fill up.
@@ -425,7 +344,7 @@ class RedisExchange(BaseExchange):
                 bad.extend([entry_id, payload, reason])
         if bad:
             keys = [self._inbox(owner), f"{self.namespace}:deadletter:{owner}"]
-            self._dead_letter(keys=keys, args=[_GROUP, *bad])
+            self._dead_letter_script(keys=keys, args=[_GROUP, *bad])
             count = len(bad) // 3
             with self._rejected_lock:
                 self._rejected[owner] = self._rejected.get(owner, 0) + count
@@ -452,11 +371,11 @@ class RedisExchange(BaseExchange):
                 raise UnknownOwnerError(owner, "owner") from None
             raise
 
-    @staticmethod
-    async def _thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _offload(self, call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run a blocking client call in a worker thread (see the module's docstring)."""
         # abandon_on_cancel: a cancelled wait must not sit out a blocking read.
         return await anyio.to_thread.run_sync(
-            functools.partial(fn, *args, **kwargs), abandon_on_cancel=True
+            functools.partial(call, *args, **kwargs), abandon_on_cancel=True
         )
 
 

@@ -77,7 +77,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 import attrs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory._branch import Branch
 from lionfactory._os.isolation import Isolation, git_admin_isolation, within
@@ -86,6 +86,7 @@ from lionfactory._tool import Tool, ToolHints
 from lionfactory.coding import _sandbox_ops as ops
 from lionfactory.coding._git import HOOK_TIMEOUT, Git, GitError, Runner
 from lionfactory.coding._sandbox_ops import MAX_DIFF_CHARS, Session
+from lionfactory.tools._models import ToolModel
 
 __all__ = ["PROTECTED_BRANCHES", "SandboxRequest", "SandboxResponse", "sandbox_tool"]
 
@@ -131,10 +132,8 @@ branch stays checked out in the workspace, so checking it out in the sandbox
 fails: commit on the sandbox branch and use merge."""
 
 
-class SandboxRequest(BaseModel):
+class SandboxRequest(ToolModel):
     """Arguments of one ``sandbox`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["create", "diff", "commit", "merge", "discard"] = Field(
         description=(
@@ -152,10 +151,8 @@ class SandboxRequest(BaseModel):
     )
 
 
-class SandboxResponse(BaseModel):
+class SandboxResponse(ToolModel):
     """The outcome of one ``sandbox`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action was carried out.")
     action: str = Field(description="The action that was asked for.")

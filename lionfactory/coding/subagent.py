@@ -57,7 +57,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 import attrs
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from lionfactory._approvals import PendingCall
 from lionfactory._branch import Branch
@@ -70,6 +70,7 @@ from lionfactory._tool import Tool, ToolHints
 from lionfactory.coding._active import ActiveWorkspace
 from lionfactory.coding.policies import deny_destructive_commands
 from lionfactory.errors import ApprovalPending, StepsHeld, TurnLimitReached
+from lionfactory.tools._models import ToolModel
 
 __all__ = ["SubagentRequest", "SubagentResponse", "subagent_tool"]
 
@@ -119,10 +120,8 @@ while a sandbox is active, the sub-agent works in the sandbox.
 The answer is cut to {MAX_RESPONSE_CHARS:,} characters."""
 
 
-class SubagentRequest(BaseModel):
+class SubagentRequest(ToolModel):
     """Arguments of one ``subagent`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     instruction: str = Field(
         description=(
@@ -160,10 +159,8 @@ class SubagentRequest(BaseModel):
         return value
 
 
-class SubagentResponse(BaseModel):
+class SubagentResponse(ToolModel):
     """The outcome of one ``subagent`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the sub-agent finished with a final answer.")
     response: str = Field(

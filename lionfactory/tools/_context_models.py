@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory.tools._context_ops import AUTO_SOURCE_CHARS, DEFAULT_KEEP_LAST, PREVIEW_CHARS
+from lionfactory.tools._models import ToolModel
 
 __all__ = ["ContextAction", "ContextMessage", "ContextRequest", "ContextResponse"]
 
@@ -20,10 +21,8 @@ ContextAction = Literal[
 ]
 
 
-class ContextRequest(BaseModel):
+class ContextRequest(ToolModel):
     """Arguments of one ``context`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: ContextAction = Field(
         description=(
@@ -83,10 +82,8 @@ class ContextRequest(BaseModel):
     )
 
 
-class ContextMessage(BaseModel):
+class ContextMessage(ToolModel):
     """One message in a ``get_messages`` listing."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     index: int = Field(description="View index (scope 'active') or record index (scope 'all').")
     role: Literal["system", "user", "assistant", "tool"] = Field(description="The role.")
@@ -102,10 +99,8 @@ class ContextMessage(BaseModel):
     )
 
 
-class ContextResponse(BaseModel):
+class ContextResponse(ToolModel):
     """The result of one ``context`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action worked; if not, read `error`.")
     action: ContextAction = Field(description="The action this answers.")

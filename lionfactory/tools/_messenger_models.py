@@ -12,9 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import attrs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory._messages import Message
+from lionfactory.tools._models import ToolModel
 
 __all__ = [
     "MAX_RECEIVE_CHARS",
@@ -67,10 +68,8 @@ class MessengerEvent:
 EventCallback = Callable[[MessengerEvent], "Awaitable[Any] | Any"]
 
 
-class MessengerRequest(BaseModel):
+class MessengerRequest(ToolModel):
     """Arguments of one ``messenger`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: MessengerAction = Field(
         description=(
@@ -106,10 +105,8 @@ class MessengerRequest(BaseModel):
     )
 
 
-class RecipientResult(BaseModel):
+class RecipientResult(ToolModel):
     """What happened for one addressed name."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str = Field(description="The name as you wrote it.")
     delivered: bool = Field(description="Whether the message reached that teammate's inbox.")
@@ -117,10 +114,8 @@ class RecipientResult(BaseModel):
     error: str | None = Field(default=None, description="Why it was not delivered.")
 
 
-class ReceivedMessage(BaseModel):
+class ReceivedMessage(ToolModel):
     """One message taken from the inbox."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     sender: str = Field(description="Who sent it: a roster name when known (reply to it).")
     sender_id: str = Field(description="The sending branch's id.")
@@ -130,10 +125,8 @@ class ReceivedMessage(BaseModel):
     message_id: str = Field(description="The message's id.")
 
 
-class MessengerResponse(BaseModel):
+class MessengerResponse(ToolModel):
     """The result of one ``messenger`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action fully worked; if not, read `error`.")
     action: MessengerAction = Field(description="The action this answers.")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from lionfactory.tools._models import ToolModel
 from lionfactory.tools._search_engines import FILE_TYPES
 
 __all__ = [
@@ -28,10 +29,8 @@ MAX_RESULTS = 1000
 MAX_CONTEXT = 50
 
 
-class SearchRequest(BaseModel):
+class SearchRequest(ToolModel):
     """Arguments of one ``search`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["grep", "find"] = Field(
         description="'grep' searches file contents; 'find' searches file and directory names."
@@ -167,10 +166,8 @@ class SearchRequest(BaseModel):
         return self
 
 
-class SearchResponse(BaseModel):
+class SearchResponse(ToolModel):
     """The outcome of one ``search`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the search ran (finding nothing is a success).")
     content: str | None = Field(

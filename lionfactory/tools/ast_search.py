@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 import attrs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory._os.binaries import BinaryFinder, HelperFailure, run_helper
 from lionfactory._os.environment import EnvPolicy
@@ -54,6 +54,7 @@ from lionfactory.tools._helper import (
     left_out_ignored,
     not_installed,
 )
+from lionfactory.tools._models import ToolModel
 
 __all__ = ["AstSearchMatch", "AstSearchRequest", "AstSearchResponse", "ast_search_tool"]
 
@@ -83,10 +84,8 @@ status is "matches", "ok" (no match), "unavailable" (ast-grep is not installed)
 or "error" (see summary)."""
 
 
-class AstSearchRequest(BaseModel):
+class AstSearchRequest(ToolModel):
     """Arguments of one ``ast_search`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     pattern: str = Field(
         min_length=1,
@@ -113,10 +112,8 @@ class AstSearchRequest(BaseModel):
     )
 
 
-class AstSearchMatch(BaseModel):
+class AstSearchMatch(ToolModel):
     """One structural match."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     file: str = Field(description="The file, relative to the workspace root.")
     line: int = Field(description="One-based line where the match starts.")
@@ -124,10 +121,8 @@ class AstSearchMatch(BaseModel):
     text: str = Field(description="The matched code (long matches are cut).")
 
 
-class AstSearchResponse(HelperReport, BaseModel):
+class AstSearchResponse(HelperReport, ToolModel):
     """The outcome of one ``ast_search`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     status: Literal["ok", "matches", "unavailable", "error"] = Field(
         description="'matches': see the list; 'ok': nothing matched; 'unavailable': "

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 import attrs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory._echo import echo, shorten
 from lionfactory._os.binaries import BinaryFinder, HelperFailure, run_helper
@@ -61,6 +61,7 @@ from lionfactory.tools._helper import (
     left_out_ignored,
     not_installed,
 )
+from lionfactory.tools._models import ToolModel
 
 __all__ = ["CodeCheckRequest", "CodeCheckResponse", "CodeDiagnostic", "code_check_tool"]
 
@@ -91,10 +92,8 @@ status is "ok" (no findings), "diagnostics", "unavailable" (ruff is not installe
 or "error" (see summary)."""
 
 
-class CodeDiagnostic(BaseModel):
+class CodeDiagnostic(ToolModel):
     """One finding of the linter."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     file: str = Field(description="The file, relative to the workspace root.")
     line: int = Field(description="One-based line where the finding starts.")
@@ -112,10 +111,8 @@ class CodeDiagnostic(BaseModel):
     )
 
 
-class CodeCheckRequest(BaseModel):
+class CodeCheckRequest(ToolModel):
     """Arguments of one ``code_check`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     paths: list[str] = Field(
         default_factory=list,
@@ -142,10 +139,8 @@ class CodeCheckRequest(BaseModel):
     )
 
 
-class CodeCheckResponse(HelperReport, BaseModel):
+class CodeCheckResponse(HelperReport, ToolModel):
     """The outcome of one ``code_check`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     status: Literal["ok", "diagnostics", "unavailable", "error"] = Field(
         description="'ok': no findings; 'diagnostics': see the list; 'unavailable': ruff is "

@@ -49,7 +49,7 @@ from typing import Literal
 
 import anyio.to_thread
 import attrs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation
@@ -58,6 +58,7 @@ from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.errors import ConfigurationError, ToolFailure
 from lionfactory.tools._code_intel import CodeIntel, build_code_intel
+from lionfactory.tools._models import ToolModel
 from lionfactory.tools._targets import PathTargets
 
 __all__ = ["NavItem", "NavRequest", "NavResponse", "code_nav_tool"]
@@ -96,10 +97,8 @@ ast_search tool."""
 _Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
-class NavRequest(BaseModel):
+class NavRequest(ToolModel):
     """Arguments of one ``code_nav`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal[
         "outline",
@@ -148,10 +147,8 @@ class NavRequest(BaseModel):
     limit: int = Field(default=100, ge=1, le=500, description="Return at most this many rows.")
 
 
-class NavItem(BaseModel):
+class NavItem(ToolModel):
     """One definition or reference."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     kind: str = Field(
         description="class, function, async function, method, async method, variable, "
@@ -167,10 +164,8 @@ class NavItem(BaseModel):
     )
 
 
-class NavResponse(BaseModel):
+class NavResponse(ToolModel):
     """The outcome of one ``code_nav`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the file could be parsed and the action ran.")
     engine: str = Field(

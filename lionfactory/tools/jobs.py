@@ -65,7 +65,7 @@ from typing import Any, Literal
 import anyio
 import anyio.to_thread
 import attrs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory._call import current_call, current_progress, on_branch_collected
 from lionfactory._os.isolation import Isolation, private_directory
@@ -73,6 +73,7 @@ from lionfactory._os.process import LaunchError, _check_program
 from lionfactory._os.rehide import hide_appeared
 from lionfactory._os.supervisor import RemoteProcess, Supervisor, SupervisorGone, run_supervised
 from lionfactory._tool import Tool, ToolHints
+from lionfactory.tools._models import ToolModel
 
 __all__ = [
     "MAX_JOBS",
@@ -656,10 +657,8 @@ def _whole_character(path: Path, at: int) -> bytes:
         return data if len(data) == need else b""
 
 
-class JobsRequest(BaseModel):
+class JobsRequest(ToolModel):
     """Arguments of one ``jobs`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["list", "output", "wait", "kill"] = Field(
         description=(
@@ -702,10 +701,8 @@ class JobsRequest(BaseModel):
     )
 
 
-class JobInfo(BaseModel):
+class JobInfo(ToolModel):
     """One job in a ``list`` answer."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     job_id: str = Field(description="The job's id.")
     command: str = Field(description="The command it runs (cut to 200 characters).")
@@ -715,10 +712,8 @@ class JobInfo(BaseModel):
     seconds: float = Field(description="Seconds since it started (until it ended).")
 
 
-class JobsResponse(BaseModel):
+class JobsResponse(ToolModel):
     """The outcome of one ``jobs`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     jobs: list[JobInfo] | None = Field(default=None, description="list: the branch's jobs.")
     job_id: str | None = Field(default=None, description="The job or output the answer is about.")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import anyio.lowlevel
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from lionfactory._evidence import (
     MAX_HASHED_BYTES,
@@ -39,6 +39,7 @@ from lionfactory._os.regular import FileRefused, open_regular
 from lionfactory._os.workspace import Location, PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools import _reader_documents, _reader_images
+from lionfactory.tools._models import ToolModel
 from lionfactory.tools._reader_window import (
     COUNT_BUDGET,
     DEFAULT_LIMIT,
@@ -61,10 +62,8 @@ _BINARY_SNIFF = 8192
 _BINARY_DOCUMENTS = frozenset({".pdf", ".docx", ".pptx"})
 
 
-class ReaderRequest(BaseModel):
+class ReaderRequest(ToolModel):
     """Arguments of one ``reader`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     action: Literal["read", "open", "list_dir"] = Field(
         description=(
@@ -108,10 +107,8 @@ class ReaderRequest(BaseModel):
     )
 
 
-class ReaderResponse(BaseModel):
+class ReaderResponse(ToolModel):
     """The result of one ``reader`` call."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     success: bool = Field(description="Whether the action worked; if not, read `error`.")
     content: str | None = Field(
