@@ -494,8 +494,7 @@ class Branch:
         appended in call order once every call has finished.
         """
         normalised = [
-            c if isinstance(c, ToolCall) else new_tool_call(c[0], dict(c[1]))
-            for c in calls
+            c if isinstance(c, ToolCall) else new_tool_call(c[0], dict(c[1])) for c in calls
         ]
         unique, renamed = self._unique_ids(normalised)
         normalised = list(unique)
