@@ -480,9 +480,12 @@ class Branch:
         calls, renamed = self._unique_ids((call,))
         self.messages.append(call_message(calls, _id_metadata(renamed)))
         (call,) = calls
-        result = await self._execute(call, approved=approved)
+        # `_execute`'s two steps, here without its extra coroutine: every act runs this.
+        result = await execute_call(self.id, self._tools, call, approved=approved)
         if result.pending is None:
             self.messages.append(result.message)
+        else:
+            self._pending[result.pending.id] = result.pending
         return result
 
     async def act_many(
