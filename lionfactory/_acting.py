@@ -26,7 +26,13 @@ from lionfactory._approvals import (
 )
 from lionfactory._call import CallContext, call_context
 from lionfactory._echo import echo, shorten
-from lionfactory._messages import Message, ToolCall, encode_json, encode_json_string
+from lionfactory._messages import (
+    Message,
+    ToolCall,
+    encode_json,
+    encode_json_string,
+    tool_message,
+)
 from lionfactory._tool import Tool, reports_failure
 from lionfactory.errors import (
     ApprovalRequired,
@@ -303,13 +309,7 @@ async def execute_call(
 
 def _tool_message(call: ToolCall, content: str, context: CallContext) -> Message:
     """The tool message answering `call`, with the facts its tool left in `context`."""
-    return Message(
-        role="tool",
-        content=content,
-        call_id=call.id,
-        tool=call.name,
-        metadata=dict(context.metadata),
-    )
+    return tool_message(call, content, dict(context.metadata))
 
 
 def _reports_failure(tool: Tool | None, result: dict[str, Any] | None) -> bool:

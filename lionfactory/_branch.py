@@ -32,7 +32,15 @@ from lionfactory._checkpoints import (
     RewindReport,
     Scope,
 )
-from lionfactory._messages import ChatModel, Message, MessageLog, ModelReply, ToolCall
+from lionfactory._messages import (
+    ChatModel,
+    Message,
+    MessageLog,
+    ModelReply,
+    ToolCall,
+    call_message,
+    new_tool_call,
+)
 from lionfactory._registration import (
     Registration,
     accepts_branch,
@@ -468,16 +476,16 @@ class Branch:
         A framework host that asks before running (the Agents SDK) approves
         a call the branch never held; the approval covers that call alone.
         """
-        call = ToolCall(name=name, arguments=arguments_object(name, arguments))
-        if call_id is not None:
-            call = call.model_copy(update={"id": call_id})
-        (call,), renamed = self._unique_ids((call,))
-        self.messages.append(
-            Message(role="assistant", tool_calls=(call,), metadata=_id_metadata(renamed))
-        )
-        result = await self._execute(call, approved=approved)
+        call = new_tool_call(name, arguments_object(name, arguments), call_id)
+        calls, renamed = self._unique_ids((call,))
+        self.messages.append(call_message(calls, _id_metadata(renamed)))
+        (call,) = calls
+        # `_execute`'s two steps, here without its extra coroutine: every act runs this.
+        result = await execute_call(self.id, self._tools, call, approved=approved)
         if result.pending is None:
             self.messages.append(result.message)
+        else:
+            self._pending[result.pending.id] = result.pending
         return result
 
     async def act_many(
@@ -489,14 +497,11 @@ class Branch:
         appended in call order once every call has finished.
         """
         normalised = [
-            c if isinstance(c, ToolCall) else ToolCall(name=c[0], arguments=dict(c[1]))
-            for c in calls
+            c if isinstance(c, ToolCall) else new_tool_call(c[0], dict(c[1])) for c in calls
         ]
         unique, renamed = self._unique_ids(normalised)
         normalised = list(unique)
-        self.messages.append(
-            Message(role="assistant", tool_calls=unique, metadata=_id_metadata(renamed))
-        )
+        self.messages.append(call_message(unique, _id_metadata(renamed)))
         results: list[ActionResult | None] = [None] * len(normalised)
 
         async def run_one(i: int, call: ToolCall) -> None:

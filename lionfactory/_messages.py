@@ -35,7 +35,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import pydantic_core
@@ -53,9 +53,12 @@ __all__ = [
     "ModelReply",
     "Role",
     "ToolCall",
+    "call_message",
     "encode_json",
     "encode_json_string",
     "estimate_tokens",
+    "new_tool_call",
+    "tool_message",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -137,24 +140,27 @@ _SMALL_INT = 1 << 62
 """Integers inside this range are far below `MAX_ARGUMENT_INT_BITS` (no bit count needed)."""
 
 
-# The version and variant bits `uuid.UUID(..., version=4)` sets: the same ids
-# as ``uuid.uuid4().hex`` without building a UUID object or asking the kernel
-# for 16 bytes each time, which was a tenth of `Branch.act`'s own cost (three
-# ids a call). The bytes come from ``os.urandom`` as before, `_ID_BATCH` ids'
-# worth at once; a forked child drops what its parent had drawn, so the two
-# never hand out the same id.
-_UUID4_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
-_UUID4_SET = (0x8000 << 48) | (4 << 76)
+# The same ids as ``uuid.uuid4().hex`` without building a UUID object or asking
+# the kernel for 16 bytes each time, which was a tenth of `Branch.act`'s own
+# cost (three ids a call). The bytes come from ``os.urandom`` as before,
+# `_ID_BATCH` ids' worth at once; the version and variant bits are set on the
+# whole batch by two byte translations, then its hex text is cut in ids (half
+# the cost of masking each id as an integer). A forked child drops what its
+# parent had drawn, so the two never hand out the same id.
+_UUID4_VERSION = bytes((byte & 0x0F) | 0x40 for byte in range(256))
+"""Byte 6 of a version-4 UUID: its high nibble is the version, 4."""
+_UUID4_VARIANT = bytes((byte & 0x3F) | 0x80 for byte in range(256))
+"""Byte 8: its two high bits are the RFC 4122 variant, 10."""
 _ID_BATCH = 64
 _IDS: list[str] = []
 
 
 def _draw_ids() -> None:
-    data = os.urandom(16 * _ID_BATCH)
-    _IDS.extend(
-        f"{(int.from_bytes(data[i : i + 16]) & _UUID4_CLEAR) | _UUID4_SET:032x}"
-        for i in range(0, len(data), 16)
-    )
+    data = bytearray(os.urandom(16 * _ID_BATCH))
+    data[6::16] = data[6::16].translate(_UUID4_VERSION)
+    data[8::16] = data[8::16].translate(_UUID4_VARIANT)
+    text = data.hex()
+    _IDS.extend(text[i : i + 32] for i in range(0, len(text), 32))
 
 
 os.register_at_fork(after_in_child=_IDS.clear)
@@ -215,11 +221,105 @@ class ToolCall(BaseModel):
     @field_validator("id", "name", "arguments_error")
     @classmethod
     def _encodable_text(cls, value: str | None) -> str | None:
-        # No tool name is longer than 64 characters: a longer one can never
-        # match, and the log keeps only a recognisable prefix of it.
-        if value is None:
-            return None
-        return encodable(shorten(value, 1_000))
+        return None if value is None else _kept_text(value)
+
+
+def _kept_text(value: str) -> str:
+    """A call's id, tool name or arguments error as the log keeps it: short and encodable."""
+    # No tool name is longer than 64 characters: a longer one can never
+    # match, and the log keeps only a recognisable prefix of it.
+    return encodable(shorten(value, 1_000))
+
+
+_set = object.__setattr__
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _assembled(cls: type[_Model], values: dict[str, Any], given: set[str]) -> _Model:
+    """An instance of `cls` holding `values`, every field in order, exactly as validation left them.
+
+    What ``cls.model_construct`` does, without its per-field loop over
+    aliases and defaults, which cost as much as validating a message: every
+    `Branch.act` builds three records. Only for values the caller has
+    checked the way validation would (a test compares the two, field by
+    field, so a pydantic release that stores instances differently fails
+    there); `given` is what validation would record as the fields set.
+
+    One `given` set is shared by every record of a shape, as
+    ``model_construct(_fields_set=...)`` would share it: a frozen model
+    never changes its fields set, and pydantic copies it before a
+    ``model_copy`` changes the copy's. A set of its own per record was three
+    of the ten objects `Branch.act` leaves in the log for the garbage
+    collector to traverse, and its pauses are about 30% of act's overhead.
+    """
+    instance = cls.__new__(cls)
+    _set(instance, "__dict__", values)
+    _set(instance, "__pydantic_fields_set__", given)
+    _set(instance, "__pydantic_extra__", None)
+    _set(instance, "__pydantic_private__", None)
+    return instance
+
+
+# The fields each assembled record's validation would record as set (see `_assembled`).
+_GIVEN_CALL = {"name", "arguments"}
+_GIVEN_CALL_WITH_ID = {"id", "name", "arguments"}
+_GIVEN_CALL_MESSAGE = {"role", "tool_calls", "metadata"}
+_GIVEN_TOOL_MESSAGE = {"role", "content", "call_id", "tool", "metadata"}
+
+
+def _plain(arguments: dict[Any, Any]) -> bool:
+    """Whether `arguments` are flat: ASCII string keys, values ASCII text, flags, small numbers.
+
+    Most calls' arguments are; for them `arguments_problem` has nothing to
+    find, and this one pass is a third of its walk.
+    """
+    for key, value in arguments.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                return False
+        elif kind is int:
+            if not -_SMALL_INT < value < _SMALL_INT:
+                return False
+        elif not (kind is bool or kind is float or value is None):
+            return False
+    return True
+
+
+def _str_keys(mapping: dict[Any, Any]) -> bool:
+    """Whether every key is exactly a `str` (what a ``dict[str, Any]`` field keeps as it is)."""
+    return all(type(key) is str for key in mapping)
+
+
+def new_tool_call(name: str, arguments: dict[str, Any], call_id: str | None = None) -> ToolCall:
+    """The call ``ToolCall(name=name, arguments=arguments)`` validates, with `call_id` if given.
+
+    The checks are validation's own, made here in the common case (a plain
+    name, a plain dict with string keys whose values `arguments_problem`
+    accepts); anything else goes through validation. `arguments` becomes the
+    call's (validation would copy it: pass a dict of your own). A host's
+    `call_id` is set as given, unvalidated, as ``model_copy`` sets it: a
+    host finds its recorded answers by its own ids.
+    """
+    if (
+        type(name) is str
+        and type(arguments) is dict
+        and (_plain(arguments) or (_str_keys(arguments) and arguments_problem(arguments) is None))
+    ):
+        return _assembled(
+            ToolCall,
+            {
+                "id": _new_call_id() if call_id is None else call_id,
+                "name": _kept_text(name),
+                "arguments": arguments,
+                "arguments_error": None,
+            },
+            _GIVEN_CALL if call_id is None else _GIVEN_CALL_WITH_ID,
+        )
+    call = ToolCall(name=name, arguments=arguments)
+    return call if call_id is None else call.model_copy(update={"id": call_id})
 
 
 class Message(BaseModel):
@@ -258,6 +358,62 @@ class Message(BaseModel):
     @classmethod
     def _encodable_content(cls, value: str) -> str:
         return encodable(value)
+
+
+def call_message(calls: tuple[ToolCall, ...], metadata: dict[str, Any]) -> Message:
+    """The assistant message carrying a host's own `calls` (no text), as validation builds it.
+
+    The calls are `ToolCall` instances (validated when they were made, and
+    kept as they are by validation too); `metadata` becomes the message's,
+    and must have string keys.
+    """
+    return _assembled(
+        Message,
+        {
+            "id": _new_id(),
+            "role": "assistant",
+            "content": "",
+            "tool_calls": calls,
+            "call_id": None,
+            "tool": None,
+            "sender": None,
+            "recipient": None,
+            "channel": None,
+            "created_at": _now(),
+            "metadata": metadata,
+        },
+        _GIVEN_CALL_MESSAGE,
+    )
+
+
+def tool_message(call: ToolCall, content: str, metadata: dict[str, Any]) -> Message:
+    """The tool message answering `call` with `content`; `metadata` becomes the message's.
+
+    Validation's checks, made here: the content made encodable, the call id
+    and every metadata key plain strings (a tool writes the metadata, a host
+    the call id; anything else goes through validation, which refuses it).
+    """
+    if type(call.id) is not str or not _str_keys(metadata):
+        return Message(
+            role="tool", content=content, call_id=call.id, tool=call.name, metadata=metadata
+        )
+    return _assembled(
+        Message,
+        {
+            "id": _new_id(),
+            "role": "tool",
+            "content": encodable(content),
+            "tool_calls": (),
+            "call_id": call.id,
+            "tool": call.name,
+            "sender": None,
+            "recipient": None,
+            "channel": None,
+            "created_at": _now(),
+            "metadata": metadata,
+        },
+        _GIVEN_TOOL_MESSAGE,
+    )
 
 
 # Tokens per message for role markers and separators; the figure providers
@@ -479,17 +635,19 @@ class MessageLog:
 
     def _append(self, message: Message, tokens: int | None) -> Message:
         """`append`, with the message's token estimate when it is already known."""
-        self._writable()
-        if message.role == "system" and self._pinned_index() is not None:
-            raise ValueError("the log already has a system message; use set_system() to replace it")
+        if self._shared:
+            self._writable()
         index = len(self._record)
-        # A system message is pinned first, whatever came before it.
-        self._add_record(message, (-1, index) if message.role == "system" else (index,), tokens)
-        if message.role == "system":
+        if message.role != "system":
+            self._add_record(message, (index,), tokens)
+            self._active.append(index)
+        elif self._pinned_index() is not None:
+            raise ValueError("the log already has a system message; use set_system() to replace it")
+        else:
+            # A system message is pinned first, whatever came before it.
+            self._add_record(message, (-1, index), tokens)
             self._append_order = self._append_order and index == 0
             self._active.insert(0, index)
-        else:
-            self._active.append(index)
         self._active_tokens += self._tokens[index]
         return message
 

@@ -366,3 +366,117 @@ def test_non_ascii_arguments_count_like_the_same_text_as_content():
     assert (
         estimate_tokens([content]) <= estimate_tokens([accented]) <= estimate_tokens([content]) + 4
     )
+
+
+# -- the records Branch.act builds without validating them again ---------------
+
+
+def _stored(model: Message | ToolCall) -> tuple[object, ...]:
+    """Everything pydantic keeps on an instance, ids and times left out."""
+    values = {k: v for k, v in model.__dict__.items() if k not in ("id", "created_at")}
+    return (
+        type(model),
+        list(values.items()),
+        list(model.__dict__),
+        model.model_fields_set,
+        model.__pydantic_extra__,
+        model.__pydantic_private__,
+    )
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {},
+        {"x": 1, "flag": True, "ratio": 0.5, "none": None, "text": "ascii"},
+        {"path": "caf\u00e9", "nested": {"a": [1, 2, {"b": "c"}]}},
+        {"big": 1 << 70},
+        {"lone": "\ud800"},
+        {"deep": _nested(150)},
+        {1: "not a str key"},
+    ],
+)
+def test_new_tool_call_is_the_call_validation_builds(arguments: dict[object, object]) -> None:
+    from lionfactory._messages import new_tool_call
+
+    try:
+        expected = ToolCall(name="noop", arguments=dict(arguments))
+    except ValidationError:
+        with pytest.raises(ValidationError):
+            new_tool_call("noop", dict(arguments))  # type: ignore[arg-type]
+        return
+    built = new_tool_call("noop", dict(arguments))  # type: ignore[arg-type]
+    assert _stored(built) == _stored(expected)
+    assert built.model_dump(exclude={"id"}) == expected.model_dump(exclude={"id"})
+    assert built.id.startswith("call_") and len(built.id) == len(expected.id)
+
+
+def test_new_tool_call_keeps_a_hosts_id_as_given_and_shortens_a_long_name() -> None:
+    from lionfactory._messages import new_tool_call
+
+    name = "n" * 2_000
+    built = new_tool_call(name, {"x": 1}, "host-1")
+    expected = ToolCall(name=name, arguments={"x": 1}).model_copy(update={"id": "host-1"})
+    assert built == expected
+    assert built.model_fields_set == expected.model_fields_set
+
+
+def test_call_and_tool_messages_are_the_messages_validation_builds() -> None:
+    from lionfactory._messages import call_message, new_tool_call, tool_message
+
+    call = new_tool_call("noop", {"x": 1})
+    built = call_message((call,), {"provider_call_ids": {"a-2": "a"}})
+    expected = Message(
+        role="assistant", tool_calls=(call,), metadata={"provider_call_ids": {"a-2": "a"}}
+    )
+    assert _stored(built) == _stored(expected)
+    assert built.model_dump(exclude={"id", "created_at"}) == expected.model_dump(
+        exclude={"id", "created_at"}
+    )
+    for content in ('{"result": 1}', "lone \ud800 surrogate"):
+        reply = tool_message(call, content, {"evidence": [1]})
+        validated = Message(
+            role="tool", content=content, call_id=call.id, tool="noop", metadata={"evidence": [1]}
+        )
+        assert _stored(reply) == _stored(validated)
+        assert reply.created_at.tzinfo is not None
+
+
+def test_tool_message_refuses_what_validation_refuses() -> None:
+    """A metadata key or a host's call id that is not a string fails as validation fails."""
+    from lionfactory._messages import new_tool_call, tool_message
+
+    with pytest.raises(ValidationError):
+        tool_message(new_tool_call("noop", {}), "{}", {1: "x"})  # type: ignore[dict-item]
+    with pytest.raises(ValidationError):
+        tool_message(new_tool_call("noop", {}, 123), "{}", {})  # type: ignore[arg-type]
+
+
+def test_a_copy_of_an_assembled_record_leaves_the_shared_fields_set_alone() -> None:
+    from lionfactory._messages import call_message, new_tool_call
+
+    first = call_message((new_tool_call("noop", {}),), {})
+    second = call_message((new_tool_call("noop", {}),), {})
+    changed = first.model_copy(update={"content": "edited"})
+    assert "content" in changed.model_fields_set
+    assert "content" not in first.model_fields_set
+    assert "content" not in second.model_fields_set
+
+
+def test_drawn_ids_are_version_4_uuids() -> None:
+    import uuid
+
+    from lionfactory._messages import _new_id
+
+    ids = [_new_id() for _ in range(500)]
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(hex=text)
+        assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, text)

@@ -11,14 +11,19 @@ The act overhead is then taken apart: each layer `Branch.act` adds around the
 tool call (the arguments and the `ToolCall` record, the call-id mapping, the
 assistant message, the call's context scope, the result's JSON encoding, the
 tool message, the `ActionResult` and its failure check, the two log appends)
-is timed alone, N times, through the library's own functions, and printed with
-its share of the measured overhead; what the layers do not account for (the
-awaits and attribute lookups between them) is the remainder. A sync function
-(which runs in a worker thread) is reported for information.
+is timed in place, N times, through the library's own functions, and printed
+with its share of the staged overhead. The garbage collector's pauses are a
+layer of their own: the log keeps every call's records, so collections come
+(and full ones traverse the grown log) in an act loop and never in the raw
+tool loop, whose objects are all freed at once; timed inside the stage they
+happened to interrupt, they made the tool call look three times as slow as
+alone and hid half of the end-to-end overhead. A sync function (which runs in
+a worker thread) is reported for information.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -28,12 +33,13 @@ from _common import Row, Size, abest_of, info_row, interleaved, sizes
 from lionfactory import Branch, function_tool
 from lionfactory._acting import _ended, _tool_message, arguments_object
 from lionfactory._call import CallContext, call_context
-from lionfactory._messages import Message, ToolCall, encode_json
+from lionfactory._messages import call_message, encode_json, new_tool_call
 
 BENCH = "calls"
 TOOL_BUDGET_US = 50
 ACT_BUDGET_US = 20
 TOOL_LAYER = "the tool call itself (tool.invoke)"
+GC_LAYER = "garbage collection (pauses while the log grows)"
 
 SIZES: dict[Size, dict[str, Any]] = {
     "tiny": {"calls": 200, "repeat": 2},
@@ -143,7 +149,9 @@ async def _layers(tool: Any, n: int, repeat: int) -> dict[str, float]:
     with a `time.perf_counter_ns` reading between stages: timing each layer
     alone in a tight loop measured well under its cost inside a call
     (caches warm for one function), so the layers did not add up. The
-    success path is what a valid call takes; the error branches do not run.
+    garbage collector's pauses (read through `gc.callbacks`) are taken out
+    of the stage they interrupted and reported as `GC_LAYER`. The success
+    path is what a valid call takes; the error branches do not run.
     """
     names = [
         "arguments and the ToolCall record",
@@ -157,46 +165,56 @@ async def _layers(tool: Any, n: int, repeat: int) -> dict[str, float]:
         "ActionResult and failure check",
         "tool message log append",
     ]
-    best = [float("inf")] * len(names)
+    best = [float("inf")] * (len(names) + 1)
     clock = time.perf_counter_ns
-    for _ in range(repeat):
-        branch = Branch("benchmark")
-        branch.register(tool)
-        log = branch.messages
-        spent = [0] * len(names)
-        for i in range(n):
-            t0 = clock()
-            call = ToolCall(name="noop", arguments=arguments_object("noop", {"x": i}))
-            t1 = clock()
-            (call,), renamed = branch._unique_ids((call,))
-            t2 = clock()
-            message = Message(
-                role="assistant",
-                tool_calls=(call,),
-                metadata={"provider_call_ids": renamed} if renamed else {},
-            )
-            t3 = clock()
-            log.append(message)
-            t4 = clock()
-            context = CallContext(call_id=call.id, tool=call.name, branch_id=branch.id)
-            with call_context(context):
-                t5 = clock()
-                result = await tool.invoke(call.arguments)
-                t6 = clock()
-            t7 = clock()
-            content = encode_json(result)
-            t8 = clock()
-            reply = _tool_message(call, content, context)
-            t9 = clock()
-            _ended(call, reply, result, None, result=result, failed=tool.reports_failure(result))
-            t10 = clock()
-            log.append(reply)
-            t11 = clock()
-            marks = (t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11)
-            stages = [marks[k + 1] - marks[k] for k in range(11)]
-            # The scope's cost is its entry (t4-t5) and its exit (t6-t7).
-            stages[4] += stages.pop(6)
-            for k, value in enumerate(stages):
-                spent[k] += value
-        best = [min(b, s / 1e9) for b, s in zip(best, spent, strict=True)]
-    return dict(zip(names, best, strict=True))
+    paused = [0, 0]  # nanoseconds paused so far, the start of the running pause
+
+    def on_gc(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            paused[1] = clock()
+        else:
+            paused[0] += clock() - paused[1]
+
+    gc.callbacks.append(on_gc)
+    try:
+        for _ in range(repeat):
+            branch = Branch("benchmark")
+            branch.register(tool)
+            log = branch.messages
+            spent = [0] * (len(names) + 1)
+            paused[0] = 0
+            for i in range(n):
+                marks = [clock() - paused[0]]
+                call = new_tool_call("noop", arguments_object("noop", {"x": i}))
+                marks.append(clock() - paused[0])
+                calls, renamed = branch._unique_ids((call,))
+                marks.append(clock() - paused[0])
+                message = call_message(calls, {"provider_call_ids": renamed} if renamed else {})
+                marks.append(clock() - paused[0])
+                log.append(message)
+                marks.append(clock() - paused[0])
+                context = CallContext(call_id=call.id, tool=call.name, branch_id=branch.id)
+                with call_context(context):
+                    marks.append(clock() - paused[0])
+                    result = await tool.invoke(call.arguments)
+                    marks.append(clock() - paused[0])
+                marks.append(clock() - paused[0])
+                content = encode_json(result)
+                marks.append(clock() - paused[0])
+                reply = _tool_message(call, content, context)
+                marks.append(clock() - paused[0])
+                failed = tool.reports_failure(result)
+                _ended(call, reply, result, None, result=result, failed=failed)
+                marks.append(clock() - paused[0])
+                log.append(reply)
+                marks.append(clock() - paused[0])
+                stages = [marks[k + 1] - marks[k] for k in range(11)]
+                # The scope's cost is its entry (t4-t5) and its exit (t6-t7).
+                stages[4] += stages.pop(6)
+                for k, value in enumerate(stages):
+                    spent[k] += value
+            spent[-1] = paused[0]
+            best = [min(b, s / 1e9) for b, s in zip(best, spent, strict=True)]
+    finally:
+        gc.callbacks.remove(on_gc)
+    return dict(zip([*names, GC_LAYER], best, strict=True))
