@@ -345,21 +345,20 @@ def _to_call_result(action: ActionResult, version: str | None) -> types.CallTool
     return types.CallToolResult.model_validate(call_result(action, version))
 
 
-def _prepare(source: Source, memory_budget: int | None) -> tuple[Callable[[], Branch], ServedTools]:
-    """How to make a session's branch, and the served tools (described once per process).
+def _prepare(
+    source: Source, memory_budget: int | None
+) -> tuple[Callable[[], Branch], ServedTools, Branch]:
+    """How to make a session's branch, the served tools (described once per process), the probe.
 
-    One branch is made at once, to list the tools and to fail early on a
-    broken factory; it is not used for calls.
+    One branch (the probe) is made at once, to list the tools and to fail
+    early on a broken factory. Over HTTP it is not used for calls; over
+    stdio it becomes the connection's branch (`_first_then`).
 
     Raises:
         ValueError: `memory_budget` is below 1, or a ``subagent`` tool on
             branches without a chat model.
     """
-    if memory_budget is not None and memory_budget < 1:
-        raise ValueError(
-            f"session_memory_budget must be a positive number of characters or None, "
-            f"got {memory_budget!r}"
-        )
+    _check_memory_budget(memory_budget)
     new_branch = _as_branch_maker(source)
     probe = new_branch()
     if "subagent" in probe.tools and probe.chat_model is None:
@@ -368,7 +367,30 @@ def _prepare(source: Source, memory_budget: int | None) -> tuple[Callable[[], Br
             "the subagent tool needs a chat model, and the session branches have none: serve "
             "a template Branch(chat_model=...) with the tools registered on it"
         )
-    return new_branch, ServedTools.of(probe.tools.values())
+    return new_branch, ServedTools.of(probe.tools.values()), probe
+
+
+def _check_memory_budget(memory_budget: int | None) -> None:
+    if memory_budget is not None and memory_budget < 1:
+        raise ValueError(
+            f"session_memory_budget must be a positive number of characters or None, "
+            f"got {memory_budget!r}"
+        )
+
+
+def _first_then(first: Branch, new_branch: Callable[[], Branch]) -> Callable[[], Branch]:
+    """A maker that hands out `first` once, then makes branches with `new_branch`.
+
+    A stdio server has one session: building the probe's twin for it on the
+    first call made every served toolkit twice (its tools, its isolation,
+    its models), for a branch nobody else had used.
+    """
+    pending = [first]
+
+    def make() -> Branch:
+        return pending.pop() if pending else new_branch()
+
+    return make
 
 
 def create_mcp_server(
@@ -438,8 +460,8 @@ def create_mcp_server(
         raise ImportError("this needs the MCP Python SDK: pip install 'lionfactory[mcp]'") from exc
 
     _check_max_sessions(max_sessions)
-    new_branch, served = _prepare(source, session_memory_budget)
-    stored = _stored_sessions(store, new_branch, store_resources, stream_session)
+    new_branch, served, probe = _prepare(source, session_memory_budget)
+    stored = _stored_sessions(store, new_branch, store_resources, stream_session, probe)
     names = served.names
     listings: dict[str | None, types.ListToolsResult] = {}
 
@@ -576,13 +598,14 @@ def _stored_sessions(
     new_branch: Callable[[], Branch],
     resources: Mapping[str, Any] | None,
     stream_session: str | None,
+    probe: Branch,
 ) -> StoredSessions | None:
     if store is None:
         return None
     # Imported only with a store: a server without one never loads the backends.
     from lionfactory.mcp._stored_sessions import StoredSessions
 
-    _register_served_factories(new_branch())
+    _register_served_factories(probe)
     return StoredSessions(store, new_branch, dict(resources or {}), stream_session)
 
 
@@ -721,20 +744,21 @@ def serve_mcp(
     _check_max_sessions(max_sessions)
     origins = _check_origins(allowed_origins)
     if transport == "stdio":
-        new_branch, served = _prepare(source, session_memory_budget)
-        sessions = SessionBranches(
-            new_branch, memory_budget=session_memory_budget, max_sessions=max_sessions
-        )
-        stored = _stored_sessions(store, new_branch, store_resources, stream_session)
+        _check_memory_budget(session_memory_budget)
         anyio.run(
-            _serve_stdio,
-            sessions,
-            stored,
-            served,
-            name,
-            instructions,
-            on_ready,
-            _workspace_resources(resources),
+            partial(
+                _serve_stdio,
+                source,
+                session_memory_budget,
+                max_sessions,
+                store,
+                store_resources,
+                stream_session,
+                name,
+                instructions,
+                on_ready,
+                resources,
+            ),
             backend="trio",
         )
         return
@@ -800,16 +824,39 @@ def _transport_security(host: str, port: int, origins: Sequence[str]) -> Any:
 
 
 async def _serve_stdio(
-    sessions: SessionBranches,
-    stored: StoredSessions | None,
-    served: ServedTools,
+    source: Source,
+    memory_budget: int | None,
+    max_sessions: int | None,
+    store: BranchStore | None,
+    store_resources: Mapping[str, Any] | None,
+    stream_session: str | None,
     name: str,
     instructions: str | None,
     on_ready: Callable[[str], object] | None,
-    resources: WorkspaceResources | None = None,
+    served_resources: Resources,
 ) -> None:
+    """Build the served tools, then serve them on stdin and stdout.
+
+    The tools are built here, on the running event loop, after every module
+    the loop and the transport need is loaded, and before the first request
+    is read (a broken factory still fails before the handshake). Building
+    them is the last work before ``initialize`` is answered because it
+    starts background work (a confined shell's first walk of the toolchain
+    trees, seconds of CPU in a daemon thread): the imports of trio and of
+    the transport, done after the build, shared the interpreter with that
+    walk and took three to four times as long (about 0.2 s of start-up on
+    a busy 2-core machine).
+    """
     # lionfactory's own stdio server: it never imports the SDK (see _stdio).
     from lionfactory.mcp._stdio import serve_stdio
+
+    new_branch, served, probe = _prepare(source, memory_budget)
+    # The stream is one client: the probe is its branch.
+    sessions = SessionBranches(
+        _first_then(probe, new_branch), memory_budget=memory_budget, max_sessions=max_sessions
+    )
+    stored = _stored_sessions(store, new_branch, store_resources, stream_session, probe)
+    resources = _workspace_resources(served_resources)
 
     async def act(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
         return await _act(sessions, stored, "", tool, arguments)

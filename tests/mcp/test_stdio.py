@@ -267,6 +267,45 @@ def test_serving_stdio_never_imports_the_sdk(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
+def test_a_stdio_server_builds_its_tools_once(tmp_path: Path) -> None:
+    """The branch built to list the tools is the connection's: calls do not build another."""
+    (tmp_path / "notes.txt").write_text("hello\n", encoding="utf-8")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from lionfactory.mcp import serve_mcp\n"
+        "from lionfactory.tools.reader import reader_tool\n"
+        "built = []\n"
+        "def counted(**kwargs):\n"
+        "    built.append(kwargs)\n"
+        "    return reader_tool(**kwargs)\n"
+        f"serve_mcp([(counted, {{'workspace_root': Path({str(tmp_path)!r})}})])\n"
+        "print(len(built), file=sys.stderr)\n"
+    )
+    read = {"name": "reader", "arguments": READ}
+    with subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None
+        replies = []
+        for request_id in (1, 2, 3):  # one at a time: end of file cancels calls in flight
+            params = read if request_id > 1 else {"protocolVersion": "x"}
+            method = "tools/call" if request_id > 1 else "initialize"
+            message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            server.stdin.write(json.dumps(message) + "\n")
+            server.stdin.flush()
+            replies.append(json.loads(server.stdout.readline()))
+        _, errors = server.communicate(timeout=60)
+    assert server.returncode == 0, errors
+    assert [r["id"] for r in replies] == [1, 2, 3]
+    assert all(r["result"]["isError"] is False for r in replies[1:]), replies
+    assert errors.strip().splitlines()[-1] == "1"
+
+
 async def test_a_request_of_megabytes_and_requests_sharing_a_chunk_are_read_whole(
     raw: Raw, git_workspace: Path
 ) -> None:
