@@ -510,7 +510,6 @@ async def run_supervised(
     args = tuple(argv)
     if any("\x00" in arg for arg in args):
         raise LaunchError(args[0], "embedded null byte")
-    _check_program(args[0], cwd, env)
     started = time.monotonic()
     if not supervisor.isolation.confined:
         for _attempt in range(2):
@@ -522,20 +521,28 @@ async def run_supervised(
             if pipes is None:
                 runner.close()  # it died while idle (killed, out of memory): another one
                 continue
-            return await _run_on(
-                supervisor,
-                runner,
-                args,
-                pipes,
-                timeout=timeout,
-                captures=(
-                    _Capture(max_bytes, spill[0] if spill else None, on_output=on_output),
-                    _Capture(max_bytes, spill[1] if spill else None, on_output=on_output),
-                ),
-                started=started,
-            )
+            try:
+                return await _run_on(
+                    supervisor,
+                    runner,
+                    args,
+                    pipes,
+                    timeout=timeout,
+                    captures=(
+                        _Capture(max_bytes, spill[0] if spill else None, on_output=on_output),
+                        _Capture(max_bytes, spill[1] if spill else None, on_output=on_output),
+                    ),
+                    started=started,
+                )
+            except LaunchError:
+                # The program did not start: the host-side check (skipped
+                # before, it costs a PATH walk every call) words it the way
+                # every tool does, when it finds the reason.
+                _check_program(args[0], cwd, env)
+                raise
         else:
             raise SupervisorGone("no namespace the supervisor lent could start the command")
+    _check_program(args[0], cwd, env)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -691,7 +698,7 @@ async def _run_on(
     try:
         for fd in (*pipes, channel):
             poller.register(fd, select.EPOLLIN)
-        pace = ReadPace()
+        pace: ReadPace | None = None
         with anyio.move_on_after(timeout) as deadline:
             while word is None:
                 events = poller.poll(0)
@@ -704,31 +711,36 @@ async def _run_on(
                         read += streams.read(fd)
                     elif (word := _runner_word(runner.channel)) is not None:
                         poller.unregister(channel)
-                if word is None and read and not await pace.after(read):
-                    # A writer that never lets its pipe run dry must not
-                    # starve the loop (or the deadline).
-                    await anyio.lowlevel.checkpoint()
-            # Nothing of the namespace holds a pipe any more; a process
-            # outside it that was handed one may: give it a moment, not forever.
-            with anyio.move_on_after(_DRAIN_GRACE):
-                while streams.open:
-                    if not poller.poll(0):
+                if word is None and read:
+                    pace = pace or ReadPace()
+                    if not await pace.after(read):
+                        # A writer that never lets its pipe run dry must not
+                        # starve the loop (or the deadline).
+                        await anyio.lowlevel.checkpoint()
+            streams.read_all_now()
+            if streams.open:
+                # Nothing of the namespace holds a pipe any more; a process
+                # outside it that was handed one may: a moment, not forever.
+                with anyio.move_on_after(_DRAIN_GRACE):
+                    while streams.open:
                         await anyio.wait_readable(poller.fileno())
-                    streams.read_all_now()
+                        streams.read_all_now()
     finally:
-        with anyio.CancelScope(shield=True):
-            if word is None:
+        if word is None:
+            with anyio.CancelScope(shield=True):
                 # Timed out or cancelled: the namespace's init dies, and
                 # with it every process of the namespace.
                 runner.kill()
                 with anyio.move_on_after(_EXIT_GRACE):
                     await runner.exited()
                 streams.read_all_now()
+        try:
             poller.close()
             for fd in pipes:
                 os.close(fd)
             for capture in captures:
                 capture.close()
+        finally:
             if word:
                 supervisor.give_back(runner)  # emptied: as good as a new one
             else:
