@@ -114,8 +114,10 @@ _DRAIN_GRACE = 1.0
 
 
 # Emptied namespaces the host keeps for the next calls: one serves every
-# sequential call; more are lent only while calls overlap.
-_IDLE_RUNNERS = 4
+# sequential call. More are lent only while calls overlap, and handed back
+# to the supervisor when they are done (it keeps a few for the next burst),
+# so the host holds the same two descriptors whatever ran before.
+_IDLE_RUNNERS = 1
 # How long the supervisor may take to lend a namespace (its first one waits
 # for the supervisor's own start).
 _LEND_TIMEOUT = 30.0
@@ -139,6 +141,8 @@ class _Runner:
 
     channel: socket.socket
     pidfd: int
+    # Its pid in the supervisor's namespace: how the supervisor knows it when it comes back.
+    ident: int
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
@@ -296,7 +300,13 @@ class Supervisor:
             if self.pidfd >= 0 and len(self.runners) < _IDLE_RUNNERS:
                 self.runners.append(runner)
                 return
-        runner.close()
+            with contextlib.suppress(OSError):  # gone: the runner ends with it
+                fds = array.array("i", [runner.channel.fileno()])
+                self.control.sendmsg(
+                    [json.dumps({"return": runner.ident}).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)],
+                )
+        runner.close()  # our copies; the supervisor holds its own now
 
     async def lend(self) -> _Runner | None:
         """Ask the supervisor for a ready namespace's runner; None where it has none to lend.
@@ -341,7 +351,8 @@ class Supervisor:
             for fd in received:
                 os.close(fd)
             raise SupervisorGone("the supervisor did not lend a namespace")
-        if _message(data).get("namespace") is not True or len(received) != 2:
+        word = _message(data)
+        if word.get("namespace") is not True or len(received) != 2:
             for fd in received:
                 os.close(fd)
             self.command_namespaces = False
@@ -349,7 +360,8 @@ class Supervisor:
         self.command_namespaces = True
         channel = socket.socket(fileno=received[0])
         channel.setblocking(False)
-        return _Runner(channel, received[1])
+        ident = word.get("runner")
+        return _Runner(channel, received[1], ident if isinstance(ident, int) else 0)
 
     def close(self, *, grace: float = _EXIT_GRACE) -> None:
         """Kill every command and end the sandbox (blocking; safe to call twice).

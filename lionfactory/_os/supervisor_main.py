@@ -603,9 +603,8 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
             try:
                 fds = array.array("i", [chosen.channel.fileno(), pidfd])
                 with contextlib.suppress(OSError):  # the parent gave up: the runner ends
-                    reply.sendmsg(
-                        [b'{"namespace": true}'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
-                    )
+                    word = json.dumps({"namespace": True, "runner": chosen.runner}).encode()
+                    reply.sendmsg([word], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             finally:
                 os.close(pidfd)
                 chosen.channel.close()
@@ -614,6 +613,25 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
                 spare = _prepare(namespaces, reuse)
         finally:
             reply.close()
+
+    def take_back(data: bytes, fd: int) -> None:
+        """A lent runner the parent has no use for now: kept idle here, for a later lend."""
+        channel = socket.socket(fileno=fd)
+        try:
+            request = json.loads(data)
+            runner = int(request["return"]) if isinstance(request, dict) else 0
+        except (ValueError, TypeError, KeyError):
+            runner = 0
+        leader = lent.pop(runner, 0)
+        if not leader:
+            channel.close()  # not one of ours (or it died meanwhile)
+            return
+        back = _Spare(leader, channel)
+        back.runner = runner
+        if len(idle) < _IDLE:
+            idle.append(back)
+        else:
+            back.discard()
 
     def start(data: bytes, fds: list[int]) -> None:
         nonlocal spare
@@ -675,7 +693,10 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
                         waiting.discard()
                     return
                 if len(fds) == 1:
-                    lend(fds[0])
+                    if buffer.startswith(b'{"return"'):
+                        take_back(bytes(buffer[:size]), fds[0])
+                    else:
+                        lend(fds[0])
                     continue
                 if len(fds) != 3:
                     for fd in fds:
