@@ -35,6 +35,14 @@ ahead and, once its runner has emptied it, reused for the next command
 (``--reuse-namespaces``), so a standalone call costs a message and a
 ``posix_spawn`` instead of a ``bwrap`` start. If the supervisor itself is
 killed, its outer namespace's init dies and takes every command with it.
+There the host does not go through the supervisor for each command: the
+supervisor lends it a prepared namespace's first process (the *runner*,
+with a pidfd of it), the host sends the runner the command and reads its
+answer and output itself, and keeps the emptied namespace for the next call
+(`Supervisor.lend`, `run_supervised`). A call is then one message to the
+runner, a ``posix_spawn`` there and one answer; a timeout or cancellation
+kills the runner, which as its namespace's init takes every process of the
+namespace with it.
 """
 
 from __future__ import annotations

@@ -43,6 +43,19 @@ everything left in it, reports, and waits for the next request. An emptied
 namespace is as good as a new one for that purpose, and a machine busy
 enough that the forks cannot be hidden behind the previous command (each
 costs more than the command on a loaded two-CPU machine) then pays none.
+
+Lending (reuse only). A request carrying one descriptor, a reply socket,
+asks for a ready runner: the answer ``{"namespace": true, "runner": PID}``
+carries the runner's channel and a pidfd of it, and from then on the parent
+sends that runner its commands and reads its answers itself (``{"status":
+WAIT_STATUS, "pid": N}``, with ``"exec_error"`` when it could not start), so
+a command costs one message each way and no hop through the supervisor;
+killing the runner (its namespace's init) ends everything in its namespace.
+The answer is ``{"namespace": false}`` without descriptors where none can be
+had. The supervisor stays the runner's parent: it kills the runner's group
+when the runner ends and when the parent goes. A runner the parent does not
+need any more comes back with ``{"return": PID}`` and its channel, and waits
+idle here for the next lend.
 """
 
 from __future__ import annotations
