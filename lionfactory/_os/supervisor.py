@@ -129,7 +129,6 @@ _IDLE_RUNNERS = 1
 # How long the supervisor may take to lend a namespace (its first one waits
 # for the supervisor's own start).
 _LEND_TIMEOUT = 30.0
-_RUNNER_FDS_SPACE = socket.CMSG_SPACE(2 * array.array("i").itemsize)
 
 
 class SupervisorGone(Exception):
@@ -343,18 +342,17 @@ class Supervisor:
             with anyio.move_on_after(_LEND_TIMEOUT):
                 while True:
                     try:
-                        data, ancillary, _flags, _addr = mine.recvmsg(
-                            256, _RUNNER_FDS_SPACE, socket.MSG_CMSG_CLOEXEC
+                        data, received, _flags, _addr = socket.recv_fds(
+                            mine, 256, 2, socket.MSG_CMSG_CLOEXEC
                         )
                     except (BlockingIOError, InterruptedError):
                         await anyio.wait_readable(mine)
                         continue
                     except OSError:
-                        data, ancillary = b"", []
+                        data, received = b"", []
                     break
         finally:
             mine.close()
-        received = _received_fds(ancillary) if ancillary else []
         if not data:
             for fd in received:
                 os.close(fd)
@@ -402,14 +400,6 @@ class Supervisor:
             os.close(pidfd)
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
-
-
-def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    fds = array.array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    return list(fds)
 
 
 def _message(data: bytes) -> dict[str, Any]:
