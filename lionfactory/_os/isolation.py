@@ -185,7 +185,9 @@ def within(path: Path, folder: Path) -> bool:
 _under = within
 
 
-@attrs.frozen
+# Frozen, so its hash never changes: computed once (every call looks its
+# supervisor up by the isolation, whose hash includes the policy's).
+@attrs.frozen(cache_hash=True)
 class Policy:
     """What a confined process may touch; pure data, no mechanism.
 
@@ -648,7 +650,7 @@ class Launch:
     first_process: int | None = None
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Isolation:
     """A policy and the mechanism that enforces it, chosen once at factory time.
 

@@ -35,6 +35,14 @@ ahead and, once its runner has emptied it, reused for the next command
 (``--reuse-namespaces``), so a standalone call costs a message and a
 ``posix_spawn`` instead of a ``bwrap`` start. If the supervisor itself is
 killed, its outer namespace's init dies and takes every command with it.
+There the host does not go through the supervisor for each command: the
+supervisor lends it a prepared namespace's first process (the *runner*,
+with a pidfd of it), the host sends the runner the command and reads its
+answer and output itself, and keeps the emptied namespace for the next call
+(`Supervisor.lend`, `run_supervised`). A call is then one message to the
+runner, a ``posix_spawn`` there and one answer; a timeout or cancellation
+kills the runner, which as its namespace's init takes every process of the
+namespace with it.
 """
 
 from __future__ import annotations
@@ -57,12 +65,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from lionfactory._os.isolation import HiddenFile, Isolation, hidden_now
 from lionfactory._os.process import (
     LaunchError,
     ProcessResult,
+    ReadPace,
     _Capture,
     _check_program,
     captured_result,
@@ -111,8 +121,50 @@ _EXIT_GRACE = 5.0
 _DRAIN_GRACE = 1.0
 
 
+# Emptied namespaces the host keeps for the next calls: one serves every
+# sequential call. More are lent only while calls overlap, and handed back
+# to the supervisor when they are done (it keeps a few for the next burst),
+# so the host holds the same two descriptors whatever ran before.
+_IDLE_RUNNERS = 1
+# How long the supervisor may take to lend a namespace (its first one waits
+# for the supervisor's own start).
+_LEND_TIMEOUT = 30.0
+
+
 class SupervisorGone(Exception):
     """The supervisor is not running any more (it is restarted on the next call)."""
+
+
+@attrs.define(eq=False)
+class _Runner:
+    """A prepared namespace's first process, lent to the host by an unconfined supervisor.
+
+    The host sends it each command (one message with the command's stdout
+    and stderr) and reads its answer; the supervisor is not on that path.
+    `pidfd` names the runner: as its namespace's init, killing it ends every
+    process of the namespace, and its pidfd turns readable only once they
+    are all gone.
+    """
+
+    channel: socket.socket
+    pidfd: int
+    # Its pid in the supervisor's namespace: how the supervisor knows it when it comes back.
+    ident: int
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    async def exited(self) -> None:
+        if not pidfd_exited(self.pidfd):
+            await anyio.wait_readable(self.pidfd)
+
+    def close(self) -> None:
+        """Close the channel (an idle runner then exits) and the pidfd, once."""
+        self.channel.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
 
 
 @attrs.define(eq=False)
@@ -137,6 +189,8 @@ class Supervisor:
     # (None: none started yet). False where the kernel refused one inside
     # the supervisor: its commands then share the supervisor's namespace.
     command_namespaces: bool | None = None
+    # Runners lent by an unconfined supervisor, idle between calls (`lend`).
+    runners: list[_Runner] = attrs.Factory(list)
 
     @classmethod
     def start(
@@ -219,13 +273,7 @@ class Supervisor:
         Raises:
             SupervisorGone: the supervisor has exited.
         """
-        if env is None:
-            # What a command inherits passes the isolation's environment
-            # policy, as at the process seam; an explicit env is the caller's.
-            filtered = self.isolation.environment(None)
-            env = os.environ if filtered is None else filtered.variables
-        child_env = {**env, **self.overlay}
-        payload = json.dumps({"argv": list(argv), "cwd": str(cwd), "env": child_env}).encode()
+        payload = self.request(argv, cwd=cwd, env=env)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = array.array("i", [theirs.fileno(), stdout, stderr])
         try:
@@ -237,6 +285,89 @@ class Supervisor:
         finally:
             theirs.close()
         return mine
+
+    def request(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None) -> bytes:
+        """The message that starts `argv` (for the supervisor or a lent runner)."""
+        if env is None:
+            # What a command inherits passes the isolation's environment
+            # policy, as at the process seam; an explicit env is the caller's.
+            filtered = self.isolation.environment(None)
+            env = os.environ if filtered is None else filtered.variables
+        child_env = {**env, **self.overlay}
+        return json.dumps({"argv": list(argv), "cwd": str(cwd), "env": child_env}).encode()
+
+    def idle_runner(self) -> _Runner | None:
+        """A lent runner no call is using, or None."""
+        with self.lock:
+            return self.runners.pop() if self.runners else None
+
+    def give_back(self, runner: _Runner) -> None:
+        """Keep `runner` (its namespace emptied) for a later call, or let it end."""
+        with self.lock:
+            if self.pidfd >= 0 and len(self.runners) < _IDLE_RUNNERS:
+                self.runners.append(runner)
+                return
+            with contextlib.suppress(OSError):  # gone: the runner ends with it
+                fds = array.array("i", [runner.channel.fileno()])
+                self.control.sendmsg(
+                    [json.dumps({"return": runner.ident}).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)],
+                )
+        runner.close()  # our copies; the supervisor holds its own now
+
+    async def lend(self) -> _Runner | None:
+        """Ask the supervisor for a ready namespace's runner; None where it has none to lend.
+
+        None means the kernel refused the supervisor a PID namespace per
+        command (`command_namespaces` turns False): the caller runs the
+        command through the supervisor as before.
+
+        Raises:
+            SupervisorGone: the supervisor has exited or did not answer.
+        """
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fds = array.array("i", [theirs.fileno()])
+        try:
+            with self.lock:
+                self.control.sendmsg(
+                    [b'{"lend": true}'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+                )
+        except OSError as exc:
+            mine.close()
+            raise SupervisorGone(str(exc)) from None
+        finally:
+            theirs.close()
+        mine.setblocking(False)
+        try:
+            with anyio.move_on_after(_LEND_TIMEOUT):
+                while True:
+                    try:
+                        data, received, _flags, _addr = socket.recv_fds(
+                            mine, 256, 2, socket.MSG_CMSG_CLOEXEC
+                        )
+                    except (BlockingIOError, InterruptedError):
+                        await anyio.wait_readable(mine)
+                        continue
+                    except OSError:
+                        data, received = b"", []
+                    break
+        finally:
+            mine.close()
+        if not data:
+            for fd in received:
+                os.close(fd)
+            raise SupervisorGone("the supervisor did not lend a namespace")
+        word = _message(data)
+        if word.get("namespace") is not True or len(received) != 2:
+            for fd in received:
+                os.close(fd)
+            self.command_namespaces = False
+            return None
+        self.command_namespaces = True
+        channel = socket.socket(fileno=received[0])
+        channel.setblocking(False)
+        ident = word.get("runner")
+        return _Runner(channel, received[1], ident if isinstance(ident, int) else 0)
 
     def close(self, *, grace: float = _EXIT_GRACE) -> None:
         """Kill every command and end the sandbox (blocking; safe to call twice).
@@ -250,6 +381,9 @@ class Supervisor:
         self.control.close()
         with self.lock:
             pidfd, self.pidfd = self.pidfd, -1
+            runners, self.runners = self.runners, []
+        for runner in runners:
+            runner.close()  # their namespaces end with the supervisor's below
         if pidfd < 0:
             return
         try:
@@ -386,8 +520,39 @@ async def run_supervised(
     args = tuple(argv)
     if any("\x00" in arg for arg in args):
         raise LaunchError(args[0], "embedded null byte")
-    _check_program(args[0], cwd, env)
     started = time.monotonic()
+    if not supervisor.isolation.confined:
+        for _attempt in range(2):
+            runner = supervisor.idle_runner() or await supervisor.lend()
+            if runner is None:
+                break  # no namespace per command here: through the supervisor, as before
+            payload = supervisor.request(args, cwd=cwd, env=env)
+            pipes = _hand(runner, payload)
+            if pipes is None:
+                runner.close()  # it died while idle (killed, out of memory): another one
+                continue
+            try:
+                return await _run_on(
+                    supervisor,
+                    runner,
+                    args,
+                    pipes,
+                    timeout=timeout,
+                    captures=(
+                        _Capture(max_bytes, spill[0] if spill else None, on_output=on_output),
+                        _Capture(max_bytes, spill[1] if spill else None, on_output=on_output),
+                    ),
+                    started=started,
+                )
+            except LaunchError:
+                # The program did not start: the host-side check (skipped
+                # before, it costs a PATH walk every call) words it the way
+                # every tool does, when it finds the reason.
+                _check_program(args[0], cwd, env)
+                raise
+        else:
+            raise SupervisorGone("no namespace the supervisor lent could start the command")
+    _check_program(args[0], cwd, env)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -455,3 +620,145 @@ async def run_supervised(
     if gone and code is None and not deadline.cancelled_caught:
         raise SupervisorGone("the supervisor closed the command's socket")
     return captured_result(args, code, (out, err), (deadline.cancelled_caught, pid, started), False)
+
+
+def _hand(runner: _Runner, payload: bytes) -> tuple[int, int] | None:
+    """Send `runner` the command with new stdout and stderr pipes; their read ends, or None.
+
+    None: the runner is gone (its end of the channel is closed).
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        fds = array.array("i", [out_w, err_w])
+        runner.channel.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    except OSError:
+        os.close(out_r)
+        os.close(err_r)
+        return None
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    os.set_blocking(out_r, False)
+    os.set_blocking(err_r, False)
+    return out_r, err_r
+
+
+def _runner_word(channel: socket.socket) -> dict[str, Any] | None:
+    """The runner's answer; ``{}`` when it died before giving one, None when none is there yet."""
+    try:
+        data = channel.recv(65536)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return {}
+    word = _message(data) if data else {}
+    return word if isinstance(word.get("status"), int) else {}
+
+
+class _Streams:
+    """The command's stdout and stderr pipes and their captures, read as they turn readable."""
+
+    def __init__(self, poller: select.epoll, pipes: tuple[int, int], captures: Any) -> None:
+        self.poller = poller
+        self.open: dict[int, _Capture] = dict(zip(pipes, captures, strict=True))
+
+    def read(self, fd: int) -> int:
+        """Read what `fd` holds now into its capture; the bytes read (0 at its end)."""
+        try:
+            data = os.read(fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        if not data:
+            self.poller.unregister(fd)
+            del self.open[fd]
+            return 0
+        self.open[fd].feed(data)
+        return len(data)
+
+    def read_all_now(self) -> None:
+        """Read everything the pipes hold (their writers are gone)."""
+        for fd in list(self.open):
+            while fd in self.open and self.read(fd):
+                pass
+
+
+async def _run_on(
+    supervisor: Supervisor,
+    runner: _Runner,
+    args: tuple[str, ...],
+    pipes: tuple[int, int],
+    *,
+    timeout: float,
+    captures: tuple[_Capture, _Capture],
+    started: float,
+) -> ProcessResult:
+    """Wait for the command `runner` was handed, reading its output; then its result.
+
+    One ``epoll`` descriptor holds both pipes and the runner's channel, so
+    the loop waits for one descriptor: a ``true`` costs one wake-up (its
+    answer and both pipes' ends come together, the runner empties its
+    namespace and drops its copies of the pipes before it answers) instead
+    of a task per stream and a scheduler trip for each.
+    """
+    poller = select.epoll(3)
+    streams = _Streams(poller, pipes, captures)
+    channel = runner.channel.fileno()
+    word: dict[str, Any] | None = None
+    try:
+        for fd in (*pipes, channel):
+            poller.register(fd, select.EPOLLIN)
+        pace: ReadPace | None = None
+        with anyio.move_on_after(timeout) as deadline:
+            while word is None:
+                events = poller.poll(0)
+                if not events:
+                    await anyio.wait_readable(poller.fileno())
+                    continue
+                read = 0
+                for fd, _mask in events:
+                    if fd != channel:
+                        read += streams.read(fd)
+                    elif (word := _runner_word(runner.channel)) is not None:
+                        poller.unregister(channel)
+                if word is None and read:
+                    pace = pace or ReadPace()
+                    if not await pace.after(read):
+                        # A writer that never lets its pipe run dry must not
+                        # starve the loop (or the deadline).
+                        await anyio.lowlevel.checkpoint()
+            streams.read_all_now()
+            if streams.open:
+                # Nothing of the namespace holds a pipe any more; a process
+                # outside it that was handed one may: a moment, not forever.
+                with anyio.move_on_after(_DRAIN_GRACE):
+                    while streams.open:
+                        await anyio.wait_readable(poller.fileno())
+                        streams.read_all_now()
+    finally:
+        if word is None:
+            with anyio.CancelScope(shield=True):
+                # Timed out or cancelled: the namespace's init dies, and
+                # with it every process of the namespace.
+                runner.kill()
+                with anyio.move_on_after(_EXIT_GRACE):
+                    await runner.exited()
+                streams.read_all_now()
+        try:
+            poller.close()
+            for fd in pipes:
+                os.close(fd)
+            for capture in captures:
+                capture.close()
+        finally:
+            if word:
+                supervisor.give_back(runner)  # emptied: as good as a new one
+            else:
+                runner.close()
+    if word and "exec_error" in word:
+        # Nothing hides a program from an unconfined command: exec said why.
+        raise LaunchError(args[0], str(word["exec_error"]))
+    code = os.waitstatus_to_exitcode(word["status"]) if word else -signal.SIGKILL
+    pid = int(word.get("pid", 0)) if word else 0
+    ended = (deadline.cancelled_caught, pid, started)
+    return captured_result(args, code, captures, ended, False)

@@ -43,6 +43,19 @@ everything left in it, reports, and waits for the next request. An emptied
 namespace is as good as a new one for that purpose, and a machine busy
 enough that the forks cannot be hidden behind the previous command (each
 costs more than the command on a loaded two-CPU machine) then pays none.
+
+Lending (reuse only). A request carrying one descriptor, a reply socket,
+asks for a ready runner: the answer ``{"namespace": true, "runner": PID}``
+carries the runner's channel and a pidfd of it, and from then on the parent
+sends that runner its commands and reads its answers itself (``{"status":
+WAIT_STATUS, "pid": N}``, with ``"exec_error"`` when it could not start), so
+a command costs one message each way and no hop through the supervisor;
+killing the runner (its namespace's init) ends everything in its namespace.
+The answer is ``{"namespace": false}`` without descriptors where none can be
+had. The supervisor stays the runner's parent: it kills the runner's group
+when the runner ends and when the parent goes. A runner the parent does not
+need any more comes back with ``{"return": PID}`` and its channel, and waits
+idle here for the next lend.
 """
 
 from __future__ import annotations
@@ -258,7 +271,7 @@ def _run_one(channel: socket.socket, reusable: bool) -> None:
             except ChildProcessError:
                 os._exit(1)
             if done == command:
-                message = {"status": code}
+                message = {"status": code, "pid": command}
                 break
     if reusable:
         _empty_namespace()
@@ -449,6 +462,8 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
     buffer = bytearray(_MAX_MESSAGE)
 
     reaped: list[tuple[int, int]] = []
+    # Runners lent to the parent (`lend`): runner pid -> its leader (its group).
+    lent: dict[int, int] = {}
 
     def reap() -> None:
         """Reap every exited child; a runner's group is killed first, while it is a zombie."""
@@ -465,6 +480,9 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
                 # Still unreaped, the runner keeps its group's number: what
                 # the command left in the group dies now, by that number.
                 _kill_group(command.group)
+            elif pid in lent:
+                # Its namespace died with it; what is left in its group dies now.
+                _kill_group(lent.pop(pid))
             elif spare is not None and pid == spare.runner:
                 _kill_group(spare.leader)
             else:
@@ -557,6 +575,77 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
             chosen.discard()
         return None
 
+    def lend(reply_fd: int) -> None:
+        """Hand a ready namespace's runner to the parent, who then talks to it directly.
+
+        Only with reuse (a lent runner serves command after command): the
+        reply carries the runner's channel and a pidfd of it, so the parent
+        starts each command with one message to the runner and kills the
+        whole namespace by killing its init. The supervisor keeps the
+        runner as its child (a subreaper) and kills its group when it ends
+        or when the parent goes. Where no namespace can be had the reply
+        says ``{"namespace": false}`` and carries no descriptor.
+        """
+        nonlocal spare, namespaces
+        reply = socket.socket(fileno=reply_fd)
+        try:
+            chosen: _Spare | None = None
+            for _attempt in range(2 + len(idle)):
+                if not (namespaces and reuse):
+                    break
+                if idle:
+                    chosen = idle.pop()
+                else:
+                    chosen = spare if spare is not None else _prepare(namespaces, reuse)
+                    spare = None
+                if chosen.ready() and chosen.runner != chosen.leader:
+                    break
+                if chosen.runner and chosen.runner == chosen.leader:
+                    namespaces = False  # the kernel refused one: nothing to lend
+                chosen.discard()
+                chosen = None
+            if chosen is None:
+                _send(reply, {"namespace": False})
+                return
+            try:
+                pidfd = os.pidfd_open(chosen.runner)
+            except OSError:
+                chosen.discard()
+                _send(reply, {"namespace": False})
+                return
+            try:
+                fds = array.array("i", [chosen.channel.fileno(), pidfd])
+                with contextlib.suppress(OSError):  # the parent gave up: the runner ends
+                    word = json.dumps({"namespace": True, "runner": chosen.runner}).encode()
+                    reply.sendmsg([word], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            finally:
+                os.close(pidfd)
+                chosen.channel.close()
+            lent[chosen.runner] = chosen.leader
+            if spare is None and not idle:
+                spare = _prepare(namespaces, reuse)
+        finally:
+            reply.close()
+
+    def take_back(data: bytes, fd: int) -> None:
+        """A lent runner the parent has no use for now: kept idle here, for a later lend."""
+        channel = socket.socket(fileno=fd)
+        try:
+            request = json.loads(data)
+            runner = int(request["return"]) if isinstance(request, dict) else 0
+        except (ValueError, TypeError, KeyError):
+            runner = 0
+        leader = lent.pop(runner, 0)
+        if not leader:
+            channel.close()  # not one of ours (or it died meanwhile)
+            return
+        back = _Spare(leader, channel)
+        back.runner = runner
+        if len(idle) < _IDLE:
+            idle.append(back)
+        else:
+            back.discard()
+
     def start(data: bytes, fds: list[int]) -> None:
         nonlocal spare
         report = socket.socket(fileno=fds[0])
@@ -609,11 +698,19 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
                 if not size:
                     for command in running.values():
                         _kill_group(command.group)
+                    for group in lent.values():
+                        _kill_group(group)
                     if spare is not None:
                         spare.discard()
                     for waiting in idle:
                         waiting.discard()
                     return
+                if len(fds) == 1:
+                    if buffer.startswith(b'{"return"'):
+                        take_back(bytes(buffer[:size]), fds[0])
+                    else:
+                        lend(fds[0])
+                    continue
                 if len(fds) != 3:
                     for fd in fds:
                         os.close(fd)

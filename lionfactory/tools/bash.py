@@ -67,8 +67,10 @@ Decisions (argv mode, where no kernel mechanism is the boundary):
   still runs in a PID namespace of its own, so a child that starts its own
   session (``setsid``, a double fork, ``setsid -f``) dies when the command's
   own process ends. The namespace is prepared ahead by a supervisor (the one
-  the toolkit's confinement uses) while the previous command runs, so a call
-  costs a message and a ``posix_spawn``; the supervisor belongs to the
+  the toolkit's confinement uses), which lends the tool that namespace's
+  first process: a call is one message to it, a ``posix_spawn`` there and
+  one answer, and the emptied namespace serves the next call. The
+  supervisor (and every namespace it made) belongs to the
   branch (closed with it) or, outside any branch, to the tool (closed when
   the tool is dropped). Where the kernel refuses unprivileged namespaces,
   only the command's process group is killed; the description and every

@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from test_pid_reuse import SCENARIO, _namespace_problem
 from lionfactory import Branch
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import containment
+from lionfactory._os.process import pidfd_exited
 from lionfactory._os.supervisor import Supervisor
 from lionfactory._tool import Tool
 from lionfactory.tools.bash import bash_tool
@@ -322,3 +324,18 @@ def test_concurrent_calls_each_get_a_namespace_and_the_emptied_ones_serve_later_
             await branch.aclose()
 
     anyio.run(main, backend=backend)
+
+
+async def test_a_killed_idle_namespace_is_replaced_by_the_next_call() -> None:
+    """The host keeps the emptied namespace between calls; one that died is not reused."""
+    tool = bash_tool()
+    assert (await tool(command="true"))["return_code"] == 0
+    supervisor = _supervisor(tool)
+    (runner,) = supervisor.runners
+    signal.pidfd_send_signal(runner.pidfd, signal.SIGKILL)
+    await eventually(lambda: pidfd_exited(runner.pidfd), 10)
+    result = await tool(command="echo again")
+    assert result["stdout"] == "again\n", result
+    # Its descriptors are closed, and a new namespace serves the calls now.
+    assert runner.pidfd == -1 and runner.channel.fileno() == -1
+    assert len(supervisor.runners) == 1 and supervisor.runners[0] is not runner
