@@ -55,6 +55,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from lionfactory._os.change_watch import change_watch
 from lionfactory._os.isolation import Isolation
 from lionfactory._os.regular import is_regular
 from lionfactory._os.workspace import Workspace
@@ -305,6 +306,9 @@ class SnapshotStore:
     _refresh: bool = False
     _manifests: dict[str, Manifest] = attrs.field(factory=dict)
     last_tree: str | None = None
+    # The last full snapshot (without its changes) while the change watch
+    # says the workspace is as that snapshot read it; None otherwise.
+    _unchanged: FullSnapshot | None = None
 
     @classmethod
     def for_workspace(
@@ -454,12 +458,22 @@ class SnapshotStore:
         """
         self.ensure()
         root = self.workspace.root
+        watch = change_watch()
+        unchanged = self._unchanged
+        if unchanged is not None and not dirs and since_ns is None:
+            if not watch.changed(str(root)):
+                # Not a byte, a mode or a name changed since the last snapshot
+                # began reading (inotify saw nothing): it holds as it is.
+                return unchanged
+        self._unchanged = None
         if self._refresh:
             # A seeded index holds the project's stat data, some of it smudged
             # (racily clean entries): refreshed once, so later listings stat
             # and do not hash.
             await self._check(["update-index", "-q", "--refresh"], "refresh", tolerate=True)
             self._refresh = False
+        # Before the listing: a change made while git reads the tree counts.
+        watched = watch.begin(str(root))
         listing = await self._listing()
         started = _now_ns() if since_ns is None else since_ns
         chosen: dict[str, None] = {}
@@ -524,6 +538,8 @@ class SnapshotStore:
             tree = self.last_tree
         self.last_tree = tree
         unsettled = tuple(p for p in chosen if _changed_after(root / p, started))
+        if watched and not unsettled:
+            self._unchanged = FullSnapshot(tree, (), (), tuple(skipped), ())
         return FullSnapshot(
             tree=tree,
             dirs=await self._empty_dirs() if dirs else (),
