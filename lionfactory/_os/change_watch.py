@@ -34,13 +34,12 @@ One inotify instance per process serves every tree (the kernel allows a user
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import stat
 import threading
 
-from lionfactory._os.tree_watch import _EVENT, _IN_IGNORED, _IN_ISDIR, _IN_Q_OVERFLOW
+from lionfactory._os.tree_watch import _IN_IGNORED, _IN_ISDIR, inotify_init, read_events
 
 __all__ = ["ChangeWatch", "change_watch"]
 
@@ -146,18 +145,9 @@ class ChangeWatch:
     # -- inotify -----------------------------------------------------------------
 
     def _ready(self) -> bool:
-        if self._fd >= 0:
-            return True
-        if self._libc is None:
-            try:
-                self._libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-            except OSError:
-                return False
-        fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            return False
-        self._fd = fd
-        return True
+        if self._fd < 0:
+            self._libc, self._fd = inotify_init()
+        return self._fd >= 0
 
     def _watch(self, tree: _Tree, top: str) -> None:
         """Watch every folder of `top` (it is in `tree`); each is watched before it is listed."""
@@ -210,25 +200,15 @@ class ChangeWatch:
         tree.folders.clear()
 
     def _drain(self) -> None:
-        if self._fd < 0:
-            return
-        while True:
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                return
-            except OSError:
+        while self._fd >= 0:
+            events = read_events(self._fd)
+            if events is None:
                 self._lost()
                 return
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-                raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
-                offset += _EVENT.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    self._lost()
-                    return
-                self._event(wd, mask, os.fsdecode(raw.rstrip(b"\0")))
+            if not events:
+                return
+            for wd, mask, name in events:
+                self._event(wd, mask, name)
 
     def _lost(self) -> None:
         """Events were lost: no tree can say "unchanged" again (each is walked anew)."""

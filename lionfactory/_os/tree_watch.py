@@ -31,7 +31,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-__all__ = ["TreeWatch", "polled"]
+__all__ = ["TreeWatch", "inotify_init", "polled", "read_events"]
 
 _IN_MODIFY = 0x002
 _IN_CLOSE_WRITE = 0x008
@@ -62,6 +62,40 @@ _EVENT = struct.Struct("iIII")
 
 Judge = Callable[[str], bool]
 """Whether the content-checked file at a path holds a credential (reads it)."""
+
+
+def inotify_init() -> tuple[ctypes.CDLL | None, int]:
+    """(libc, a new non-blocking inotify descriptor); the descriptor is -1 where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None, -1
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    return libc, fd if fd >= 0 else -1
+
+
+def read_events(fd: int) -> list[tuple[int, int, str]] | None:
+    """The (wd, mask, name) events queued on `fd` by one read; [] when none; None when lost.
+
+    Lost: the queue overflowed or the descriptor failed, so some change was
+    never reported and the caller must start again.
+    """
+    try:
+        data = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return []
+    except OSError:
+        return None
+    events = []
+    offset = 0
+    while offset + _EVENT.size <= len(data):
+        wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+        raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
+        offset += _EVENT.size + length
+        if mask & _IN_Q_OVERFLOW:
+            return None
+        events.append((wd, mask, os.fsdecode(raw.rstrip(b"\0"))))
+    return events
 
 
 def _git_objects(folder: str, name: str) -> bool:
@@ -242,16 +276,8 @@ class TreeWatch:
     def _ready(self) -> bool:
         if self._fd >= 0:
             return True
-        if self._libc is None:
-            try:
-                self._libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-            except OSError:
-                return False
-        fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            return False
-        self._fd = fd
-        return True
+        self._libc, self._fd = inotify_init()
+        return self._fd >= 0
 
     def _walk_apart(self, fd: int, top: str) -> tuple[dict[int, str], dict[str, bool]] | None:
         """Watch and list every folder of `top`: (folders by wd, candidates); None at the limit.
@@ -303,25 +329,17 @@ class TreeWatch:
 
     def _drain(self) -> None:
         while True:
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                return
-            except OSError:
+            events = read_events(self._fd)
+            if events is None:
+                # Events were lost: start again (every tree is walked again
+                # on its next question).
                 self._reset()
+                self._ready()
                 return
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-                raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
-                offset += _EVENT.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    # Events were lost: start again (every tree is walked
-                    # again on its next question).
-                    self._reset()
-                    self._ready()
-                    return
-                self._event(wd, mask, os.fsdecode(raw.rstrip(b"\0")))
+            if not events:
+                return
+            for wd, mask, name in events:
+                self._event(wd, mask, name)
 
     def _event(self, wd: int, mask: int, name: str) -> None:
         folder = self._folders.get(wd)

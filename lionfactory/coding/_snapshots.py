@@ -460,11 +460,10 @@ class SnapshotStore:
         root = self.workspace.root
         watch = change_watch()
         unchanged = self._unchanged
-        if unchanged is not None and not dirs and since_ns is None:
-            if not watch.changed(str(root)):
-                # Not a byte, a mode or a name changed since the last snapshot
-                # began reading (inotify saw nothing): it holds as it is.
-                return unchanged
+        if unchanged is not None and not dirs and since_ns is None and not watch.changed(str(root)):
+            # Not a byte, a mode or a name changed since the last snapshot
+            # began reading (inotify saw nothing): it holds as it is.
+            return unchanged
         self._unchanged = None
         if self._refresh:
             # A seeded index holds the project's stat data, some of it smudged
@@ -593,7 +592,12 @@ class SnapshotStore:
         A directory or an unreadable path is left out; an absent path maps to
         None. Blobs are written to the store as loose objects.
         """
-        self.ensure()
+        # Only the object folder: the rest of the layout (config, the seeded
+        # index, a first `git_dirs` walk) is the first full snapshot's to make,
+        # and that one runs in the background while a first editor call
+        # records its paths over it.
+        if not self._ready:
+            (self.git_dir / "objects").mkdir(parents=True, exist_ok=True)
         found: dict[str, Entry | None] = {}
         root_fd = self.workspace.open_root()
         try:
