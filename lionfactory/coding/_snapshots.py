@@ -5,6 +5,9 @@ library's state directory (`state_directory`), one per workspace root and
 shared by every branch working there. Why git: its index is a persistent stat
 cache, so a re-snapshot of an unchanged 10,000-file tree stats the files and
 hashes none, and its object store deduplicates content across snapshots.
+Cheaper still, a snapshot of a tree in which an inotify watch of every folder
+saw nothing change since the previous snapshot began returns that one
+(`lionfactory._os.change_watch` says when the watch can vouch for that).
 
 Nothing git reads from the workspace is trusted, as for the sandbox's git
 (`Git` with its hardening: no hooks, no fsmonitor, no pager; the user's and
