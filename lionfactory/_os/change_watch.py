@@ -39,7 +39,13 @@ import os
 import stat
 import threading
 
-from lionfactory._os.tree_watch import _IN_IGNORED, _IN_ISDIR, inotify_init, read_events
+from lionfactory._os.tree_watch import (
+    _IN_IGNORED,
+    _IN_ISDIR,
+    EventsLost,
+    inotify_init,
+    read_events,
+)
 
 __all__ = ["ChangeWatch", "change_watch"]
 
@@ -200,15 +206,13 @@ class ChangeWatch:
         tree.folders.clear()
 
     def _drain(self) -> None:
-        while self._fd >= 0:
-            events = read_events(self._fd)
-            if events is None:
-                self._lost()
-                return
-            if not events:
-                return
-            for wd, mask, name in events:
+        if self._fd < 0:
+            return
+        try:
+            for wd, mask, name in read_events(self._fd):
                 self._event(wd, mask, name)
+        except EventsLost:
+            self._lost()
 
     def _lost(self) -> None:
         """Events were lost: no tree can say "unchanged" again (each is walked anew)."""

@@ -29,9 +29,9 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-__all__ = ["TreeWatch", "inotify_init", "polled", "read_events"]
+__all__ = ["EventsLost", "TreeWatch", "inotify_init", "polled", "read_events"]
 
 _IN_MODIFY = 0x002
 _IN_CLOSE_WRITE = 0x008
@@ -74,28 +74,31 @@ def inotify_init() -> tuple[ctypes.CDLL | None, int]:
     return libc, fd if fd >= 0 else -1
 
 
-def read_events(fd: int) -> list[tuple[int, int, str]] | None:
-    """The (wd, mask, name) events queued on `fd` by one read; [] when none; None when lost.
+class EventsLost(Exception):
+    """The inotify queue overflowed or its descriptor failed: some change was never reported."""
 
-    Lost: the queue overflowed or the descriptor failed, so some change was
-    never reported and the caller must start again.
+
+def read_events(fd: int) -> Iterator[tuple[int, int, str]]:
+    """Every (wd, mask, name) event queued on `fd` now, in order, without waiting.
+
+    Raises:
+        EventsLost: the caller must start again (what it watched is unknown).
     """
-    try:
-        data = os.read(fd, 1 << 16)
-    except BlockingIOError:
-        return []
-    except OSError:
-        return None
-    events = []
-    offset = 0
-    while offset + _EVENT.size <= len(data):
-        wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-        raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
-        offset += _EVENT.size + length
-        if mask & _IN_Q_OVERFLOW:
-            return None
-        events.append((wd, mask, os.fsdecode(raw.rstrip(b"\0"))))
-    return events
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            raise EventsLost from None
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+            raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
+            offset += _EVENT.size + length
+            if mask & _IN_Q_OVERFLOW:
+                raise EventsLost
+            yield wd, mask, os.fsdecode(raw.rstrip(b"\0"))
 
 
 def _git_objects(folder: str, name: str) -> bool:
@@ -328,18 +331,13 @@ class TreeWatch:
             found[path] = self._judge(path)
 
     def _drain(self) -> None:
-        while True:
-            events = read_events(self._fd)
-            if events is None:
-                # Events were lost: start again (every tree is walked again
-                # on its next question).
-                self._reset()
-                self._ready()
-                return
-            if not events:
-                return
-            for wd, mask, name in events:
+        try:
+            for wd, mask, name in read_events(self._fd):
                 self._event(wd, mask, name)
+        except EventsLost:
+            # Start again: every tree is walked again on its next question.
+            self._reset()
+            self._ready()
 
     def _event(self, wd: int, mask: int, name: str) -> None:
         folder = self._folders.get(wd)
