@@ -335,8 +335,10 @@ class Checkpointer:
         The first full snapshot of a workspace in this process, which on a
         large tree takes seconds, never runs inside the call that needs it:
 
-        * it starts in the background (`BaseSnapshot`, a thread owned by the
-          branches waiting for it and cancelled when the last one closes);
+        * it runs in the background (`BaseSnapshot`, a thread owned by the
+          branches waiting for it and cancelled when the last one closes),
+          started by the first call that needs it: at once for a command, as
+          the call returns for an editor call;
         * an editor call (`paths` known) records those paths over the
           snapshot still being taken (`State.base`) and does not wait; once
           the snapshot is done its tree completes that state;
