@@ -29,9 +29,9 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-__all__ = ["TreeWatch", "polled"]
+__all__ = ["EventsLost", "TreeWatch", "inotify_init", "polled", "read_events"]
 
 _IN_MODIFY = 0x002
 _IN_CLOSE_WRITE = 0x008
@@ -62,6 +62,43 @@ _EVENT = struct.Struct("iIII")
 
 Judge = Callable[[str], bool]
 """Whether the content-checked file at a path holds a credential (reads it)."""
+
+
+def inotify_init() -> tuple[ctypes.CDLL | None, int]:
+    """(libc, a new non-blocking inotify descriptor); the descriptor is -1 where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None, -1
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    return libc, fd if fd >= 0 else -1
+
+
+class EventsLost(Exception):
+    """The inotify queue overflowed or its descriptor failed: some change was never reported."""
+
+
+def read_events(fd: int) -> Iterator[tuple[int, int, str]]:
+    """Every (wd, mask, name) event queued on `fd` now, in order, without waiting.
+
+    Raises:
+        EventsLost: the caller must start again (what it watched is unknown).
+    """
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            raise EventsLost from None
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+            raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
+            offset += _EVENT.size + length
+            if mask & _IN_Q_OVERFLOW:
+                raise EventsLost
+            yield wd, mask, os.fsdecode(raw.rstrip(b"\0"))
 
 
 def _git_objects(folder: str, name: str) -> bool:
@@ -242,16 +279,8 @@ class TreeWatch:
     def _ready(self) -> bool:
         if self._fd >= 0:
             return True
-        if self._libc is None:
-            try:
-                self._libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-            except OSError:
-                return False
-        fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            return False
-        self._fd = fd
-        return True
+        self._libc, self._fd = inotify_init()
+        return self._fd >= 0
 
     def _walk_apart(self, fd: int, top: str) -> tuple[dict[int, str], dict[str, bool]] | None:
         """Watch and list every folder of `top`: (folders by wd, candidates); None at the limit.
@@ -302,26 +331,13 @@ class TreeWatch:
             found[path] = self._judge(path)
 
     def _drain(self) -> None:
-        while True:
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                return
-            except OSError:
-                self._reset()
-                return
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-                raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
-                offset += _EVENT.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    # Events were lost: start again (every tree is walked
-                    # again on its next question).
-                    self._reset()
-                    self._ready()
-                    return
-                self._event(wd, mask, os.fsdecode(raw.rstrip(b"\0")))
+        try:
+            for wd, mask, name in read_events(self._fd):
+                self._event(wd, mask, name)
+        except EventsLost:
+            # Start again: every tree is walked again on its next question.
+            self._reset()
+            self._ready()
 
     def _event(self, wd: int, mask: int, name: str) -> None:
         folder = self._folders.get(wd)

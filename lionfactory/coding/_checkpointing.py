@@ -29,6 +29,7 @@ it finds to the end, so a rewind killed halfway completes.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import itertools
 import os
@@ -189,7 +190,9 @@ class BaseSnapshot:
     # Each path an editor call touched while it ran, as it was before the first such call.
     first_seen: dict[str, Entry | None] = attrs.field(factory=dict)
     _done: threading.Event = attrs.field(factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _started: bool = False
+    _go: threading.Event = attrs.field(factory=threading.Event)
+    _starting: threading.Lock = attrs.field(factory=threading.Lock)
     _token: Any = None
     _scope: Any = None
     _cancelled: bool = False
@@ -199,16 +202,28 @@ class BaseSnapshot:
         """Whether it is done (or failed, or was cancelled)."""
         return self._done.is_set()
 
-    def start(self) -> None:
-        """Start the thread."""
-        self._thread = threading.Thread(
-            target=self._run, name="lionfactory-first-snapshot", daemon=True
-        )
-        self._thread.start()
+    def start(self, *, after: float = 0.0) -> None:
+        """Start the thread, once (later calls do nothing); its work begins `after` seconds later.
 
-    def _run(self) -> None:
+        An editor call starts it as it returns, with a short delay: the
+        thread's first steps are Python (a trio loop, the store's layout),
+        and sharing the interpreter lock with them would slow the rest of
+        that call, which must not wait for the snapshot.
+        """
+        with self._starting:
+            if self._started:
+                return
+            self._started = True
+        # Not `threading.Thread.start`: it blocks until the new thread runs,
+        # which on a loaded machine is the scheduler's delay (tens of ms)
+        # charged to the call that only wanted the snapshot to begin.
+        _thread.start_new_thread(self._run, (after,))
+
+    def _run(self, after: float) -> None:
         import trio
 
+        if after > 0:
+            self._go.wait(after)
         try:
             trio.run(self._snapshot)
         except BaseException as exc:  # reported to whoever reads it; the thread must end
@@ -238,6 +253,8 @@ class BaseSnapshot:
 
     async def wait(self, seconds: float) -> bool:
         """Wait at most `seconds` for it to finish (in a worker thread); whether it did."""
+        self.start()
+        self._go.set()  # someone waits: no more delay
         if not self._done.is_set() and seconds > 0:
             await anyio.to_thread.run_sync(self._done.wait, seconds, abandon_on_cancel=True)
         return self._done.is_set()
@@ -247,6 +264,13 @@ class BaseSnapshot:
         import trio
 
         self._cancelled = True
+        with self._starting:
+            never = not self._started
+            self._started = True  # and it never will
+        if never:
+            self.error = "cancelled: every branch waiting for it was closed"
+            self._done.set()
+            return
         token, scope = self._token, self._scope
         if token is not None and scope is not None and not self.finished:
             with contextlib.suppress(trio.RunFinishedError):
@@ -256,6 +280,9 @@ class BaseSnapshot:
 
 _BASES: dict[Path, BaseSnapshot] = {}
 """The first snapshot of each workspace root taken in the background, in this process."""
+
+_FIRST_SNAPSHOT_DELAY = 0.05
+"""Seconds a first snapshot started by an editor call waits before its work (see `start`)."""
 
 FIRST_SNAPSHOT_TIMEOUT = 600.0
 """Seconds a rewind or a diff waits for a first snapshot still being taken."""
@@ -308,8 +335,10 @@ class Checkpointer:
         The first full snapshot of a workspace in this process, which on a
         large tree takes seconds, never runs inside the call that needs it:
 
-        * it starts in the background (`BaseSnapshot`, a thread owned by the
-          branches waiting for it and cancelled when the last one closes);
+        * it runs in the background (`BaseSnapshot`, a thread owned by the
+          branches waiting for it and cancelled when the last one closes),
+          started by the first call that needs it: at once for a command, as
+          the call returns for an editor call;
         * an editor call (`paths` known) records those paths over the
           snapshot still being taken (`State.base`) and does not wait; once
           the snapshot is done its tree completes that state;
@@ -333,7 +362,10 @@ class Checkpointer:
         if base is not None and base.finished:
             base = None
         if base is None and last is None and store.last_tree is None:
-            base = self._start_base(store)
+            # An editor call records its paths over the snapshot and starts
+            # it once its own work is done (`after`): the snapshot's thread,
+            # busy with Python for a while, would slow the call it must not.
+            base = self._start_base(store, now=paths is None)
         if base is not None:
             base.owners.add(self.branch.id)
             await self._finish_journal_now(store)
@@ -405,13 +437,14 @@ class Checkpointer:
         self.branch.checkpoint_log.add(entry)
         return entry
 
-    def _start_base(self, store: SnapshotStore) -> BaseSnapshot:
+    def _start_base(self, store: SnapshotStore, *, now: bool) -> BaseSnapshot:
         # The module function, not a bound method: the process-wide table of first
         # snapshots must not keep the branch alive.
         base = BaseSnapshot(store, finish_journal)
         _BASES[store.workspace.root] = base
         base.owners.add(self.branch.id)
-        base.start()
+        if now:
+            base.start()
         return base
 
     async def _finish_journal_now(self, store: SnapshotStore) -> None:
@@ -452,6 +485,8 @@ class Checkpointer:
             changed = sorted(
                 p for p, e in after.overlay if dict(before.overlay).get(p, _MISSING) != e
             )
+            if base is not None and pending:
+                base.start(after=_FIRST_SNAPSHOT_DELAY)
         elif pending or store.resolved(before) is None:
             # A command that did not get its first snapshot: what it left is
             # known at the next full snapshot, not now.

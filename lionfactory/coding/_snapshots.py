@@ -5,6 +5,9 @@ library's state directory (`state_directory`), one per workspace root and
 shared by every branch working there. Why git: its index is a persistent stat
 cache, so a re-snapshot of an unchanged 10,000-file tree stats the files and
 hashes none, and its object store deduplicates content across snapshots.
+Cheaper still, a snapshot of a tree in which an inotify watch of every folder
+saw nothing change since the previous snapshot began returns that one
+(`lionfactory._os.change_watch` says when the watch can vouch for that).
 
 Nothing git reads from the workspace is trusted, as for the sandbox's git
 (`Git` with its hardening: no hooks, no fsmonitor, no pager; the user's and
@@ -55,6 +58,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from lionfactory._os.change_watch import change_watch
 from lionfactory._os.isolation import Isolation
 from lionfactory._os.regular import is_regular
 from lionfactory._os.workspace import Workspace
@@ -305,6 +309,9 @@ class SnapshotStore:
     _refresh: bool = False
     _manifests: dict[str, Manifest] = attrs.field(factory=dict)
     last_tree: str | None = None
+    # The last full snapshot (without its changes) while the change watch
+    # says the workspace is as that snapshot read it; None otherwise.
+    _unchanged: FullSnapshot | None = None
 
     @classmethod
     def for_workspace(
@@ -454,12 +461,21 @@ class SnapshotStore:
         """
         self.ensure()
         root = self.workspace.root
+        watch = change_watch()
+        unchanged = self._unchanged
+        if unchanged is not None and not dirs and since_ns is None and not watch.changed(str(root)):
+            # Not a byte, a mode or a name changed since the last snapshot
+            # began reading (inotify saw nothing): it holds as it is.
+            return unchanged
+        self._unchanged = None
         if self._refresh:
             # A seeded index holds the project's stat data, some of it smudged
             # (racily clean entries): refreshed once, so later listings stat
             # and do not hash.
             await self._check(["update-index", "-q", "--refresh"], "refresh", tolerate=True)
             self._refresh = False
+        # Before the listing: a change made while git reads the tree counts.
+        watched = watch.begin(str(root))
         listing = await self._listing()
         started = _now_ns() if since_ns is None else since_ns
         chosen: dict[str, None] = {}
@@ -524,6 +540,8 @@ class SnapshotStore:
             tree = self.last_tree
         self.last_tree = tree
         unsettled = tuple(p for p in chosen if _changed_after(root / p, started))
+        if watched and not unsettled:
+            self._unchanged = FullSnapshot(tree, (), (), tuple(skipped), ())
         return FullSnapshot(
             tree=tree,
             dirs=await self._empty_dirs() if dirs else (),
@@ -577,7 +595,12 @@ class SnapshotStore:
         A directory or an unreadable path is left out; an absent path maps to
         None. Blobs are written to the store as loose objects.
         """
-        self.ensure()
+        # Only the object folder: the rest of the layout (config, the seeded
+        # index, a first `git_dirs` walk) is the first full snapshot's to make,
+        # and that one runs in the background while a first editor call
+        # records its paths over it.
+        if not self._ready:
+            (self.git_dir / "objects").mkdir(parents=True, exist_ok=True)
         found: dict[str, Entry | None] = {}
         root_fd = self.workspace.open_root()
         try:

@@ -629,12 +629,28 @@ def _merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _line_map(old: list[str], new: list[str]) -> dict[int, int]:
-    """Old 1-based line -> new 1-based line, for the lines the edit left unchanged."""
-    mapping: dict[int, int] = {}
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for block in matcher.get_matching_blocks():
+    """Old 1-based line -> new 1-based line, for the lines the edit left unchanged.
+
+    The lines before and after the changed region map to themselves first;
+    only the region between is diffed. An edit touches a few lines of a long
+    file, and a full `difflib` pass over 600 lines cost more (about 2 ms)
+    than the rest of the delta together.
+    """
+    limit = min(len(old), len(new))
+    head = 0
+    while head < limit and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    mapping = {i: i for i in range(1, head + 1)}
+    mapping.update((len(old) - i, len(new) - i) for i in range(tail))
+    middle = difflib.SequenceMatcher(
+        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
+    )
+    for block in middle.get_matching_blocks():
         for i in range(block.size):
-            mapping[block.a + i + 1] = block.b + i + 1
+            mapping[head + block.a + i + 1] = head + block.b + i + 1
     return mapping
 
 

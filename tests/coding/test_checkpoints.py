@@ -244,6 +244,28 @@ async def test_a_user_edit_between_checkpoints_is_a_conflict_left_untouched(
     assert (workspace / "mine.txt").exists()
 
 
+async def test_a_change_between_commands_that_changed_nothing_is_still_seen(
+    workspace: Path,
+) -> None:
+    """The snapshot a command that changed nothing reuses never hides a later change."""
+    (workspace / "a.txt").write_text("a\n")
+    branch = kit_branch(workspace)
+    await bash(branch, "echo agent > a.txt")
+    await bash(branch, "nice true")
+    await bash(branch, "nice true")
+    assert len(branch.checkpoints) == 3
+    assert branch.checkpoints[-1].files_changed == ()
+    (workspace / "new" / "deep").mkdir(parents=True)
+    (workspace / "new" / "deep" / "user.txt").write_text("the user's\n")
+    (workspace / "a.txt").chmod(0o755)
+    await bash(branch, "nice true")  # its checkpoint holds the user's changes
+    await bash(branch, "rm -r new && chmod -x a.txt")
+    report = await branch.rewind(branch.checkpoints[3].id)
+    assert set(report.restored) == {"a.txt", "new/deep/user.txt"}
+    assert (workspace / "new" / "deep" / "user.txt").read_text() == "the user's\n"
+    assert os.access(workspace / "a.txt", os.X_OK)
+
+
 async def test_an_edit_after_the_last_call_is_a_conflict(workspace: Path) -> None:
     (workspace / "a.txt").write_text("a\n")
     branch = kit_branch(workspace)
