@@ -6,7 +6,15 @@ import os
 import time
 from pathlib import Path
 
-from lionfactory._os.isolation import _content_checked, _holds_credential, _secret_name
+import pytest
+
+from lionfactory._os.isolation import (
+    _CONTENT_CHECKED,
+    _SECRET_NAME,
+    _content_checked,
+    _holds_credential,
+    _secret_name,
+)
 from lionfactory._os.tree_watch import TreeWatch, polled
 
 TOKEN = 'token = "lf-tree-watch"\n'
@@ -16,17 +24,35 @@ def fresh(root: Path) -> set[str]:
     return set(polled(str(root), _secret_name, _content_checked, _holds_credential))
 
 
-def watched(watch: TreeWatch, root: Path) -> set[str]:
-    return set(watch.secrets(str(root)))
+def watched(watch: TreeWatch, root: Path, *, apart: bool = False) -> set[str]:
+    return set(watch.secrets(str(root), apart=apart))
 
 
-def test_every_change_at_any_depth_is_seen_as_a_fresh_walk_sees_it(tmp_path: Path) -> None:
+def new_watch() -> TreeWatch:
+    """A watch as the isolation makes it: able to walk in a process of its own."""
+    return TreeWatch(
+        _secret_name,
+        _content_checked,
+        _holds_credential,
+        apart=(_SECRET_NAME.pattern, _CONTENT_CHECKED),
+    )
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["walked here", "walked apart"])
+def test_every_change_at_any_depth_is_seen_as_a_fresh_walk_sees_it(
+    tmp_path: Path, apart: bool
+) -> None:
+    """Walked apart, the first walk's watches are the parent's: every later change is seen."""
     root = tmp_path / "tree"
     deep = root.joinpath(*"abcdefghij")  # ten levels down
     deep.mkdir(parents=True)
     (deep / ".netrc").write_text("machine x password p\n")
-    watch = TreeWatch(_secret_name, _content_checked, _holds_credential)
-    assert watched(watch, root) == fresh(root) == {str(deep / ".netrc")}
+    (deep / "config").write_text(TOKEN)  # judged by the parent after a walk apart
+    (root / "a" / "config").write_text("[core]\n")
+    watch = new_watch()
+    assert watched(watch, root, apart=apart) == fresh(root)
+    assert fresh(root) == {str(deep / ".netrc"), str(deep / "config")}
+    (deep / "config").unlink()
 
     steps = [
         lambda: (deep / "credentials").write_text("k"),
@@ -92,3 +118,45 @@ def test_asking_again_costs_far_less_than_walking_again(tmp_path: Path) -> None:
     asking = time.perf_counter() - start
     # Measured near 1,000 times less here; 20 leaves room for a busy machine.
     assert asking * 20 < walking, (asking, walking)
+
+
+def test_a_walk_apart_finds_what_a_walk_here_finds(tmp_path: Path) -> None:
+    """Every folder watched and every candidate named, odd names included, by the child."""
+    root = tmp_path / "tree"
+    for n in range(50):
+        folder = root / f"d{n}" / "e\nnew line" / "f \u00e9t\u00e9"
+        folder.mkdir(parents=True)
+        for m in range(5):
+            (folder / f"file{m}.py").write_text("")
+    (root / "d7" / "e\nnew line" / ".NPMRC").write_text("//registry/:_authToken=x\n")
+    (root / "d8" / "config.toml").write_text(TOKEN)
+    (root / "d9" / "config").write_text("[core]\n")
+    (root / "d9" / ".git" / "objects" / "ab").mkdir(parents=True)  # skipped by both
+    here, apart = new_watch(), new_watch()
+    assert here._ready() and apart._ready()
+    by_here = here._walk_apart(here._fd, str(root))
+    by_child = apart._walk_apart(apart._fd, str(root), apart=True)
+    assert by_here is not None and by_child is not None
+    assert sorted(by_child[0].values()) == sorted(by_here[0].values())
+    assert len(by_child[0]) == 1 + 50 * 3 + 1  # the root, three levels of 50, d9/.git
+    assert (
+        by_child[1]
+        == by_here[1]
+        == {
+            str(root / "d7" / "e\nnew line" / ".NPMRC"): True,
+            str(root / "d8" / "config.toml"): True,
+            str(root / "d9" / "config"): False,
+        }
+    )
+
+
+def test_a_failed_walk_apart_walks_here_instead(tmp_path: Path, monkeypatch) -> None:
+    import lionfactory._os.tree_watch as module
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / ".netrc").write_text("machine m password p\n")
+    monkeypatch.setattr(module, "_WALKER", tmp_path / "missing_walker.py")
+    watch = new_watch()
+    assert (
+        watched(watch, tmp_path, apart=True) == fresh(tmp_path) == {str(tmp_path / "x" / ".netrc")}
+    )

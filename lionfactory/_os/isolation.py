@@ -529,7 +529,12 @@ def _content_checked(name: str) -> bool:
 
 
 # One watch for every exposed tree of the process (see `TreeWatch`).
-_WATCH = TreeWatch(_secret_name, _content_checked, _holds_credential)
+_WATCH = TreeWatch(
+    _secret_name,
+    _content_checked,
+    _holds_credential,
+    apart=(_SECRET_NAME.pattern, _CONTENT_CHECKED),
+)
 # A forked child would read events meant for its parent: it starts afresh.
 os.register_at_fork(after_in_child=_WATCH.forget)
 

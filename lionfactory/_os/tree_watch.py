@@ -25,11 +25,16 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import os
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from .tree_walk_main import LIMIT_STATUS, git_objects, list_folder, walk
 
 __all__ = ["EventsLost", "TreeWatch", "inotify_init", "polled", "read_events"]
 
@@ -59,6 +64,9 @@ _MASK = (
 _APPEARS = _IN_CREATE | _IN_MOVED_TO | _IN_CLOSE_WRITE | _IN_MODIFY
 _GOES = _IN_DELETE | _IN_MOVED_FROM
 _EVENT = struct.Struct("iIII")
+
+# Run by `TreeWatch.prewarm` for a first walk off this interpreter.
+_WALKER = Path(__file__).with_name("tree_walk_main.py")
 
 Judge = Callable[[str], bool]
 """Whether the content-checked file at a path holds a credential (reads it)."""
@@ -101,15 +109,6 @@ def read_events(fd: int) -> Iterator[tuple[int, int, str]]:
             yield wd, mask, os.fsdecode(raw.rstrip(b"\0"))
 
 
-def _git_objects(folder: str, name: str) -> bool:
-    """Whether `name` in `folder` is a git object store: hashes as names, never a credential.
-
-    Skipped by every walk: a clone's store holds hundreds of folders (and a
-    credential in a repository is in its config, which is checked).
-    """
-    return name == "objects" and os.path.basename(folder) == ".git"
-
-
 def _is_under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -128,29 +127,10 @@ def polled(
     found: list[str] = []
     stack = [root]
     while stack:
-        for entry in _list(stack.pop(), stack):
+        for entry in list_folder(stack.pop(), stack):
             if secret_name(entry.name) or (checked_name(entry.name) and judge(entry.path)):
                 found.append(entry.path)
     return found
-
-
-def _list(folder: str, subfolders: list[str]) -> list[os.DirEntry[str]]:
-    """The files (and links) in `folder`; its subfolders go onto `subfolders` (never a link)."""
-    files = []
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                except OSError:
-                    continue
-                if not is_dir:
-                    files.append(entry)
-                elif not _git_objects(folder, entry.name):
-                    subfolders.append(entry.path)
-    except OSError:
-        pass
-    return files
 
 
 class TreeWatch:
@@ -164,14 +144,24 @@ class TreeWatch:
         checked_name: whether a file name is one whose content is judged.
         judge: whether such a file holds a credential (called again when it
             is rewritten).
+        apart: the regular expression `secret_name` matches a lower-cased
+            name with, and the names `checked_name` accepts: given, a
+            background first walk (`prewarm`) runs in a process of its own
+            (`tree_walk_main`), which then needs them as text.
     """
 
     def __init__(
-        self, secret_name: Callable[[str], bool], checked_name: Judge, judge: Judge
+        self,
+        secret_name: Callable[[str], bool],
+        checked_name: Judge,
+        judge: Judge,
+        *,
+        apart: tuple[str, tuple[str, ...]] | None = None,
     ) -> None:
         self._secret_name = secret_name
         self._checked_name = checked_name
         self._judge = judge
+        self._apart = apart
         # Held for the quick part (reading events, answering). A first walk
         # takes seconds and runs under `_walking` alone, so a question about
         # a tree already walked (before a command, on the event loop) never
@@ -206,8 +196,14 @@ class TreeWatch:
         self._walking = threading.Lock()
         self._reset()
 
-    def secrets(self, root: str) -> list[str]:
-        """The credential files under `root` now, at any depth (walked on the first question)."""
+    def secrets(self, root: str, *, apart: bool = False) -> list[str]:
+        """The credential files under `root` now, at any depth (walked on the first question).
+
+        `apart`: a first walk runs in a process of its own (when the watch
+        was given `apart`), which keeps its second of Python off this
+        interpreter (for a background walk; a caller that waits for the
+        answer gains nothing by it).
+        """
         with self._lock:
             answer = self._answer(root)
         if answer is not None:
@@ -218,7 +214,7 @@ class TreeWatch:
                 if answer is not None:
                     return answer
                 fd, generation = self._fd, self._generation
-            walked = self._walk_apart(fd, root)
+            walked = self._walk_apart(fd, root, apart=apart)
             with self._lock:
                 if walked is None:
                     self._unwatched.add(root)
@@ -257,7 +253,7 @@ class TreeWatch:
     def _prewarmed(self, roots: list[str]) -> None:
         for root in roots:
             try:
-                self.secrets(root)
+                self.secrets(root, apart=True)
             except OSError:
                 # Asked again before a launch, where a failure is reported.
                 continue
@@ -282,30 +278,68 @@ class TreeWatch:
         self._libc, self._fd = inotify_init()
         return self._fd >= 0
 
-    def _walk_apart(self, fd: int, top: str) -> tuple[dict[int, str], dict[str, bool]] | None:
+    def _walk_apart(
+        self, fd: int, top: str, *, apart: bool = False
+    ) -> tuple[dict[int, str], dict[str, bool]] | None:
         """Watch and list every folder of `top`: (folders by wd, candidates); None at the limit.
 
         Touches nothing shared (the caller hands the result over with `_take`).
         Each folder is watched before it is listed, so an entry created
         meanwhile is either listed or reported.
         """
-        assert self._libc is not None
-        folders: dict[int, str] = {}
-        found: dict[str, bool] = {}
-        stack = [top]
-        while stack:
-            folder = stack.pop()
-            wd = self._libc.inotify_add_watch(fd, os.fsencode(folder), _MASK)
-            if wd < 0:
-                # A folder that vanished or cannot be read has nothing to
-                # watch; only the limit (or no memory for watches) fails.
-                if ctypes.get_errno() in (errno.ENOSPC, errno.ENOMEM):
-                    return None
-                continue
-            folders[wd] = folder
-            for entry in _list(folder, stack):
-                self._judge_file(found, entry.name, entry.path)
+        libc = self._libc
+        assert libc is not None
+        walked = self._walk_elsewhere(fd, top) if apart and self._apart is not None else False
+        if walked is False:
+            walked = walk(
+                lambda folder: libc.inotify_add_watch(fd, os.fsencode(folder), _MASK),
+                top,
+                self._secret_name,
+                self._checked_name,
+            )
+        if walked is None:
+            return None
+        folders, secrets, checked = walked
+        found = dict.fromkeys(secrets, True)
+        for path in checked:
+            found[path] = self._judge(path)
         return folders, found
+
+    def _walk_elsewhere(
+        self, fd: int, top: str
+    ) -> tuple[dict[int, str], list[str], list[str]] | Literal[False] | None:
+        """`walk` in a process of its own: its result, None at the limit, False if it failed.
+
+        The process is this package's own script run by this interpreter,
+        on the host, as this user: its output is what `walk` returns here.
+        """
+        assert self._apart is not None
+        pattern, names = self._apart
+        argv = [sys.executable, "-I", "-S", str(_WALKER), str(fd), str(_MASK), top, pattern, *names]
+        try:
+            done = subprocess.run(
+                argv, pass_fds=(fd,), stdin=subprocess.DEVNULL, capture_output=True, check=False
+            )
+        except OSError:
+            return False
+        if done.returncode == LIMIT_STATUS:
+            return None
+        fields = done.stdout.split(b"\0")
+        if done.returncode != 0 or fields.pop() != b"":
+            return False  # walked here instead (its watches are added again: same wds)
+        folders: dict[int, str] = {}
+        secrets: list[str] = []
+        checked: list[str] = []
+        at = 0
+        while at < len(fields):
+            kind = fields[at]
+            if kind == b"w":
+                folders[int(fields[at + 1])] = os.fsdecode(fields[at + 2])
+                at += 3
+            else:
+                (secrets if kind == b"s" else checked).append(os.fsdecode(fields[at + 1]))
+                at += 2
+        return folders, secrets, checked
 
     def _take(self, folders: dict[int, str], found: dict[str, bool]) -> None:
         """Hand a walk's result over, and replay the events its folders had meanwhile."""
@@ -357,7 +391,7 @@ class TreeWatch:
                     del self._found[known]
             elif (
                 mask & (_IN_CREATE | _IN_MOVED_TO)
-                and not _git_objects(folder, name)
+                and not git_objects(folder, name)
                 and not self._walk(path)
             ):
                 # A new (or moved-in) subtree is walked and watched now; at
