@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from lionfactory import Branch
 from lionfactory.coding import coding_toolkit
+from lionfactory.coding._snapshots import Limits
 
 NAMES = ("a.txt", "b b.txt", "c\nd", "dir/e.bin", "dir/sub/f", "-dash")
 CONTENTS = (b"", b"plain\n", b"x\r\ny\r\n", bytes(range(0, 256, 7)), b"no newline")
@@ -62,6 +63,10 @@ class CheckpointMachine(RuleBasedStateMachine):
         self.root.mkdir()
         self.branch = Branch("You write code.")
         self.branch.register(coding_toolkit, workspace_root=self.root, notify=False)
+        # On a loaded machine a first snapshot can outlast the default 5 s
+        # wait, and a command would get a partial checkpoint (tested elsewhere).
+        rewinder = self.branch.checkpoint_log.rewinder
+        rewinder.limits = Limits(first_snapshot_wait=120.0)  # type: ignore[union-attr]
         self.recorded: dict[str, dict[str, tuple[str, ...]]] = {}
 
     def teardown(self) -> None:

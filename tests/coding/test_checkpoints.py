@@ -21,7 +21,7 @@ from lionfactory.backends import SqliteBranchStore
 from lionfactory.coding import coding_toolkit
 from lionfactory.coding._checkpointing import bash_reads_only
 from lionfactory.coding._restore import Op, apply_op
-from lionfactory.coding._snapshots import Entry, SnapshotError, SnapshotStore, blob_id
+from lionfactory.coding._snapshots import Entry, Limits, SnapshotError, SnapshotStore, blob_id
 from lionfactory.errors import CheckpointNotFound, ConfigurationError
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +55,10 @@ def manifest(root: Path) -> dict[str, tuple[str, ...]]:
 def kit_branch(root: Path, **kwargs: Any) -> Branch:
     branch = Branch("You write code.")
     branch.register(coding_toolkit, workspace_root=root, notify=False, **kwargs)
+    # A loaded machine (the suite's other workers) can take longer than the
+    # default 5 s over a first snapshot, and a command would then run with a
+    # partial checkpoint; that path has its own test, which sets 0 s.
+    branch.checkpoint_log.rewinder.limits = Limits(first_snapshot_wait=120.0)  # type: ignore[union-attr]
     return branch
 
 
@@ -110,7 +114,6 @@ async def test_ignored_files_nested_repositories_and_protected_names_are_never_t
 
 
 async def test_a_new_file_over_the_size_limit_is_skipped_and_reported(workspace: Path) -> None:
-    from lionfactory.coding._snapshots import Limits
 
     branch = kit_branch(workspace)
     checkpointer = branch.checkpoint_log.rewinder
@@ -819,7 +822,6 @@ async def test_a_command_that_outruns_the_first_snapshot_gets_a_partial_checkpoi
 ) -> None:
     """Never silent: the partial checkpoint says why, and a rewind to it is refused."""
     from lionfactory.coding._checkpointing import _BASES
-    from lionfactory.coding._snapshots import Limits
 
     large_tree(workspace, 6_000)
     branch = kit_branch(workspace, tools=["editor", "bash", "checkpoint"])
