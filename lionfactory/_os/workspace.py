@@ -396,8 +396,13 @@ class Location:
             raise
         return fd
 
-    def read_cached(self, most: int) -> tuple[os.stat_result, bytes] | None:
+    def read_cached(
+        self, most: int, *, head_over: int | None = None, head: int = 0
+    ) -> tuple[os.stat_result, bytes | bytearray] | None:
         """The whole file, when reading it cannot wait for any I/O; None otherwise.
+
+        With `head_over`, a file larger than that gives its first `head`
+        bytes instead (the fstat's size tells the caller which it got).
 
         For a read on the event loop (see `lionfactory._os.beneath.read_cached`):
         None whenever the lookup or the data is not cached, the file is not
@@ -406,7 +411,9 @@ class Location:
         caller then reads it with `open_read` in a worker thread, which
         follows links inside the root and gives every refusal its message.
         """
-        found = _beneath.read_cached(str(self.workspace.root), self.parts, most)
+        found = _beneath.read_cached(
+            str(self.workspace.root), self.parts, most, head_over=head_over, head=head
+        )
         if found is None or _PRIVATE_KEY_HEADER.match(found[1][:_KEY_SNIFF]):
             return None
         return found

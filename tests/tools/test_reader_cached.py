@@ -368,3 +368,75 @@ def test_a_file_cached_only_in_part_is_never_read_as_a_shorter_file(workspace: P
         assert read == data
     finally:
         os.close(fd)
+
+
+# The head of a file too large to count: a window at its top is read from the
+# cached head on the loop, and answers as the thread does; whatever needs more
+# than the head (an offset, long lines) is read in the thread.
+_BIG = reader_module._HEAD_OVER + 1
+
+
+def _big_file(path: Path, line: bytes) -> None:
+    repeat = -(-_BIG // len(line))
+    write_cached(path, line * repeat)
+
+
+@pytest.mark.parametrize("evidence", [False, True])
+@pytest.mark.parametrize("limit", [1, 50, 2000, 100_000])
+def test_a_window_at_the_top_of_a_huge_file_is_read_from_its_cached_head(
+    tmp_path: Path, evidence: bool, limit: int
+) -> None:
+    _big_file(tmp_path / "big.log", b"x" * 99 + b"\n")
+    loc = Workspace.at(tmp_path).locate("big.log")
+    on_loop = reader_module._read_cached(loc, 0, limit, evidence)
+    assert on_loop is not None, "the top of a cached huge file is answered on the loop"
+    in_thread = reader_module._read_file(loc, 0, limit, evidence)
+    assert on_loop == in_thread
+    response = on_loop[0]
+    assert response.success and response.next_offset is not None
+    assert response.total_lines is None  # never counted to the end: the answer the thread gives
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"z" * 50_000 + b"\n",  # cut lines: the window goes past the head
+        b"y" * 3 + b"\r\n",  # short lines: 2,000 of them fit, as in the thread
+        "é".encode() * 40 + b"\n",
+    ],
+)
+def test_a_window_past_the_head_is_read_in_the_thread_with_the_same_answer(
+    tmp_path: Path, line: bytes
+) -> None:
+    _big_file(tmp_path / "big.log", line)
+    loc = Workspace.at(tmp_path).locate("big.log")
+    on_loop = reader_module._read_cached(loc, 0, 2000, False)
+    in_thread = reader_module._read_file(loc, 0, 2000, False)
+    if on_loop is not None:
+        assert on_loop == in_thread
+    else:
+        assert len(line) > 1000, "only a window of long lines needs more than the head"
+    assert in_thread[0].success
+
+
+def test_an_offset_into_a_huge_file_or_a_middling_file_is_read_in_the_thread(
+    tmp_path: Path,
+) -> None:
+    _big_file(tmp_path / "big.log", b"line\n")
+    write_cached(tmp_path / "mid.log", b"m\n" * (reader_module._CACHED_READ_BYTES // 2 + 1))
+    workspace = Workspace.at(tmp_path)
+    assert reader_module._read_cached(workspace.locate("big.log"), 1, 10, False) is None
+    # Counted to its end (and hashed), a middling file needs all of its bytes.
+    assert reader_module._read_cached(workspace.locate("mid.log"), 0, 10, False) is None
+
+
+async def test_the_reader_answers_the_top_of_a_huge_file_without_a_thread(
+    tmp_path: Path,
+) -> None:
+    _big_file(tmp_path / "big.log", b"0123456789\n")
+    waited, result = await needs_a_thread(
+        lambda: reader_tool(workspace_root=tmp_path)(action="read", path="big.log", limit=3)
+    )
+    assert not waited
+    assert result["content"] == "1\t0123456789\n2\t0123456789\n3\t0123456789"
+    assert result["next_offset"] == 3
