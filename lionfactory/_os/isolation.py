@@ -1112,7 +1112,7 @@ def _shifted(
         base,
         writable=tuple(writable),
         git_writable=tuple(git_writable),
-        exposed=(*base.exposed, *readable),
+        exposed=_joined(base.exposed, readable),
         protect_git=base.protect_git if protect_git is None else protect_git,
         network=base.network if network is None else network,
         private_tmp=base.private_tmp if private_tmp is None else private_tmp,
@@ -1139,6 +1139,19 @@ def worktree_isolation(
             its HEAD, refs and config git cannot even name the base branch.
     """
     return _shifted(isolation, writable=(root,), git_writable=git_writable, readable=readable)
+
+
+def snapshot_isolation(
+    isolation: Isolation | None, store: Path, readable: Iterable[Path]
+) -> Isolation | None:
+    """The toolkit's `isolation` for the checkpoint store's git: `store` writable, nothing else.
+
+    A snapshot only reads the tree, so none of the toolkit's writable roots
+    stays writable; `readable` (the workspace and the project's objects, the
+    store's alternate) is shown again where a private ``/tmp`` or a hidden
+    home covers it.
+    """
+    return _shifted(isolation, writable=(store,), readable=readable)
 
 
 def git_admin_isolation(isolation: Isolation | None, writable: Iterable[Path]) -> Isolation | None:

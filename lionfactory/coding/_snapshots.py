@@ -59,7 +59,7 @@ import anyio.to_thread
 import attrs
 
 from lionfactory._os.change_watch import change_watch
-from lionfactory._os.isolation import Isolation
+from lionfactory._os.isolation import Isolation, snapshot_isolation
 from lionfactory._os.regular import is_regular
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._git import Git, GitError
@@ -322,15 +322,17 @@ class SnapshotStore:
         Raises:
             SnapshotError: the root is the home directory or ``/``.
         """
+        # A known store was checked when it was made (the check resolves the
+        # home directory, a walk of its path, at every branch and clone).
+        known = _STORES.get(workspace.root)
+        if known is not None:
+            return known
         refused = refuse_root(workspace.root)
         if refused is not None:
             raise SnapshotError(
                 f"Checkpoints are refused for {refused} ({workspace.root}): a snapshot would "
                 f"copy everything under it. Use a project directory as the workspace."
             )
-        known = _STORES.get(workspace.root)
-        if known is not None:
-            return known
         key = hashlib.sha256(os.fsencode(workspace.root)).hexdigest()[:24]
         directory = state_directory() / "checkpoints" / key
         git_dir = directory / "store.git"
@@ -909,23 +911,11 @@ def _drop_partial_writes_in(directory: Path, git_dir: Path) -> None:
 def _store_isolation(
     isolation: Isolation | None, directory: Path, readable: tuple[Path, ...]
 ) -> Isolation | None:
-    """The toolkit's confinement for the snapshot git: the store writable, the workspace not.
-
-    The workspace and the project's objects (the alternate) are readable
-    (exposed, since a private ``/tmp`` or a hidden home may cover them), and
-    none of the toolkit's writable roots stays writable: a snapshot only
-    reads the tree.
-    """
+    """The toolkit's confinement for the snapshot git (`snapshot_isolation`), its store made."""
     if isolation is None or not isolation.confined:
         return isolation
     directory.mkdir(parents=True, exist_ok=True)
-    policy = attrs.evolve(
-        isolation.policy,
-        writable=(directory,),
-        git_writable=(),
-        exposed=(*isolation.policy.exposed, *readable),
-    )
-    return attrs.evolve(isolation, policy=policy)
+    return snapshot_isolation(isolation, directory, readable)
 
 
 def _under(path: Path, folder: Path) -> bool:
