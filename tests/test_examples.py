@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,19 +33,29 @@ def run_example(
 # `test_*.py` examples are pytest files for users to copy: pytest runs them.
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("test_"))
 PYTEST_FILES = sorted(EXAMPLES.glob("test_*.py"))
+# Scripts that a test below runs and checks line by line; running them once
+# more only for their exit status took a quarter of this file's time.
+CHECKED = {"quickstart.py", "coding_session.py", "first_agent.py"}
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_example_runs(script: Path, tmp_path: Path) -> None:
-    proc = run_example(script, tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_every_example_runs_and_the_checked_ones_exist(tmp_path: Path) -> None:
+    assert {p.name for p in SCRIPTS} >= CHECKED
+    for script in SCRIPTS:
+        if script.name not in CHECKED:
+            proc = run_example(script, tmp_path)
+            assert proc.returncode == 0, f"{script.name}: {proc.stdout}{proc.stderr}"
 
 
 @pytest.mark.parametrize("example", PYTEST_FILES, ids=lambda p: p.name)
 def test_example_test_file_passes_under_pytest_as_a_user_would_run_it(
     example: Path, tmp_path: Path
 ) -> None:
-    """Copied into an empty directory (no conftest, no configuration), it passes."""
+    """Copied into an empty directory (no conftest, no configuration), it passes.
+
+    Under a plain pytest: the plugins this project's development environment
+    installs are not the user's, and loading them (langsmith's imports most
+    of langchain's client) took 25 of the test's 30 seconds.
+    """
     copy = tmp_path / example.name
     copy.write_text(example.read_text())
     proc = subprocess.run(
@@ -54,6 +65,7 @@ def test_example_test_file_passes_under_pytest_as_a_user_would_run_it(
         text=True,
         timeout=300,
         check=False,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " passed" in proc.stdout and "failed" not in proc.stdout
