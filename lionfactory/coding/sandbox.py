@@ -674,9 +674,8 @@ def sandbox_tool(
 
     Raises:
         ValueError: the workspace root is not a directory.
-        TypeError: `branch` is not a Branch, `allow_merge_into_protected` is
-            not a bool, or `on_switch`, `runner` or `on_restore` is not
-            callable.
+        TypeError: `branch` is not a Branch, `allow_merge_into_protected` not a
+            bool, or a hook (`on_switch`, `runner`, `on_restore`) not callable.
     """
     if not isinstance(branch, Branch):
         raise TypeError(f"branch must be a Branch, got {branch!r}")
