@@ -216,6 +216,11 @@ class _ServeParser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def _add_workspace(command: argparse.ArgumentParser) -> None:
+    """Give `command` the ``--workspace`` option (``tools``, ``call`` and ``mcp serve`` take it)."""
+    command.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``lionfactory`` command."""
     parser = argparse.ArgumentParser(
@@ -227,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tools = commands.add_parser("tools", help="list the built-in tools and their schemas")
     tools.add_argument("--json", action="store_true", help="print the MCP-style schemas as JSON")
-    tools.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
+    _add_workspace(tools)
 
     call = commands.add_parser(
         "call",
@@ -241,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     call.add_argument("tool", metavar="TOOL", help=f"one of: {', '.join(BUILTIN_TOOLS)}")
     call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="the tool's arguments")
-    call.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
+    _add_workspace(call)
     call.add_argument("--json", action="store_true", help="print the whole response as JSON")
     call.add_argument(
         "--shell",
@@ -322,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
             "gets its own branch, so read-before-edit evidence never crosses sessions."
         ),
     )
-    serve.add_argument("--workspace", type=Path, default=None, help="workspace root (default: .)")
+    _add_workspace(serve)
     serve.add_argument(
         "--toolkit",
         choices=("coding", "standalone"),

@@ -674,8 +674,8 @@ def sandbox_tool(
 
     Raises:
         ValueError: the workspace root is not a directory.
-        TypeError: `branch` is not a Branch, or `on_switch` or `runner` is
-            not callable.
+        TypeError: `branch` is not a Branch, `allow_merge_into_protected` not a
+            bool, or a hook (`on_switch`, `runner`, `on_restore`) not callable.
     """
     if not isinstance(branch, Branch):
         raise TypeError(f"branch must be a Branch, got {branch!r}")
@@ -683,12 +683,9 @@ def sandbox_tool(
         raise TypeError(
             f"allow_merge_into_protected must be a bool, got {allow_merge_into_protected!r}"
         )
-    if on_switch is not None and not callable(on_switch):
-        raise TypeError(f"on_switch must be callable or None, got {on_switch!r}")
-    if runner is not None and not callable(runner):
-        raise TypeError(f"runner must be callable or None, got {runner!r}")
-    if on_restore is not None and not callable(on_restore):
-        raise TypeError(f"on_restore must be callable or None, got {on_restore!r}")
+    for name, hook in (("on_switch", on_switch), ("runner", runner), ("on_restore", on_restore)):
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{name} must be callable or None, got {hook!r}")
     workspace = Workspace.at(workspace_root)
     git = Git() if runner is None else Git(runner=runner)
     handler = _Sandbox(
