@@ -122,12 +122,12 @@ class _Lines:
     each line copied the rest of the 1 MiB chunk once per line.
     """
 
-    def __init__(self, raw: BinaryIO, hasher: _Hasher | None) -> None:
+    def __init__(self, raw: BinaryIO, hasher: _Hasher | None, first: int = _FIRST_CHUNK) -> None:
         self._raw = raw
         self._hasher = hasher
         self._buf = b""
         self._pos = 0
-        self._chunk = _FIRST_CHUNK
+        self._chunk = first
 
     def _fill(self, most: int | None = None) -> bool:
         """Load the next chunk once the buffer is used up; False at end of stream.
@@ -275,6 +275,7 @@ def read_window(
     hasher: _Hasher | None = None,
     count_budget: int | None = None,
     size: int | None = None,
+    first_read: int | None = None,
 ) -> Window:
     """Return the rows for lines ``offset + 1 .. offset + limit`` of `stream`.
 
@@ -291,12 +292,15 @@ def read_window(
             the window, the count is not even started. A file that shrinks
             meanwhile is then reported as going on, as a file that grows is
             by any read.
+        first_read: the size of the first read of `stream` (64 KiB when
+            None; later ones double up to 1 MiB): a stream held in memory
+            is read in one piece, which saves joining its rows once more.
 
     Returns:
         The window; its `total_lines` counts the whole stream, or is None
         when the count stopped at `count_budget`.
     """
-    lines = _Lines(stream, hasher)
+    lines = _Lines(stream, hasher, first_read or _FIRST_CHUNK)
     skipped = lines.skip(offset)
     if skipped < offset:
         return Window(content="", total_lines=skipped, next_offset=None, past_end=True)
@@ -384,9 +388,15 @@ def _bulk_rows(lines: _Lines, number: int, most: int, room: int) -> tuple[str, i
         # At most `most` lines: what follows them is left in one last piece,
         # which is empty when the block holds no more (it ends with a newline).
         body = text.split("\n", most)
-        if body.pop():
-            data = _first_lines(data, most)
-            crlf = data.count(b"\r\n") if crlf else 0
+        rest = body.pop()
+        if rest:
+            if not crlf and text.isascii():
+                # One byte a character: the lines end where the rest begins
+                # (splitting the bytes again cost as much as the rows).
+                data = data[: len(data) - len(rest)]
+            else:
+                data = _first_lines(data, most)
+                crlf = data.count(b"\r\n") if crlf else 0
         # A line that may need cutting goes to the per-line path, which
         # counts a CR too: with CRs removed, one character less is the safe bound.
         longest = MAX_LINE_CHARS - 1 if crlf else MAX_LINE_CHARS

@@ -289,11 +289,11 @@ def _read_cached(
         return None
     st, data = found
     if len(data) >= st.st_size:
-        return _read_stream(loc, io.BytesIO(data), st, offset, limit, want_evidence)
+        return _read_stream(loc, io.BytesIO(data), st, offset, limit, want_evidence, len(data))
     try:
         # The window reader uses read, seek and tell only, which _Head has.
         head = cast(BinaryIO, _Head(data))
-        return _read_stream(loc, head, st, offset, limit, want_evidence)
+        return _read_stream(loc, head, st, offset, limit, want_evidence, len(data))
     except _PastHead:
         return None
 
@@ -305,8 +305,12 @@ def _read_stream(
     offset: int,
     limit: int,
     want_evidence: bool,
+    in_memory: int | None = None,
 ) -> tuple[ReaderResponse, FileEvidence | None]:
-    """The window of an open regular file (`st` is its fstat), and its evidence."""
+    """The window of an open regular file (`st` is its fstat), and its evidence.
+
+    `in_memory`: the length of a `stream` held in memory, read in one piece.
+    """
     if b"\x00" in stream.read(_BINARY_SNIFF):
         return _failure(
             f"{loc.shown!r} looks binary (it contains NUL bytes); the reader shows text only. "
@@ -317,7 +321,13 @@ def _read_stream(
     digest = hashlib.sha256() if want_evidence and st.st_size <= MAX_HASHED_BYTES else None
     budget = COUNT_BUDGET if st.st_size > FULL_COUNT_BYTES else None
     window = read_window(
-        stream, offset=offset, limit=limit, hasher=digest, count_budget=budget, size=st.st_size
+        stream,
+        offset=offset,
+        limit=limit,
+        hasher=digest,
+        count_budget=budget,
+        size=st.st_size,
+        first_read=in_memory,
     )
     evidence = None
     if want_evidence:
