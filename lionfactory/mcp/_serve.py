@@ -850,13 +850,13 @@ async def _serve_stdio(
     The tools are built here, on the running event loop, after every module
     the loop and the transport need is loaded, and before the first request
     is read (a broken factory fails before the handshake, unless a command
-    line answered it early: `handshake`, `lionfactory.mcp._stdio.answer_initialize`). Building
-    them is the last work before ``initialize`` is answered because it
-    starts background work (a confined shell's first walk of the toolchain
-    trees, seconds of CPU in a daemon thread): the imports of trio and of
-    the transport, done after the build, shared the interpreter with that
-    walk and took three to four times as long (about 0.2 s of start-up on
-    a busy 2-core machine).
+    line answered it early: `handshake`). Building them is the last work
+    before ``initialize`` is answered (or, answered early, before the next
+    request is read) because it starts background work (a confined shell's
+    first walk of the toolchain trees, seconds of CPU in a daemon thread):
+    the imports of trio and of the transport, done after the build, shared
+    the interpreter with that walk and took three to four times as long
+    (about 0.2 s of start-up on a busy 2-core machine).
     """
     # lionfactory's own stdio server: it never imports the SDK (see _stdio).
     from lionfactory.mcp._stdio import serve_stdio

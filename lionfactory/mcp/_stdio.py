@@ -390,7 +390,8 @@ def answer_initialize(
     view = memoryview(reply)
     try:
         # A few hundred bytes into a pipe nobody has written to yet: room
-        # for them all, so the blocking write does not wait.
+        # for them all, so the blocking write does not wait (and a pipe
+        # writes up to PIPE_BUF, 4 KiB, whole or not at all).
         while view:
             view = view[os.write(stdout, view) :]
     except OSError:
