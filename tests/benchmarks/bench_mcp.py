@@ -213,7 +213,7 @@ Profile findings (``python -X importtime -m lionfactory mcp serve``, and
   checks (`lionfactory.mcp._stdio.answer_initialize`: one read, the
   standard library's JSON, a reply built from the name and whether
   resources are served) and loads the rest while the client reads the
-  reply: spawn + ``initialize`` went from 2.26x Node's to 0.75x-0.77x in
+  reply: spawn + ``initialize`` went from 2.26x Node's to 0.61x-0.77x in
   this benchmark, and a raw driver's ``initialize`` then ``tools/list``
   came back sooner too (the load overlaps the client's own work). What is
   left before the reply is ``import lionfactory`` itself (outside the MCP
@@ -225,11 +225,17 @@ Profile findings (``python -X importtime -m lionfactory mcp serve``, and
   the session budget about 0.06 ms (two thirds of it the compaction every
   ~90 reads), and the 45 KB reply write, which shows 0.3 ms of wall time
   under load because the woken client preempts the server inside it. Over
-  HTTP the SDK's stack dominates; of lionfactory's part per call, besides
-  `Branch.act`: the event store's size count (a second JSON dump of each
-  45 KB reply, about 0.1 ms), the result's validation into
-  ``CallToolResult`` and each session's first branch build (about 5-10 ms,
-  the coding toolkit's policies, once per session).
+  HTTP (server CPU from ``/proc``, 20 sessions of 30 reads, alternated) the
+  server spent 2.82-2.98 ms per call against the bare server's 2.50-2.67
+  ms, and the ratio of calls/s falls as the machine's load rises (0.94x
+  at a light load, 0.63x-0.73x at load 10), since the client shares the
+  two cores. Of the 0.3-0.45 ms difference: each session's branch build
+  (5-7.5 ms, once per session: about 0.2 ms a call over 30 calls; most of
+  it the coding toolkit resolving each tool's isolation policy again,
+  outside the MCP package), `Branch.act` and the reader, the event store's
+  size count (a second JSON dump of each 45 KB reply, about 0.1 ms) and the
+  priming event it makes the SDK send on every stream, and the result's
+  validation into ``CallToolResult`` (30 us).
 """
 
 from __future__ import annotations

@@ -950,3 +950,28 @@ async def test_the_command_line_answers_a_waiting_initialize_and_serves_the_sess
         result = (await raw.request("tools/call", {"name": "reader", "arguments": READ}))["result"]
         assert result["structuredContent"]["content"] == "1\talpha\n2\tbeta"
         process.kill()
+
+
+def test_a_usage_error_found_after_the_early_initialize_ends_the_server_after_it(
+    tmp_path: Path,
+) -> None:
+    """The trade-off: the handshake is answered, then the error and status come as before."""
+    initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}}
+    waiting, writer = os.pipe()
+    try:
+        # Written before the server starts: it is waiting when the server looks.
+        request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}
+        os.write(writer, json.dumps(request).encode() + b"\n")
+        done = subprocess.run(
+            [*serve_command(tmp_path), "--tools", "no_such_tool"],
+            stdin=waiting,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(waiting)
+        os.close(writer)
+    assert json.loads(done.stdout)["result"]["protocolVersion"] == "2025-06-18"
+    assert done.returncode == 2
+    assert b"unknown coding tool(s) ['no_such_tool']" in done.stderr
