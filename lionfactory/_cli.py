@@ -937,6 +937,25 @@ def _load_served_modules(factories: Sequence[tuple[Callable[..., Any], dict[str,
                 workspace_factory(name)
 
 
+def _answer_initialize(args: argparse.Namespace) -> Any:
+    """Over stdio, answer an ``initialize`` already waiting, before the served tools load.
+
+    The reply needs only the server's name and whether it serves resources;
+    what came after it here (the coding toolkit's import to check the tool
+    names, the served tools' modules, trio, the toolkit's build) took
+    longer than the whole start of the Node reference server (see
+    `lionfactory.mcp._stdio.answer_initialize`). A usage error found after
+    it ends the server after the handshake, with the same message and status.
+    """
+    if args.transport != "stdio":
+        return None
+    from lionfactory.mcp._protocol import resource_capability
+    from lionfactory.mcp._stdio import answer_initialize, server_info
+
+    resources = None if args.no_resources else resource_capability(watched=True)
+    return answer_initialize(server_info(args.name, __version__, None, resources))
+
+
 def _serve(args: argparse.Namespace, workspace: Path | None, collector_paused: bool) -> int:
     try:
         from lionfactory.mcp import serve_mcp
@@ -948,6 +967,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None, collector_paused: b
     memory = {} if args.session_memory is None else {"session_memory_budget": args.session_memory}
     try:
         check_serve_options(args.transport, args.host, args.port)
+        handshake = _answer_initialize(args)
         factories = cli_factories(
             args.toolkit,
             names,
@@ -1013,6 +1033,7 @@ def _serve(args: argparse.Namespace, workspace: Path | None, collector_paused: b
             resources=None if args.no_resources else (workspace or Path.cwd()).resolve(),
             **memory,
             on_ready=functools.partial(_serving, resume_collector=collector_paused),
+            handshake=handshake,
         )
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

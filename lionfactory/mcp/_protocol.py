@@ -40,6 +40,7 @@ __all__ = [
     "call_result_json",
     "error_meta",
     "has_structured_content",
+    "resource_capability",
     "unknown_tool_message",
 ]
 
@@ -47,6 +48,16 @@ __all__ = [
 # (it can be megabytes), and lists the served names up to the second cap.
 _NAME_ECHO = 100
 _NAMES_LISTED = 2_000
+
+
+def resource_capability(*, watched: bool) -> dict[str, Any]:
+    """The ``resources`` server capability; `watched`: subscriptions and list changes are sent.
+
+    Here rather than on `WorkspaceResources`, whose module loads the
+    workspace code: a stdio command line answers ``initialize`` before it
+    loads that (`lionfactory.mcp._stdio.answer_initialize`).
+    """
+    return {"subscribe": watched, "listChanged": watched}
 
 
 def unknown_tool_message(name: object, served: Iterable[str]) -> str:

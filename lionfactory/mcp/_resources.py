@@ -44,6 +44,7 @@ import attrs
 from lionfactory._os.project import ProjectView
 from lionfactory._os.regular import FileRefused, regular_stat
 from lionfactory._os.workspace import PathRefused, Workspace
+from lionfactory.mcp._protocol import resource_capability
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
@@ -110,7 +111,7 @@ class WorkspaceResources:
 
     def capabilities(self, *, watched: bool = False) -> dict[str, Any]:
         """The ``resources`` server capability (`watched`: a `ResourceWatch` serves it)."""
-        return {"subscribe": watched, "listChanged": watched}
+        return resource_capability(watched=watched)
 
     def uri(self, relative: str) -> str:
         """The ``file://`` URI of a root-relative path."""

@@ -95,6 +95,7 @@ if TYPE_CHECKING:
 
     from lionfactory.backends import BranchStore
     from lionfactory.mcp._resources import WorkspaceResources
+    from lionfactory.mcp._stdio import Handshake
     from lionfactory.mcp._stored_sessions import StoredSessions
 
     # The workspace whose files are served as MCP resources (see create_mcp_server).
@@ -702,6 +703,7 @@ def serve_mcp(
     resources: Resources = None,
     max_sessions: int | None = DEFAULT_MAX_SESSIONS,
     allowed_origins: Sequence[str] = (),
+    handshake: Handshake | None = None,
 ) -> None:
     """Serve tools over MCP until the client disconnects (stdio) or the process is stopped.
 
@@ -735,14 +737,20 @@ def serve_mcp(
             allowed besides the served one. A request whose ``Origin`` is
             on neither is refused (403), another port of the same loopback
             host included: a page served there must not drive the tools.
+        handshake: stdio only: what
+            `lionfactory.mcp._stdio.answer_initialize` read from stdin (and
+            maybe answered) while the program loaded.
 
     Raises:
         ValueError: an unknown transport, a non-loopback host, a bad port, a
-            memory budget or session bound below 1, a malformed origin.
+            memory budget or session bound below 1, a malformed origin, a
+            `handshake` with HTTP or one that answered for another server.
     """
     check_serve_options(transport, host, port)
     _check_max_sessions(max_sessions)
     origins = _check_origins(allowed_origins)
+    if handshake is not None and transport != "stdio":
+        raise ValueError(f"a handshake read from stdin is for stdio, not {transport!r}")
     if transport == "stdio":
         _check_memory_budget(session_memory_budget)
         anyio.run(
@@ -758,6 +766,7 @@ def serve_mcp(
                 instructions,
                 on_ready,
                 resources,
+                handshake,
             ),
             backend="trio",
         )
@@ -834,18 +843,20 @@ async def _serve_stdio(
     instructions: str | None,
     on_ready: Callable[[str], object] | None,
     served_resources: Resources,
+    handshake: Handshake | None = None,
 ) -> None:
     """Build the served tools, then serve them on stdin and stdout.
 
     The tools are built here, on the running event loop, after every module
     the loop and the transport need is loaded, and before the first request
-    is read (a broken factory still fails before the handshake). Building
-    them is the last work before ``initialize`` is answered because it
-    starts background work (a confined shell's first walk of the toolchain
-    trees, seconds of CPU in a daemon thread): the imports of trio and of
-    the transport, done after the build, shared the interpreter with that
-    walk and took three to four times as long (about 0.2 s of start-up on
-    a busy 2-core machine).
+    is read (a broken factory fails before the handshake, unless a command
+    line answered it early: `handshake`). Building them is the last work
+    before ``initialize`` is answered (or, answered early, before the next
+    request is read) because it starts background work (a confined shell's
+    first walk of the toolchain trees, seconds of CPU in a daemon thread):
+    the imports of trio and of the transport, done after the build, shared
+    the interpreter with that walk and took three to four times as long
+    (about 0.2 s of start-up on a busy 2-core machine).
     """
     # lionfactory's own stdio server: it never imports the SDK (see _stdio).
     from lionfactory.mcp._stdio import serve_stdio
@@ -869,6 +880,7 @@ async def _serve_stdio(
         instructions=instructions,
         on_ready=on_ready,
         resources=resources,
+        handshake=handshake,
     )
 
 

@@ -79,7 +79,7 @@ from lionfactory.mcp._stateless import (
 if TYPE_CHECKING:
     from lionfactory.mcp._resources import ResourceWatch, WorkspaceResources
 
-__all__ = ["serve_stdio"]
+__all__ = ["Handshake", "answer_initialize", "serve_stdio"]
 
 logger = logging.getLogger("lionfactory.mcp")
 
@@ -150,6 +150,9 @@ class _Pipe:
     _room: anyio.Event | None = None
     _poller: select.poll | None = None
     _nowait: bool = _NOWAIT != 0
+    # Bytes read before the server was serving (`answer_initialize`), split
+    # into lines by the first `read_lines` as if it had just read them.
+    preread: bytes = b""
 
     def _writable_now(self) -> bool:
         """Whether the loop would find the descriptor writable at once (a zero-timeout poll).
@@ -169,14 +172,18 @@ class _Pipe:
 
     async def read_lines(self) -> list[bytes] | None:
         """The complete lines that arrived (maybe none), or None at end of file."""
-        if self.pollable:
-            await anyio.wait_readable(self.fd)
-        else:
+        if self.preread:
+            chunk, self.preread = self.preread, b""
             await anyio.lowlevel.checkpoint()
-        try:
-            chunk = os.read(self.fd, _CHUNK)
-        except BlockingIOError:  # a descriptor someone else made non-blocking: wait again
-            return []
+        else:
+            if self.pollable:
+                await anyio.wait_readable(self.fd)
+            else:
+                await anyio.lowlevel.checkpoint()
+            try:
+                chunk = os.read(self.fd, _CHUNK)
+            except BlockingIOError:  # a descriptor someone else made non-blocking: wait again
+                return []
         if not chunk:
             last = bytes(self.pending)
             self.pending.clear()
@@ -277,6 +284,122 @@ def _busy(request_id: Any, limit: int) -> bytes:
 def _result(request_id: Any, result: Mapping[str, Any]) -> bytes:
     body = {"jsonrpc": "2.0", "id": request_id, "result": result}
     return _encode(json.dumps(body, ensure_ascii=False) + "\n")
+
+
+def server_info(
+    name: str, version: str, instructions: str | None, resources: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """What ``initialize`` answers besides the version: capabilities, identity, instructions.
+
+    Args:
+        name: the server name clients see.
+        version: the server version clients see.
+        instructions: text given to clients at ``initialize``, or None.
+        resources: the ``resources`` capability, or None when no resources are served.
+    """
+    info: dict[str, Any] = {
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": name, "version": version},
+    }
+    if resources is not None:
+        info["capabilities"]["resources"] = dict(resources)
+    if instructions is not None:
+        info["instructions"] = instructions
+    return info
+
+
+def _initialized(
+    request_id: Any, params: Mapping[str, Any], info: Mapping[str, Any]
+) -> tuple[bytes, str]:
+    """The reply to a handshake-era ``initialize``, and the version it agreed on."""
+    asked = params.get("protocolVersion")
+    version = asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
+    return _result(request_id, {**info, "protocolVersion": version}), version
+
+
+@attrs.frozen
+class Handshake:
+    """What `answer_initialize` read from stdin before the server was serving.
+
+    Attributes:
+        version: the protocol version agreed on when it answered an
+            ``initialize``; None when it answered nothing.
+        unread: the bytes it read after that request (all of them when it
+            answered nothing): the server reads them first, as if they had
+            just arrived.
+        info: what it answered (or would have) besides the version.
+    """
+
+    version: str | None
+    unread: bytes
+    info: Mapping[str, Any]
+
+
+def answer_initialize(
+    info: Mapping[str, Any], *, stdin: int = 0, stdout: int = 1
+) -> Handshake | None:
+    """Answer an ``initialize`` request already waiting on `stdin`, before the server loads.
+
+    A client that spawns the server sends ``initialize`` at once and waits
+    for the reply; the program (the served tools' modules, trio, the
+    toolkit's build) took longer to load than the Node reference server
+    takes to start and answer. The reply depends on nothing it loads (the
+    identity and capabilities in `info`, `server_info`), so a command line
+    can answer it from the standard library, then load while the client
+    reads the reply and sends its next request, which `serve_stdio` reads
+    from the returned `Handshake` first.
+
+    Only what is already there is read (one read, no waiting): a client
+    that has sent nothing yet, a first request that is not a well-formed
+    handshake-era ``initialize`` (a 2026-07-28 request, a ping, a line that
+    is not JSON) or an incomplete line is left to the server, unanswered,
+    exactly as it arrived. The trade-off: a served factory that fails to
+    build now fails after the handshake, and the client sees the server end
+    (the error on stderr) instead of failing to start.
+
+    Returns:
+        What was read, to hand to `serve_stdio`; None when nothing was read
+        (nothing waiting, or `stdin` cannot be polled).
+    """
+    if not _pollable(stdin) or not hasattr(select, "poll"):
+        return None
+    poller = select.poll()
+    poller.register(stdin, select.POLLIN)
+    if not poller.poll(0):
+        return None
+    try:
+        chunk = os.read(stdin, _CHUNK)
+    except BlockingIOError:
+        return None
+    line, newline, rest = chunk.partition(b"\n")
+    if not newline:
+        return Handshake(None, chunk, info)
+    try:
+        message = decode_frame(line)
+    except ValueError:
+        return Handshake(None, chunk, info)
+    if (
+        not isinstance(message, dict)
+        or message.get("jsonrpc") != "2.0"
+        or message.get("method") != "initialize"
+        or not _valid_id(message.get("id"))
+    ):
+        return Handshake(None, chunk, info)
+    params = message.get("params")
+    reply, version = _initialized(message["id"], params if isinstance(params, dict) else {}, info)
+    view = memoryview(reply)
+    try:
+        # A few hundred bytes into a pipe nobody has written to yet: room
+        # for them all, so the blocking write does not wait (and a pipe
+        # writes up to PIPE_BUF, 4 KiB, whole or not at all).
+        while view:
+            view = view[os.write(stdout, view) :]
+    except OSError:
+        # The client has gone: left unanswered, the server answers the
+        # request again and finds that out itself (and ends quietly).
+        if len(view) == len(reply):
+            return Handshake(None, chunk, info)
+    return Handshake(version, rest, info)
 
 
 @attrs.define(eq=False)
@@ -449,9 +572,8 @@ class _Connection:
         if self.modern:
             return self._answer_modern(request_id, method, params)
         if method == "initialize":
-            asked = params.get("protocolVersion")
-            self.version = asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
-            return _result(request_id, {**self.server_info, "protocolVersion": self.version})
+            reply, self.version = _initialized(request_id, params, self.server_info)
+            return reply
         if method == "ping":
             return _result(request_id, {})
         if method == "tools/list":
@@ -550,6 +672,7 @@ async def serve_stdio(
     max_in_flight: int = MAX_IN_FLIGHT,
     max_queued_bytes: int = MAX_QUEUED_BYTES,
     resources: WorkspaceResources | None = None,
+    handshake: Handshake | None = None,
 ) -> None:
     """Serve `served` on a stdio pair until end of file on `stdin`.
 
@@ -573,24 +696,30 @@ async def serve_stdio(
         max_queued_bytes: reply bytes that may wait for the client before
             the server stops reading.
         resources: workspace files to serve as resources, or None.
+        handshake: what `answer_initialize` read from `stdin` (and maybe
+            answered) while the program loaded; read before `stdin`.
     """
-    info: dict[str, Any] = {
-        "capabilities": {"tools": {"listChanged": False}},
-        "serverInfo": {"name": name, "version": version},
-    }
-    if instructions is not None:
-        info["instructions"] = instructions
+    capability = None if resources is None else resources.capabilities(watched=True)
+    info = server_info(name, version, instructions, capability)
     watch = None
     if resources is not None:
         from lionfactory.mcp._resources import ResourceWatch
 
         watch = ResourceWatch(resources)
-        info["capabilities"]["resources"] = resources.capabilities(watched=True)
     source = _Pipe(stdin, _pollable(stdin))
     out = _Pipe(stdout, _pollable(stdout), max_queued=max_queued_bytes)
     connection = _Connection(
         served, act, out, info, max_in_flight=max_in_flight, resources=resources, watch=watch
     )
+    if handshake is not None:
+        if handshake.info != info:
+            # A caller's mistake: the client was told of another server.
+            raise ValueError(
+                f"the handshake answered {handshake.info!r:.300}, but this server is {info!r:.300}"
+            )
+        source.preread = handshake.unread
+        if handshake.version is not None:  # initialize was answered: the handshake era
+            connection.modern, connection.version = False, handshake.version
     if on_ready is not None:
         on_ready("stdio")
     try:

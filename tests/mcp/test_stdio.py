@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import select
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -20,7 +21,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, KNOWN_PROTOCOL_VERSIO
 
 from lionfactory._acting import ActionResult
 from lionfactory.mcp._protocol import HANDSHAKE_VERSIONS, KNOWN_VERSIONS, ServedTools
-from lionfactory.mcp._stdio import serve_stdio
+from lionfactory.mcp._stdio import Handshake, answer_initialize, serve_stdio, server_info
 
 READ = {"action": "read", "path": "notes.txt"}
 
@@ -822,3 +823,155 @@ async def test_an_exception_while_answering_answers_that_request_and_the_server_
             os.close(pipes.requests)
     finally:
         pipes.close()
+
+
+async def _never_called(tool: str, arguments: Mapping[str, Any]) -> ActionResult:
+    raise AssertionError("no call was made")
+
+
+def _info() -> dict[str, Any]:
+    return server_info("t", "0", None, None)
+
+
+async def test_an_initialize_waiting_before_the_server_loads_is_answered_then_served_on(
+    tmp_path: Path,
+) -> None:
+    """`answer_initialize`: the reply comes at once; the server reads what followed it first."""
+    pipes = InProcess()
+    try:
+        initialize = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {}}
+        await pipes.send(
+            {"id": 1, "method": "initialize", "params": initialize},
+            {"method": "notifications/initialized"},
+            {"id": 2, "method": "tools/list"},
+        )
+        handshake = answer_initialize(
+            _info(), stdin=pipes.requests_read, stdout=pipes.replies_write
+        )
+        assert handshake is not None and handshake.version == "2025-03-26"
+        reply = await pipes.receive()
+        assert reply == {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "result": {**_info(), "protocolVersion": "2025-03-26"},
+        }
+        async with anyio.create_task_group() as group:
+            _serve_in(
+                group,
+                _served(tmp_path),
+                _never_called,
+                pipes.requests_read,
+                pipes.replies_write,
+                handshake=handshake,
+            )
+            tools = (await pipes.receive())["result"]["tools"]
+            # The connection speaks the version agreed early: 2025-03-26 has no outputSchema.
+            assert [t["name"] for t in tools] == ["reader"] and "outputSchema" not in tools[0]
+            await pipes.send({"id": 3, "method": "ping"})
+            assert (await pipes.receive()) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+            os.close(pipes.requests)
+    finally:
+        pipes.close()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n',
+        b'{"jsonrpc": "2.0", "id": 1.5, "method": "initialize", "params": {}}\n',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "initial',
+        b"{not json\n",
+    ],
+    ids=["another-method", "a-bad-id", "an-incomplete-line", "not-json"],
+)
+def test_a_first_request_that_is_not_an_initialize_is_left_to_the_server(first: bytes) -> None:
+    """Only a whole, valid initialize is answered early; the rest reaches the server as sent."""
+    pipes = InProcess()
+    try:
+        os.write(pipes.requests, first)
+        handshake = answer_initialize(
+            _info(), stdin=pipes.requests_read, stdout=pipes.replies_write
+        )
+        assert handshake is not None and handshake.version is None and handshake.unread == first
+        # It writes before it returns, if at all: nothing to read means nothing was answered.
+        assert select.select([pipes.replies], [], [], 0)[0] == []
+    finally:
+        pipes.close()
+
+
+def test_nothing_waiting_is_nothing_read() -> None:
+    pipes = InProcess()
+    try:
+        assert (
+            answer_initialize(_info(), stdin=pipes.requests_read, stdout=pipes.replies_write)
+            is None
+        )
+    finally:
+        pipes.close()
+
+
+async def test_a_handshake_that_told_the_client_of_another_server_is_refused(
+    tmp_path: Path,
+) -> None:
+    pipes = InProcess()
+    try:
+        other = server_info("someone else", "0", None, None)
+        with pytest.raises(ValueError, match="someone else"):
+            await serve_stdio(
+                _served(tmp_path),
+                _never_called,
+                name="t",
+                version="0",
+                stdin=pipes.requests_read,
+                stdout=pipes.replies_write,
+                handshake=Handshake("2025-03-26", b"", other),
+            )
+    finally:
+        pipes.close()
+
+
+async def test_the_command_line_answers_a_waiting_initialize_and_serves_the_session(
+    git_workspace: Path,
+) -> None:
+    """Sent before the server has loaded, initialize and the calls after it are all answered."""
+    command = serve_command(git_workspace)
+    initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}}
+    async with await anyio.open_process(command, stderr=subprocess.DEVNULL) as process:
+        raw = Raw(process)
+        await raw.send({"id": 1, "method": "initialize", "params": initialize})
+        reply = await raw.receive()
+        assert reply["result"]["protocolVersion"] == "2025-06-18"
+        assert reply["result"]["capabilities"]["resources"] == {
+            "subscribe": True,
+            "listChanged": True,
+        }
+        await raw.send({"method": "notifications/initialized"})
+        raw.next_id = 1
+        result = (await raw.request("tools/call", {"name": "reader", "arguments": READ}))["result"]
+        assert result["structuredContent"]["content"] == "1\talpha\n2\tbeta"
+        process.kill()
+
+
+def test_a_usage_error_found_after_the_early_initialize_ends_the_server_after_it(
+    tmp_path: Path,
+) -> None:
+    """The trade-off: the handshake is answered, then the error and status come as before."""
+    initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}}
+    waiting, writer = os.pipe()
+    try:
+        # Written before the server starts: it is waiting when the server looks.
+        request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}
+        os.write(writer, json.dumps(request).encode() + b"\n")
+        done = subprocess.run(
+            [*serve_command(tmp_path), "--tools", "no_such_tool"],
+            stdin=waiting,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(waiting)
+        os.close(writer)
+    assert json.loads(done.stdout)["result"]["protocolVersion"] == "2025-06-18"
+    assert done.returncode == 2
+    assert b"unknown coding tool(s) ['no_such_tool']" in done.stderr
