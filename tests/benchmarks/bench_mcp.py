@@ -422,7 +422,7 @@ class _StdioFigures:
 
     def __init__(self, subject: Subject) -> None:
         self.subject = subject
-        self.startup = self.exit_time = math.inf
+        self.startup = self.ready = self.exit_time = math.inf
         self.latencies: list[float] = []
         self.walls: list[float] = []
         self.rss = math.nan
@@ -442,6 +442,10 @@ class _StdioFigures:
         await client.__aenter__()
         self.client = client
         self.startup = min(self.startup, time.perf_counter() - start)
+        # Ready to be used: a server may answer initialize before its tools
+        # are built (lionfactory does), so the listing tells when they are.
+        await client.list_tools()
+        self.ready = min(self.ready, time.perf_counter() - start)
         self.pids = _children() - before
         self.wall = 0.0
 
@@ -478,6 +482,7 @@ class _StdioFigures:
     def result(self) -> dict[str, float]:
         return {
             "startup": self.startup,
+            "ready": self.ready,
             "calls_per_s": len(self.latencies) / sum(self.latencies),
             # The reads of one session, as a client waits for them: the
             # best of the `READ_ROUNDS` sessions.
@@ -660,6 +665,13 @@ def stdio_rows(
             theirs["startup"],
             "s",
             STARTUP_LIMITS["node" if node else "python"],
+        ),
+        info_row(
+            BENCH,
+            f"stdio spawn + initialize + first tools/list ({versus})",
+            mine["ready"],
+            "s",
+            baseline=theirs["ready"],
         ),
         ratio_row(
             BENCH,
