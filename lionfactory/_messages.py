@@ -1104,11 +1104,23 @@ def _tool_calls(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...]:
         return ()
     if isinstance(value, (str, bytes, ToolCall)) or not isinstance(value, Iterable):
         raise TypeError(f"tool_calls must be a sequence of ToolCall objects, got {value!r:.200}")
-    calls = tuple(value)
-    for call in calls:
-        if not isinstance(call, ToolCall):
-            raise TypeError(f"tool_calls must hold ToolCall objects, got {call!r}")
-    return calls
+    return tuple_of(ToolCall, value, "tool_calls must hold ToolCall objects")
+
+
+_Item = TypeVar("_Item")
+
+
+def tuple_of(kind: type[_Item], value: Iterable[Any], refusal: str) -> tuple[_Item, ...]:
+    """`value`'s items as a tuple, each checked to be a `kind`, for an attrs converter.
+
+    Raises:
+        TypeError: an item of another type: `refusal`, then the item.
+    """
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, kind):
+            raise TypeError(f"{refusal}, got {item!r:.200}")
+    return items
 
 
 @attrs.frozen
