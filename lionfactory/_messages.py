@@ -712,7 +712,11 @@ class MessageLog:
             self._writable()
         index = len(self._record)
         if message.role != "system":
-            self._add_record(message, None)
+            # `_add_record` inlined (every `Branch.act` appends twice); the key is implied.
+            if message.id in self._index:
+                raise ValueError(f"message id {message.id!r} is already in the log")
+            self._record.append(message)
+            self._index[message.id] = index
             self._active.append(index)
         elif self._pinned_index() is not None:
             raise ValueError("the log already has a system message; use set_system() to replace it")
@@ -1016,6 +1020,10 @@ class MessageLog:
             and (not n or log._keys[0] == ((-1, 0) if record[0].role == "system" else (0,)))
             and "system" not in map(_role_of, itertools.islice(record, 1, None))
         )
+        if log._append_order:
+            # Every key after the first is the implied ``(i,)`` (see `_key`): dropped here,
+            # they die now, not in the garbage collector's next pass over the load.
+            del log._keys[1:]
         return log
 
     # -- internals -----------------------------------------------------------
