@@ -412,7 +412,7 @@ def messages_from_json(data: bytes | str) -> list[Message]:
         if len(fields) == len(_GIVEN_ALL):
             out.append(_assembled(Message, cast("dict[str, Any]", fields), _GIVEN_ALL))
         else:
-            out.append(Message(**fields))
+            out.append(Message.model_validate(fields))
     return out
 
 
