@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import pydantic_core
@@ -236,6 +236,13 @@ def _kept_text(value: str) -> str:
 
 
 _set = object.__setattr__
+# The setters of `BaseModel`'s own slots, called directly: a third faster than
+# ``object.__setattr__`` finding them by name, three times a record.
+_set_fields_set: Callable[[BaseModel, set[str]], None] = BaseModel.__dict__[
+    "__pydantic_fields_set__"
+].__set__
+_set_extra: Callable[[BaseModel, None], None] = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private: Callable[[BaseModel, None], None] = BaseModel.__dict__["__pydantic_private__"].__set__
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
@@ -258,9 +265,9 @@ def _assembled(cls: type[_Model], values: dict[str, Any], given: set[str]) -> _M
     """
     instance = cls.__new__(cls)
     _set(instance, "__dict__", values)
-    _set(instance, "__pydantic_fields_set__", given)
-    _set(instance, "__pydantic_extra__", None)
-    _set(instance, "__pydantic_private__", None)
+    _set_fields_set(instance, given)
+    _set_extra(instance, None)
+    _set_private(instance, None)
     return instance
 
 
@@ -407,12 +414,20 @@ def messages_from_json(data: bytes | str) -> list[Message]:
     Raises:
         pydantic.ValidationError: the data is not a JSON array of messages.
     """
-    out = []
+    out: list[Message] = []
+    # `_assembled`, inlined with its steps as locals: one loop step per message.
+    new, set_dict, complete = Message.__new__, _set, len(_GIVEN_ALL)
+    set_fields_set, set_extra, set_private = _set_fields_set, _set_extra, _set_private
     for fields in _stored_messages().validate_json(data):
-        if len(fields) == len(_GIVEN_ALL):
-            out.append(_assembled(Message, cast("dict[str, Any]", fields), _GIVEN_ALL))
-        else:
+        if len(fields) != complete:
             out.append(Message.model_validate(fields))
+            continue
+        message = new(Message)
+        set_dict(message, "__dict__", fields)
+        set_fields_set(message, _GIVEN_ALL)
+        set_extra(message, None)
+        set_private(message, None)
+        out.append(message)
     return out
 
 
