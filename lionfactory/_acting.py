@@ -70,6 +70,8 @@ def arguments_object(tool: str, arguments: object) -> dict[str, Any]:
         ToolInputError: `arguments` is a string that is not a JSON object,
             or neither a mapping nor a string.
     """
+    if type(arguments) is dict:  # the common case, without the ABC check below
+        return dict(arguments)
     if arguments is None:
         return {}
     if isinstance(arguments, Mapping):

@@ -30,6 +30,8 @@ agent loop talks to (the end of this module).
 from __future__ import annotations
 
 import bisect
+import functools
+import itertools
 import json
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -39,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_check
 
 import attrs
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from typing_extensions import TypedDict
 
 from lionfactory._echo import shorten
 
@@ -57,6 +60,7 @@ __all__ = [
     "encode_json",
     "encode_json_string",
     "estimate_tokens",
+    "messages_from_json",
     "new_tool_call",
     "tool_message",
 ]
@@ -232,6 +236,13 @@ def _kept_text(value: str) -> str:
 
 
 _set = object.__setattr__
+# The setters of `BaseModel`'s own slots, called directly: a third faster than
+# ``object.__setattr__`` finding them by name, three times a record.
+_set_fields_set: Callable[[BaseModel, set[str]], None] = BaseModel.__dict__[
+    "__pydantic_fields_set__"
+].__set__
+_set_extra: Callable[[BaseModel, None], None] = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private: Callable[[BaseModel, None], None] = BaseModel.__dict__["__pydantic_private__"].__set__
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
@@ -254,9 +265,9 @@ def _assembled(cls: type[_Model], values: dict[str, Any], given: set[str]) -> _M
     """
     instance = cls.__new__(cls)
     _set(instance, "__dict__", values)
-    _set(instance, "__pydantic_fields_set__", given)
-    _set(instance, "__pydantic_extra__", None)
-    _set(instance, "__pydantic_private__", None)
+    _set_fields_set(instance, given)
+    _set_extra(instance, None)
+    _set_private(instance, None)
     return instance
 
 
@@ -290,7 +301,7 @@ def _plain(arguments: dict[Any, Any]) -> bool:
 
 def _str_keys(mapping: dict[Any, Any]) -> bool:
     """Whether every key is exactly a `str` (what a ``dict[str, Any]`` field keeps as it is)."""
-    return all(type(key) is str for key in mapping)
+    return not mapping or all(type(key) is str for key in mapping)
 
 
 def new_tool_call(name: str, arguments: dict[str, Any], call_id: str | None = None) -> ToolCall:
@@ -358,6 +369,66 @@ class Message(BaseModel):
     @classmethod
     def _encodable_content(cls, value: str) -> str:
         return encodable(value)
+
+
+class _StoredMessage(TypedDict, total=False):
+    """A `Message`'s fields as JSON holds them: `messages_from_json` validates these."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    id: str
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    call_id: str | None
+    tool: str | None
+    sender: str | None
+    recipient: str | None
+    channel: str | None
+    created_at: datetime
+    metadata: dict[str, Any]
+
+
+_GIVEN_ALL = set(Message.model_fields)
+"""The fields set of a message whose JSON names every field (what ``model_dump_json`` writes)."""
+
+
+@functools.cache
+def _stored_messages() -> TypeAdapter[list[_StoredMessage]]:
+    """The validator of a JSON message list, built on first use (building it costs import time)."""
+    return TypeAdapter(list[_StoredMessage])
+
+
+def messages_from_json(data: bytes | str) -> list[Message]:
+    """The messages of a JSON array, as ``TypeAdapter(list[Message]).validate_json`` gives them.
+
+    One validation of the whole array into plain dicts, then each message
+    assembled from its dict (`_assembled`): validating into models made a
+    fields-set and ran a Python validator per message, and was half of a
+    10,000-message load. The content validator has nothing to do here:
+    pydantic_core's JSON parser refuses a lone surrogate escape, so JSON
+    text holds none. A message that leaves out fields (not one
+    ``model_dump_json`` wrote) goes through `Message` itself, for its
+    defaults.
+
+    Raises:
+        pydantic.ValidationError: the data is not a JSON array of messages.
+    """
+    out: list[Message] = []
+    # `_assembled`, inlined with its steps as locals: one loop step per message.
+    new, set_dict, complete = Message.__new__, _set, len(_GIVEN_ALL)
+    set_fields_set, set_extra, set_private = _set_fields_set, _set_extra, _set_private
+    for fields in _stored_messages().validate_json(data):
+        if len(fields) != complete:
+            out.append(Message.model_validate(fields))
+            continue
+        message = new(Message)
+        set_dict(message, "__dict__", fields)
+        set_fields_set(message, _GIVEN_ALL)
+        set_extra(message, None)
+        set_private(message, None)
+        out.append(message)
+    return out
 
 
 def call_message(calls: tuple[ToolCall, ...], metadata: dict[str, Any]) -> Message:
@@ -503,6 +574,10 @@ def encode_json(value: Any) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+_id_of = attrgetter("id")
+_role_of = attrgetter("role")
+
+
 def _message_tokens(message: Message) -> int:
     chars = len(message.content)
     for call in message.tool_calls:
@@ -521,6 +596,7 @@ class MessageLog:
         "_active",
         "_active_tokens",
         "_append_order",
+        "_counted",
         "_index",
         "_keys",
         "_record",
@@ -531,10 +607,21 @@ class MessageLog:
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._record: list[Message] = []
+        # The sort keys of the record's first entries (see `_key`): every
+        # entry after them was appended and has the key ``(i,)``, made when a
+        # key is read. Two such tuples a `Branch.act` (its two messages) were
+        # a fifth of what an act left for the garbage collector to track.
         self._keys: list[tuple[int, ...]] = []
-        # Each message's token estimate, and the running total of the view:
-        # nudges ask for the estimate after every tool call, so it is O(1).
+        # Each message's token estimate, and the running total of the view,
+        # made when asked (`_count`), for the messages appended since: nudges
+        # ask after every tool call, while an append estimating its message
+        # (a JSON dump of a call's arguments) was a tenth of `Branch.act`'s
+        # overhead, and a load estimated every message it restored. The
+        # first `_counted` record entries are in the total; every entry after
+        # them is in the view (whatever changes the view counts first), but
+        # when none is counted, where the view may be anything (`from_state`).
         self._tokens: list[int] = []
+        self._counted = 0
         self._active_tokens = 0
         self._active: list[int] = []
         self._index: dict[str, int] = {}
@@ -608,7 +695,12 @@ class MessageLog:
         return pos < len(self._active) and self._active[pos] == index
 
     def estimate_tokens(self) -> int:
-        """Estimated tokens of the active view (see `estimate_tokens`); O(1)."""
+        """Estimated tokens of the active view (see `estimate_tokens`).
+
+        O(messages appended since it was last asked): each message is
+        estimated once.
+        """
+        self._count()
         return self._active_tokens
 
     def in_append_order(self) -> bool:
@@ -631,24 +723,23 @@ class MessageLog:
             ValueError: for a second system message (use `set_system`) or a
                 message id already in the record.
         """
-        return self._append(message, None)
-
-    def _append(self, message: Message, tokens: int | None) -> Message:
-        """`append`, with the message's token estimate when it is already known."""
         if self._shared:
             self._writable()
         index = len(self._record)
         if message.role != "system":
-            self._add_record(message, (index,), tokens)
+            # `_add_record` inlined (every `Branch.act` appends twice); the key is implied.
+            if message.id in self._index:
+                raise ValueError(f"message id {message.id!r} is already in the log")
+            self._record.append(message)
+            self._index[message.id] = index
             self._active.append(index)
         elif self._pinned_index() is not None:
             raise ValueError("the log already has a system message; use set_system() to replace it")
         else:
             # A system message is pinned first, whatever came before it.
-            self._add_record(message, (-1, index), tokens)
+            self._add_record(message, (-1, index))
             self._append_order = self._append_order and index == 0
             self._active.insert(0, index)
-        self._active_tokens += self._tokens[index]
         return message
 
     def set_system(self, content: str) -> Message:
@@ -657,6 +748,7 @@ class MessageLog:
         The previous system message stays in the record but leaves the view.
         """
         self._writable()
+        self._count()
         message = Message(role="system", content=content)
         index = len(self._record)
         self._append_order = self._append_order and index == 0
@@ -666,7 +758,6 @@ class MessageLog:
             self._active[0] = index
         else:
             self._active.insert(0, index)
-        self._active_tokens += self._tokens[index]
         return message
 
     def evict(self, start: int, end: int | None = None) -> list[Message]:
@@ -679,6 +770,7 @@ class MessageLog:
             The evicted messages, in order.
         """
         self._writable()
+        self._count()
         lo, hi = self._clamp(start, end)
         removed = self._active[lo:hi]
         del self._active[lo:hi]
@@ -689,6 +781,7 @@ class MessageLog:
     def evict_ids(self, message_ids: Iterable[str]) -> list[Message]:
         """Remove the given messages from the active view; unknown or inactive ids are skipped."""
         self._writable()
+        self._count()
         drop = {self._index[m] for m in message_ids if m in self._index}
         drop.discard(self._pinned_index())
         kept: list[int] = []
@@ -714,6 +807,7 @@ class MessageLog:
             The messages that were restored, in record order.
         """
         self._writable()
+        self._count()
         lo, hi, _ = slice(start, end).indices(len(self._record))
         active = set(self._active)
         pinned = self._pinned_index()
@@ -746,6 +840,7 @@ class MessageLog:
                 message among them, or a summary with the system role.
         """
         self._writable()
+        self._count()
         if summary.role == "system":
             raise ValueError("a summary cannot be a system message")
         if summary.id in self._index:
@@ -767,10 +862,10 @@ class MessageLog:
         index = len(self._record)
         # The summary sits where the earliest replaced message sat, even when
         # that is an older summary whose record index is larger.
-        self._add_record(summary, (*min(self._keys[i] for i in covered), index))
+        self._add_record(summary, (*min(map(self._key, covered)), index))
         self._summaries[index] = covered
         bisect.insort(self._active, index, key=self._key)
-        self._active_tokens += self._tokens[index]
+        self._count()
         return summary
 
     def copy(self) -> MessageLog:
@@ -779,6 +874,7 @@ class MessageLog:
         clone._record = self._record
         clone._keys = self._keys
         clone._tokens = self._tokens
+        clone._counted = self._counted
         clone._active_tokens = self._active_tokens
         clone._active = self._active
         clone._index = self._index
@@ -813,6 +909,7 @@ class MessageLog:
                 )
         clone = self.copy()
         clone._writable()
+        clone._count()
         active = set(clone._active)
         for index, message in entries.items():
             tokens = _message_tokens(message)
@@ -834,11 +931,17 @@ class MessageLog:
             IndexError: an index outside the record.
             ValueError: as `append` (an entry twice, a second system message).
         """
+        self._count()
         log = MessageLog()
+        indices = []
         for index in record_indices:
             if index < 0:
                 raise IndexError(f"record index {index} is outside the log")
-            log._append(self._record[index], self._tokens[index])
+            log.append(self._record[index])
+            indices.append(index)
+        log._tokens = [self._tokens[i] for i in indices]
+        log._counted = len(indices)
+        log._active_tokens = sum(map(log._tokens.__getitem__, log._active))
         return log
 
     def without(self, record_indices: Collection[int]) -> MessageLog:
@@ -854,6 +957,7 @@ class MessageLog:
         if not self._append_order:
             drop = set(record_indices)
             return self.kept([i for i in self._active if i not in drop])
+        self._count()
         n = len(self._record)
         drop = {i for i in record_indices if 0 <= i < n}
         cut = max(drop, default=-1) + 1
@@ -863,13 +967,16 @@ class MessageLog:
         log = MessageLog.__new__(MessageLog)
         log._record = record
         log._tokens = tokens
+        log._counted = len(tokens)
         # In append order the keys are (i,), but (-1, 0) for a system
         # message at 0, and the view is range(n): slices of both serve.
         log._keys = self._keys[: len(record)]
-        if record:
+        if log._keys:
             log._keys[0] = (-1, 0) if record[0].role == "system" else (0,)
+        elif record and record[0].role == "system":
+            log._keys.append((-1, 0))
         log._active = self._active[: len(record)]
-        log._index = dict(zip(map(attrgetter("id"), record), range(len(record)), strict=True))
+        log._index = dict(zip(map(_id_of, record), range(len(record)), strict=True))
         log._summaries = {}
         log._active_tokens = self._active_tokens - sum(self._tokens[i] for i in drop)
         log._shared = False
@@ -880,9 +987,11 @@ class MessageLog:
         self,
     ) -> tuple[list[Message], list[tuple[int, ...]], list[int], dict[int, tuple[int, ...]]]:
         """The log's internal state, for persistence: record, sort keys, view, summaries."""
+        keys = self._keys.copy()
+        keys.extend(zip(range(len(keys), len(self._record))))
         return (
             self._record.copy(),
-            self._keys.copy(),
+            keys,
             self._active.copy(),
             dict(self._summaries),
         )
@@ -900,27 +1009,36 @@ class MessageLog:
         Raises:
             ValueError: the parts are inconsistent (lengths, indices, order).
         """
+        # Each step is one call into C (map, zip, sorted, list comparisons):
+        # a load restores 10,000 messages, and per-message Python steps were
+        # a third of what restoring them cost after their JSON was parsed.
         n = len(record)
-        if len(keys) != n or any(not 0 <= i < n for i in active):
+        if len(keys) != n or (active and (min(active) < 0 or max(active) >= n)):
             raise ValueError("inconsistent message log state: keys or view out of range")
         log = cls.__new__(cls)
         log._record = list(record)
-        log._keys = [tuple(k) for k in keys]
-        log._index = {m.id: i for i, m in enumerate(record)}
+        log._keys = list(map(tuple, keys))
+        log._index = dict(zip(map(_id_of, record), range(n), strict=True))
         if len(log._index) != n:
             raise ValueError("inconsistent message log state: duplicate message ids")
-        log._active = sorted(set(active), key=log._key)
+        log._active = sorted(set(active), key=log._keys.__getitem__)
         log._summaries = {int(k): tuple(v) for k, v in summaries.items()}
-        log._tokens = [_message_tokens(m) for m in log._record]
-        log._active_tokens = sum(log._tokens[i] for i in log._active)
+        # Estimated when first asked (`_count`), not for every restored message.
+        log._tokens = []
+        log._counted = 0
+        log._active_tokens = 0
         log._shared = False
         log._append_order = (
             not log._summaries
             and log._active == list(range(n))
-            and all(key == (i,) for i, key in enumerate(log._keys) if i)
+            and log._keys[1:] == list(zip(range(1, n)))
             and (not n or log._keys[0] == ((-1, 0) if record[0].role == "system" else (0,)))
-            and not any(m.role == "system" for m in record[1:])
+            and "system" not in map(_role_of, itertools.islice(record, 1, None))
         )
+        if log._append_order:
+            # Every key after the first is the implied ``(i,)`` (see `_key`): dropped here,
+            # they die now, not in the garbage collector's next pass over the load.
+            del log._keys[1:]
         return log
 
     # -- internals -----------------------------------------------------------
@@ -936,18 +1054,43 @@ class MessageLog:
             self._summaries = self._summaries.copy()
             self._shared = False
 
-    def _add_record(self, message: Message, key: tuple[int, ...], tokens: int | None = None) -> int:
+    def _add_record(self, message: Message, key: tuple[int, ...] | None) -> int:
+        """Add `message` to the record with sort `key`; None is the appended message's ``(i,)``."""
         if message.id in self._index:
             raise ValueError(f"message id {message.id!r} is already in the log")
         index = len(self._record)
         self._record.append(message)
-        self._keys.append(key)
+        if key is not None:
+            keys = self._keys
+            keys.extend(zip(range(len(keys), index)))
+            keys.append(key)
         self._index[message.id] = index
-        self._tokens.append(_message_tokens(message) if tokens is None else tokens)
         return index
 
+    def _count(self) -> None:
+        """Estimate the entries appended since last asked and add them to the view's total.
+
+        A copy shares `_tokens` with this log until either changes, and
+        extends it here as this log does: an estimate depends on the message
+        alone, and while the two share the list they share the record.
+        """
+        record = self._record
+        n = len(record)
+        start = self._counted
+        if start == n:
+            return
+        tokens = self._tokens
+        if len(tokens) < n:
+            tokens.extend(map(_message_tokens, record[len(tokens) : n]))
+        if start == 0:
+            self._active_tokens = sum(map(tokens.__getitem__, self._active))
+        else:
+            self._active_tokens += sum(tokens[start:n])
+        self._counted = n
+
     def _key(self, index: int) -> tuple[int, ...]:
-        return self._keys[index]
+        keys = self._keys
+        return keys[index] if index < len(keys) else (index,)
 
     def _pinned_index(self) -> int | None:
         if self._active and self._record[self._active[0]].role == "system":
@@ -984,11 +1127,23 @@ def _tool_calls(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...]:
         return ()
     if isinstance(value, (str, bytes, ToolCall)) or not isinstance(value, Iterable):
         raise TypeError(f"tool_calls must be a sequence of ToolCall objects, got {value!r:.200}")
-    calls = tuple(value)
-    for call in calls:
-        if not isinstance(call, ToolCall):
-            raise TypeError(f"tool_calls must hold ToolCall objects, got {call!r}")
-    return calls
+    return tuple_of(ToolCall, value, "tool_calls must hold ToolCall objects")
+
+
+_Item = TypeVar("_Item")
+
+
+def tuple_of(kind: type[_Item], value: Iterable[Any], refusal: str) -> tuple[_Item, ...]:
+    """`value`'s items as a tuple, each checked to be a `kind`, for an attrs converter.
+
+    Raises:
+        TypeError: an item of another type: `refusal`, then the item.
+    """
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, kind):
+            raise TypeError(f"{refusal}, got {item!r:.200}")
+    return items
 
 
 @attrs.frozen

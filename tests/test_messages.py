@@ -480,3 +480,125 @@ def test_drawn_ids_are_version_4_uuids() -> None:
     for text in ids:
         parsed = uuid.UUID(hex=text)
         assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS, asks=st.sets(st.integers(0, 25), max_size=10))
+def test_the_estimate_asked_at_any_point_is_the_estimate_of_the_view(
+    ops: list[tuple[str, int, int]], asks: set[int]
+) -> None:
+    """Estimates are made when asked; asked between any changes, the total is the view's."""
+    log = MessageLog()
+    others: list[MessageLog] = []
+    for step, op in enumerate(ops):
+        before = log
+        log = _apply(log, op)
+        if log is not before:
+            others.append(before)  # a copy's source goes on sharing the token list
+        if step in asks:
+            assert log.estimate_tokens() == estimate_tokens(list(log))
+        record, keys, _, _ = log.state()
+        assert len(keys) == len(record)
+    assert log.estimate_tokens() == estimate_tokens(list(log))
+    for other in others:
+        assert other.estimate_tokens() == estimate_tokens(list(other))
+
+
+def test_appends_and_rebuilds_estimate_nothing_until_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lionfactory import _messages
+
+    estimated: list[str] = []
+    original = _messages._message_tokens
+
+    def counting(message: Message) -> int:
+        estimated.append(message.id)
+        return original(message)
+
+    monkeypatch.setattr(_messages, "_message_tokens", counting)
+    log, _ = log_with(3)
+    rebuilt = MessageLog.from_state(*log.state())
+    assert estimated == []
+    assert rebuilt.estimate_tokens() == log.estimate_tokens()
+    assert len(estimated) == 2 * len(log.record)
+    assert log.estimate_tokens() == estimate_tokens(list(log))
+    log.append(Message(role="user", content="one more"))
+    estimated.clear()
+    log.estimate_tokens()
+    assert estimated == [log[-1].id]  # only what came since
+
+
+def test_a_log_of_appends_states_each_entry_s_key() -> None:
+    log, _ = log_with(3)
+    log.append(Message(role="user", content="late"))
+    _, keys, _, _ = log.state()
+    assert keys == [(-1, 0), (1,), (2,), (3,), (4,)]
+    plain, _ = log_with(3, system=None)
+    plain.set_system("late system")
+    assert plain.state()[1] == [(0,), (1,), (2,), (-1, 3)]
+    assert [m.content for m in plain] == ["late system", "m0", "m1", "m2"]
+
+
+def _as_json(messages: list[Message]) -> bytes:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[Message]).dump_json(messages)
+
+
+def test_messages_from_json_are_the_messages_validation_builds() -> None:
+    from pydantic import TypeAdapter
+
+    from lionfactory._messages import messages_from_json
+
+    messages = [
+        Message(role="system", content="sys"),
+        Message(role="user", content="héllo ✓", sender="a", recipient="b", channel="c"),
+        Message(
+            role="assistant",
+            tool_calls=(ToolCall(name="t", arguments={"x": [1, {"y": None}]}),),
+            metadata={"k": {"n": 1}},
+        ),
+        Message(role="tool", content='{"ok": true}', call_id="c1", tool="t"),
+    ]
+    data = _as_json(messages)
+    got = messages_from_json(data)
+    expected = TypeAdapter(list[Message]).validate_json(data)
+    assert got == expected == messages
+    for mine, theirs in zip(got, expected, strict=True):
+        assert type(mine) is Message
+        assert list(mine.__dict__) == list(theirs.__dict__)
+        assert mine.__pydantic_fields_set__ == theirs.__pydantic_fields_set__
+        assert mine.model_dump_json() == theirs.model_dump_json()
+
+
+def test_messages_from_json_fill_what_a_hand_written_record_leaves_out() -> None:
+    from lionfactory._messages import messages_from_json
+
+    [message] = messages_from_json(b'[{"role": "user", "content": "hi"}]')
+    assert message.content == "hi" and message.id and message.metadata == {}
+    assert message.__pydantic_fields_set__ == {"role", "content"}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'[{"role": "user", "content": "a\\ud800"}]',  # a lone surrogate
+        b'[{"role": "user", "content": "x", "extra": 1}]',
+        b'[{"role": "robot", "content": "x"}]',
+        b'[{"role": "user", "content": 5}]',
+        b'[{"role": "user", "tool_calls": [{"name": "t", "oops": 1}]}]',
+        b'{"role": "user"}',
+        b"[1]",
+        b"not json",
+    ],
+)
+def test_messages_from_json_refuse_what_validation_refuses(data: bytes) -> None:
+    from pydantic import TypeAdapter
+
+    from lionfactory._messages import messages_from_json
+
+    with pytest.raises(ValidationError):
+        TypeAdapter(list[Message]).validate_json(data)
+    with pytest.raises(ValidationError):
+        messages_from_json(data)

@@ -75,28 +75,30 @@ return 1
 class RedisBranchStore(BranchStore):
     """Branches saved in Redis, for workers and server replicas on several machines.
 
-    Example::
+    Example, a worker taking up a branch another machine saved::
 
-        store = RedisBranchStore("redis://127.0.0.1:6379/0")
-        await store.save(branch)
-        again = await store.load(branch.id)
+        async with RedisBranchStore("redis://10.0.0.5:6379/0") as store:
+            branch = await store.load(branch_id, resources={"chat_model": model})
+            await branch.run("Carry on.")
+            await store.save(branch)
 
     Args:
         url: a Redis URL, as redis-py's ``Redis.from_url`` takes it.
-        namespace: the key prefix (stores with different ones never meet).
         client: an existing ``redis.Redis`` client instead of `url`.
+        namespace: the key prefix (stores with different ones never meet).
 
     Raises:
+        ValueError: neither or both of `url` and `client`, or a namespace that
+            is empty or holds ':'.
         ImportError: redis-py is missing (``pip install 'lionfactory[redis]'``).
-        ValueError: an empty namespace, or neither/both of `url` and `client`.
     """
 
     def __init__(
         self,
         url: str | None = None,
         *,
-        namespace: str = "lionfactory",
         client: redis.Redis | None = None,
+        namespace: str = "lionfactory",
     ) -> None:
         super().__init__()
         self._client = connect(url, client, namespace)

@@ -42,7 +42,7 @@ import attrs
 from pydantic import TypeAdapter
 
 from lionfactory._branch import Branch
-from lionfactory._messages import Message
+from lionfactory._messages import Message, messages_from_json
 from lionfactory._persist import branch_to_dict
 from lionfactory.errors import ConfigurationError
 
@@ -138,7 +138,7 @@ def decode(blob: bytes) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(envelope)
     if not isinstance(data, dict) or not isinstance(data.get("messages"), dict):
         raise ValueError("no message record in the envelope")
-    data["messages"]["record"] = _record().validate_json(record)
+    data["messages"]["record"] = messages_from_json(record)
     return data
 
 

@@ -72,6 +72,7 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
+from lionfactory._messages import tuple_of
 from lionfactory._shell.commands import ShellTooDeep, normalized_commands
 from lionfactory._shell.parse import ShellSyntaxError
 from lionfactory._tool import Tool, stated_targets
@@ -138,11 +139,7 @@ def _check_match(_instance: Any, _attribute: Any, value: Any) -> None:
 def _strings(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
-    out = tuple(value)
-    for item in out:
-        if not isinstance(item, str):
-            raise TypeError(f"rule examples must be strings, got {item!r:.200}")
-    return out
+    return tuple_of(str, value, "rule examples must be strings")
 
 
 @attrs.frozen

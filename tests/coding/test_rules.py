@@ -177,3 +177,9 @@ def test_without_bash_globs_the_rules_do_not_read_the_script() -> None:
 def test_a_rule_example_that_is_not_shell_fails_at_construction() -> None:
     with pytest.raises(ValueError, match="not valid shell"):
         Rule("bash", "git push*", "ask", examples=["git push 'origin"])
+
+
+def test_examples_are_strings_or_a_type_error_names_the_other_item() -> None:
+    assert Rule("bash", "git push *", "ask", examples="git push x").examples == ("git push x",)
+    with pytest.raises(TypeError, match=r"rule examples must be strings, got 3"):
+        Rule("bash", "git push *", "ask", examples=["git push x", 3])  # type: ignore[list-item]
