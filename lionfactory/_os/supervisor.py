@@ -76,6 +76,7 @@ from lionfactory._os.process import (
     _Capture,
     _check_program,
     captured_result,
+    child_pipes,
     drain_fd,
     not_started_inside,
     pidfd_exited,
@@ -191,6 +192,9 @@ class Supervisor:
     command_namespaces: bool | None = None
     # Runners lent by an unconfined supervisor, idle between calls (`lend`).
     runners: list[_Runner] = attrs.Factory(list)
+    # The environment the last request named (as compared) and its JSON:
+    # most calls name the same one, and encoding it is most of a request.
+    sent_env: tuple[Mapping[Any, Any], bytes] | None = None
 
     @classmethod
     def start(
@@ -293,8 +297,24 @@ class Supervisor:
             # policy, as at the process seam; an explicit env is the caller's.
             filtered = self.isolation.environment(None)
             env = os.environ if filtered is None else filtered.variables
-        child_env = {**env, **self.overlay}
-        return json.dumps({"argv": list(argv), "cwd": str(cwd), "env": child_env}).encode()
+        head = json.dumps({"argv": list(argv), "cwd": str(cwd)}).encode()
+        return b"".join((head[:-1], b', "env": ', self._env_json(env), b"}"))
+
+    def _env_json(self, env: Mapping[str, str]) -> bytes:
+        """`env` with the overlay, as JSON: the last one's again when `env` did not change."""
+        probe: Mapping[Any, Any] = env
+        if env is os.environ:
+            # Compared as the bytes it holds: comparing (or copying) the
+            # mapping itself decodes every variable.
+            data = getattr(os.environ, "_data", None)
+            if isinstance(data, dict):
+                probe = data
+        sent = self.sent_env
+        if sent is not None and sent[0] == probe:
+            return sent[1]
+        encoded = json.dumps({**env, **self.overlay}).encode()
+        self.sent_env = (dict(probe), encoded)
+        return encoded
 
     def idle_runner(self) -> _Runner | None:
         """A lent runner no call is using, or None."""
@@ -553,19 +573,8 @@ async def run_supervised(
         else:
             raise SupervisorGone("no namespace the supervisor lent could start the command")
     _check_program(args[0], cwd, env)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
+    with child_pipes() as ((out_r, err_r), (out_w, err_w)):
         sock = supervisor.submit(args, cwd=cwd, env=env, stdout=out_w, stderr=err_w)
-    except BaseException:
-        os.close(out_r)
-        os.close(err_r)
-        raise
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    for fd in (out_r, err_r):
-        os.set_blocking(fd, False)
     sock.setblocking(False)
     out = _Capture(max_bytes, spill[0] if spill else None, on_output=on_output)
     err = _Capture(max_bytes, spill[1] if spill else None, on_output=on_output)
@@ -627,21 +636,13 @@ def _hand(runner: _Runner, payload: bytes) -> tuple[int, int] | None:
 
     None: the runner is gone (its end of the channel is closed).
     """
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     try:
-        fds = array.array("i", [out_w, err_w])
-        runner.channel.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        with child_pipes() as (pipes, outputs):
+            fds = array.array("i", outputs)
+            runner.channel.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     except OSError:
-        os.close(out_r)
-        os.close(err_r)
         return None
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    os.set_blocking(out_r, False)
-    os.set_blocking(err_r, False)
-    return out_r, err_r
+    return pipes
 
 
 def _runner_word(channel: socket.socket) -> dict[str, Any] | None:
