@@ -151,6 +151,14 @@ class _Runner:
     pidfd: int
     # Its pid in the supervisor's namespace: how the supervisor knows it when it comes back.
     ident: int
+    # What a call waits on (`_run_on`): the channel, and the command's pipes
+    # while it runs. One per runner: a new one per call would cost its
+    # making, its registrations and the event loop's own, every call.
+    poller: select.epoll = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.poller = select.epoll(3)
+        self.poller.register(self.channel, select.EPOLLIN)
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
@@ -163,6 +171,7 @@ class _Runner:
     def close(self) -> None:
         """Close the channel (an idle runner then exits) and the pidfd, once."""
         self.channel.close()
+        self.poller.close()
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
@@ -547,8 +556,8 @@ async def run_supervised(
             if runner is None:
                 break  # no namespace per command here: through the supervisor, as before
             payload = supervisor.request(args, cwd=cwd, env=env)
-            pipes = _hand(runner, payload)
-            if pipes is None:
+            handed = _hand(runner, payload)
+            if handed is None:
                 runner.close()  # it died while idle (killed, out of memory): another one
                 continue
             try:
@@ -556,7 +565,7 @@ async def run_supervised(
                     supervisor,
                     runner,
                     args,
-                    pipes,
+                    handed,
                     timeout=timeout,
                     captures=(
                         _Capture(max_bytes, spill[0] if spill else None, on_output=on_output),
@@ -631,18 +640,26 @@ async def run_supervised(
     return captured_result(args, code, (out, err), (deadline.cancelled_caught, pid, started), False)
 
 
-def _hand(runner: _Runner, payload: bytes) -> tuple[int, int] | None:
-    """Send `runner` the command with new stdout and stderr pipes; their read ends, or None.
+def _hand(runner: _Runner, payload: bytes) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """Send `runner` the command with new stdout and stderr pipes; their read and write ends.
 
+    The write ends stay ours until the runner answers (`_run_on`), so the
+    pipes cannot end before the answer is there: a quiet command wakes us
+    once, for its answer, not once more for each pipe's end just before it.
     None: the runner is gone (its end of the channel is closed).
     """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     try:
-        with child_pipes() as (pipes, outputs):
-            fds = array.array("i", outputs)
-            runner.channel.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        fds = array.array("i", [out_w, err_w])
+        runner.channel.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     except OSError:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
         return None
-    return pipes
+    os.set_blocking(out_r, False)
+    os.set_blocking(err_r, False)
+    return (out_r, err_r), (out_w, err_w)
 
 
 def _runner_word(channel: socket.socket) -> dict[str, Any] | None:
@@ -688,7 +705,7 @@ async def _run_on(
     supervisor: Supervisor,
     runner: _Runner,
     args: tuple[str, ...],
-    pipes: tuple[int, int],
+    handed: tuple[tuple[int, int], tuple[int, int]],
     *,
     timeout: float,
     captures: tuple[_Capture, _Capture],
@@ -696,18 +713,25 @@ async def _run_on(
 ) -> ProcessResult:
     """Wait for the command `runner` was handed, reading its output; then its result.
 
-    One ``epoll`` descriptor holds both pipes and the runner's channel, so
-    the loop waits for one descriptor: a ``true`` costs one wake-up (its
-    answer and both pipes' ends come together, the runner empties its
-    namespace and drops its copies of the pipes before it answers) instead
-    of a task per stream and a scheduler trip for each.
+    The runner's ``epoll`` descriptor holds both pipes and its channel, so
+    the loop waits for one descriptor: a ``true`` costs one wake-up, for
+    the runner's answer (the pipes cannot end before it: we hold their
+    write ends until then, and the runner answers once its namespace is
+    empty) instead of a task per stream and a scheduler trip for each.
     """
-    poller = select.epoll(3)
+    pipes, ends = handed
+    held = list(ends)
+
+    def let_go() -> None:
+        while held:
+            os.close(held.pop())
+
+    poller = runner.poller
     streams = _Streams(poller, pipes, captures)
     channel = runner.channel.fileno()
     word: dict[str, Any] | None = None
     try:
-        for fd in (*pipes, channel):
+        for fd in pipes:
             poller.register(fd, select.EPOLLIN)
         pace: ReadPace | None = None
         with anyio.move_on_after(timeout) as deadline:
@@ -720,23 +744,29 @@ async def _run_on(
                 for fd, _mask in events:
                     if fd != channel:
                         read += streams.read(fd)
-                    elif (word := _runner_word(runner.channel)) is not None:
-                        poller.unregister(channel)
+                    else:
+                        word = _runner_word(runner.channel)
                 if word is None and read:
                     pace = pace or ReadPace()
                     if not await pace.after(read):
                         # A writer that never lets its pipe run dry must not
                         # starve the loop (or the deadline).
                         await anyio.lowlevel.checkpoint()
+            let_go()
             streams.read_all_now()
             if streams.open:
                 # Nothing of the namespace holds a pipe any more; a process
                 # outside it that was handed one may: a moment, not forever.
-                with anyio.move_on_after(_DRAIN_GRACE):
-                    while streams.open:
-                        await anyio.wait_readable(poller.fileno())
-                        streams.read_all_now()
+                poller.modify(channel, 0)  # its runner waits for its next command
+                try:
+                    with anyio.move_on_after(_DRAIN_GRACE):
+                        while streams.open:
+                            await anyio.wait_readable(poller.fileno())
+                            streams.read_all_now()
+                finally:
+                    poller.modify(channel, select.EPOLLIN)
     finally:
+        let_go()
         if word is None:
             with anyio.CancelScope(shield=True):
                 # Timed out or cancelled: the namespace's init dies, and
@@ -746,7 +776,8 @@ async def _run_on(
                     await runner.exited()
                 streams.read_all_now()
         try:
-            poller.close()
+            for fd in list(streams.open):
+                poller.unregister(fd)  # the poller stays with the runner
             for fd in pipes:
                 os.close(fd)
             for capture in captures:

@@ -261,12 +261,10 @@ def _runner(channel: socket.socket, reusable: bool) -> None:
     is as good as new, and the next command costs no fork at all.
     """
     # One buffer for every request: ``recvmsg`` would allocate (and map) a
-    # megabyte for each. And one /dev/null for every command's streams to
-    # fall back to (close-on-exec, like every descriptor of ours).
+    # megabyte for each.
     buffer = bytearray(_MAX_MESSAGE)
-    null = os.open(os.devnull, os.O_WRONLY)
     while True:
-        _run_one(channel, reusable, buffer, null)
+        _run_one(channel, reusable, buffer)
         if not reusable:
             os._exit(0)
 
@@ -296,17 +294,16 @@ def _empty_namespace() -> None:
             continue
 
 
-def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray, null: int) -> None:
+def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
     try:
-        size, ancillary, _flags, _addr = channel.recvmsg_into([buffer], _FDS_SPACE)
+        size, ancillary, _flags, _addr = channel.recvmsg_into(
+            [buffer], _FDS_SPACE, socket.MSG_CMSG_CLOEXEC
+        )
     except OSError:
         os._exit(1)
-    fds = _fds(ancillary)
-    if not size or len(fds) != 2:
+    streams = _fds(ancillary)
+    if not size or len(streams) != 2:
         os._exit(1)
-    for target, fd in zip((1, 2), fds, strict=True):
-        os.dup2(fd, target)
-        os.close(fd)
     message: dict[str, object]
     try:
         request = _loads(memoryview(buffer)[:size])
@@ -315,7 +312,11 @@ def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray, null: in
     except (ValueError, TypeError) as exc:
         command: int | str = f"bad request: {exc}"
     else:
-        command = _spawn(request)
+        command = _spawn(request, streams)
+    # Only the command holds its streams now: they end when nothing of it
+    # is left (or, where the caller holds them too, when it says so).
+    for fd in streams:
+        os.close(fd)
     if isinstance(command, str):
         message = {"status": 127 << 8, "exec_error": command}  # as an exec failure
     else:
@@ -329,16 +330,13 @@ def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray, null: in
                 break
     if reusable:
         _empty_namespace()
-        # The command's streams end here: the caller reads them to their end.
-        for target in (1, 2):
-            os.dup2(null, target)
     try:
         channel.send(_dumps(message))
     except OSError:
         os._exit(0)  # the supervisor gave up on us
 
 
-def _spawn(request: dict[str, object]) -> int | str:
+def _spawn(request: dict[str, object], streams: list[int]) -> int | str:
     """Start the command with ``posix_spawn`` (a vfork and an exec); the reason when it cannot.
 
     A fork of this interpreter would cost about half a millisecond (its
@@ -348,6 +346,7 @@ def _spawn(request: dict[str, object]) -> int | str:
     up on the request's ``PATH`` exactly as ``os.execvpe`` would (a name
     that is not there is skipped, any other failure is kept and reported if
     nothing later starts). The runner's working directory is the command's.
+    The command's stdout and stderr are `streams`, set up in the child only.
     """
     argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
     if not (isinstance(argv, list) and isinstance(env, dict) and isinstance(cwd, str)):
@@ -358,12 +357,20 @@ def _spawn(request: dict[str, object]) -> int | str:
         if not argv:
             raise ValueError("empty argv")
         os.chdir(cwd)
+        outputs = [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
         saved: OSError | None = None
         last: OSError | None = None
         for path in _candidates(argv[0], env):
             try:
                 os.stat(path)
-                return os.posix_spawn(path, argv, env, setsigdef=_RESET_SIGNALS, setsigmask=())
+                return os.posix_spawn(
+                    path,
+                    argv,
+                    env,
+                    file_actions=outputs,
+                    setsigdef=_RESET_SIGNALS,
+                    setsigmask=(),
+                )
             except (FileNotFoundError, NotADirectoryError) as exc:
                 last = exc
             except OSError as exc:
