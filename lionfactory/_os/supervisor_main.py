@@ -98,7 +98,8 @@ class _Decoding:
 _ENCODE = _json.make_encoder(
     None, _unencodable, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True
 )
-_SCAN = _json.make_scanner(_Decoding())
+# typeshed types the context as a scanner; any object with its attributes serves.
+_SCAN = _json.make_scanner(_Decoding())  # type: ignore[arg-type]
 
 
 def _dumps(message: dict[str, object]) -> bytes:
