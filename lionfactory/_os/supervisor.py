@@ -777,7 +777,8 @@ async def _run_on(
                 streams.read_all_now()
         try:
             for fd in list(streams.open):
-                poller.unregister(fd)  # the poller stays with the runner
+                with contextlib.suppress(OSError):  # the poller stays with the runner
+                    poller.unregister(fd)
             for fd in pipes:
                 os.close(fd)
             for capture in captures:
