@@ -22,7 +22,13 @@ from _test_helpers import eventually, mechanism_params, processes_tagged
 
 from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.process import LaunchError, ProcessResult
-from lionfactory._os.supervisor import RemoteProcess, Supervisor, run_supervised
+from lionfactory._os.supervisor import (
+    RemoteProcess,
+    Supervisor,
+    _hand,
+    _runner_word,
+    run_supervised,
+)
 
 PY = sys.executable
 
@@ -434,3 +440,41 @@ def test_the_supervisors_command_line_does_not_carry_its_source(supervisor: Supe
     assert b"def main" not in b" ".join(argv)
     assert any(arg.startswith(b"/proc/self/fd/") for arg in argv), argv
     assert sum(map(len, argv)) < 8192
+
+
+@pytest.fixture
+def unconfined(tmp_path: Path) -> Iterator[Supervisor]:
+    started = Supervisor.start(workspace_isolation("none", tmp_path), tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+async def test_a_lent_runner_refuses_a_malformed_request_and_serves_the_next(
+    unconfined: Supervisor, tmp_path: Path
+) -> None:
+    runner = await unconfined.lend()
+    if runner is None:
+        pytest.skip("no PID namespace per command here: nothing is lent")
+    handed = _hand(runner, b'{"argv": ["true"], "cwd": ')
+    assert handed is not None
+    word = None
+    with trio.fail_after(30):
+        while word is None:
+            await trio.lowlevel.wait_readable(runner.channel)
+            word = _runner_word(runner.channel)
+    for fd in (*handed[0], *handed[1]):
+        os.close(fd)
+    assert word["status"] == 127 << 8
+    assert str(word["exec_error"]).startswith("bad request")
+    unconfined.give_back(runner)
+    result = await run_supervised(
+        unconfined,
+        ["sh", "-c", "echo out; echo err >&2"],
+        cwd=tmp_path,
+        timeout=30,
+        env=None,
+        max_bytes=1000,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "out\n", "err\n")

@@ -464,37 +464,25 @@ def main(args: list[str]) -> None:
     exposed: list[str] = []
     writes: list[str] = []
     net, pid, only_pid, no_namespaces = "full", False, False, False
-    index = 0
-    while index < len(args):
-        flag = args[index]
+    lists = {"-r": reads, "-d": hidden, "-x": exposed, "-w": writes}
+    options = iter(args)
+    argv: list[str] = []
+    for flag in options:
         if flag == "--":
-            index += 1
+            argv = list(options)
             break
         if flag == "-N":
             no_namespaces = True
-            index += 1
-            continue
-        if flag in ("-p", "-P"):
+        elif flag in ("-p", "-P"):
             pid, only_pid = True, only_pid or flag == "-P"
-            index += 1
-            continue
-        if index + 1 >= len(args):
+        elif flag not in lists and flag != "-n":
+            _fail(f"unknown option {flag}")
+        elif (value := next(options, None)) is None:
             _fail(f"option {flag} needs a value")
-        value = args[index + 1]
-        if flag == "-r":
-            reads.append(value)
-        elif flag == "-d":
-            hidden.append(value)
-        elif flag == "-x":
-            exposed.append(value)
-        elif flag == "-w":
-            writes.append(value)
         elif flag == "-n":
             net = value
         else:
-            _fail(f"unknown option {flag}")
-        index += 2
-    argv = args[index:]
+            lists[flag].append(value)
     if not argv:
         _fail("no program given")
     # /dev is never read wholesale: a block device (readable by root) holds

@@ -45,7 +45,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -600,6 +600,31 @@ async def _exit_of(process: _Child | anyio.abc.Process) -> None:
 _PIDFD = hasattr(os, "pidfd_open")
 
 
+@contextlib.contextmanager
+def child_pipes() -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    """New stdout and stderr pipes for a process being started: their read and write ends.
+
+    Our own pipes (close-on-exec here): the write ends go to the process
+    being started in the block and are closed on leaving it, whose copies
+    the process (or the one they were sent to) holds by then; the read ends
+    are then the caller's, non-blocking (see `drain_fd`), or closed when the
+    block raised.
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        yield (out_r, err_r), (out_w, err_w)
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    os.set_blocking(out_r, False)
+    os.set_blocking(err_r, False)
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -663,40 +688,27 @@ async def run_process(
         launch = isolation.launch(args, cwd=Path(cwd), env=env, report_first_process=True)
         launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
         pass_fds, graceful, first_process = launch.pass_fds, launch.graceful, launch.first_process
-    # Our own pipes (close-on-exec here, the child's stdout and stderr
-    # there), read straight from their descriptors (see `drain_fd`).
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     try:
-        process = await _start(
-            launch_argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=err_w,
-            cwd=Path(cwd),
-            env=launch_env,
-            start_new_session=True,
-            pass_fds=pass_fds,
-        )
+        with child_pipes() as ((out_r, err_r), (out_w, err_w)):
+            process = await _start(
+                launch_argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=Path(cwd),
+                env=launch_env,
+                start_new_session=True,
+                pass_fds=pass_fds,
+            )
     except (OSError, ValueError) as exc:
         # ValueError: an argument with a NUL byte never reaches exec().
-        os.close(out_r)
-        os.close(err_r)
         _remove(tmpdir)
         if first_process is not None:
             os.close(first_process)
         raise LaunchError(args[0], _launch_reason(exc)) from None
-    except BaseException:
-        os.close(out_r)
-        os.close(err_r)
-        raise
     finally:
-        os.close(out_w)
-        os.close(err_w)
         for fd in pass_fds:
             os.close(fd)
-    os.set_blocking(out_r, False)
-    os.set_blocking(err_r, False)
     # start_new_session makes the child a session and group leader.
     pgid = process.pid
     out = _Capture(max_bytes, spill[0] if spill else None, on_output=on_output)

@@ -76,6 +76,7 @@ from lionfactory._os.process import (
     _Capture,
     _check_program,
     captured_result,
+    child_pipes,
     drain_fd,
     not_started_inside,
     pidfd_exited,
@@ -150,6 +151,14 @@ class _Runner:
     pidfd: int
     # Its pid in the supervisor's namespace: how the supervisor knows it when it comes back.
     ident: int
+    # What a call waits on (`_run_on`): the channel, and the command's pipes
+    # while it runs. One per runner: a new one per call would cost its
+    # making, its registrations and the event loop's own, every call.
+    poller: select.epoll = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.poller = select.epoll(3)
+        self.poller.register(self.channel, select.EPOLLIN)
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
@@ -162,6 +171,7 @@ class _Runner:
     def close(self) -> None:
         """Close the channel (an idle runner then exits) and the pidfd, once."""
         self.channel.close()
+        self.poller.close()
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
@@ -191,6 +201,9 @@ class Supervisor:
     command_namespaces: bool | None = None
     # Runners lent by an unconfined supervisor, idle between calls (`lend`).
     runners: list[_Runner] = attrs.Factory(list)
+    # The environment the last request named (as compared) and its JSON:
+    # most calls name the same one, and encoding it is most of a request.
+    sent_env: tuple[Mapping[Any, Any], bytes] | None = None
 
     @classmethod
     def start(
@@ -293,8 +306,24 @@ class Supervisor:
             # policy, as at the process seam; an explicit env is the caller's.
             filtered = self.isolation.environment(None)
             env = os.environ if filtered is None else filtered.variables
-        child_env = {**env, **self.overlay}
-        return json.dumps({"argv": list(argv), "cwd": str(cwd), "env": child_env}).encode()
+        head = json.dumps({"argv": list(argv), "cwd": str(cwd)}).encode()
+        return b"".join((head[:-1], b', "env": ', self._env_json(env), b"}"))
+
+    def _env_json(self, env: Mapping[str, str]) -> bytes:
+        """`env` with the overlay, as JSON: the last one's again when `env` did not change."""
+        probe: Mapping[Any, Any] = env
+        if env is os.environ:
+            # Compared as the bytes it holds: comparing (or copying) the
+            # mapping itself decodes every variable.
+            data = getattr(os.environ, "_data", None)
+            if isinstance(data, dict):
+                probe = data
+        sent = self.sent_env
+        if sent is not None and sent[0] == probe:
+            return sent[1]
+        encoded = json.dumps({**env, **self.overlay}).encode()
+        self.sent_env = (dict(probe), encoded)
+        return encoded
 
     def idle_runner(self) -> _Runner | None:
         """A lent runner no call is using, or None."""
@@ -527,8 +556,8 @@ async def run_supervised(
             if runner is None:
                 break  # no namespace per command here: through the supervisor, as before
             payload = supervisor.request(args, cwd=cwd, env=env)
-            pipes = _hand(runner, payload)
-            if pipes is None:
+            handed = _hand(runner, payload)
+            if handed is None:
                 runner.close()  # it died while idle (killed, out of memory): another one
                 continue
             try:
@@ -536,7 +565,7 @@ async def run_supervised(
                     supervisor,
                     runner,
                     args,
-                    pipes,
+                    handed,
                     timeout=timeout,
                     captures=(
                         _Capture(max_bytes, spill[0] if spill else None, on_output=on_output),
@@ -553,19 +582,8 @@ async def run_supervised(
         else:
             raise SupervisorGone("no namespace the supervisor lent could start the command")
     _check_program(args[0], cwd, env)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
+    with child_pipes() as ((out_r, err_r), (out_w, err_w)):
         sock = supervisor.submit(args, cwd=cwd, env=env, stdout=out_w, stderr=err_w)
-    except BaseException:
-        os.close(out_r)
-        os.close(err_r)
-        raise
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    for fd in (out_r, err_r):
-        os.set_blocking(fd, False)
     sock.setblocking(False)
     out = _Capture(max_bytes, spill[0] if spill else None, on_output=on_output)
     err = _Capture(max_bytes, spill[1] if spill else None, on_output=on_output)
@@ -622,9 +640,12 @@ async def run_supervised(
     return captured_result(args, code, (out, err), (deadline.cancelled_caught, pid, started), False)
 
 
-def _hand(runner: _Runner, payload: bytes) -> tuple[int, int] | None:
-    """Send `runner` the command with new stdout and stderr pipes; their read ends, or None.
+def _hand(runner: _Runner, payload: bytes) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """Send `runner` the command with new stdout and stderr pipes; their read and write ends.
 
+    The write ends stay ours until the runner answers (`_run_on`), so the
+    pipes cannot end before the answer is there: a quiet command wakes us
+    once, for its answer, not once more for each pipe's end just before it.
     None: the runner is gone (its end of the channel is closed).
     """
     out_r, out_w = os.pipe()
@@ -633,15 +654,12 @@ def _hand(runner: _Runner, payload: bytes) -> tuple[int, int] | None:
         fds = array.array("i", [out_w, err_w])
         runner.channel.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     except OSError:
-        os.close(out_r)
-        os.close(err_r)
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
         return None
-    finally:
-        os.close(out_w)
-        os.close(err_w)
     os.set_blocking(out_r, False)
     os.set_blocking(err_r, False)
-    return out_r, err_r
+    return (out_r, err_r), (out_w, err_w)
 
 
 def _runner_word(channel: socket.socket) -> dict[str, Any] | None:
@@ -687,7 +705,7 @@ async def _run_on(
     supervisor: Supervisor,
     runner: _Runner,
     args: tuple[str, ...],
-    pipes: tuple[int, int],
+    handed: tuple[tuple[int, int], tuple[int, int]],
     *,
     timeout: float,
     captures: tuple[_Capture, _Capture],
@@ -695,18 +713,25 @@ async def _run_on(
 ) -> ProcessResult:
     """Wait for the command `runner` was handed, reading its output; then its result.
 
-    One ``epoll`` descriptor holds both pipes and the runner's channel, so
-    the loop waits for one descriptor: a ``true`` costs one wake-up (its
-    answer and both pipes' ends come together, the runner empties its
-    namespace and drops its copies of the pipes before it answers) instead
-    of a task per stream and a scheduler trip for each.
+    The runner's ``epoll`` descriptor holds both pipes and its channel, so
+    the loop waits for one descriptor: a ``true`` costs one wake-up, for
+    the runner's answer (the pipes cannot end before it: we hold their
+    write ends until then, and the runner answers once its namespace is
+    empty) instead of a task per stream and a scheduler trip for each.
     """
-    poller = select.epoll(3)
+    pipes, ends = handed
+    held = list(ends)
+
+    def let_go() -> None:
+        while held:
+            os.close(held.pop())
+
+    poller = runner.poller
     streams = _Streams(poller, pipes, captures)
     channel = runner.channel.fileno()
     word: dict[str, Any] | None = None
     try:
-        for fd in (*pipes, channel):
+        for fd in pipes:
             poller.register(fd, select.EPOLLIN)
         pace: ReadPace | None = None
         with anyio.move_on_after(timeout) as deadline:
@@ -719,23 +744,29 @@ async def _run_on(
                 for fd, _mask in events:
                     if fd != channel:
                         read += streams.read(fd)
-                    elif (word := _runner_word(runner.channel)) is not None:
-                        poller.unregister(channel)
+                    else:
+                        word = _runner_word(runner.channel)
                 if word is None and read:
                     pace = pace or ReadPace()
                     if not await pace.after(read):
                         # A writer that never lets its pipe run dry must not
                         # starve the loop (or the deadline).
                         await anyio.lowlevel.checkpoint()
+            let_go()
             streams.read_all_now()
             if streams.open:
                 # Nothing of the namespace holds a pipe any more; a process
                 # outside it that was handed one may: a moment, not forever.
-                with anyio.move_on_after(_DRAIN_GRACE):
-                    while streams.open:
-                        await anyio.wait_readable(poller.fileno())
-                        streams.read_all_now()
+                poller.modify(channel, 0)  # its runner waits for its next command
+                try:
+                    with anyio.move_on_after(_DRAIN_GRACE):
+                        while streams.open:
+                            await anyio.wait_readable(poller.fileno())
+                            streams.read_all_now()
+                finally:
+                    poller.modify(channel, select.EPOLLIN)
     finally:
+        let_go()
         if word is None:
             with anyio.CancelScope(shield=True):
                 # Timed out or cancelled: the namespace's init dies, and
@@ -745,7 +776,9 @@ async def _run_on(
                     await runner.exited()
                 streams.read_all_now()
         try:
-            poller.close()
+            for fd in list(streams.open):
+                with contextlib.suppress(OSError):  # the poller stays with the runner
+                    poller.unregister(fd)
             for fd in pipes:
                 os.close(fd)
             for capture in captures:

@@ -60,10 +60,10 @@ idle here for the next lend.
 
 from __future__ import annotations
 
+import _json
 import array
 import contextlib
 import ctypes
-import json
 import os
 import selectors
 import signal
@@ -77,6 +77,54 @@ _MAX_MESSAGE = 1 << 20
 _FDS_SPACE = socket.CMSG_SPACE(3 * array.array("i").itemsize)
 
 
+def _unencodable(value: object) -> object:
+    raise TypeError(f"not JSON: {value!r}")
+
+
+class _Decoding:
+    """What ``_json.make_scanner`` reads off its context: the defaults of ``json.loads``."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity
+
+
+# JSON through the C half of `json` only: the package `json` imports `re`
+# (and `re` its compiler), which a supervisor pays for on every first call;
+# its messages are small objects of strings, numbers and booleans.
+_ENCODE = _json.make_encoder(
+    None, _unencodable, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True
+)
+# typeshed types the context as a scanner; any object with its attributes serves.
+_SCAN = _json.make_scanner(_Decoding())  # type: ignore[arg-type]
+
+
+def _dumps(message: dict[str, object]) -> bytes:
+    return "".join(_ENCODE(message, 0)).encode()
+
+
+def _loads(data: bytes | memoryview) -> object:
+    """``json.loads(data)``; the package `json` is imported only to word an error.
+
+    The C scanner words its errors through ``json.decoder`` (a SystemError
+    when that is not imported): a document it does not read whole goes to
+    ``json.loads``, which reads it the same way or raises its ValueError.
+    """
+    text = str(data, "utf-8")
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError, SystemError):
+        end = -1
+    if end != len(text):
+        import json  # here: only a broken message needs it
+
+        return json.loads(text)
+    return value
+
+
 def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     fds = array.array("i")
     for level, kind, payload in ancillary:
@@ -85,14 +133,9 @@ def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     return list(fds)
 
 
-def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
-    data, ancillary, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, _FDS_SPACE)
-    return data, _fds(ancillary)
-
-
 def _send(sock: socket.socket, message: dict[str, object]) -> None:
     with contextlib.suppress(OSError):  # the parent gave up on this command
-        sock.send(json.dumps(message).encode())
+        sock.send(_dumps(message))
 
 
 # Leaders forked and not reaped yet: only these may be signalled by number
@@ -126,12 +169,8 @@ def _libc() -> ctypes.CDLL:
     return _LIBC
 
 
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+def _write_only(path: str, _flags: int) -> int:
+    return os.open(path, os.O_WRONLY)  # no O_CREAT, no O_TRUNC: a /proc file as it is
 
 
 def _enter_pid_namespace() -> bool:
@@ -153,8 +192,12 @@ def _enter_pid_namespace() -> bool:
         ("setgroups", "deny"),
         ("gid_map", f"{gid} {gid} 1"),
     ):
-        with contextlib.suppress(OSError):
-            _write(f"/proc/self/{name}", text)
+        # Unbuffered: one write(2), as these files require.
+        with (
+            contextlib.suppress(OSError),
+            open(f"/proc/self/{name}", "wb", 0, opener=_write_only) as file,
+        ):
+            file.write(text.encode())
     # A new user namespace hands its creator every capability (within it):
     # empty the bounding set again, so the command still execs with none.
     _drop_capabilities()
@@ -218,8 +261,11 @@ def _runner(channel: socket.socket, reusable: bool) -> None:
     (`_empty_namespace`) and then waits for the next request: the namespace
     is as good as new, and the next command costs no fork at all.
     """
+    # One buffer for every request: ``recvmsg`` would allocate (and map) a
+    # megabyte for each.
+    buffer = bytearray(_MAX_MESSAGE)
     while True:
-        _run_one(channel, reusable)
+        _run_one(channel, reusable, buffer)
         if not reusable:
             os._exit(0)
 
@@ -230,8 +276,14 @@ def _empty_namespace() -> None:
     ``kill(-1)`` from a namespace's init reaches every process of the
     namespace but itself, and a process with SIGKILL pending cannot fork,
     so none is made meanwhile; orphans come to us, so when nothing is left
-    to reap, nothing is left at all.
+    to reap, nothing is left at all. For the same reason a runner with no
+    child at all has nothing to kill, and skips ``kill(-1)``: the kernel
+    serves it by walking every process of the machine.
     """
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return
     with contextlib.suppress(OSError):
         os.kill(-1, signal.SIGKILL)
     while True:
@@ -243,25 +295,29 @@ def _empty_namespace() -> None:
             continue
 
 
-def _run_one(channel: socket.socket, reusable: bool) -> None:
+def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
     try:
-        data, fds = _receive(channel)
+        size, ancillary, _flags, _addr = channel.recvmsg_into(
+            [buffer], _FDS_SPACE, socket.MSG_CMSG_CLOEXEC
+        )
     except OSError:
         os._exit(1)
-    if not data or len(fds) != 2:
+    streams = _fds(ancillary)
+    if not size or len(streams) != 2:
         os._exit(1)
-    for target, fd in zip((1, 2), fds, strict=True):
-        os.dup2(fd, target)
-        os.close(fd)
     message: dict[str, object]
     try:
-        request = json.loads(data)
+        request = _loads(memoryview(buffer)[:size])
         if not isinstance(request, dict):
             raise TypeError("not an object")
     except (ValueError, TypeError) as exc:
         command: int | str = f"bad request: {exc}"
     else:
-        command = _spawn(request)
+        command = _spawn(request, streams)
+    # Only the command holds its streams now: they end when nothing of it
+    # is left (or, where the caller holds them too, when it says so).
+    for fd in streams:
+        os.close(fd)
     if isinstance(command, str):
         message = {"status": 127 << 8, "exec_error": command}  # as an exec failure
     else:
@@ -275,18 +331,13 @@ def _run_one(channel: socket.socket, reusable: bool) -> None:
                 break
     if reusable:
         _empty_namespace()
-        # The command's streams end here: the caller reads them to their end.
-        null = os.open(os.devnull, os.O_WRONLY)
-        for target in (1, 2):
-            os.dup2(null, target)
-        os.close(null)
     try:
-        channel.send(json.dumps(message).encode())
+        channel.send(_dumps(message))
     except OSError:
         os._exit(0)  # the supervisor gave up on us
 
 
-def _spawn(request: dict[str, object]) -> int | str:
+def _spawn(request: dict[str, object], streams: list[int]) -> int | str:
     """Start the command with ``posix_spawn`` (a vfork and an exec); the reason when it cannot.
 
     A fork of this interpreter would cost about half a millisecond (its
@@ -296,23 +347,31 @@ def _spawn(request: dict[str, object]) -> int | str:
     up on the request's ``PATH`` exactly as ``os.execvpe`` would (a name
     that is not there is skipped, any other failure is kept and reported if
     nothing later starts). The runner's working directory is the command's.
+    The command's stdout and stderr are `streams`, set up in the child only.
     """
-    try:
-        argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
-        env = {str(k): str(v) for k, v in request["env"].items()}  # type: ignore[attr-defined]
-        cwd = str(request["cwd"])
-    except (KeyError, TypeError, AttributeError) as exc:
-        return f"bad request: {exc!r}"
+    argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
+    if not (isinstance(argv, list) and isinstance(env, dict) and isinstance(cwd, str)):
+        return "bad request: argv, env and cwd must be a list, an object and a string"
+    # Passed on as parsed: ``posix_spawn`` refuses an argument or variable
+    # that is not a string itself (a TypeError, reported below).
     try:
         if not argv:
             raise ValueError("empty argv")
         os.chdir(cwd)
+        outputs = [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
         saved: OSError | None = None
         last: OSError | None = None
         for path in _candidates(argv[0], env):
             try:
                 os.stat(path)
-                return os.posix_spawn(path, argv, env, setsigdef=_RESET_SIGNALS, setsigmask=())
+                return os.posix_spawn(
+                    path,
+                    argv,
+                    env,
+                    file_actions=outputs,
+                    setsigdef=_RESET_SIGNALS,
+                    setsigmask=(),
+                )
             except (FileNotFoundError, NotADirectoryError) as exc:
                 last = exc
             except OSError as exc:
@@ -419,7 +478,7 @@ def _word(channel: socket.socket) -> dict[str, object] | None:
     """The runner's report on `channel`, or None when it has sent none (or died)."""
     try:
         data = channel.recv(65536)
-        message = json.loads(data) if data else None
+        message = _loads(data) if data else None
     except (OSError, ValueError):
         return None
     if not isinstance(message, dict) or not isinstance(message.get("status"), int):
@@ -616,7 +675,7 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
             try:
                 fds = array.array("i", [chosen.channel.fileno(), pidfd])
                 with contextlib.suppress(OSError):  # the parent gave up: the runner ends
-                    word = json.dumps({"namespace": True, "runner": chosen.runner}).encode()
+                    word = _dumps({"namespace": True, "runner": chosen.runner})
                     reply.sendmsg([word], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             finally:
                 os.close(pidfd)
@@ -631,7 +690,7 @@ def main(control_fd: int, *, namespaces: bool = True, reuse: bool = False) -> No
         """A lent runner the parent has no use for now: kept idle here, for a later lend."""
         channel = socket.socket(fileno=fd)
         try:
-            request = json.loads(data)
+            request = _loads(data)
             runner = int(request["return"]) if isinstance(request, dict) else 0
         except (ValueError, TypeError, KeyError):
             runner = 0
