@@ -31,7 +31,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import anyio.to_thread
 import attrs
@@ -213,6 +213,8 @@ class EditorResponse(BaseModel):
 # --- operations (blocking; run in worker threads) -------------------------------
 
 _Outcome = tuple[EditorResponse, FileEvidence | None]
+_Done = TypeVar("_Done", bound=tuple[EditorResponse, Any])
+"""What a change returns: its response first (a file's evidence, or a patch's list)."""
 
 
 EditorCheck = Callable[[Location, EditorRequest], "str | None"]
@@ -1269,7 +1271,7 @@ class _EditorHandler:
                         paths.append(self.workspace.locate(name).path)
         return paths
 
-    def _settled(self, token: Any, change: Callable[..., _Outcome], *args: Any) -> _Outcome:
+    def _settled(self, token: Any, change: Callable[..., _Done], *args: Any) -> _Done:
         """``change(*args)``, then in the same worker thread the hook's ``settle`` if it worked."""
         outcome = change(*args)
         settle = getattr(self.diagnostics, "settle", None)
