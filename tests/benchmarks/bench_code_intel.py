@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +95,17 @@ async def first_diagnostics(root: Path, files: int) -> float:
 
 
 async def edit_times(
-    root: Path, engine: str, edits: int, *, checkpoints: bool = True
+    root: Path,
+    engine: str,
+    edits: int,
+    *,
+    checkpoints: bool = True,
+    between: Callable[[int], Awaitable[None]] | None = None,
 ) -> list[float]:
+    """The times of `edits` comment-line edits through the coding toolkit's editor.
+
+    `between(n)`, if given, runs untimed after the `n`-th timed edit.
+    """
     branch = Branch()
     branch.register(
         coding_toolkit,
@@ -125,6 +136,8 @@ async def edit_times(
                 assert result.result["diagnostics"] is not None
             if n:
                 times.append(took)
+                if between is not None:
+                    await between(n)
             elif checkpoints:
                 await _first_snapshot_done(root)
         return times
@@ -176,6 +189,41 @@ async def server_check_times(root: Path, edits: int) -> list[float]:
             if n:
                 times.append(time.perf_counter() - started)
         return times
+    finally:
+        await intel.aclose()
+
+
+@contextlib.asynccontextmanager
+async def direct_checks(
+    root: Path,
+) -> AsyncIterator[tuple[list[float], Callable[[int], Awaitable[None]]]]:
+    """(times, check): `check(n)` times one `server_check_times` edit on a server of its own.
+
+    Run between the editor's edits (`edit_times`'s ``between``), each check
+    meets the machine of the edit just before it: on a shared machine the
+    load changes from one second to the next, and a check timed in a
+    separate run is not the check of the edits it is subtracted from.
+    """
+    intel = build_code_intel(Workspace.at(root))
+    assert intel is not None
+    target = root / "lionfactory/tools/code_nav.py"
+    text = target.read_text()
+    times: list[float] = []
+    try:
+        server = await intel.server()
+        await intel.diagnostics(server, target, timeout=10)
+        uri = path_uri(target)
+
+        async def check(n: int) -> None:
+            started = time.perf_counter()
+            _, version = await server.sync(target, f"# bench mark {n % 2}\n" + text, None)
+            arrived = await server.client.pump(
+                lambda: server.current(uri, version) is not None, timeout=10
+            )
+            assert arrived, "the server published the edited text's diagnostics"
+            times.append(time.perf_counter() - started)
+
+        yield times, check
     finally:
         await intel.aclose()
 
