@@ -94,17 +94,14 @@ async def first_diagnostics(root: Path, files: int) -> float:
         await intel.aclose()
 
 
-async def edit_times(
-    root: Path,
-    engine: str,
-    edits: int,
-    *,
-    checkpoints: bool = True,
-    between: Callable[[int], Awaitable[None]] | None = None,
-) -> list[float]:
-    """The times of `edits` comment-line edits through the coding toolkit's editor.
+@contextlib.asynccontextmanager
+async def editing(
+    root: Path, engine: str, *, checkpoints: bool = True
+) -> AsyncIterator[Callable[[int], Awaitable[float]]]:
+    """``edit(n)``: the time of the `n`-th comment-line edit through the coding toolkit's editor.
 
-    `between(n)`, if given, runs untimed after the `n`-th timed edit.
+    Edit 0 (untimed by its callers) pays for opening the file in the server
+    and starts the workspace's first snapshot, which is waited for after it.
     """
     branch = Branch()
     branch.register(
@@ -116,34 +113,40 @@ async def edit_times(
     )
     target = "lionfactory/tools/code_nav.py"
     text = (root / target).read_text()
+    marks = ["# bench mark a\n", "# bench mark b\n"]
+
+    async def edit(n: int) -> float:
+        old, new = marks[n % 2], marks[(n + 1) % 2]
+        started = time.perf_counter()
+        result = await branch.act(
+            "editor",
+            {"action": "edit", "file_path": target, "old_string": old, "new_string": new},
+        )
+        took = time.perf_counter() - started
+        assert result.ok and result.result["success"], result.result
+        if engine == "auto":
+            assert result.result["diagnostics"] is not None
+        if n == 0 and checkpoints:
+            await _first_snapshot_done(root)
+        return took
+
     try:
         await branch.act("reader", {"action": "read", "path": target})
-        # The first edit pays for opening the file in the server: not measured.
-        marks = ["# bench mark a\n", "# bench mark b\n"]
         (root / target).write_text(marks[0] + text)
         await branch.act("reader", {"action": "read", "path": target})
-        times = []
-        for n in range(edits + 1):
-            old, new = marks[n % 2], marks[(n + 1) % 2]
-            started = time.perf_counter()
-            result = await branch.act(
-                "editor",
-                {"action": "edit", "file_path": target, "old_string": old, "new_string": new},
-            )
-            took = time.perf_counter() - started
-            assert result.ok and result.result["success"], result.result
-            if engine == "auto":
-                assert result.result["diagnostics"] is not None
-            if n:
-                times.append(took)
-                if between is not None:
-                    await between(n)
-            elif checkpoints:
-                await _first_snapshot_done(root)
-        return times
+        yield edit
     finally:
         (root / target).write_text(text)
         await branch.aclose()
+
+
+async def edit_times(
+    root: Path, engine: str, edits: int, *, checkpoints: bool = True
+) -> list[float]:
+    """The times of `edits` comment-line edits (`editing`), after an untimed first one."""
+    async with editing(root, engine, checkpoints=checkpoints) as edit:
+        await edit(0)
+        return [await edit(n) for n in range(1, edits + 1)]
 
 
 async def _first_snapshot_done(root: Path) -> None:
