@@ -31,7 +31,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import anyio.to_thread
 import attrs
@@ -213,6 +213,8 @@ class EditorResponse(BaseModel):
 # --- operations (blocking; run in worker threads) -------------------------------
 
 _Outcome = tuple[EditorResponse, FileEvidence | None]
+_Done = TypeVar("_Done", bound=tuple[EditorResponse, Any])
+"""What a change returns: its response first (a file's evidence, or a patch's list)."""
 
 
 EditorCheck = Callable[[Location, EditorRequest], "str | None"]
@@ -225,6 +227,10 @@ class EditorDiagnostics(Protocol):
     ``before(paths)`` runs before the change with the absolute paths it
     touches and returns a token; ``after(token)`` runs once it succeeded and
     returns the ``diagnostics`` field of the response (None: nothing to say).
+    A hook may also have ``settle(token)``, a blocking method the editor runs
+    in its worker thread right after the change succeeded (to read the new
+    content there rather than in a thread round trip of its own); an error
+    it raises is ignored: the change stands.
     """
 
     async def before(self, paths: Iterable[Path]) -> Any:
@@ -1242,6 +1248,8 @@ class _EditorHandler:
         if self.diagnostics is not None:
             token = await self.diagnostics.before(self._patch_paths(ops))
         response, evidence = await anyio.to_thread.run_sync(
+            self._settled,
+            token,
             _apply_patch,
             self.workspace,
             ops,
@@ -1262,6 +1270,16 @@ class _EditorHandler:
                     with contextlib.suppress(PathRefused):
                         paths.append(self.workspace.locate(name).path)
         return paths
+
+    def _settled(self, token: Any, change: Callable[..., _Done], *args: Any) -> _Done:
+        """``change(*args)``, then in the same worker thread the hook's ``settle`` if it worked."""
+        outcome = change(*args)
+        settle = getattr(self.diagnostics, "settle", None)
+        if token is not None and settle is not None and outcome[0].success:
+            # Diagnostics never fail an edit that happened: `after` reads for itself.
+            with contextlib.suppress(Exception):
+                settle(token)
+        return outcome
 
     async def _with_diagnostics(self, response: EditorResponse, token: Any) -> EditorResponse:
         """`response` with the diagnostics of the change, when it succeeded and there are any."""
@@ -1296,14 +1314,28 @@ class _EditorHandler:
                     error="action 'write' needs `content`: the complete new file content.",
                 )
             response, evidence = await anyio.to_thread.run_sync(
-                _write, loc, request.content, self.steps, want, request.expected_hash
+                self._settled,
+                token,
+                _write,
+                loc,
+                request.content,
+                self.steps,
+                want,
+                request.expected_hash,
             )
         else:
             transform = _transform_for(request, loc.shown)
             if isinstance(transform, str):
                 return EditorResponse(success=False, error=transform)
             response, evidence = await anyio.to_thread.run_sync(
-                _mutate, loc, transform, self.steps, want, request.expected_hash
+                self._settled,
+                token,
+                _mutate,
+                loc,
+                transform,
+                self.steps,
+                want,
+                request.expected_hash,
             )
         record_evidence(context, evidence)
         return await self._with_diagnostics(response, token)

@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +94,15 @@ async def first_diagnostics(root: Path, files: int) -> float:
         await intel.aclose()
 
 
-async def edit_times(
-    root: Path, engine: str, edits: int, *, checkpoints: bool = True
-) -> list[float]:
+@contextlib.asynccontextmanager
+async def editing(
+    root: Path, engine: str, *, checkpoints: bool = True
+) -> AsyncIterator[Callable[[int], Awaitable[float]]]:
+    """``edit(n)``: the time of the `n`-th comment-line edit through the coding toolkit's editor.
+
+    Edit 0 (untimed by its callers) pays for opening the file in the server
+    and starts the workspace's first snapshot, which is waited for after it.
+    """
     branch = Branch()
     branch.register(
         coding_toolkit,
@@ -105,30 +113,56 @@ async def edit_times(
     )
     target = "lionfactory/tools/code_nav.py"
     text = (root / target).read_text()
+    marks = ["# bench mark a\n", "# bench mark b\n"]
+
+    async def edit(n: int) -> float:
+        old, new = marks[n % 2], marks[(n + 1) % 2]
+        started = time.perf_counter()
+        result = await branch.act(
+            "editor",
+            {"action": "edit", "file_path": target, "old_string": old, "new_string": new},
+        )
+        took = time.perf_counter() - started
+        assert result.ok and result.result["success"], result.result
+        if engine == "auto":
+            assert result.result["diagnostics"] is not None
+        if n == 0 and checkpoints:
+            await _first_snapshot_done(root)
+        return took
+
     try:
         await branch.act("reader", {"action": "read", "path": target})
-        # The first edit pays for opening the file in the server: not measured.
-        marks = ["# bench mark a\n", "# bench mark b\n"]
         (root / target).write_text(marks[0] + text)
         await branch.act("reader", {"action": "read", "path": target})
-        times = []
-        for n in range(edits + 1):
-            old, new = marks[n % 2], marks[(n + 1) % 2]
-            started = time.perf_counter()
-            result = await branch.act(
-                "editor",
-                {"action": "edit", "file_path": target, "old_string": old, "new_string": new},
-            )
-            took = time.perf_counter() - started
-            assert result.ok and result.result["success"], result.result
-            if engine == "auto":
-                assert result.result["diagnostics"] is not None
-            if n:
-                times.append(took)
-        return times
+        yield edit
     finally:
         (root / target).write_text(text)
         await branch.aclose()
+
+
+async def edit_times(
+    root: Path, engine: str, edits: int, *, checkpoints: bool = True
+) -> list[float]:
+    """The times of `edits` comment-line edits (`editing`), after an untimed first one."""
+    async with editing(root, engine, checkpoints=checkpoints) as edit:
+        await edit(0)
+        return [await edit(n) for n in range(1, edits + 1)]
+
+
+async def _first_snapshot_done(root: Path) -> None:
+    """Wait for the workspace's first snapshot, which the first editor call started.
+
+    Untimed: it runs once per workspace and process, in the background, and
+    the edits measured here are the ones after it. Left running, it would be
+    timed with them (its git processes take the cores the type checker
+    needs), and a branch closed before it is done cancels it, so the next
+    run of this function would start it again.
+    """
+    from lionfactory.coding._checkpointing import _BASES
+
+    base = _BASES.get(root.resolve())
+    if base is not None:
+        await base.wait(120.0)
 
 
 async def server_check_times(root: Path, edits: int) -> list[float]:
@@ -158,6 +192,41 @@ async def server_check_times(root: Path, edits: int) -> list[float]:
             if n:
                 times.append(time.perf_counter() - started)
         return times
+    finally:
+        await intel.aclose()
+
+
+@contextlib.asynccontextmanager
+async def direct_checks(
+    root: Path,
+) -> AsyncIterator[tuple[list[float], Callable[[int], Awaitable[None]]]]:
+    """(times, check): `check(n)` times one `server_check_times` edit on a server of its own.
+
+    Run between the editor's edits (`edit_times`'s ``between``), each check
+    meets the machine of the edit just before it: on a shared machine the
+    load changes from one second to the next, and a check timed in a
+    separate run is not the check of the edits it is subtracted from.
+    """
+    intel = build_code_intel(Workspace.at(root))
+    assert intel is not None
+    target = root / "lionfactory/tools/code_nav.py"
+    text = target.read_text()
+    times: list[float] = []
+    try:
+        server = await intel.server()
+        await intel.diagnostics(server, target, timeout=10)
+        uri = path_uri(target)
+
+        async def check(n: int) -> None:
+            started = time.perf_counter()
+            _, version = await server.sync(target, f"# bench mark {n % 2}\n" + text, None)
+            arrived = await server.client.pump(
+                lambda: server.current(uri, version) is not None, timeout=10
+            )
+            assert arrived, "the server published the edited text's diagnostics"
+            times.append(time.perf_counter() - started)
+
+        yield times, check
     finally:
         await intel.aclose()
 

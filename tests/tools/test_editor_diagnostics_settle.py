@@ -1,0 +1,72 @@
+"""The editor's diagnostics hook: ``settle`` runs in the editor's worker thread after a change."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from lionfactory.tools.editor import editor_tool
+
+
+class Hook:
+    """A diagnostics hook that records where and with what its methods were called."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.settled: list[tuple[str, str]] = []
+        self.loop_thread: int | None = None
+
+    async def before(self, paths: Any) -> dict[str, Any]:
+        self.loop_thread = threading.get_ident()
+        return {"paths": list(paths)}
+
+    def settle(self, token: dict[str, Any]) -> None:
+        path = token["paths"][0]
+        assert threading.get_ident() != self.loop_thread, "not on the event loop"
+        self.settled.append((path.name, path.read_text()))
+        if self.fail:
+            raise RuntimeError("a broken hook")
+
+    async def after(self, token: dict[str, Any]) -> dict[str, Any]:
+        return {"settled": len(self.settled)}
+
+
+async def test_settle_reads_the_changed_file_in_the_worker_thread(workspace: Path):
+    (workspace / "a.py").write_text("x = 1\n")
+    hook = Hook()
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    result = await editor(action="edit", file_path="a.py", old_string="x = 1", new_string="x = 2")
+    assert result["success"], result
+    assert hook.settled == [("a.py", "x = 2\n")]
+    assert result["diagnostics"] == {"settled": 1}
+
+
+async def test_settle_runs_for_a_write_and_a_patch(workspace: Path):
+    hook = Hook()
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    result = await editor(action="write", file_path="b.py", content="y = 1\n")
+    assert result["success"], result
+    patch = "*** Begin Patch\n*** Update File: b.py\n@@\n-y = 1\n+y = 2\n*** End Patch\n"
+    result = await editor(action="apply_patch", patch=patch)
+    assert result["success"], result
+    assert hook.settled == [("b.py", "y = 1\n"), ("b.py", "y = 2\n")]
+
+
+async def test_settle_does_not_run_when_the_change_failed(workspace: Path):
+    (workspace / "a.py").write_text("x = 1\n")
+    hook = Hook()
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    result = await editor(action="edit", file_path="a.py", old_string="nope", new_string="x")
+    assert not result["success"]
+    assert hook.settled == []
+
+
+async def test_a_failing_settle_does_not_fail_the_change(workspace: Path):
+    (workspace / "a.py").write_text("x = 1\n")
+    hook = Hook(fail=True)
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    result = await editor(action="edit", file_path="a.py", old_string="x = 1", new_string="x = 3")
+    assert result["success"], result
+    assert (workspace / "a.py").read_text() == "x = 3\n"
+    assert result["diagnostics"] == {"settled": 1}
