@@ -31,8 +31,8 @@ from mcp.server.streamable_http import (
     EventMessage,
     EventStore,
     StreamableHTTPServerTransport,
-    jsonrpc_message_adapter,
 )
+from mcp_types import jsonrpc_message_adapter
 
 __all__ = ["RETRY_MILLISECONDS", "BoundedEventStore", "prime_every_stream", "send_stored_json"]
 
