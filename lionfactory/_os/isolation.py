@@ -1098,9 +1098,13 @@ def workspace_isolation(
     hidden_paths = _paths(default_hidden() if hidden is None else tuple(hidden))
     exposed_paths = _joined(default_exposed(environ=environ), exposed)
     # Everything the isolation depends on, resolved: the paths as they are
-    # now (a changed link or PATH directory makes another key), the names.
-    # The mechanism's availability is probed once per process anyway.
-    key = (isolation, network, writable, hidden_paths, exposed_paths, env_policy)
+    # now (a changed link or PATH directory makes another key), the names,
+    # and what `resolve_isolation` would find of the mechanisms it may pick
+    # (each probed once per process, so asking again costs a lookup; none is
+    # probed for ``"none"``, as before).
+    candidates = {"none": (), "auto": ("bwrap", "landlock")}.get(isolation, (isolation,))
+    available = tuple((m, _binary_for(m), mechanism_problem(m, network)) for m in candidates)
+    key = (isolation, network, writable, hidden_paths, exposed_paths, env_policy, available)
     known = _WORKSPACE_ISOLATIONS.get(key)
     if known is not None:
         return known  # frozen, and prewarmed when it was made
