@@ -173,7 +173,37 @@ def _paths(values: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
     # resolved here come back marked, and pass through untouched.
     if isinstance(values, _Resolved):
         return values
-    return _Resolved(dict.fromkeys(Path(os.path.realpath(v)) for v in values))
+    links: dict[str, bool] = {}
+    return _Resolved(dict.fromkeys(_resolved(v, links) for v in values))
+
+
+def _resolved(value: str | os.PathLike[str], links: dict[str, bool]) -> Path:
+    """``Path(os.path.realpath(value))``, read from the file system as realpath reads it.
+
+    An absolute, normal path none of whose prefixes is a link is its own
+    realpath (a prefix that cannot be read counts as no link, as realpath
+    counts it): that takes one ``lstat`` per prefix, shared by the paths of
+    one call through `links`, where Python's realpath spent twice as long
+    (the home and its six key folders, resolved for every toolkit, clone
+    and MCP session). Any other path is left to realpath. Nothing is
+    cached across calls: a link made since is seen.
+    """
+    text = os.fspath(value)
+    if not text.startswith("/") or text.startswith("//") or os.path.normpath(text) != text:
+        return Path(os.path.realpath(text))
+    end = 0
+    while end >= 0:
+        end = text.find("/", end + 1)
+        prefix = text if end < 0 else text[:end]
+        link = links.get(prefix)
+        if link is None:
+            try:
+                link = links[prefix] = stat.S_ISLNK(os.lstat(prefix).st_mode)
+            except OSError:
+                link = links[prefix] = False
+        if link:
+            return Path(os.path.realpath(text))
+    return value if isinstance(value, Path) else Path(text)
 
 
 def within(path: Path, folder: Path) -> bool:
@@ -262,7 +292,17 @@ class Policy:
 
 def default_hidden(home: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
     """The home directory, its key and cloud-credential folders, and ``/root``."""
-    base = Path(home) if home is not None else Path.home()
+    if home is None:
+        home = os.path.expanduser("~")
+        if home == "~":  # no HOME and no password entry: Path.home() says why
+            home = Path.home()
+    return _default_hidden(os.fspath(home))
+
+
+@functools.lru_cache(maxsize=8)
+def _default_hidden(home: str) -> tuple[Path, ...]:
+    # By home (a few joins, but asked by every toolkit, clone and MCP session).
+    base = Path(home)
     names = (".ssh", ".aws", ".config/gcloud", ".netrc", ".gnupg", ".docker", ".kube")
     keys = tuple(base / name for name in names)
     # Some containers set HOME=/; hiding it would hide everything.
@@ -1054,15 +1094,44 @@ def workspace_isolation(
         raise TypeError(f"isolation must be a mechanism name or an Isolation, got {isolation!r}")
     if network not in NETWORK_MODES:
         raise ValueError(f"network must be one of {', '.join(NETWORK_MODES)}; got {network!r}")
+    writable = _paths((root,))
+    hidden_paths = _paths(default_hidden() if hidden is None else tuple(hidden))
+    exposed_paths = _joined(default_exposed(environ=environ), exposed)
+    # Everything the isolation depends on, resolved: the paths as they are
+    # now (a changed link or PATH directory makes another key), the names,
+    # and what `resolve_isolation` would find of the mechanisms it may pick
+    # (each probed once per process, so asking again costs a lookup; none is
+    # probed for ``"none"``, as before).
+    candidates = {"none": (), "auto": ("bwrap", "landlock")}.get(isolation, (isolation,))
+    available = tuple((m, _binary_for(m), mechanism_problem(m, network)) for m in candidates)
+    key = (isolation, network, writable, hidden_paths, exposed_paths, env_policy, available)
+    known = _WORKSPACE_ISOLATIONS.get(key)
+    if known is not None:
+        return known  # frozen, and prewarmed when it was made
     policy = Policy(
-        writable=(root,),
-        hidden=default_hidden() if hidden is None else tuple(hidden),
-        exposed=_joined(default_exposed(environ=environ), exposed),
+        writable=writable,
+        hidden=hidden_paths,
+        exposed=exposed_paths,
         network=network,  # type: ignore[arg-type]
     )
     resolved = attrs.evolve(resolve_isolation(isolation, policy), env_policy=env_policy)
     prewarm_secrets(resolved)
+    if len(_WORKSPACE_ISOLATIONS) >= _KEPT_ISOLATIONS:
+        _WORKSPACE_ISOLATIONS.clear()
+    _WORKSPACE_ISOLATIONS[key] = resolved
     return resolved
+
+
+# The isolations `workspace_isolation` made, by everything they depend on:
+# every coding toolkit, each of its clones and each MCP session asks for the
+# same one, and making it (a policy, the mechanism, the prewarm of the
+# toolchain's trees) was a fifth of building the toolkit. An Isolation is
+# frozen, so sharing one is sharing a value (supervisors are looked up by
+# equal isolations already).
+_WORKSPACE_ISOLATIONS: dict[tuple[object, ...], Isolation] = {}
+_KEPT_ISOLATIONS = 32
+# A forked child walks its trees afresh (`_WATCH.forget`): it prewarms them again.
+os.register_at_fork(after_in_child=_WORKSPACE_ISOLATIONS.clear)
 
 
 def _joined(derived: tuple[Path, ...], extra: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:

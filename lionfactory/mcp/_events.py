@@ -12,7 +12,10 @@ go first, so a client that reconnects after very long gets what is left (the
 SDK then answers as for an unknown id). Event ids are random 128-bit tokens,
 not counters: a replay hands over another stream's messages to whoever
 presents an id of it, so an id must be as unguessable as the session id it
-belongs with. Behind a load balancer a reconnection that lands on another
+belongs with. Each event is kept as the JSON the SDK sends (dumped once, here:
+`send_stored_json` makes the transport send that text instead of dumping the
+message a second time), and its length is what the byte bound counts.
+Behind a load balancer a reconnection that lands on another
 server finds nothing to replay; the call's result is not lost by that (the
 stored session, if any, still records it), only the stream's missed events.
 """
@@ -29,8 +32,9 @@ from mcp.server.streamable_http import (
     EventStore,
     StreamableHTTPServerTransport,
 )
+from mcp_types import jsonrpc_message_adapter
 
-__all__ = ["RETRY_MILLISECONDS", "BoundedEventStore", "prime_every_stream"]
+__all__ = ["RETRY_MILLISECONDS", "BoundedEventStore", "prime_every_stream", "send_stored_json"]
 
 RETRY_MILLISECONDS = 1000
 """The ``retry`` the server suggests to clients: reconnect after one second."""
@@ -41,15 +45,15 @@ class BoundedEventStore(EventStore):
 
     Args:
         max_events: events kept, all streams together.
-        max_bytes: bytes of the events' JSON kept, all streams together.
+        max_bytes: characters of the events' JSON kept, all streams together.
     """
 
     def __init__(self, *, max_events: int = 10_000, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_events = max_events
         self.max_bytes = max_bytes
         self.held_bytes = 0
-        # event id -> (stream id, message or None for a priming event, size)
-        self._events: OrderedDict[str, tuple[str, Any, int]] = OrderedDict()
+        # event id -> (stream id, the message's JSON or None for a priming event, size)
+        self._events: OrderedDict[str, tuple[str, str | None, int]] = OrderedDict()
         self._streams: dict[str, deque[str]] = {}
 
     @property
@@ -60,8 +64,14 @@ class BoundedEventStore(EventStore):
     async def store_event(self, stream_id: str, message: Any) -> str:
         """Keep one event of `stream_id` (None is a priming event) and return its new id."""
         event_id = secrets.token_hex(16)
-        size = 0 if message is None else len(message.model_dump_json(by_alias=True))
-        self._events[event_id] = (stream_id, message, size)
+        # Dumped as the SDK dumps a message for the wire, so the same text can
+        # be sent (`send_stored_json`): a 45 KB tool result was dumped twice,
+        # once to send it and once only to count its size here.
+        data = (
+            None if message is None else message.model_dump_json(by_alias=True, exclude_unset=True)
+        )
+        size = 0 if data is None else len(data)
+        self._events[event_id] = (stream_id, data, size)
         self._streams.setdefault(stream_id, deque()).append(event_id)
         self.held_bytes += size
         while self._events and (
@@ -69,6 +79,11 @@ class BoundedEventStore(EventStore):
         ):
             self._forget_oldest()
         return event_id
+
+    def json_of(self, event_id: str) -> str | None:
+        """The JSON kept for event `event_id`; None for a priming or forgotten event."""
+        entry = self._events.get(event_id)
+        return None if entry is None else entry[1]
 
     def _forget_oldest(self) -> None:
         _, (stream_id, _, size) = self._events.popitem(last=False)
@@ -91,7 +106,11 @@ class BoundedEventStore(EventStore):
         for event_id in following[start:]:
             found = self._events.get(event_id)
             if found is not None and found[1] is not None:
-                await send_callback(EventMessage(found[1], event_id))
+                # Parsed back only for a replay (rare): the transport sends
+                # the kept text, and holding the message too would hold each
+                # result twice.
+                message = jsonrpc_message_adapter.validate_json(found[1], by_name=False)
+                await send_callback(EventMessage(message, event_id))
         return stream_id
 
 
@@ -124,3 +143,30 @@ def prime_every_stream() -> None:
 
     mint._lionfactory_primes = True  # type: ignore[attr-defined]
     StreamableHTTPServerTransport._mint_priming_event = mint  # type: ignore[method-assign]
+
+
+def send_stored_json() -> None:
+    """Make the transport send the JSON a `BoundedEventStore` kept of an event, not a new dump.
+
+    The SDK stores each event and then dumps its message for the SSE wire;
+    the store dumps it too (to keep and count it), so each reply was dumped
+    twice, 0.1 ms for a 45 KB read. The store dumps with the SDK's own
+    options, so the text sent is the same. An event the store no longer
+    holds, or a transport with another store, is dumped as before. Applied
+    by `serve_mcp` to the HTTP server process it runs, like
+    `prime_every_stream`.
+    """
+    original = StreamableHTTPServerTransport._create_event_data
+    if getattr(original, "_lionfactory_stored", False):
+        return
+
+    def create(self: Any, event_message: EventMessage) -> Any:
+        store = self._event_store
+        if isinstance(store, BoundedEventStore) and event_message.event_id:
+            data = store.json_of(event_message.event_id)
+            if data is not None:
+                return {"event": "message", "data": data, "id": event_message.event_id}
+        return original(self, event_message)
+
+    create._lionfactory_stored = True  # type: ignore[attr-defined]
+    StreamableHTTPServerTransport._create_event_data = create  # type: ignore[method-assign]

@@ -896,9 +896,15 @@ async def _serve_http(
 ) -> None:
     import uvicorn
 
-    from lionfactory.mcp._events import RETRY_MILLISECONDS, BoundedEventStore, prime_every_stream
+    from lionfactory.mcp._events import (
+        RETRY_MILLISECONDS,
+        BoundedEventStore,
+        prime_every_stream,
+        send_stored_json,
+    )
 
     prime_every_stream()
+    send_stored_json()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # Bind and listen before announcing the URL: connections made after
     # on_ready wait in the backlog until uvicorn accepts them, so a caller

@@ -57,3 +57,41 @@ async def test_the_oldest_events_go_past_the_count_or_byte_bound() -> None:
 def test_an_empty_store_is_still_a_store() -> None:
     """The SDK asks ``if not event_store``: an empty store must not look absent."""
     assert BoundedEventStore()
+
+
+async def test_an_event_is_kept_as_the_json_the_sdk_sends() -> None:
+    """The store's text is the SDK's own dump, and a replay hands back the same message."""
+    store = BoundedEventStore()
+    message = note(1, size=100)
+    event_id = await store.store_event("a", message)
+    sent = message.model_dump_json(by_alias=True, exclude_unset=True)
+    assert store.json_of(event_id) == sent and store.held_bytes == len(sent)
+    priming = await store.store_event("a", None)
+    assert store.json_of(priming) is None and store.json_of("unknown") is None
+    again = await store.store_event("a", note(2))
+    (replay,) = await replayed(store, priming)
+    assert replay.event_id == again
+    assert replay.message.model_dump_json(by_alias=True, exclude_unset=True) == store.json_of(again)
+
+
+async def test_the_transport_sends_the_kept_json_without_dumping_again() -> None:
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+
+    from lionfactory.mcp._events import send_stored_json
+
+    send_stored_json()
+    send_stored_json()  # applied once, however often asked
+    store = BoundedEventStore()
+    transport = StreamableHTTPServerTransport(None, event_store=store)
+    message = note(1)
+    event_id = await store.store_event("a", message)
+    assert transport._create_event_data(EventMessage(message, event_id)) == {
+        "event": "message",
+        "data": store.json_of(event_id),
+        "id": event_id,
+    }
+    # An event the store no longer holds is dumped as the SDK dumps it.
+    other = note(2)
+    assert transport._create_event_data(EventMessage(other, "gone"))["data"] == (
+        other.model_dump_json(by_alias=True, exclude_unset=True)
+    )
