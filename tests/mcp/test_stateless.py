@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -295,8 +295,34 @@ async def test_cancelling_a_2026_call_over_http_ends_its_command(
 
 
 _LINES = re.compile(r"(\d+) lines? of output so far")
+
+
 # Six lines over 1.2 s: six progress intervals of `fast_progress`.
-_TICKING = "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.2; done"
+def _ticking(workspace: Path) -> str:
+    """Six lines, each after the test saw the one before it counted in a progress message.
+
+    Paced by the test, not by the clock: on a loaded machine a command
+    sleeping between lines could finish before the call that waits for it
+    had begun, and a report or two was all there was to see.
+    """
+    acked = f"{workspace}/ack"
+    return (
+        f"for i in 1 2 3 4 5 6; do echo line $i; until [ -e {acked}$i ]; do sleep 0.02; done; done"
+    )
+
+
+def _pacing(
+    workspace: Path, seen: list[tuple[float, str | None]]
+) -> Callable[[float, float | None, str | None], Awaitable[None]]:
+    """A progress callback that records each message and lets the command go on."""
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+        match = _LINES.search(message or "")
+        for line in range(1, int(match.group(1)) + 1 if match else 1):
+            (workspace / f"ack{line}").touch()
+
+    return on_progress
 
 
 def _before_counting(seen: list[tuple[float, str | None]]) -> int:
@@ -325,19 +351,18 @@ async def test_a_bash_call_reports_its_lines_of_output_as_they_grow(
     mode: str,
     stdio_server: Callable[..., StdioServerParameters],
     start_http: StartHttp,
+    git_workspace: Path,
 ) -> None:
     seen: list[tuple[float, str | None]] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append((progress, message))
-
     async with connected(transport, mode, stdio_server, start_http) as client:
         result = await client.call_tool(
-            "bash", {"command": _TICKING}, progress_callback=on_progress
+            "bash",
+            {"command": _ticking(git_workspace)},
+            progress_callback=_pacing(git_workspace, seen),
         )
     assert not result.is_error, text(result)
-    # At least half of the six intervals the command runs reported.
-    assert len(seen) >= 3, seen
+    # Each of the six lines was counted before the next was written.
+    assert len(seen) >= 6, seen
     counts = _line_counts(seen)
     # Every message from the command's start on counts the lines (a tick
     # before the program started has nothing to count yet).
@@ -353,24 +378,23 @@ async def test_a_jobs_wait_reports_the_jobs_lines_of_output_as_they_grow(
     transport: str,
     stdio_server: Callable[..., StdioServerParameters],
     start_http: StartHttp,
+    git_workspace: Path,
 ) -> None:
     seen: list[tuple[float, str | None]] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append((progress, message))
-
     # A session (legacy mode): the job must outlive the call that started it.
     async with connected(transport, "legacy", stdio_server, start_http) as client:
-        started = await client.call_tool("bash", {"command": _TICKING, "background": True})
+        started = await client.call_tool(
+            "bash", {"command": _ticking(git_workspace), "background": True}
+        )
         job_id = started.structured_content["job_id"]
         waited = await client.call_tool(
             "jobs",
             {"action": "wait", "job_id": job_id, "timeout": 60_000},
-            progress_callback=on_progress,
+            progress_callback=_pacing(git_workspace, seen),
         )
     assert not waited.is_error, text(waited)
     assert waited.structured_content["return_code"] == 0, text(waited)
-    assert len(seen) >= 3, seen
+    assert len(seen) >= 5, seen  # the first line may be out before the wait begins
     counts = _line_counts(seen)
     assert counts and len(counts) == len(seen) - _before_counting(seen), seen
     assert counts == sorted(counts) and counts[-1] > counts[0], seen
