@@ -166,3 +166,20 @@ def hermetic_git(
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+
+def ids_passed_to(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[str]:
+    """Replace `owner.name`, a function of one record, by one that also notes the record's id.
+
+    Returns the list the ids are appended to, call by call: what a test
+    counts to show which records were estimated or measured again.
+    """
+    ids: list[str] = []
+    original = getattr(owner, name)
+
+    def noting(record: Any) -> Any:
+        ids.append(record.id)
+        return original(record)
+
+    monkeypatch.setattr(owner, name, noting)
+    return ids

@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+from _test_helpers import ids_passed_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -206,14 +207,7 @@ def test_with_replaced_estimates_only_the_replaced_entries(
     from lionfactory import _messages
 
     log = _varied_log()
-    estimated: list[str] = []
-    original = _messages._message_tokens
-
-    def counting(message: Message) -> int:
-        estimated.append(message.id)
-        return original(message)
-
-    monkeypatch.setattr(_messages, "_message_tokens", counting)
+    estimated = ids_passed_to(monkeypatch, _messages, "_message_tokens")
     record = log.record
     log.with_replaced({2: _stub_of(record[2], "stub")})
     assert estimated == [record[2].id]
@@ -509,14 +503,7 @@ def test_appends_and_rebuilds_estimate_nothing_until_asked(
 ) -> None:
     from lionfactory import _messages
 
-    estimated: list[str] = []
-    original = _messages._message_tokens
-
-    def counting(message: Message) -> int:
-        estimated.append(message.id)
-        return original(message)
-
-    monkeypatch.setattr(_messages, "_message_tokens", counting)
+    estimated = ids_passed_to(monkeypatch, _messages, "_message_tokens")
     log, _ = log_with(3)
     rebuilt = MessageLog.from_state(*log.state())
     assert estimated == []

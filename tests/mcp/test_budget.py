@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from _test_helpers import ids_passed_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
@@ -278,14 +279,8 @@ async def test_a_compaction_counts_no_message_again_and_its_count_stays_exact(
 ) -> None:
     from lionfactory.mcp import _budget
 
-    counted: list[str] = []
     original = _budget._chars
-
-    def counting(message: Any) -> int:
-        counted.append(message.id)
-        return original(message)
-
-    monkeypatch.setattr(_budget, "_chars", counting)
+    counted = ids_passed_to(monkeypatch, _budget, "_chars")
     sessions = SessionBranches(toolkit_maker(big_files), memory_budget=60_000)
     for _ in range(80):  # ~50 kB each: a compaction per call, stubbing, then dropping
         with sessions.use("s") as branch:
