@@ -372,8 +372,6 @@ def _tool_hooks(
     hook_map: Mapping[str, Mapping[str, tuple[Callable[..., Any], ...]]], name: str
 ) -> dict[str, list[Callable[..., Any]]]:
     """The hooks of tool `name`, in tier order: security, the tool's own, then ``"*"``."""
-    if not hook_map:  # no hooks and no rules (``mcp serve``'s toolkit): every tier empty
-        return {kind: [] for kind in _HOOK_KINDS if kind != "security"}
     tiers = {
         kind: [f for key in (name, "*") for f in hook_map.get(key, {}).get(kind, ())]
         for kind in _HOOK_KINDS
@@ -797,16 +795,8 @@ def _with_policy(
         extra["post"].append(late)
     if nudge is not None:
         extra["post"].append(nudge)
-    # One evolve, not `with_hooks` then another: every field is converted and
-    # validated again on each, for each tool of every toolkit, clone and MCP
-    # session. The hooks come after the tool's own, as `with_hooks` puts them.
-    return attrs.evolve(
-        tool,
-        pre=(*tool.pre, *extra["pre"]),
-        post=(*tool.post, *extra["post"]),
-        on_error=(*tool.on_error, *extra["on_error"]),
-        bound_to=branch.id,
-    )
+    tool = tool.with_hooks(pre=extra["pre"], post=extra["post"], on_error=extra["on_error"])
+    return attrs.evolve(tool, bound_to=branch.id)
 
 
 # Core names only, never a secret-looking one: an agent's commands have no
