@@ -75,7 +75,8 @@ _KEYWORDS = frozenset({"{", "}", "!", "if", "then", "do", "else", "elif", "while
 # the options of theirs that take a separate value (so the value is not taken
 # for the program), and how many plain operands come before the program.
 _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
-    "env": (frozenset({"-u", "--unset", "-C", "--chdir"}), 0),
+    # env's options are read by `_env_option`, a cluster letter by letter.
+    "env": (frozenset(), 0),
     "nohup": (frozenset(), 0),
     "nice": (frozenset({"-n", "--adjustment"}), 0),
     "ionice": (frozenset({"-c", "--class", "-n", "--classdata"}), 0),
@@ -176,16 +177,14 @@ def parse_command(argv: Sequence[str]) -> Command:
         if name in _WRAPPERS:
             wrappers.append(name)
             last = index
-            if name == "env":
-                index, script = _skip_env(argv, index)
-                scripts.extend(() if script is None else (script,))
-            elif name == "coproc":
+            if name == "coproc":
                 # `coproc NAME { ...; }` names the coprocess; a simple
                 # command after coproc takes no name.
                 named = index + 2 < len(argv) and argv[index + 2] in _KEYWORDS
                 index += 2 if named else 1
             else:
-                index = _skip_wrapper(argv, index, name)
+                index, script = _skip_wrapper(argv, index, name)
+                scripts.extend(() if script is None else (script,))
             continue
         args = tuple(argv[index + 1 :])
         if name in SHELLS:
@@ -199,8 +198,8 @@ def parse_command(argv: Sequence[str]) -> Command:
     return Command(None, (), tuple(scripts), tuple(wrappers))
 
 
-def _skip_wrapper(argv: Sequence[str], index: int, name: str) -> int:
-    """The index of the program a wrapper at `index` runs."""
+def _skip_wrapper(argv: Sequence[str], index: int, name: str) -> tuple[int, str | None]:
+    """The index of the program a wrapper at `index` runs, and the command line of ``env -S``."""
     with_value, operands = _WRAPPERS[name]
     index += 1
     while index < len(argv):
@@ -208,7 +207,16 @@ def _skip_wrapper(argv: Sequence[str], index: int, name: str) -> int:
         if token == "--":
             index += 1
             break
-        if token.startswith("-") and len(token) > 1:
+        option = token.startswith("-") and len(token) > 1
+        if option and name == "env":
+            index, script = _env_option(argv, index)
+            if script is not None:
+                # env -S splits its string into words and runs them followed by
+                # the remaining arguments, which are no options of env's any
+                # more: `env -S 'rm' -rf d` is `rm -rf d`.
+                quoted = (shlex.quote(word) for word in argv[index:])
+                return len(argv), " ".join([script, *quoted])
+        elif option:
             index += 2 if token in with_value else 1
         elif name in ("env", "sudo") and _is_assignment(token):
             index += 1
@@ -217,7 +225,7 @@ def _skip_wrapper(argv: Sequence[str], index: int, name: str) -> int:
             index += 1
         else:
             break
-    return index + operands
+    return index + operands, None
 
 
 # GNU env's options: these take a value (attached in a cluster, or the next
@@ -228,50 +236,26 @@ _ENV_VALUED = frozenset("uCS")
 _ENV_LONG_VALUED = frozenset({"--unset", "--chdir", "--split-string"})
 
 
-def _skip_env(argv: Sequence[str], index: int) -> tuple[int, str | None]:
-    """The index of the program ``env`` at `index` runs, and its ``-S`` command line."""
-    script: str | None = None
-    index += 1
-    while index < len(argv):
-        token = argv[index]
-        if token == "--":
-            index += 1
-            break
-        if token.startswith("--"):
-            name, equals, value = token.partition("=")
-            if name == "--split-string" and equals:
-                script = value
-            elif name in _ENV_LONG_VALUED and not equals:
-                if name == "--split-string" and index + 1 < len(argv):
-                    script = argv[index + 1]
+def _env_option(argv: Sequence[str], index: int) -> tuple[int, str | None]:
+    """The index after the ``env`` option at `index` (and its value), and its ``-S`` string."""
+    token = argv[index]
+    if token.startswith("--"):
+        name, equals, value = token.partition("=")
+        if name == "--split-string" and equals:
+            return index + 1, value
+        if name in _ENV_LONG_VALUED and not equals:
+            if name == "--split-string" and index + 1 < len(argv):
+                return index + 2, argv[index + 1]
+            return index + 2, None
+        return index + 1, None
+    for position, letter in enumerate(token[1:], start=2):
+        if letter in _ENV_VALUED:
+            value = token[position:]
+            if not value and index + 1 < len(argv):
                 index += 1
-            index += 1
-            if script is not None:
-                break
-            continue
-        if token.startswith("-") and len(token) > 1:
-            for position, letter in enumerate(token[1:], start=2):
-                if letter in _ENV_VALUED:
-                    value = token[position:]
-                    if not value and index + 1 < len(argv):
-                        index += 1
-                        value = argv[index]
-                    if letter == "S":
-                        script = value
-                    break
-            index += 1
-            if script is not None:
-                break  # everything after the split string belongs to its command
-            continue
-        if _is_assignment(token):
-            index += 1
-            continue
-        break
-    if script is not None:
-        # env -S splits its string into words and runs them followed by the
-        # remaining arguments: `env -S 'rm' -rf d` is `rm -rf d`.
-        return len(argv), " ".join([script, *(shlex.quote(word) for word in argv[index:])])
-    return index, script
+                value = argv[index]
+            return index + 1, (value if letter == "S" else None)
+    return index + 1, None
 
 
 def _shell_script(rest: Sequence[str]) -> str | None:
