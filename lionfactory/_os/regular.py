@@ -5,7 +5,7 @@ would block forever), a device, or a file far larger than the tool can use.
 Every tool that reads a file asks the same three questions of the descriptor
 it opened, in the same order, and refuses with the same words; only the next
 step differs (the reader suggests ``list_dir``, code navigation ``search``),
-so a caller adds that sentence to `FileRefused.message` and nothing else.
+so a caller adds that sentence and nothing else.
 
 * `regular_stat`: the ``fstat`` of an open descriptor, refused when it is not
   a regular file (for a caller that opened it its own way);
@@ -13,7 +13,10 @@ so a caller adds that sentence to `FileRefused.message` and nothing else.
   when its size is over a cap; the descriptor is closed on refusal;
 * `read_capped`: at most a cap of bytes from a stream, reading one byte
   more so that a file that grew since its ``fstat`` is refused, not cut;
-* `read_regular`: the two together, for a caller that wants the bytes.
+* `read_regular`: the two together, for a caller that wants the bytes;
+* `refusal`: the answer for whatever those raised (the workspace's refusal,
+  a missing or unreadable file, a `FileRefused`), in the one wording of
+  each, ending in the caller's next step.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import os
 import stat
 from typing import TYPE_CHECKING, BinaryIO, Literal
+
+from lionfactory.errors import ToolFailure
 
 if TYPE_CHECKING:
     from lionfactory._os.workspace import Location
@@ -31,6 +36,7 @@ __all__ = [
     "open_regular",
     "read_capped",
     "read_regular",
+    "refusal",
     "regular_stat",
     "too_large",
 ]
@@ -143,3 +149,39 @@ def read_regular(
     stream, st = open_regular(loc, max_bytes=max_bytes, follow=follow)
     with stream:
         return read_capped(stream, loc.shown, max_bytes), st
+
+
+def refusal(
+    exc: ToolFailure | OSError | FileRefused,
+    shown: str,
+    next_step: str,
+    *,
+    missing: str | None = None,
+    directory: str | None = None,
+    too_large: str | None = None,
+) -> str:
+    """The answer to a failed open or read of `shown`: what is wrong, then what to do.
+
+    Each failure has one wording, so every tool says it the same way; the
+    caller gives only its next step, and where one failure wants another
+    (a directory: list it; a file too large: another tool), that one too.
+    Each step is a clause that follows a semicolon, with its full stop.
+
+    Args:
+        exc: what `open_regular`, `read_regular` or `read_capped` raised,
+            or the workspace's `PathRefused` (answered as it is: it already
+            says what to do instead).
+        shown: the path as the model gave it.
+        next_step: what to do, after any failure without a step of its own.
+        missing: the step after a file that does not exist.
+        directory: the step after a directory.
+        too_large: the step after a file over the cap.
+    """
+    if isinstance(exc, ToolFailure):
+        return exc.message
+    if isinstance(exc, FileRefused):
+        step = {"directory": directory, "too_large": too_large}.get(exc.kind)
+        return f"{exc.message}; {step or next_step}"
+    if isinstance(exc, FileNotFoundError):
+        return f"File not found: {shown!r}; {missing or next_step}"
+    return f"Cannot read {shown!r} ({(exc.strerror or str(exc)).lower()}); {next_step}"

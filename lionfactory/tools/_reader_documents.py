@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.to_thread
 import attrs
 
-from lionfactory._os.regular import FileRefused, open_regular, read_capped
+from lionfactory._os.regular import FileRefused, open_regular, read_capped, refusal
 from lionfactory._os.workspace import Location, PathRefused
 from lionfactory.errors import ToolFailure
 from lionfactory.tools import _reader_remote
@@ -375,38 +375,28 @@ def _read_local(loc: Location, cache: _Cache) -> tuple[Hashable, bytes, bool]:
         )
     try:
         stream, st = open_regular(loc, max_bytes=MAX_DOCUMENT_BYTES)
-    except PathRefused as exc:
-        raise DocumentError(exc.message) from None
-    except FileNotFoundError:
-        raise DocumentError(
-            f"Document not found: {shown!r}. Use action 'list_dir' to find the right path."
-        ) from None
-    except OSError as exc:
-        raise DocumentError(
-            f"Cannot open {shown!r} ({(exc.strerror or str(exc)).lower()}); "
-            f"a symbolic link is followed only while it stays inside the workspace."
-        ) from None
-    except FileRefused as exc:
-        raise DocumentError(_refusal(exc)) from None
-    with stream:
-        version = (st.st_mtime_ns, st.st_size)
-        cached = cache.get(str(path), version)
-        if cached is not None:
-            return version, cached, True
-        try:
+        with stream:
+            version = (st.st_mtime_ns, st.st_size)
+            cached = cache.get(str(path), version)
+            if cached is not None:
+                return version, cached, True
             data = read_capped(stream, shown, MAX_DOCUMENT_BYTES)
-        except FileRefused as exc:
-            raise DocumentError(_refusal(exc)) from None
+    except (PathRefused, OSError, FileRefused) as exc:
+        answer = refusal(
+            exc,
+            shown,
+            "give a document's path.",
+            missing="use action 'list_dir' to find the right path.",
+            too_large=_TOO_LARGE_STEP,
+        )
+        raise DocumentError(answer) from None
     return version, data, False
 
 
-def _refusal(exc: FileRefused) -> str:
-    if exc.kind != "too_large":
-        return f"{exc.message}; give a document's path."
-    return (
-        f"{exc.message}; 'open' converts documents up to "
-        f"{MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB. Split it, or extract text with bash."
-    )
+_TOO_LARGE_STEP = (
+    f"'open' converts documents up to {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB. Split it, "
+    f"or extract text with bash."
+)
 
 
 @attrs.define(eq=False)

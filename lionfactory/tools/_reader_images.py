@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import mimetypes
 
-from lionfactory._os.regular import FileRefused, read_regular
+from lionfactory._os.regular import FileRefused, read_regular, refusal
 from lionfactory._os.workspace import Location, PathRefused
 
 __all__ = ["IMAGES_DESCRIPTION", "IMAGE_SUFFIXES", "MAX_IMAGE_BYTES", "is_image", "read_image"]
@@ -43,25 +43,14 @@ def read_image(loc: Location) -> tuple[bool, str]:
 
     Blocking: call it from a worker thread.
     """
-    shown = loc.shown
     try:
         data, _ = read_regular(loc, MAX_IMAGE_BYTES)
-    except PathRefused as exc:
-        return False, exc.message
-    except FileNotFoundError:
-        return False, f"{shown!r} does not exist."
-    except OSError as exc:
-        return False, f"Cannot read {shown!r}: {exc.strerror}."
-    except FileRefused as exc:
-        if exc.kind == "too_large":
-            return False, _too_big(exc.message)
-        return False, f"{exc.message}; give an image file."
+    except (PathRefused, OSError, FileRefused) as exc:
+        return False, refusal(exc, loc.shown, "give an image file.", too_large=_TOO_LARGE_STEP)
     mime = mimetypes.guess_type(loc.name)[0] or "application/octet-stream"
     return True, f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def _too_big(refusal: str) -> str:
-    return (
-        f"{refusal}; images above that are not returned. Use bash (e.g. `file` or an image "
-        f"tool) to inspect it."
-    )
+_TOO_LARGE_STEP = (
+    "images above that are not returned. Use bash (e.g. `file` or an image tool) to inspect it."
+)

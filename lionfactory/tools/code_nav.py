@@ -53,7 +53,7 @@ from pydantic import Field
 
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation
-from lionfactory._os.regular import FileRefused, open_regular, read_capped
+from lionfactory._os.regular import FileRefused, open_regular, read_capped, refusal
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.errors import ConfigurationError, ToolFailure
@@ -190,12 +190,6 @@ class NavResponse(ToolModel):
 
 class _NavFailure(ToolFailure):
     """A lookup that cannot be answered; the handler returns `message` as ``success=False``."""
-
-
-def _nav_refusal(exc: FileRefused) -> str:
-    if exc.kind == "too_large":
-        return f"{exc.message}; use search on it instead."
-    return f"{exc.message}; give a Python file."
 
 
 def _cut(text: str) -> str:
@@ -372,22 +366,13 @@ class _NavHandler:
     def _parse(self, path: str) -> _Source:
         try:
             stream, _ = open_regular(self.workspace.locate(path), max_bytes=MAX_FILE_BYTES)
-        except PathRefused as exc:
-            raise _NavFailure(exc.message) from None
-        except OSError as exc:
-            raise _NavFailure(
-                f"{path!r} cannot be opened ({(exc.strerror or str(exc)).lower()}); give a "
-                f"Python file in the workspace."
-            ) from None
-        except FileRefused as exc:
-            raise _NavFailure(_nav_refusal(exc)) from None
-        with stream:
-            try:
+            with stream:
                 data = read_capped(stream, path, MAX_FILE_BYTES)
-            except OSError as exc:
-                raise _NavFailure(f"{path!r} cannot be read ({exc.strerror or exc}).") from None
-            except FileRefused as exc:
-                raise _NavFailure(_nav_refusal(exc)) from None
+        except (PathRefused, OSError, FileRefused) as exc:
+            answer = refusal(
+                exc, path, "give a Python file in the workspace.", too_large="use search on it."
+            )
+            raise _NavFailure(answer) from None
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
             text = data.decode(encoding)

@@ -45,7 +45,7 @@ from lionfactory._evidence import (
     record_evidence,
 )
 from lionfactory._os.beneath import open_child, release_created
-from lionfactory._os.regular import FileRefused, regular_stat
+from lionfactory._os.regular import FileRefused, refusal, regular_stat
 from lionfactory._os.workspace import Location, PathRefused, Workspace, refuse_private_key
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._editor_files import (
@@ -292,9 +292,7 @@ def _open_existing(dir_fd: int, loc: Location) -> Original | str | None:
         refuse_private_key(fd, shown)
     except FileRefused as exc:
         os.close(fd)
-        if exc.kind == "directory":
-            return f"{exc.message}; give a file path."
-        return f"{exc.message}; the editor changes files only."
+        return refusal(exc, shown, "the editor changes files only.", directory="give a file path.")
     except PathRefused as exc:
         os.close(fd)
         return exc.message

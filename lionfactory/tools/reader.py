@@ -35,7 +35,7 @@ from lionfactory._evidence import (
 from lionfactory._os.binaries import BinaryFinder
 from lionfactory._os.global_excludes import project_view
 from lionfactory._os.project import ProjectView
-from lionfactory._os.regular import FileRefused, open_regular
+from lionfactory._os.regular import FileRefused, open_regular, refusal
 from lionfactory._os.workspace import Location, PathRefused, Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools import _reader_documents, _reader_images
@@ -206,9 +206,8 @@ def _read_file(
     except OSError as exc:
         return _failure(_open_error(exc, shown)), None
     except FileRefused as exc:
-        if exc.kind == "directory":
-            return _failure(f"{exc.message}; use action 'list_dir' to see it."), None
-        return _failure(f"{exc.message}; the reader reads files."), None
+        step = "use action 'list_dir' to see it."
+        return _failure(refusal(exc, shown, "the reader reads files.", directory=step)), None
     with stream:
         return _read_stream(loc, stream, st, offset, limit, want_evidence)
 
