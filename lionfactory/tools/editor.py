@@ -290,12 +290,9 @@ def _open_existing(dir_fd: int, loc: Location) -> Original | str | None:
     try:
         st = regular_stat(fd, shown)
         refuse_private_key(fd, shown)
-    except FileRefused as exc:
+    except (FileRefused, PathRefused) as exc:
         os.close(fd)
         return refusal(exc, shown, "the editor changes files only.", directory="give a file path.")
-    except PathRefused as exc:
-        os.close(fd)
-        return exc.message
     except BaseException:
         os.close(fd)
         raise

@@ -201,13 +201,11 @@ def _read_file(
     shown = loc.shown
     try:
         stream, st = open_regular(loc)
-    except PathRefused as exc:
-        return _failure(exc.message), None
-    except OSError as exc:
-        return _failure(_open_error(exc, shown)), None
-    except FileRefused as exc:
+    except (PathRefused, FileRefused) as exc:
         step = "use action 'list_dir' to see it."
         return _failure(refusal(exc, shown, "the reader reads files.", directory=step)), None
+    except OSError as exc:
+        return _failure(_open_error(exc, shown)), None
     with stream:
         return _read_stream(loc, stream, st, offset, limit, want_evidence)
 
