@@ -780,6 +780,10 @@ class _Before:
     started: float
     starting: bool = False
     """The server did not start within the edit's budget (it is still starting)."""
+    edited: list[Path] = attrs.field(factory=list)
+    """The Python files the change touches, whose text before it `prepare` reads."""
+    read: dict[Path, tuple[str, tuple[int, int]] | None] | None = None
+    """The edited files as `EditDiagnostics.prepare` read them (None: it did not run)."""
     settled: dict[Path, tuple[str, tuple[int, int]] | None] | None = None
     """The changed files as `EditDiagnostics.settle` read them (None: `after` reads them)."""
 
@@ -790,20 +794,25 @@ class EditDiagnostics:
 
     `before` runs before the change with the files it will touch, `after`
     once it succeeded. A server that cannot start makes both return None:
-    an edit never fails because of its diagnostics. `settle`, which the
-    editor runs in its worker thread as the change succeeds, reads the new
-    text there, so that `after` sends it with no thread round trip of its own.
+    an edit never fails because of its diagnostics. The files themselves
+    are read in the editor's worker thread, which runs the change anyway:
+    `prepare` reads the old text there just before the change, `settle` the
+    new text just after it, so that neither `before` nor `after` pays for a
+    thread round trip of its own (a worker's wake-up, then the event loop's:
+    on a loaded machine, more than the read).
     """
 
     intel: CodeIntel
 
     async def before(self, paths: Iterable[Path]) -> _Before | None:
-        """Note the current errors of the Python files among `paths`; a token for `after`."""
+        """The server for the Python files among `paths`; a token for `prepare` and `after`.
+
+        The files are not read here: the editor's `prepare` reads them.
+        """
         python = [p for p in dict.fromkeys(paths) if p.suffix in (".py", ".pyi")]
         if not python:
             return None
         started = time.monotonic()
-        deadline = started + EDIT_WAIT_SECONDS
         server = None
         try:
             # A server still starting gets the edit's budget, no more; it goes
@@ -814,13 +823,27 @@ class EditDiagnostics:
             return _Before(None, [], started)
         if server is None:
             return _Before(None, [], started, starting=True)
+        return _Before(server, [], started, edited=python)
+
+    def prepare(self, token: _Before | None) -> None:
+        """Read the files of `token` before the change (blocking: in the editor's thread)."""
+        if token is None or token.server is None:
+            return
+        token.read = {path: _read_text(self.intel.workspace, path) for path in token.edited}
+
+    async def _old(self, token: _Before, server: Server) -> list[_FileDelta]:
+        """The edited files' errors before the change, then the other open files'.
+
+        The text `prepare` read is what the server gets first (usually the
+        text it already has, which it has checked), so the errors before the
+        change are those of the text the change started from.
+        """
+        assert token.read is not None
+        deadline = token.started + EDIT_WAIT_SECONDS
         files: list[_FileDelta] = []
-        for path in python:
+        for path in token.edited:
             shown = self.intel.shown(path)
-            try:
-                opened = await self.intel.open(server, path)
-            except LspError:
-                return _Before(None, [], started)
+            opened = await self.intel.send(server, path, token.read.get(path))
             if opened is None:
                 # A new file: nothing was wrong in it before.
                 files.append(_FileDelta(path, shown, path_uri(path), 0, None, [], []))
@@ -833,7 +856,7 @@ class EditDiagnostics:
             files.append(
                 _FileDelta(path, shown, uri, version, lines, [], server.current(uri, version) or [])
             )
-        return _Before(server, files + self._others(server, files), started)
+        return files + self._others(server, files)
 
     def _others(self, server: Server, edited: list[_FileDelta]) -> list[_FileDelta]:
         """The other open documents (the latest `MAX_WATCHED`) with what is known of them."""
@@ -865,9 +888,7 @@ class EditDiagnostics:
         """
         if token is None or token.server is None:
             return
-        token.settled = {
-            f.path: _read_text(self.intel.workspace, f.path) for f in token.files if not f.other
-        }
+        token.settled = {path: _read_text(self.intel.workspace, path) for path in token.edited}
 
     async def after(self, token: _Before | None) -> dict[str, Any] | None:
         """The diagnostics delta of the edit `before` saw coming (None: not Python, no engine)."""
@@ -884,9 +905,12 @@ class EditDiagnostics:
                 first=[],
             )
         server = token.server
+        if token.read is None:
+            return None  # `prepare` never ran: the text before the change is unknown
         deadline = token.started + EDIT_WAIT_SECONDS
         files: list[_FileDelta] = []
         try:
+            token.files = await self._old(token, server)
             for f in token.files:
                 if f.other:
                     files.append(f)
