@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
@@ -44,7 +44,7 @@ import attrs
 from lionfactory._call import current_call
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, server_isolation, workspace_isolation
-from lionfactory._os.regular import FileRefused, read_regular
+from lionfactory._os.regular import FileRefused, open_regular
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory.tools._lsp import LspClient, LspError, char_column
 
@@ -309,12 +309,21 @@ def _read_text(
             says why); otherwise that is None too.
     """
     try:
-        data, st = read_regular(workspace.locate(str(path)), _MAX_SYNC_BYTES)
+        stream, st = open_regular(workspace.locate(str(path)), max_bytes=_MAX_SYNC_BYTES)
+        with stream:
+            # The size `fstat` gave and a byte more, not the cap: a read of the
+            # cap allocates its 5 MB first, which took half the time of reading
+            # a 600-line file. A file that grew since then is read on to the cap.
+            data = stream.read(st.st_size + 1)
+            if len(data) > st.st_size:
+                data += stream.read(_MAX_SYNC_BYTES + 1 - len(data))
     except PathRefused:
         if strict:
             raise
         return None
     except (OSError, FileRefused):
+        return None
+    if len(data) > _MAX_SYNC_BYTES:
         return None
     try:
         return data.decode("utf-8"), (st.st_mtime_ns, st.st_size)
@@ -655,12 +664,8 @@ class _LineMap:
     @classmethod
     def of(cls, old: list[str], new: list[str]) -> _LineMap:
         limit = min(len(old), len(new))
-        head = 0
-        while head < limit and old[head] == new[head]:
-            head += 1
-        tail = 0
-        while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
-            tail += 1
+        head = _common(old, new, limit, lambda seq, a, b: seq[a:b])
+        tail = _common(old, new, limit - head, lambda seq, a, b: seq[len(seq) - b : len(seq) - a])
         matcher = difflib.SequenceMatcher(
             None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
         )
@@ -678,6 +683,25 @@ class _LineMap:
         if self.old_count - self.tail < line <= self.old_count:
             return line - self.old_count + self.new_count
         return self.middle.get(line)
+
+
+def _common(
+    old: list[str], new: list[str], limit: int, part: Callable[[list[str], int, int], list[str]]
+) -> int:
+    """How many of the first `limit` lines of `part` agree in `old` and `new`.
+
+    `part(seq, a, b)` is lines ``a`` to ``b`` counted from the end compared
+    (a slice). A binary search over slices compares the lines in C; a loop
+    over 600 lines one by one cost a tenth of a millisecond per edit.
+    """
+    same, high = 0, limit
+    while same < high:
+        middle = (same + high + 1) // 2
+        if part(old, same, middle) == part(new, same, middle):
+            same = middle
+        else:
+            high = middle - 1
+    return same
 
 
 def _line_map(old: list[str], new: list[str]) -> dict[int, int]:
