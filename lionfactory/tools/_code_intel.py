@@ -150,6 +150,17 @@ class _Doc:
     version: int
     text: str
     stamp: tuple[int, int] | None
+    _split: tuple[str, list[str]] | None = None
+
+    def lines(self) -> list[str]:
+        """`text` split into lines, once per text (read only: the list is shared).
+
+        An edit's text after it is the next edit's text before it; splitting
+        a 600-line file again cost a twentieth of a millisecond each time.
+        """
+        if self._split is None or self._split[0] is not self.text:
+            self._split = (self.text, self.text.splitlines())
+        return self._split[1]
 
 
 @attrs.define(eq=False)
@@ -545,7 +556,7 @@ class CodeIntel:
             return None
         text, stamp = read
         uri, version = await server.sync(path, text, stamp)
-        return uri, version, text.splitlines()
+        return uri, version, server.docs[uri].lines()
 
     async def refresh(self, server: Server) -> None:
         """Send again every open document whose file changed on disk since it was sent."""
@@ -893,7 +904,7 @@ class EditDiagnostics:
             path = uri_path(uri)
             if uri in skip or known is None or path is None:
                 continue
-            lines = doc.text.splitlines()
+            lines = doc.lines()
             shown = self.intel.shown(path)
             others.append(
                 _FileDelta(path, shown, uri, doc.version, lines, lines, known, other=True)
