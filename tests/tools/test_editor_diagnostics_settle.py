@@ -1,4 +1,4 @@
-"""The editor's diagnostics hook: ``settle`` runs in the editor's worker thread after a change."""
+"""The editor's diagnostics hook: ``prepare`` and ``settle`` run in the editor's worker thread."""
 
 from __future__ import annotations
 
@@ -70,3 +70,49 @@ async def test_a_failing_settle_does_not_fail_the_change(workspace: Path):
     assert result["success"], result
     assert (workspace / "a.py").read_text() == "x = 3\n"
     assert result["diagnostics"] == {"settled": 1}
+
+
+class PreparingHook(Hook):
+    """A hook that also reads the file before the change, in `prepare`."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(fail)
+        self.prepared: list[tuple[str, str]] = []
+
+    def prepare(self, token: dict[str, Any]) -> None:
+        path = token["paths"][0]
+        assert threading.get_ident() != self.loop_thread, "not on the event loop"
+        self.prepared.append((path.name, path.read_text() if path.exists() else ""))
+        if self.fail:
+            raise RuntimeError("a broken hook")
+
+
+async def test_prepare_reads_the_old_file_in_the_worker_thread(workspace: Path):
+    (workspace / "a.py").write_text("x = 1\n")
+    hook = PreparingHook()
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    result = await editor(action="edit", file_path="a.py", old_string="x = 1", new_string="x = 2")
+    assert result["success"], result
+    assert hook.prepared == [("a.py", "x = 1\n")]
+    assert hook.settled == [("a.py", "x = 2\n")]
+
+
+async def test_prepare_runs_for_a_write_a_patch_and_a_change_that_failed(workspace: Path):
+    hook = PreparingHook()
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    assert (await editor(action="write", file_path="b.py", content="y = 1\n"))["success"]
+    patch = "*** Begin Patch\n*** Update File: b.py\n@@\n-y = 1\n+y = 2\n*** End Patch\n"
+    assert (await editor(action="apply_patch", patch=patch))["success"]
+    failed = await editor(action="edit", file_path="b.py", old_string="nope", new_string="x")
+    assert not failed["success"]
+    assert hook.prepared == [("b.py", ""), ("b.py", "y = 1\n"), ("b.py", "y = 2\n")]
+    assert hook.settled == [("b.py", "y = 1\n"), ("b.py", "y = 2\n")]
+
+
+async def test_a_failing_prepare_does_not_stop_the_change(workspace: Path):
+    (workspace / "a.py").write_text("x = 1\n")
+    hook = PreparingHook(fail=True)
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    result = await editor(action="edit", file_path="a.py", old_string="x = 1", new_string="x = 3")
+    assert result["success"], result
+    assert (workspace / "a.py").read_text() == "x = 3\n"
