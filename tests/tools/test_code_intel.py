@@ -151,14 +151,8 @@ async def test_an_error_written_by_another_program_is_not_the_edits(project: Pat
         )
         # The server has the text of that edit; the file on disk changes under it.
         (project / "mod.py").write_text((project / "mod.py").read_text() + "w = BAD\n")
-        result = await edit(
-            intel,
-            project,
-            action="edit",
-            file_path="mod.py",
-            old_string="    y = BAD\n",
-            new_string="",
-        )
+        removal = {"action": "edit", "file_path": "mod.py", "old_string": "    y = BAD\n"}
+        result = await edit(intel, project, **removal, new_string="")
     finally:
         await intel.aclose()
     d = result["diagnostics"]

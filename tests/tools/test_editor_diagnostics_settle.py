@@ -6,6 +6,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lionfactory.tools.editor import editor_tool
 
 
@@ -87,32 +89,21 @@ class PreparingHook(Hook):
             raise RuntimeError("a broken hook")
 
 
-async def test_prepare_reads_the_old_file_in_the_worker_thread(workspace: Path):
-    (workspace / "a.py").write_text("x = 1\n")
-    hook = PreparingHook()
+@pytest.mark.parametrize("fail", [False, True])
+async def test_prepare_reads_the_old_file_in_the_worker_thread(workspace: Path, fail: bool):
+    hook = PreparingHook(fail)
     editor = editor_tool(workspace_root=workspace, diagnostics=hook)
-    result = await editor(action="edit", file_path="a.py", old_string="x = 1", new_string="x = 2")
-    assert result["success"], result
-    assert hook.prepared == [("a.py", "x = 1\n")]
-    assert hook.settled == [("a.py", "x = 2\n")]
-
-
-async def test_prepare_runs_for_a_write_a_patch_and_a_change_that_failed(workspace: Path):
-    hook = PreparingHook()
-    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
-    assert (await editor(action="write", file_path="b.py", content="y = 1\n"))["success"]
     patch = "*** Begin Patch\n*** Update File: b.py\n@@\n-y = 1\n+y = 2\n*** End Patch\n"
-    assert (await editor(action="apply_patch", patch=patch))["success"]
-    failed = await editor(action="edit", file_path="b.py", old_string="nope", new_string="x")
-    assert not failed["success"]
-    assert hook.prepared == [("b.py", ""), ("b.py", "y = 1\n"), ("b.py", "y = 2\n")]
-    assert hook.settled == [("b.py", "y = 1\n"), ("b.py", "y = 2\n")]
-
-
-async def test_a_failing_prepare_does_not_stop_the_change(workspace: Path):
-    (workspace / "a.py").write_text("x = 1\n")
-    hook = PreparingHook(fail=True)
-    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
-    result = await editor(action="edit", file_path="a.py", old_string="x = 1", new_string="x = 3")
-    assert result["success"], result
-    assert (workspace / "a.py").read_text() == "x = 3\n"
+    changes = [
+        {"action": "write", "file_path": "b.py", "content": "y = 1\n"},
+        {"action": "apply_patch", "patch": patch},
+        {"action": "edit", "file_path": "b.py", "old_string": "y = 2", "new_string": "y = 3"},
+        {"action": "edit", "file_path": "b.py", "old_string": "nope", "new_string": "x"},
+    ]
+    results = [await editor(**change) for change in changes]
+    # A failing prepare stops no change; a change that fails is prepared for too.
+    assert [r["success"] for r in results] == [True, True, True, False]
+    assert (workspace / "b.py").read_text() == "y = 3\n"
+    old = ["", "y = 1\n", "y = 2\n", "y = 3\n"]
+    assert hook.prepared == [("b.py", text) for text in old]
+    assert [text for _, text in hook.settled] == old[1:]
