@@ -227,10 +227,13 @@ class EditorDiagnostics(Protocol):
     ``before(paths)`` runs before the change with the absolute paths it
     touches and returns a token; ``after(token)`` runs once it succeeded and
     returns the ``diagnostics`` field of the response (None: nothing to say).
-    A hook may also have ``settle(token)``, a blocking method the editor runs
-    in its worker thread right after the change succeeded (to read the new
-    content there rather than in a thread round trip of its own); an error
-    it raises is ignored: the change stands.
+    A hook may also have blocking methods the editor runs in the worker
+    thread of the change, so that the hook reads the files there rather than
+    in a thread round trip of its own: ``prepare(token)`` right before the
+    change (to read the content it replaces; the editor always runs it when
+    the hook has it, so a hook may leave that read to it), ``settle(token)``
+    right after the change succeeded (to read the new content). An error
+    either raises is ignored: the change goes ahead, or stands.
     """
 
     async def before(self, paths: Iterable[Path]) -> Any:
@@ -1267,7 +1270,15 @@ class _EditorHandler:
         return paths
 
     def _settled(self, token: Any, change: Callable[..., _Done], *args: Any) -> _Done:
-        """``change(*args)``, then in the same worker thread the hook's ``settle`` if it worked."""
+        """``change(*args)`` between the hook's ``prepare`` and (if it worked) ``settle``.
+
+        All three in this one worker thread: see `EditorDiagnostics`.
+        """
+        prepare = getattr(self.diagnostics, "prepare", None)
+        if token is not None and prepare is not None:
+            # Diagnostics never stop an edit: without what `prepare` read, `after` says nothing.
+            with contextlib.suppress(Exception):
+                prepare(token)
         outcome = change(*args)
         settle = getattr(self.diagnostics, "settle", None)
         if token is not None and settle is not None and outcome[0].success:

@@ -143,6 +143,24 @@ async def test_a_new_error_is_introduced_and_a_removed_one_resolved(project: Pat
     assert [d["line"] for d in removed["diagnostics"]["resolved"]] == [4]
 
 
+async def test_an_error_written_by_another_program_is_not_the_edits(project: Path) -> None:
+    intel = fake_intel(project, "normal")
+    try:
+        await edit(
+            intel, project, action="insert", file_path="mod.py", insert_line=0, new_string="#"
+        )
+        # The server has the text of that edit; the file on disk changes under it.
+        (project / "mod.py").write_text((project / "mod.py").read_text() + "w = BAD\n")
+        removal = {"action": "edit", "file_path": "mod.py", "old_string": "    y = BAD\n"}
+        result = await edit(intel, project, **removal, new_string="")
+    finally:
+        await intel.aclose()
+    d = result["diagnostics"]
+    assert d["introduced"] == []  # the other program's error was there before the change
+    assert [r["line"] for r in d["resolved"]] == [4]
+    assert [r["line"] for r in d["remaining"]] == [5]
+
+
 def test_a_moved_or_reformatted_line_keeps_its_error() -> None:
     from lionfactory.tools._code_intel import Diagnostic
 

@@ -1,10 +1,12 @@
-"""The editor's diagnostics hook: ``settle`` runs in the editor's worker thread after a change."""
+"""The editor's diagnostics hook: ``prepare`` and ``settle`` run in the editor's worker thread."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from lionfactory.tools.editor import editor_tool
 
@@ -70,3 +72,38 @@ async def test_a_failing_settle_does_not_fail_the_change(workspace: Path):
     assert result["success"], result
     assert (workspace / "a.py").read_text() == "x = 3\n"
     assert result["diagnostics"] == {"settled": 1}
+
+
+class PreparingHook(Hook):
+    """A hook that also reads the file before the change, in `prepare`."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__(fail)
+        self.prepared: list[tuple[str, str]] = []
+
+    def prepare(self, token: dict[str, Any]) -> None:
+        path = token["paths"][0]
+        assert threading.get_ident() != self.loop_thread, "not on the event loop"
+        self.prepared.append((path.name, path.read_text() if path.exists() else ""))
+        if self.fail:
+            raise RuntimeError("a broken hook")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_prepare_reads_the_old_file_in_the_worker_thread(workspace: Path, fail: bool):
+    hook = PreparingHook(fail)
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    patch = "*** Begin Patch\n*** Update File: b.py\n@@\n-y = 1\n+y = 2\n*** End Patch\n"
+    changes = [
+        {"action": "write", "file_path": "b.py", "content": "y = 1\n"},
+        {"action": "apply_patch", "patch": patch},
+        {"action": "edit", "file_path": "b.py", "old_string": "y = 2", "new_string": "y = 3"},
+        {"action": "edit", "file_path": "b.py", "old_string": "nope", "new_string": "x"},
+    ]
+    results = [await editor(**change) for change in changes]
+    # A failing prepare stops no change; a change that fails is prepared for too.
+    assert [r["success"] for r in results] == [True, True, True, False]
+    assert (workspace / "b.py").read_text() == "y = 3\n"
+    old = ["", "y = 1\n", "y = 2\n", "y = 3\n"]
+    assert hook.prepared == [("b.py", text) for text in old]
+    assert [text for _, text in hook.settled] == old[1:]
