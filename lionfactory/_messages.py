@@ -38,7 +38,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Required, TypeVar, runtime_checkable
 
 import attrs
 import pydantic_core
@@ -391,6 +391,24 @@ class _StoredMessage(TypedDict, total=False):
     metadata: dict[str, Any]
 
 
+class _CompactMessage(TypedDict, total=False):
+    """A message as `messages_to_compact_json` writes it: id, role and creation time required."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    id: Required[str]
+    role: Required[Role]
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    call_id: str | None
+    tool: str | None
+    sender: str | None
+    recipient: str | None
+    channel: str | None
+    created_at: Required[datetime]
+    metadata: dict[str, Any]
+
+
 _GIVEN_ALL = set(Message.model_fields)
 """The fields set of a message whose JSON names every field (what ``model_dump_json`` writes)."""
 
@@ -399,6 +417,12 @@ _GIVEN_ALL = set(Message.model_fields)
 def _stored_messages() -> TypeAdapter[list[_StoredMessage]]:
     """The validator of a JSON message list, built on first use (building it costs import time)."""
     return TypeAdapter(list[_StoredMessage])
+
+
+@functools.cache
+def _compact_messages_in() -> TypeAdapter[list[_CompactMessage]]:
+    """The validator of a compact JSON message list, built on first use."""
+    return TypeAdapter(list[_CompactMessage])
 
 
 def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) -> list[Message]:
@@ -414,19 +438,25 @@ def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) ->
     defaults.
 
     With `defaults_left_out` the array is one `messages_to_compact_json`
-    wrote: a message with its id, role and creation time gets the fields it
-    leaves out back as their defaults, and every field counts as set, so it
-    is the message that was saved (a message without one of those three
-    still goes through `Message`). Every field that is there is validated
-    as above.
+    wrote: each message has its id, role and creation time (a message
+    without them is refused), gets the fields it leaves out back as their
+    defaults, and every field counts as set, so it is the message that was
+    saved. Every field that is there is validated as above.
 
     Raises:
         pydantic.ValidationError: the data is not a JSON array of messages.
     """
-    records = _stored_messages().validate_json(data)
+    if defaults_left_out:
+        # Each message's fields over the defaults: the defaults' order is the
+        # fields' (metadata, the last, comes last either way), and the
+        # metadata a dict of its own, as validation makes.
+        records = [
+            {**_DEFAULTS, "metadata": {}, **fields}
+            for fields in _compact_messages_in().validate_json(data)
+        ]
+    else:
+        records = _stored_messages().validate_json(data)
     n = len(records)
-    if defaults_left_out and min(map(len, records), default=_COMPLETE) != _COMPLETE:
-        records = list(map(_with_defaults, records))
     if min(map(len, records), default=_COMPLETE) != _COMPLETE:
         return [
             _assembled(Message, fields, _GIVEN_ALL)
@@ -448,22 +478,14 @@ _COMPLETE = len(_GIVEN_ALL)
 _exhaust: Callable[[Iterator[Any]], Any] = functools.partial(collections.deque, maxlen=0)
 """Run an iterator to its end, keeping nothing (``deque(it, maxlen=0)``)."""
 
-_KEPT = frozenset({"id", "role", "created_at"})
-"""What `messages_to_compact_json` always writes: the fields without a constant default."""
 _DEFAULTS: dict[str, Any] = {
-    name: None if name in _KEPT else field.default for name, field in Message.model_fields.items()
+    name: None if name in ("id", "role", "created_at") else field.default
+    for name, field in Message.model_fields.items()
+    if name != "metadata"
 }
-"""Every field, in order, with its default (placeholders for `_KEPT`, which are never missing)."""
-
-
-def _with_defaults(fields: dict[str, Any]) -> dict[str, Any]:
-    """A compact message's fields with what it left out as the defaults, in field order."""
-    if len(fields) == _COMPLETE or not fields.keys() >= _KEPT:
-        return fields
-    full = {**_DEFAULTS, **fields}
-    if "metadata" not in fields:
-        full["metadata"] = {}  # a dict of its own, as validation makes
-    return full
+"""The defaults of the fields `messages_to_compact_json` may leave out, in field order, but
+the metadata (whose default is a new dict). The id, role and creation time are always there:
+their entries are placeholders the message's own values replace."""
 
 
 @functools.cache
