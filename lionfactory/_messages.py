@@ -38,7 +38,17 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Required, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    Required,
+    TypeVar,
+    cast,
+    get_type_hints,
+    runtime_checkable,
+)
 
 import attrs
 import pydantic_core
@@ -391,24 +401,6 @@ class _StoredMessage(TypedDict, total=False):
     metadata: dict[str, Any]
 
 
-class _CompactMessage(TypedDict, total=False):
-    """A message as `messages_to_compact_json` writes it: id, role and creation time required."""
-
-    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
-
-    id: Required[str]
-    role: Required[Role]
-    content: str
-    tool_calls: tuple[ToolCall, ...]
-    call_id: str | None
-    tool: str | None
-    sender: str | None
-    recipient: str | None
-    channel: str | None
-    created_at: Required[datetime]
-    metadata: dict[str, Any]
-
-
 _GIVEN_ALL = set(Message.model_fields)
 """The fields set of a message whose JSON names every field (what ``model_dump_json`` writes)."""
 
@@ -420,9 +412,19 @@ def _stored_messages() -> TypeAdapter[list[_StoredMessage]]:
 
 
 @functools.cache
-def _compact_messages_in() -> TypeAdapter[list[_CompactMessage]]:
-    """The validator of a compact JSON message list, built on first use."""
-    return TypeAdapter(list[_CompactMessage])
+def _compact_messages_in() -> TypeAdapter[list[Any]]:
+    """The validator of a `messages_to_compact_json` list, built on first use.
+
+    `_StoredMessage` with the fields that writer always writes required.
+    """
+    fields = {
+        name: Required[kind] if name in ("id", "role", "created_at") else kind
+        for name, kind in get_type_hints(_StoredMessage).items()
+    }
+    typed_dict: Any = TypedDict  # its fields are computed, which type checkers cannot follow
+    compact = typed_dict("_CompactMessage", fields, total=False)
+    compact.__pydantic_config__ = ConfigDict(extra="forbid")
+    return TypeAdapter(list[compact])  # type: ignore[valid-type]
 
 
 def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) -> list[Message]:
@@ -446,6 +448,7 @@ def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) ->
     Raises:
         pydantic.ValidationError: the data is not a JSON array of messages.
     """
+    records: list[Any]
     if defaults_left_out:
         # Each message's fields over the defaults: the defaults' order is the
         # fields' (metadata, the last, comes last either way), and the
@@ -455,7 +458,7 @@ def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) ->
             for fields in _compact_messages_in().validate_json(data)
         ]
     else:
-        records = _stored_messages().validate_json(data)
+        records = cast("list[Any]", _stored_messages().validate_json(data))
     n = len(records)
     if min(map(len, records), default=_COMPLETE) != _COMPLETE:
         return [
