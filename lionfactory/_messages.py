@@ -30,6 +30,7 @@ agent loop talks to (the end of this module).
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import itertools
 import json
@@ -37,7 +38,17 @@ import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    Required,
+    TypeVar,
+    cast,
+    get_type_hints,
+    runtime_checkable,
+)
 
 import attrs
 import pydantic_core
@@ -61,6 +72,7 @@ __all__ = [
     "encode_json_string",
     "estimate_tokens",
     "messages_from_json",
+    "messages_to_compact_json",
     "new_tool_call",
     "tool_message",
 ]
@@ -399,7 +411,23 @@ def _stored_messages() -> TypeAdapter[list[_StoredMessage]]:
     return TypeAdapter(list[_StoredMessage])
 
 
-def messages_from_json(data: bytes | str) -> list[Message]:
+@functools.cache
+def _compact_messages_in() -> TypeAdapter[list[Any]]:
+    """The validator of a `messages_to_compact_json` list, built on first use.
+
+    `_StoredMessage` with the fields that writer always writes required.
+    """
+    fields = {
+        name: Required[kind] if name in ("id", "role", "created_at") else kind
+        for name, kind in get_type_hints(_StoredMessage).items()
+    }
+    typed_dict: Any = TypedDict  # its fields are computed, which type checkers cannot follow
+    compact = typed_dict("_CompactMessage", fields, total=False)
+    compact.__pydantic_config__ = ConfigDict(extra="forbid")
+    return TypeAdapter(list[compact])  # type: ignore[valid-type]
+
+
+def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) -> list[Message]:
     """The messages of a JSON array, as ``TypeAdapter(list[Message]).validate_json`` gives them.
 
     One validation of the whole array into plain dicts, then each message
@@ -411,24 +439,113 @@ def messages_from_json(data: bytes | str) -> list[Message]:
     ``model_dump_json`` wrote) goes through `Message` itself, for its
     defaults.
 
+    With `defaults_left_out` the array is one `messages_to_compact_json`
+    wrote: each message has its id, role and creation time (a message
+    without them is refused), gets the fields it leaves out back as their
+    defaults, and every field counts as set, so it is the message that was
+    saved. Every field that is there is validated as above.
+
     Raises:
         pydantic.ValidationError: the data is not a JSON array of messages.
     """
-    out: list[Message] = []
-    # `_assembled`, inlined with its steps as locals: one loop step per message.
-    new, set_dict, complete = Message.__new__, _set, len(_GIVEN_ALL)
-    set_fields_set, set_extra, set_private = _set_fields_set, _set_extra, _set_private
-    for fields in _stored_messages().validate_json(data):
-        if len(fields) != complete:
-            out.append(Message.model_validate(fields))
-            continue
-        message = new(Message)
-        set_dict(message, "__dict__", fields)
-        set_fields_set(message, _GIVEN_ALL)
-        set_extra(message, None)
-        set_private(message, None)
-        out.append(message)
+    records: list[Any]
+    if defaults_left_out:
+        # Each message's fields over the defaults: the defaults' order is the
+        # fields' (metadata, the last, comes last either way), and the
+        # metadata a dict of its own, as validation makes.
+        records = [
+            {**_DEFAULTS, "metadata": {}, **fields}
+            for fields in _compact_messages_in().validate_json(data)
+        ]
+    else:
+        records = cast("list[Any]", _stored_messages().validate_json(data))
+    n = len(records)
+    if min(map(len, records), default=_COMPLETE) != _COMPLETE:
+        return [
+            _assembled(Message, fields, _GIVEN_ALL)
+            if len(fields) == _COMPLETE
+            else Message.model_validate(fields)
+            for fields in records
+        ]
+    # `_assembled`, one step at a time over the whole record: each step is one
+    # call into C per message (a Python loop over them took a quarter longer).
+    out = list(map(Message.__new__, itertools.repeat(Message, n)))
+    _exhaust(map(_set, out, itertools.repeat("__dict__", n), records))
+    _exhaust(map(_set_fields_set, out, itertools.repeat(_GIVEN_ALL, n)))
+    _exhaust(map(_set_extra, out, itertools.repeat(None, n)))
+    _exhaust(map(_set_private, out, itertools.repeat(None, n)))
     return out
+
+
+_COMPLETE = len(_GIVEN_ALL)
+_exhaust: Callable[[Iterator[Any]], Any] = functools.partial(collections.deque, maxlen=0)
+"""Run an iterator to its end, keeping nothing (``deque(it, maxlen=0)``)."""
+
+_DEFAULTS: dict[str, Any] = {
+    name: None if name in ("id", "role", "created_at") else field.default
+    for name, field in Message.model_fields.items()
+    if name != "metadata"
+}
+"""The defaults of the fields `messages_to_compact_json` may leave out, in field order, but
+the metadata (whose default is a new dict). The id, role and creation time are always there:
+their entries are placeholders the message's own values replace."""
+
+
+@functools.cache
+def _compact_messages() -> pydantic_core.SchemaSerializer:
+    """The serializer of `messages_to_compact_json`, built on first use.
+
+    It writes each message's ``__dict__`` as a typed dict: pydantic's own
+    serializer of a model, under ``exclude_defaults``, calls a default
+    factory to compare each value with (a new id and a clock read per
+    message). Here the id and the creation time have no default, so they
+    are always written, and a call is written whole from its ``__dict__``.
+    """
+    cs = pydantic_core.core_schema
+    text, optional = cs.str_schema(), cs.nullable_schema(cs.str_schema())
+    mapping = cs.dict_schema(text, cs.any_schema())
+
+    def record(schemas: dict[str, Any]) -> Any:
+        return cs.typed_dict_schema(
+            {name: cs.typed_dict_field(schema) for name, schema in schemas.items()}
+        )
+
+    call = record({"id": text, "name": text, "arguments": mapping, "arguments_error": optional})
+    calls = cs.plain_serializer_function_ser_schema(_call_dicts, return_schema=cs.list_schema(call))
+    schemas: dict[str, Any] = {
+        "id": text,
+        "role": text,
+        "content": cs.with_default_schema(text, default=""),
+        "tool_calls": cs.with_default_schema(cs.any_schema(serialization=calls), default=()),
+        **{
+            name: cs.with_default_schema(optional, default=None)
+            for name in ("call_id", "tool", "sender", "recipient", "channel")
+        },
+        "created_at": cs.datetime_schema(),
+        "metadata": cs.with_default_schema(mapping, default={}),
+    }
+    if list(schemas) != list(Message.model_fields):  # pragma: no cover - a new field
+        raise RuntimeError("the compact message serializer does not match Message's fields")
+    return pydantic_core.SchemaSerializer(cs.list_schema(record(schemas)))
+
+
+def _call_dicts(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    return [call.__dict__ for call in calls]
+
+
+_dict_of = attrgetter("__dict__")
+
+
+def messages_to_compact_json(messages: list[Message]) -> bytes:
+    """`messages` as a JSON array, each message without the fields that hold their defaults.
+
+    What ``TypeAdapter(list[Message]).dump_json`` writes, less the empty
+    content, calls and metadata and the null ids and names: a stored
+    branch's message is mostly those, and each one left out is a value less
+    to validate when it is loaded (`messages_from_json` with
+    ``defaults_left_out`` restores them).
+    """
+    return _compact_messages().to_json(list(map(_dict_of, messages)), exclude_defaults=True)
 
 
 def call_message(calls: tuple[ToolCall, ...], metadata: dict[str, Any]) -> Message:

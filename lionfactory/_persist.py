@@ -367,9 +367,12 @@ def branch_from_dict(
             "cannot restore the branch; supply or fix:\n" + "\n".join(f"- {n}" for n in needed)
         )
     messages = data["messages"]
+    # The keys and the view as stored: `from_state` makes each key a tuple and
+    # sorts the view itself (a tuple per key here too was a second pass over
+    # every message of a long branch).
     log = MessageLog.from_state(
         [m if isinstance(m, Message) else Message.model_validate(m) for m in messages["record"]],
-        [tuple(k) for k in messages["keys"]],
+        list(messages["keys"]),
         list(messages["active"]),
         {int(k): tuple(v) for k, v in messages["summaries"].items()},
     )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 from _test_helpers import ids_passed_to
@@ -589,3 +590,85 @@ def test_messages_from_json_refuse_what_validation_refuses(data: bytes) -> None:
         TypeAdapter(list[Message]).validate_json(data)
     with pytest.raises(ValidationError):
         messages_from_json(data)
+
+
+def test_compact_json_leaves_out_defaults_and_reads_back_the_same_messages() -> None:
+    from lionfactory import _messages
+    from lionfactory._messages import messages_from_json, messages_to_compact_json
+
+    messages = [
+        Message(role="system", content="sys"),
+        Message(role="user", content="", sender="a", recipient="b", channel="c"),
+        Message(
+            role="assistant",
+            tool_calls=(
+                ToolCall(name="t", arguments={"x": [1, {"y": None}]}),
+                ToolCall(name="u", arguments_error="bad"),
+            ),
+            metadata={"k": {"n": None}},
+        ),
+        Message(role="tool", content='{"ok": true}', call_id="c1", tool="t"),
+    ]
+    messages_to_compact_json(messages)
+    ids_before = len(_messages._IDS)
+    data = messages_to_compact_json(messages)
+    # No default factory ran to compare with (a fresh id or clock read per message).
+    assert len(_messages._IDS) == ids_before
+    written = json.loads(data)
+    assert list(written[0]) == ["id", "role", "content", "created_at"]
+    assert list(written[1]) == ["id", "role", "sender", "recipient", "channel", "created_at"]
+    assert [list(call) for call in written[2]["tool_calls"]] == [
+        ["id", "name", "arguments", "arguments_error"]
+    ] * 2
+    assert written[2]["metadata"] == {"k": {"n": None}}
+    got = messages_from_json(data, defaults_left_out=True)
+    assert got == messages
+    whole = messages_from_json(_as_json(messages))
+    for mine, theirs in zip(got, whole, strict=True):
+        assert list(mine.__dict__) == list(theirs.__dict__)
+        assert mine.__pydantic_fields_set__ == theirs.__pydantic_fields_set__
+        assert mine.model_dump_json() == theirs.model_dump_json()
+        for call, other in zip(mine.tool_calls, theirs.tool_calls, strict=True):
+            assert call.__pydantic_fields_set__ == other.__pydantic_fields_set__
+    assert got[0].metadata == {} and got[0].metadata is not got[1].metadata
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'[{"role": "user", "content": "hi", "created_at": "2026-01-01T00:00:00Z"}]',
+        b'[{"id": "x", "content": "hi", "created_at": "2026-01-01T00:00:00Z"}]',
+        b'[{"id": "x", "role": "user", "content": "hi"}]',
+    ],
+)
+def test_compact_json_needs_what_the_compact_writer_always_writes(data: bytes) -> None:
+    from lionfactory._messages import messages_from_json
+
+    # Whole JSON (a hand-written record) may leave them out: id and time get defaults.
+    if b'"role"' in data:
+        [message] = messages_from_json(data)
+        assert message.content == "hi" and message.id
+    with pytest.raises(ValidationError, match="Field required"):
+        messages_from_json(data, defaults_left_out=True)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "tool": 5}]',
+        b'[{"id": "x", "role": "robot", "created_at": "2026-01-01T00:00:00Z"}]',
+        b'[{"id": "x", "role": "user", "created_at": "then"}]',
+        b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "oops": 1}]',
+        b'[{"id": "x", "created_at": "2026-01-01T00:00:00Z"}]',
+        b'[{"role": "user", "content": "a\\ud800"}]',
+    ],
+)
+def test_compact_json_refuses_what_validation_refuses(data: bytes) -> None:
+    from pydantic import TypeAdapter
+
+    from lionfactory._messages import messages_from_json
+
+    with pytest.raises(ValidationError):
+        TypeAdapter(list[Message]).validate_json(data)
+    with pytest.raises(ValidationError):
+        messages_from_json(data, defaults_left_out=True)

@@ -379,10 +379,13 @@ class RedisExchange(BaseExchange):
         )
 
 
-def connect(url: str | None, client: redis.Redis | None, namespace: object) -> redis.Redis:
-    """The client of a Redis backend: `client`, or a new one for `url`.
+def connect(
+    url: str | None, client: redis.Redis | None, namespace: object, **options: Any
+) -> redis.Redis:
+    """The client of a Redis backend: `client`, or a new one for `url` made with `options`.
 
-    The one check of the arguments every Redis backend takes.
+    The one check of the arguments every Redis backend takes. `options` are
+    ``Redis.from_url`` keyword arguments; a `client` passed in is used as it is.
 
     Raises:
         ValueError: a namespace that is empty or holds ':' (it prefixes every
@@ -401,4 +404,4 @@ def connect(url: str | None, client: redis.Redis | None, namespace: object) -> r
         raise ImportError(
             "the Redis backends need redis-py: pip install 'lionfactory[redis]'"
         ) from exc
-    return redis.Redis.from_url(url or "")
+    return redis.Redis.from_url(url or "", **options)

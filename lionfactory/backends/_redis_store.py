@@ -34,6 +34,8 @@ logger = logging.getLogger("lionfactory")
 
 T = TypeVar("T")
 
+_READ_SIZE = 1 << 20
+
 # KEYS: the branch hash, the index. ARGV: expected version, id, name ("" with
 # ARGV[6] = "0" for None), saved_at, data, has-name. Returns the new version,
 # or -(live version) - 1 on a conflict. A deleted branch keeps its hash with
@@ -101,7 +103,12 @@ class RedisBranchStore(BranchStore):
         namespace: str = "lionfactory",
     ) -> None:
         super().__init__()
-        self._client = connect(url, client, namespace)
+        # Replies read a mebibyte at a time: a stored branch is megabytes, and
+        # redis-py's default 64 KiB reads made loading 10,000 messages wait on
+        # some 60 socket reads (1.7 ms instead of 5 on a busy machine). The
+        # buffer is one per connection; the exchange, whose replies are
+        # small, keeps the default.
+        self._client = connect(url, client, namespace, socket_read_size=_READ_SIZE)
         self.namespace = namespace
         self._index = f"{namespace}:branches"
         self._save = self._client.register_script(_SAVE)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
 import gc
 import json
 import threading
@@ -39,10 +38,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
-from pydantic import TypeAdapter
 
 from lionfactory._branch import Branch
-from lionfactory._messages import Message, messages_from_json
+from lionfactory._messages import messages_from_json, messages_to_compact_json
 from lionfactory._persist import branch_to_dict
 from lionfactory.errors import ConfigurationError
 
@@ -111,34 +109,43 @@ def branch_id_of(value: Any) -> uuid.UUID:
     raise TypeError(f"branch_id must be a UUID (or its string), got {value!r:.200}")
 
 
-@functools.cache
-def _record() -> TypeAdapter[list[Message]]:
-    """The record's serializer, built on first use (building it costs import time)."""
-    return TypeAdapter(list[Message])
+_COMPACT = "defaults left out"
+"""The envelope's mark of a record written by `messages_to_compact_json`."""
 
 
 def encode(branch: Branch) -> bytes:
     """`branch.to_dict()` as stored: the JSON envelope, a newline, the record as JSON.
 
     The message record (nearly all of a long branch) is serialised by
-    pydantic in one call rather than message by message; the envelope is
-    ordinary JSON without raw newlines, so the first newline splits the two.
+    pydantic in one call rather than message by message, each message
+    without the fields that hold their defaults (`messages_to_compact_json`:
+    a third less to validate on load; the envelope marks it). The envelope
+    is ordinary JSON without raw newlines, so the first newline splits the
+    two.
     """
     data = branch_to_dict(branch, dump_messages=False)
     record = data["messages"].pop("record")
+    data["messages"]["record_form"] = _COMPACT
     # ASCII escapes, so whatever `to_json` accepts is stored as it is: a lone
     # surrogate in the metadata is valid JSON (``\ud800``) but not UTF-8.
     envelope = json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-    return envelope + b"\n" + _record().dump_json(record)
+    return envelope + b"\n" + messages_to_compact_json(record)
 
 
 def decode(blob: bytes) -> dict[str, Any]:
-    """What `encode` stored, as `Branch.from_dict` takes it."""
+    """What `encode` stored, as `Branch.from_dict` takes it.
+
+    A record without the envelope's mark is one written whole (by an
+    earlier version, or by hand): its messages are validated as JSON gives
+    them, a left-out field taking its default through `Message`.
+    """
     envelope, _, record = blob.partition(b"\n")
     data: dict[str, Any] = json.loads(envelope)
     if not isinstance(data, dict) or not isinstance(data.get("messages"), dict):
         raise ValueError("no message record in the envelope")
-    data["messages"]["record"] = messages_from_json(record)
+    messages = data["messages"]
+    compact = messages.pop("record_form", None) == _COMPACT
+    messages["record"] = messages_from_json(record, defaults_left_out=compact)
     return data
 
 

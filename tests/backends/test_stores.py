@@ -269,6 +269,65 @@ async def test_garbage_data_under_an_id_is_a_configuration_error(store: BranchSt
         await store.load(victim)
 
 
+async def test_a_branch_saved_with_its_record_written_whole_still_loads(
+    store: BranchStore, workspace: Path
+) -> None:
+    # What earlier versions stored (and a hand-written row may hold): the
+    # envelope without the compact mark, every message with every field.
+    from pydantic import TypeAdapter
+
+    from lionfactory._persist import branch_to_dict
+
+    branch = a_branch(workspace)
+    branch.messages.append(Message(role="assistant", content="", sender="a", metadata={"k": 1}))
+    data = branch_to_dict(branch, dump_messages=False)
+    record = data["messages"].pop("record")
+    whole = TypeAdapter(list[Message]).dump_json(record)
+    assert b'"call_id":null' in whole
+    await store._write(branch.id, branch.name, 0, json.dumps(data).encode() + b"\n" + whole)
+    loaded = await store.load(branch.id)
+    assert loaded.messages.record == branch.messages.record
+    assert [m.__pydantic_fields_set__ for m in loaded.messages.record] == [
+        set(Message.model_fields)
+    ] * len(record)
+
+
+async def test_a_saved_record_leaves_out_default_fields_and_loads_them_back(
+    store: BranchStore, workspace: Path
+) -> None:
+    branch = a_branch(workspace)
+    branch.messages.append(Message(role="tool", content="{}", call_id="c1", tool="read"))
+    await store.save(branch)
+    _, blob = await store._read(branch.id)
+    assert b"call_id" in blob and b'"sender"' not in blob and b'"channel"' not in blob
+    loaded = await store.load(branch.id)
+    assert loaded.messages.record == branch.messages.record
+    for got, saved in zip(loaded.messages.record, branch.messages.record, strict=True):
+        assert list(got.__dict__) == list(saved.__dict__)
+        assert got.__pydantic_fields_set__ == set(Message.model_fields)
+
+
+async def test_a_compact_record_with_a_bad_field_is_a_configuration_error(
+    store: BranchStore,
+) -> None:
+    victim = uuid.uuid4()
+    envelope = json.dumps(
+        {"format": "lionfactory.branch/1", "messages": {"record_form": "defaults left out"}}
+    )
+    for record in (
+        b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "sender": 5}]',
+        b'[{"id": "x", "role": "robot", "created_at": "2026-01-01T00:00:00Z"}]',
+        b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "extra": 1}]',
+        b'[{"id": "x", "created_at": "2026-01-01T00:00:00Z"}]',
+    ):
+        await store.delete(victim)
+        await store._write(
+            victim, None, await store.version(victim), envelope.encode() + b"\n" + record
+        )
+        with pytest.raises(ConfigurationError, match="not a saved branch"):
+            await store.load(victim)
+
+
 async def test_a_store_file_from_before_tombstones_is_upgraded(tmp_path: Path) -> None:
     from lionfactory.backends._store import encode
 
