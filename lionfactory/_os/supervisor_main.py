@@ -47,8 +47,9 @@ costs more than the command on a loaded two-CPU machine) then pays none.
 Lending (reuse only). A request carrying one descriptor, a reply socket,
 asks for a ready runner: the answer ``{"namespace": true, "runner": PID}``
 carries the runner's channel and a pidfd of it, and from then on the parent
-sends that runner its commands and reads its answers itself (``{"status":
-WAIT_STATUS, "pid": N}``, with ``"exec_error"`` when it could not start), so
+sends that runner its commands and reads its answers itself (the wait
+status and pid of the command packed as `ANSWER`, or ``{"status":
+WAIT_STATUS, "exec_error": "..."}`` when it could not start), so
 a command costs one message each way and no hop through the supervisor;
 killing the runner (its namespace's init) ends everything in its namespace.
 The answer is ``{"namespace": false}`` without descriptors where none can be
@@ -75,6 +76,13 @@ import time
 _MAX_MESSAGE = 1 << 20
 # Room for the three descriptors a request carries (``SCM_RIGHTS``).
 _FDS_SPACE = socket.CMSG_SPACE(3 * array.array("i").itemsize)
+
+
+# A started command's answer: its wait status and pid, as two native ints.
+# Every call has one, and the caller reads it with ``struct`` instead of a
+# JSON parser (JSON stays for the rare answer that carries an exec error,
+# which is never this size: it holds at least ``{"status": N, "exec_error"``).
+ANSWER = struct.Struct("=ii")
 
 
 def _unencodable(value: object) -> object:
@@ -254,12 +262,13 @@ def _runner(channel: socket.socket, reusable: bool) -> None:
     Waits for a request on `channel` (with the command's stdout and
     stderr), starts the command, reaps every process the command orphans
     (they are reparented to the first process of their namespace), and
-    sends ``{"status": WAIT_STATUS}`` (and ``"exec_error"`` when it could
-    not start). An end of file instead of a request means the supervisor is
-    gone. Without a namespace of its own (not `reusable`) it exits after
-    the one command. As a namespace's init it empties the namespace first
-    (`_empty_namespace`) and then waits for the next request: the namespace
-    is as good as new, and the next command costs no fork at all.
+    sends its wait status and pid (`ANSWER`; ``{"status": WAIT_STATUS,
+    "exec_error": "..."}`` when it could not start). An end of file
+    instead of a request means the supervisor is gone. Without a namespace
+    of its own (not `reusable`) it exits after the one command. As a
+    namespace's init it empties the namespace first (`_empty_namespace`)
+    and then waits for the next request: the namespace is as good as new,
+    and the next command costs no fork at all.
     """
     # One buffer for every request: ``recvmsg`` would allocate (and map) a
     # megabyte for each.
@@ -305,7 +314,7 @@ def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
     streams = _fds(ancillary)
     if not size or len(streams) != 2:
         os._exit(1)
-    message: dict[str, object]
+    message: dict[str, object] | bytes
     try:
         request = _loads(memoryview(buffer)[:size])
         if not isinstance(request, dict):
@@ -327,12 +336,12 @@ def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
             except ChildProcessError:
                 os._exit(1)
             if done == command:
-                message = {"status": code, "pid": command}
+                message = ANSWER.pack(code, command)
                 break
     if reusable:
         _empty_namespace()
     try:
-        channel.send(_dumps(message))
+        channel.send(message if isinstance(message, bytes) else _dumps(message))
     except OSError:
         os._exit(0)  # the supervisor gave up on us
 
@@ -344,10 +353,15 @@ def _spawn(request: dict[str, object], streams: list[int]) -> int | str:
     page tables, then copy-on-write faults on every page either side
     writes), and ``os.execvpe`` imports `warnings` in the child first;
     ``posix_spawn`` shares the memory until the exec. The program is looked
-    up on the request's ``PATH`` exactly as ``os.execvpe`` would (a name
-    that is not there is skipped, any other failure is kept and reported if
-    nothing later starts). The runner's working directory is the command's.
-    The command's stdout and stderr are `streams`, set up in the child only.
+    up on the request's ``PATH`` as ``os.execvpe`` would, by the C library
+    in the child (``posix_spawnp``, with that ``PATH`` made ours first): a
+    ``stat`` and a Python exception for every directory that lacks the
+    program cost the runner, on the critical path of every call, about as
+    much as the ``posix_spawn`` itself. Only when that fails does the walk
+    run here (`_walk`), which starts what ``os.execvpe`` would start and
+    otherwise names the candidate whose failure is the answer. The runner's
+    working directory is the command's. The command's stdout and stderr
+    are `streams`, set up in the child only.
     """
     argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
     if not (isinstance(argv, list) and isinstance(env, dict) and isinstance(cwd, str)):
@@ -359,28 +373,72 @@ def _spawn(request: dict[str, object], streams: list[int]) -> int | str:
             raise ValueError("empty argv")
         os.chdir(cwd)
         outputs = [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
-        saved: OSError | None = None
-        last: OSError | None = None
-        for path in _candidates(argv[0], env):
+        program = argv[0]
+        if isinstance(program, str) and "/" not in program:
+            _search_path(env.get("PATH"))
             try:
-                os.stat(path)
-                return os.posix_spawn(
-                    path,
+                return os.posix_spawnp(
+                    program,
                     argv,
                     env,
                     file_actions=outputs,
                     setsigdef=_RESET_SIGNALS,
                     setsigmask=(),
                 )
-            except (FileNotFoundError, NotADirectoryError) as exc:
-                last = exc
-            except OSError as exc:
-                last = exc
-                saved = saved or exc
-        error = saved or last
-        raise error if error is not None else FileNotFoundError(2, "No such file", argv[0])
+            except OSError:
+                pass  # worded (or started after all) by the walk below
+        return _walk(argv, env, outputs)
     except BaseException as exc:
         return _reason(exc)
+
+
+# The ``PATH`` ``posix_spawnp`` searches: this process's own (its child
+# shares our memory until the exec), set to each request's. Most requests
+# name the one the last did, which costs a comparison.
+_SEARCHED: list[object] = [os.environ.get("PATH")]
+
+
+def _search_path(path: object) -> None:
+    if path == _SEARCHED[0]:
+        return
+    if isinstance(path, str):
+        os.environ["PATH"] = path
+    else:
+        # No PATH (or not a string): the C library's default, which is
+        # ``os.defpath``, what ``os.execvpe`` falls back to.
+        os.environ.pop("PATH", None)
+    _SEARCHED[0] = path
+
+
+def _walk(argv: list[object], env: dict[str, str], outputs: list[tuple[int, int, int]]) -> int:
+    """``os.execvpe``'s lookup: a name that is not there is skipped, any other failure kept.
+
+    Raises:
+        OSError: nothing started; the kept failure (or the last one), naming its path.
+    """
+    program = argv[0]
+    if not isinstance(program, str):
+        raise TypeError("argv must hold strings")
+    saved: OSError | None = None
+    last: OSError | None = None
+    for path in _candidates(program, env):
+        try:
+            os.stat(path)
+            return os.posix_spawn(
+                path,
+                argv,
+                env,
+                file_actions=outputs,
+                setsigdef=_RESET_SIGNALS,
+                setsigmask=(),
+            )
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last = exc
+        except OSError as exc:
+            last = exc
+            saved = saved or exc
+    error = saved or last
+    raise error if error is not None else FileNotFoundError(2, "No such file", program)
 
 
 class _Spare:
@@ -474,11 +532,19 @@ class _Command:
         self.channel = spare.channel
 
 
+def read_answer(data: bytes) -> object:
+    """A runner's answer as ``{"status", "pid"}`` (`ANSWER`'s two numbers), or as sent (JSON)."""
+    if len(data) == ANSWER.size:
+        status, pid = ANSWER.unpack(data)
+        return {"status": status, "pid": pid}
+    return _loads(data)
+
+
 def _word(channel: socket.socket) -> dict[str, object] | None:
     """The runner's report on `channel`, or None when it has sent none (or died)."""
     try:
         data = channel.recv(65536)
-        message = _loads(data) if data else None
+        message = read_answer(data) if data else None
     except (OSError, ValueError):
         return None
     if not isinstance(message, dict) or not isinstance(message.get("status"), int):
