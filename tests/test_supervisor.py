@@ -507,3 +507,31 @@ async def test_a_lent_runner_looks_each_program_up_on_its_own_request_s_path(
         await run_supervised(
             unconfined, ["lf-which"], cwd=tmp_path, timeout=30, env={}, max_bytes=1000
         )
+
+
+async def test_a_signal_ignored_where_the_supervisor_starts_stays_ignored_in_its_commands(
+    tmp_path: Path,
+) -> None:
+    # As through a shell or subprocess: every other signal is set to its
+    # default in the command, an ignored one (nohup's SIGHUP, say) is not.
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        started = Supervisor.start(workspace_isolation("none", tmp_path), tmp_path)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    try:
+        result = await run_supervised(
+            started,
+            ["cat", "/proc/self/status"],
+            cwd=tmp_path,
+            timeout=30,
+            env=None,
+            max_bytes=10_000,
+        )
+    finally:
+        started.close()
+    assert result.returncode == 0, result.stderr
+    ignored = int(status_field(result.stdout, "SigIgn"), 16)
+    assert ignored & (1 << (signal.SIGUSR2 - 1))
+    assert not ignored & (1 << (signal.SIGPIPE - 1))
+    assert int(status_field(result.stdout, "SigCgt"), 16) == 0
