@@ -317,6 +317,12 @@ def _empty_namespace() -> None:
             continue
 
 
+# The last request a runner read, and what it parsed it into (read, never
+# changed): an agent runs one command again and again, and its request is
+# mostly the environment, which parsing turns into a new dictionary each time.
+_PARSED: dict[bytes, dict[str, object]] = {}
+
+
 def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
     try:
         size, ancillary, _flags, _addr = channel.recvmsg_into(
@@ -328,10 +334,15 @@ def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
     if not size or len(streams) != 2:
         os._exit(1)
     message: dict[str, object] | bytes
+    data = bytes(memoryview(buffer)[:size])
     try:
-        request = _loads(memoryview(buffer)[:size])
-        if not isinstance(request, dict):
-            raise TypeError("not an object")
+        request = _PARSED.get(data)  # the last request again: parsed then
+        if request is None:
+            parsed = _loads(data)
+            if not isinstance(parsed, dict):
+                raise TypeError("not an object")
+            _PARSED.clear()
+            request = _PARSED[data] = parsed
     except (ValueError, TypeError) as exc:
         command: int | str = f"bad request: {exc}"
     else:
@@ -423,7 +434,7 @@ def _search_path(path: object) -> None:
     _SEARCHED[0] = path
 
 
-def _walk(argv: list[object], env: dict[str, str], outputs: list[tuple[int, int, int]]) -> int:
+def _walk(argv: list[str], env: dict[str, str], outputs: list[tuple[int, int, int]]) -> int:
     """``os.execvpe``'s lookup: a name that is not there is skipped, any other failure kept.
 
     Raises:
