@@ -253,8 +253,9 @@ _PYTHON_IGNORES = tuple(
 # memory, so no handler of ours may run there): one it is told to set costs
 # one ``sigaction``, any other a query and then a set, and the parent waits
 # for all of them. Named, the 64 cost half of the 128 calls.
+# Plain numbers: ``posix_spawn`` converts each one on every call.
 _RESET_SIGNALS = tuple(
-    sig
+    int(sig)
     for sig in sorted(signal.valid_signals())
     if sig not in (signal.SIGKILL, signal.SIGSTOP)
     and (sig in _PYTHON_IGNORES or signal.getsignal(sig) is not signal.SIG_IGN)
