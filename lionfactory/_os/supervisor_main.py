@@ -72,6 +72,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 
 _MAX_MESSAGE = 1 << 20
 # Room for the three descriptors a request carries (``SCM_RIGHTS``).
@@ -402,14 +403,7 @@ def _spawn(request: dict[str, object], streams: list[int]) -> int | str:
         if isinstance(program, str) and "/" not in program:
             _search_path(env.get("PATH"))
             try:
-                return os.posix_spawnp(
-                    program,
-                    argv,
-                    env,
-                    file_actions=outputs,
-                    setsigdef=_RESET_SIGNALS,
-                    setsigmask=(),
-                )
+                return _start(os.posix_spawnp, program, argv, env, outputs)
             except OSError:
                 pass  # worded (or started after all) by the walk below
         return _walk(argv, env, outputs)
@@ -435,6 +429,17 @@ def _search_path(path: object) -> None:
     _SEARCHED[0] = path
 
 
+def _start(
+    spawn: Callable[..., int],
+    path: str,
+    argv: list[str],
+    env: dict[str, str],
+    outputs: list[tuple[int, int, int]],
+) -> int:
+    """`spawn` (``posix_spawn`` or ``posix_spawnp``) of `path`, signals reset, streams set."""
+    return spawn(path, argv, env, file_actions=outputs, setsigdef=_RESET_SIGNALS, setsigmask=())
+
+
 def _walk(argv: list[str], env: dict[str, str], outputs: list[tuple[int, int, int]]) -> int:
     """``os.execvpe``'s lookup: a name that is not there is skipped, any other failure kept.
 
@@ -449,14 +454,7 @@ def _walk(argv: list[str], env: dict[str, str], outputs: list[tuple[int, int, in
     for path in _candidates(program, env):
         try:
             os.stat(path)
-            return os.posix_spawn(
-                path,
-                argv,
-                env,
-                file_actions=outputs,
-                setsigdef=_RESET_SIGNALS,
-                setsigmask=(),
-            )
+            return _start(os.posix_spawn, path, argv, env, outputs)
         except (FileNotFoundError, NotADirectoryError) as exc:
             last = exc
         except OSError as exc:
