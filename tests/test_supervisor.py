@@ -520,14 +520,7 @@ async def test_a_signal_ignored_where_the_supervisor_starts_stays_ignored_in_its
     finally:
         signal.signal(signal.SIGUSR2, previous)
     try:
-        result = await run_supervised(
-            started,
-            ["cat", "/proc/self/status"],
-            cwd=tmp_path,
-            timeout=30,
-            env=None,
-            max_bytes=10_000,
-        )
+        result = await run(started, ["cat", "/proc/self/status"])
     finally:
         started.close()
     assert result.returncode == 0, result.stderr
