@@ -478,3 +478,53 @@ async def test_a_lent_runner_refuses_a_malformed_request_and_serves_the_next(
         max_bytes=1000,
     )
     assert (result.returncode, result.stdout, result.stderr) == (0, "out\n", "err\n")
+
+
+async def test_a_lent_runner_looks_each_program_up_on_its_own_request_s_path(
+    unconfined: Supervisor, tmp_path: Path
+) -> None:
+    # One runner serves these calls one after the other: the PATH it
+    # searches is each request's, not the one an earlier request named.
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        program = tmp_path / name / "lf-which"
+        program.write_text(f"#!/bin/sh\necho {name}\n")
+        program.chmod(0o755)
+    seen = []
+    for name in ("first", "second", "first"):
+        path = f"{tmp_path / name}:/usr/bin:/bin"
+        result = await run_supervised(
+            unconfined, ["lf-which"], cwd=tmp_path, timeout=30, env={"PATH": path}, max_bytes=1000
+        )
+        seen.append(result.stdout.strip())
+    assert seen == ["first", "second", "first"]
+    # No PATH at all: the default one, as os.execvpe has it.
+    result = await run_supervised(
+        unconfined, ["true"], cwd=tmp_path, timeout=30, env={}, max_bytes=1000
+    )
+    assert result.returncode == 0
+    with pytest.raises(LaunchError):
+        await run_supervised(
+            unconfined, ["lf-which"], cwd=tmp_path, timeout=30, env={}, max_bytes=1000
+        )
+
+
+async def test_a_signal_ignored_where_the_supervisor_starts_stays_ignored_in_its_commands(
+    tmp_path: Path,
+) -> None:
+    # As through a shell or subprocess: every other signal is set to its
+    # default in the command, an ignored one (nohup's SIGHUP, say) is not.
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        started = Supervisor.start(workspace_isolation("none", tmp_path), tmp_path)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    try:
+        result = await run(started, ["cat", "/proc/self/status"])
+    finally:
+        started.close()
+    assert result.returncode == 0, result.stderr
+    ignored = int(status_field(result.stdout, "SigIgn"), 16)
+    assert ignored & (1 << (signal.SIGUSR2 - 1))
+    assert not ignored & (1 << (signal.SIGPIPE - 1))
+    assert int(status_field(result.stdout, "SigCgt"), 16) == 0

@@ -166,6 +166,8 @@ class _Capture:
         return self.total > self.kept
 
     def text(self, name: str, *, announce: bool) -> str:
+        if not self.total:
+            return ""  # most commands leave a stream empty: no decoder for it
         # A cut can split a multi-byte character; a non-final decode drops the
         # partial tail instead of ending the text with a replacement character.
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

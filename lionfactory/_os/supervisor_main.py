@@ -47,8 +47,9 @@ costs more than the command on a loaded two-CPU machine) then pays none.
 Lending (reuse only). A request carrying one descriptor, a reply socket,
 asks for a ready runner: the answer ``{"namespace": true, "runner": PID}``
 carries the runner's channel and a pidfd of it, and from then on the parent
-sends that runner its commands and reads its answers itself (``{"status":
-WAIT_STATUS, "pid": N}``, with ``"exec_error"`` when it could not start), so
+sends that runner its commands and reads its answers itself (the wait
+status and pid of the command packed as `ANSWER`, or ``{"status":
+WAIT_STATUS, "exec_error": "..."}`` when it could not start), so
 a command costs one message each way and no hop through the supervisor;
 killing the runner (its namespace's init) ends everything in its namespace.
 The answer is ``{"namespace": false}`` without descriptors where none can be
@@ -71,10 +72,18 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 
 _MAX_MESSAGE = 1 << 20
 # Room for the three descriptors a request carries (``SCM_RIGHTS``).
 _FDS_SPACE = socket.CMSG_SPACE(3 * array.array("i").itemsize)
+
+
+# A started command's answer: its wait status and pid, as two native ints.
+# Every call has one, and the caller reads it with ``struct`` instead of a
+# JSON parser (JSON stays for the rare answer that carries an exec error,
+# which is never this size: it holds at least ``{"status": N, "exec_error"``).
+ANSWER = struct.Struct("=ii")
 
 
 def _unencodable(value: object) -> object:
@@ -235,8 +244,22 @@ def _reason(exc: BaseException) -> str:
 
 # What Python ignores at start-up and an ignored disposition would carry
 # through exec: a command gets them at their defaults, as from a shell.
-_RESET_SIGNALS = tuple(
+_PYTHON_IGNORES = tuple(
     getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
+)
+# The signals ``posix_spawn`` sets to their defaults in the child: those
+# two, and every one not ignored when this script started (an ignored one
+# stays ignored, as through a shell or ``subprocess``). The C library
+# resets each signal in the child anyway, before the exec (it shares our
+# memory, so no handler of ours may run there): one it is told to set costs
+# one ``sigaction``, any other a query and then a set, and the parent waits
+# for all of them. Named, the 64 cost half of the 128 calls.
+# Plain numbers: ``posix_spawn`` converts each one on every call.
+_RESET_SIGNALS = tuple(
+    int(sig)
+    for sig in sorted(signal.valid_signals())
+    if sig not in (signal.SIGKILL, signal.SIGSTOP)
+    and (sig in _PYTHON_IGNORES or signal.getsignal(sig) is not signal.SIG_IGN)
 )
 
 
@@ -254,12 +277,13 @@ def _runner(channel: socket.socket, reusable: bool) -> None:
     Waits for a request on `channel` (with the command's stdout and
     stderr), starts the command, reaps every process the command orphans
     (they are reparented to the first process of their namespace), and
-    sends ``{"status": WAIT_STATUS}`` (and ``"exec_error"`` when it could
-    not start). An end of file instead of a request means the supervisor is
-    gone. Without a namespace of its own (not `reusable`) it exits after
-    the one command. As a namespace's init it empties the namespace first
-    (`_empty_namespace`) and then waits for the next request: the namespace
-    is as good as new, and the next command costs no fork at all.
+    sends its wait status and pid (`ANSWER`; ``{"status": WAIT_STATUS,
+    "exec_error": "..."}`` when it could not start). An end of file
+    instead of a request means the supervisor is gone. Without a namespace
+    of its own (not `reusable`) it exits after the one command. As a
+    namespace's init it empties the namespace first (`_empty_namespace`)
+    and then waits for the next request: the namespace is as good as new,
+    and the next command costs no fork at all.
     """
     # One buffer for every request: ``recvmsg`` would allocate (and map) a
     # megabyte for each.
@@ -295,6 +319,12 @@ def _empty_namespace() -> None:
             continue
 
 
+# The last request a runner read, and what it parsed it into (read, never
+# changed): an agent runs one command again and again, and its request is
+# mostly the environment, which parsing turns into a new dictionary each time.
+_PARSED: dict[bytes, dict[str, object]] = {}
+
+
 def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
     try:
         size, ancillary, _flags, _addr = channel.recvmsg_into(
@@ -305,11 +335,16 @@ def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
     streams = _fds(ancillary)
     if not size or len(streams) != 2:
         os._exit(1)
-    message: dict[str, object]
+    message: dict[str, object] | bytes
+    data = bytes(memoryview(buffer)[:size])
     try:
-        request = _loads(memoryview(buffer)[:size])
-        if not isinstance(request, dict):
-            raise TypeError("not an object")
+        request = _PARSED.get(data)  # the last request again: parsed then
+        if request is None:
+            parsed = _loads(data)
+            if not isinstance(parsed, dict):
+                raise TypeError("not an object")
+            _PARSED.clear()
+            request = _PARSED[data] = parsed
     except (ValueError, TypeError) as exc:
         command: int | str = f"bad request: {exc}"
     else:
@@ -327,12 +362,12 @@ def _run_one(channel: socket.socket, reusable: bool, buffer: bytearray) -> None:
             except ChildProcessError:
                 os._exit(1)
             if done == command:
-                message = {"status": code, "pid": command}
+                message = ANSWER.pack(code, command)
                 break
     if reusable:
         _empty_namespace()
     try:
-        channel.send(_dumps(message))
+        channel.send(message if isinstance(message, bytes) else _dumps(message))
     except OSError:
         os._exit(0)  # the supervisor gave up on us
 
@@ -344,10 +379,15 @@ def _spawn(request: dict[str, object], streams: list[int]) -> int | str:
     page tables, then copy-on-write faults on every page either side
     writes), and ``os.execvpe`` imports `warnings` in the child first;
     ``posix_spawn`` shares the memory until the exec. The program is looked
-    up on the request's ``PATH`` exactly as ``os.execvpe`` would (a name
-    that is not there is skipped, any other failure is kept and reported if
-    nothing later starts). The runner's working directory is the command's.
-    The command's stdout and stderr are `streams`, set up in the child only.
+    up on the request's ``PATH`` as ``os.execvpe`` would, by the C library
+    in the child (``posix_spawnp``, with that ``PATH`` made ours first): a
+    ``stat`` and a Python exception for every directory that lacks the
+    program cost the runner, on the critical path of every call, about as
+    much as the ``posix_spawn`` itself. Only when that fails does the walk
+    run here (`_walk`), which starts what ``os.execvpe`` would start and
+    otherwise names the candidate whose failure is the answer. The runner's
+    working directory is the command's. The command's stdout and stderr
+    are `streams`, set up in the child only.
     """
     argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
     if not (isinstance(argv, list) and isinstance(env, dict) and isinstance(cwd, str)):
@@ -359,28 +399,69 @@ def _spawn(request: dict[str, object], streams: list[int]) -> int | str:
             raise ValueError("empty argv")
         os.chdir(cwd)
         outputs = [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
-        saved: OSError | None = None
-        last: OSError | None = None
-        for path in _candidates(argv[0], env):
+        program = argv[0]
+        if isinstance(program, str) and "/" not in program:
+            _search_path(env.get("PATH"))
             try:
-                os.stat(path)
-                return os.posix_spawn(
-                    path,
-                    argv,
-                    env,
-                    file_actions=outputs,
-                    setsigdef=_RESET_SIGNALS,
-                    setsigmask=(),
-                )
-            except (FileNotFoundError, NotADirectoryError) as exc:
-                last = exc
-            except OSError as exc:
-                last = exc
-                saved = saved or exc
-        error = saved or last
-        raise error if error is not None else FileNotFoundError(2, "No such file", argv[0])
+                return _start(os.posix_spawnp, program, argv, env, outputs)
+            except OSError:
+                pass  # worded (or started after all) by the walk below
+        return _walk(argv, env, outputs)
     except BaseException as exc:
         return _reason(exc)
+
+
+# The ``PATH`` ``posix_spawnp`` searches: this process's own (its child
+# shares our memory until the exec), set to each request's. Most requests
+# name the one the last did, which costs a comparison.
+_SEARCHED: list[object] = [os.environ.get("PATH")]
+
+
+def _search_path(path: object) -> None:
+    if path == _SEARCHED[0]:
+        return
+    if isinstance(path, str):
+        os.environ["PATH"] = path
+    else:
+        # No PATH (or not a string): the C library's default, which is
+        # ``os.defpath``, what ``os.execvpe`` falls back to.
+        os.environ.pop("PATH", None)
+    _SEARCHED[0] = path
+
+
+def _start(
+    spawn: Callable[..., int],
+    path: str,
+    argv: list[str],
+    env: dict[str, str],
+    outputs: list[tuple[int, int, int]],
+) -> int:
+    """`spawn` (``posix_spawn`` or ``posix_spawnp``) of `path`, signals reset, streams set."""
+    return spawn(path, argv, env, file_actions=outputs, setsigdef=_RESET_SIGNALS, setsigmask=())
+
+
+def _walk(argv: list[str], env: dict[str, str], outputs: list[tuple[int, int, int]]) -> int:
+    """``os.execvpe``'s lookup: a name that is not there is skipped, any other failure kept.
+
+    Raises:
+        OSError: nothing started; the kept failure (or the last one), naming its path.
+    """
+    program = argv[0]
+    if not isinstance(program, str):
+        raise TypeError("argv must hold strings")
+    saved: OSError | None = None
+    last: OSError | None = None
+    for path in _candidates(program, env):
+        try:
+            os.stat(path)
+            return _start(os.posix_spawn, path, argv, env, outputs)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last = exc
+        except OSError as exc:
+            last = exc
+            saved = saved or exc
+    error = saved or last
+    raise error if error is not None else FileNotFoundError(2, "No such file", program)
 
 
 class _Spare:
@@ -474,11 +555,19 @@ class _Command:
         self.channel = spare.channel
 
 
+def read_answer(data: bytes) -> object:
+    """A runner's answer as ``{"status", "pid"}`` (`ANSWER`'s two numbers), or as sent (JSON)."""
+    if len(data) == ANSWER.size:
+        status, pid = ANSWER.unpack(data)
+        return {"status": status, "pid": pid}
+    return _loads(data)
+
+
 def _word(channel: socket.socket) -> dict[str, object] | None:
     """The runner's report on `channel`, or None when it has sent none (or died)."""
     try:
         data = channel.recv(65536)
-        message = _loads(data) if data else None
+        message = read_answer(data) if data else None
     except (OSError, ValueError):
         return None
     if not isinstance(message, dict) or not isinstance(message.get("status"), int):

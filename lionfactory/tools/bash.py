@@ -79,6 +79,7 @@ Decisions (argv mode, where no kernel mechanism is the boundary):
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -321,6 +322,19 @@ def _split_command(command: str) -> tuple[list[str], dict[str, str]]:
     return argv, assignments
 
 
+@functools.lru_cache(maxsize=64)
+def _split_short(command: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """`_split_command` of a short command, kept for the next call of the same command.
+
+    An agent runs the same few commands again and again (a test, a build, a
+    ``git status``), and splitting one costs about as much as a twentieth
+    of a ``true`` run. Immutable, so no caller can change what the next one
+    gets; a command that does not split raises each time (nothing is kept).
+    """
+    argv, assignments = _split_command(command)
+    return tuple(argv), tuple(assignments.items())
+
+
 # A script made only of these characters has no shell syntax beyond words,
 # quotes and spaces: no expansion ($ ` ~ globs), no escape, comment,
 # operator, group or newline. Quoted text in it means the same to shlex and
@@ -491,7 +505,8 @@ class _BashHandler:
             elif len(command) > _INLINE_SPLIT_CHARS:
                 argv, assignments = await anyio.to_thread.run_sync(_split_command, command)
             else:
-                argv, assignments = _split_command(command)
+                words, pairs = _split_short(command)
+                argv, assignments = list(words), dict(pairs)
         except ValueError as exc:
             return BashResponse(error=str(exc))
         notice = None
