@@ -339,6 +339,33 @@ class _HeadBuffers(threading.local):
 
 _HEAD_BUFFERS = _HeadBuffers()
 
+# The kernel copies cached pages out with ``rep movsb``, which on some CPUs
+# (AMD Zen among them) runs at a sixth of its speed when the destination
+# starts a few bytes past a page boundary: where glibc puts every large
+# allocation (16 bytes past its mapping's start). A 320 KiB head took
+# 125 us there and 20 us from a start aligned to this many bytes.
+_ALIGN = 64
+
+
+def _address(buffer: bytearray) -> int:
+    view = (ctypes.c_char * 1).from_buffer(buffer)
+    try:
+        return ctypes.addressof(view)
+    finally:
+        del view  # the export ends here, so the buffer can be resized again
+
+
+def _head_buffer(size: int) -> bytearray:
+    """This thread's head buffer of `size` bytes, its start aligned to `_ALIGN`."""
+    buffer = _HEAD_BUFFERS.buffer
+    if len(buffer) != size:
+        buffer = bytearray(size + _ALIGN)
+        # Deleting from the front moves a bytearray's start without a copy.
+        del buffer[: -_address(buffer) % _ALIGN]
+        del buffer[size:]
+        _HEAD_BUFFERS.buffer = buffer
+    return buffer
+
 
 def _read_head_nowait(fd: int, size: int) -> bytearray:
     """The first `size` bytes of `fd` (fewer at its end) from the page cache.
@@ -350,9 +377,7 @@ def _read_head_nowait(fd: int, size: int) -> bytearray:
     head read. A short read (a file that shrank) gives a copy instead.
     EAGAIN (a page not cached) and EOPNOTSUPP are raised as `OSError`.
     """
-    buffer = _HEAD_BUFFERS.buffer
-    if len(buffer) != size:
-        buffer = _HEAD_BUFFERS.buffer = bytearray(size)
+    buffer = _head_buffer(size)
     total = 0
     with memoryview(buffer) as view:
         while total < size:
