@@ -65,6 +65,9 @@ _FIRST_CHUNK = 1 << 16
 # whose faults cost more than the decoding; pieces this size are reused by
 # the allocator from one to the next.
 _BULK_BYTES = 1 << 16
+# ... and at most this many bytes for each line still wanted: the last few
+# lines of a window need not decode (and copy past them) a whole piece.
+_LOOK_PER_LINE = 256
 # Enough bytes for MAX_LINE_CHARS characters of up to 4 bytes each, plus one
 # character to tell "exactly at the limit" from "over it".
 _KEEP_BYTES = (MAX_LINE_CHARS + 1) * 4
@@ -225,11 +228,12 @@ class _Lines:
             self._pos = len(self._buf)
         return count + (last != b"\n")
 
-    def block(self, room: int) -> tuple[bytes | bytearray, int, int] | None:
+    def block(self, room: int, lines: int) -> tuple[bytes | bytearray, int, int] | None:
         """``(buffer, start, end)``: complete lines ahead in ``buffer[start:end]``, not consumed.
 
-        Only the next `room` bytes, and at most `_BULK_BYTES`, are looked at
-        (rows never hold more; a bigger block is a bigger transient copy);
+        Only the next `room` bytes, at most `_BULK_BYTES` and `_LOOK_PER_LINE`
+        for each of the `lines` wanted, are looked at (rows never hold more;
+        a bigger block is a bigger transient copy);
         the caller keeps as many of the lines as it wants (counting them
         here cost a third of a top window's time). The buffer is not
         copied: the caller decodes the lines from it.
@@ -240,7 +244,7 @@ class _Lines:
         if not self._fill():
             return None
         buf, pos = self._buf, self._pos
-        look = pos + min(room, _BULK_BYTES)
+        look = pos + min(room, _BULK_BYTES, lines * _LOOK_PER_LINE)
         first = buf.find(b"\n", pos, look)
         if first < 0 or first - pos > MAX_LINE_CHARS:
             return None
@@ -409,7 +413,7 @@ def _bulk_rows(lines: _Lines, number: int, most: int, room: int) -> tuple[list[s
     output cap on its own. The block is decoded and split once; splitting
     the bytes into lines first cost as much again.
     """
-    found = lines.block(room)
+    found = lines.block(room, most)
     if found is None:
         return None
     buf, start, end = found
