@@ -334,7 +334,8 @@ def _read_nowait(fd: int, size: int, most: int) -> bytes | None:
 class _HeadBuffers(threading.local):
     """One buffer a thread reads heads into, kept from one read to the next."""
 
-    buffer = bytearray()
+    def __init__(self) -> None:
+        self.buffer = bytearray()
 
 
 _HEAD_BUFFERS = _HeadBuffers()

@@ -15,10 +15,11 @@ is unknown (None) and `next_offset` still says where to continue. When a hasher
 is given (file evidence for the coding toolkit) the whole stream is read
 anyway, so the count is complete.
 
-Windows of short lines take a bulk path: complete lines are split out of the
-buffer and decoded as one block, which keeps a 2,000-line window within a
-small factor of a plain Python loop; any line that needs care (too long,
-invalid UTF-8, over the output cap) falls back to the line-by-line path.
+Windows of short lines take a bulk path: complete lines are decoded from the
+buffer and split in pieces of at most 64 KiB, and the lines of all pieces
+are numbered in one join, which keeps a 2,000-line window within a small
+factor of a plain Python loop; any line that needs care (too long, invalid
+UTF-8, over the output cap) falls back to the line-by-line path.
 """
 
 from __future__ import annotations
