@@ -715,10 +715,14 @@ def test_a_window_decoded_in_small_pieces_reads_like_one_line_at_a_time(
     from lionfactory.tools import _reader_window as window_module
 
     data = b"".join(line.encode("utf-8", "surrogatepass") + ending for line in lines)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(window_module, "_BULK_BYTES", piece_bytes)
-        patch.setattr(window_module, "MAX_OUTPUT_BYTES", output_bytes)
-        pieces = window_module.read_window(io.BytesIO(data), offset=offset, limit=limit)
-        patch.setattr(window_module, "_bulk_rows", lambda *args: None)
-        single = window_module.read_window(io.BytesIO(data), offset=offset, limit=limit)
-    assert pieces == single
+    windows = []
+    for bulk in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(window_module, "MAX_OUTPUT_BYTES", output_bytes)
+            if bulk:
+                patch.setattr(window_module, "_BULK_BYTES", piece_bytes)
+            else:  # every line by the line-by-line path
+                patch.setattr(window_module, "_bulk_rows", lambda *args: None)
+            windows.append(window_module.read_window(io.BytesIO(data), offset=offset, limit=limit))
+    in_pieces, line_by_line = windows
+    assert in_pieces == line_by_line
