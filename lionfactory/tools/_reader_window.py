@@ -15,10 +15,11 @@ is unknown (None) and `next_offset` still says where to continue. When a hasher
 is given (file evidence for the coding toolkit) the whole stream is read
 anyway, so the count is complete.
 
-Windows of short lines take a bulk path: complete lines are split out of the
-buffer and decoded as one block, which keeps a 2,000-line window within a
-small factor of a plain Python loop; any line that needs care (too long,
-invalid UTF-8, over the output cap) falls back to the line-by-line path.
+Windows of short lines take a bulk path: complete lines are decoded from the
+buffer and split in pieces of at most 64 KiB, and the lines of all pieces
+are numbered in one join, which keeps a 2,000-line window within a small
+factor of a plain Python loop; any line that needs care (too long, invalid
+UTF-8, over the output cap) falls back to the line-by-line path.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ _CHUNK = 1 << 20
 # needs a few hundred KiB at most, and reading a whole MiB for it would cost
 # more than building the rows.
 _FIRST_CHUNK = 1 << 16
+# The bulk path decodes and splits at most this many bytes at a time: one
+# block of a whole window (256 KiB) was decoded into fresh pages of memory,
+# whose faults cost more than the decoding; pieces this size are reused by
+# the allocator from one to the next.
+_BULK_BYTES = 1 << 16
+# ... and at most this many bytes for each line still wanted: the last few
+# lines of a window need not decode (and copy past them) a whole piece.
+_LOOK_PER_LINE = 256
 # Enough bytes for MAX_LINE_CHARS characters of up to 4 bytes each, plus one
 # character to tell "exactly at the limit" from "over it".
 _KEEP_BYTES = (MAX_LINE_CHARS + 1) * 4
@@ -220,12 +229,15 @@ class _Lines:
             self._pos = len(self._buf)
         return count + (last != b"\n")
 
-    def block(self, room: int) -> bytes | None:
-        """The complete lines ahead in the buffer, as one bytes object, not consumed.
+    def block(self, room: int, lines: int) -> tuple[bytes | bytearray, int, int] | None:
+        """``(buffer, start, end)``: complete lines ahead in ``buffer[start:end]``, not consumed.
 
-        Only the next `room` bytes are looked at (rows never hold more); the
-        caller keeps as many of the lines as it wants (counting them here
-        cost a third of a top window's time).
+        Only the next `room` bytes, at most `_BULK_BYTES` and `_LOOK_PER_LINE`
+        for each of the `lines` wanted, are looked at (rows never hold more;
+        a bigger block is a bigger transient copy);
+        the caller keeps as many of the lines as it wants (counting them
+        here cost a third of a top window's time). The buffer is not
+        copied: the caller decodes the lines from it.
         None when the first line does not end within them or is longer than
         `MAX_LINE_CHARS` bytes (it may need cutting): the line-by-line path
         takes it, instead of every later line paying for a look at it.
@@ -233,10 +245,11 @@ class _Lines:
         if not self._fill():
             return None
         buf, pos = self._buf, self._pos
-        first = buf.find(b"\n", pos, pos + room)
+        look = pos + min(room, _BULK_BYTES, lines * _LOOK_PER_LINE)
+        first = buf.find(b"\n", pos, look)
         if first < 0 or first - pos > MAX_LINE_CHARS:
             return None
-        return buf[pos : buf.rfind(b"\n", pos, pos + room) + 1]
+        return buf, pos, buf.rfind(b"\n", pos, look) + 1
 
     def consume(self, size: int) -> None:
         """Mark `size` bytes of the buffer as read (after `block`)."""
@@ -305,6 +318,11 @@ def read_window(
     if skipped < offset:
         return Window(content="", total_lines=skipped, next_offset=None, past_end=True)
     rows: list[str] = []
+    # Lines of the bulk path not yet made rows, the first numbered `run_from + 1`:
+    # the pieces of a window are made rows in one join (a join per piece
+    # and one of those cost a copy of the whole window more).
+    run: list[str] = []
+    run_from = offset
     out_bytes = 0
     cut_lines = 0
     replaced = False
@@ -314,11 +332,16 @@ def read_window(
     while number - offset < limit:
         bulk = _bulk_rows(lines, number, limit - (number - offset), MAX_OUTPUT_BYTES - out_bytes)
         if bulk is not None:
-            text, taken, row_bytes = bulk
-            rows.append(text)
-            number += taken
+            body, row_bytes = bulk
+            if not run:
+                run_from = number
+            run += body
+            number += len(body)
             out_bytes += row_bytes
             continue
+        if run:
+            rows.append(_numbered(run_from, run))
+            run = []
         line = lines.next_line()
         if line is None:
             break
@@ -334,6 +357,8 @@ def read_window(
         rows.append(row)
         cut_lines += cut
         replaced = replaced or bad
+    if run:
+        rows.append(_numbered(run_from, run))
     counted = lines.count_rest(None if hasher is not None else count_budget, size)
     rest = None if counted is None else unshown + counted
     return Window(
@@ -358,67 +383,94 @@ def _digits(first: int, last: int) -> int:
     return total
 
 
-def _first_lines(data: bytes, count: int) -> bytes:
-    """The first `count` lines of `data`, each with its newline (`data` holds more)."""
-    heads = data.split(b"\n", count)
+def _end_of_lines(view: memoryview, start: int, count: int) -> int:
+    """Where the first `count` lines from `start` end, newlines included (more follow)."""
+    heads = view[start:].tobytes().split(b"\n", count)
     del heads[-1]
-    return data[: sum(map(len, heads)) + count]
+    return start + sum(map(len, heads)) + count
 
 
-def _bulk_rows(lines: _Lines, number: int, most: int, room: int) -> tuple[str, int, int] | None:
-    """The rows of the next complete lines in the buffer, as one text, when they need no care.
+def _lines_within(buf: bytes | bytearray, start: int, end: int, most: int) -> bool:
+    """Whether no line of ``buf[start:end]`` (which ends with a newline) has over `most` bytes.
 
-    Returns ``(rows, lines taken, UTF-8 bytes incl. separators)`` and consumes
-    those lines, or None (nothing consumed) so that the line-by-line path
-    handles the next line: one that may need cutting, holds invalid UTF-8,
-    or would pass the output cap on its own. The block is decoded and split
-    once; splitting the bytes into lines first cost as much again.
+    From each line's start the last newline within reach is found, so a
+    window of short lines is crossed in steps of about `most` bytes.
     """
-    data = lines.block(room)
-    while data:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            # Keep the lines before the bad one; the per-line path replaces it.
-            data = data[: data.rfind(b"\n", 0, exc.start) + 1]
-            continue
-        crlf = data.count(b"\r\n") if b"\r" in data else 0
-        if crlf:
-            text = text.replace("\r\n", "\n")
-        # At most `most` lines: what follows them is left in one last piece,
-        # which is empty when the block holds no more (it ends with a newline).
-        body = text.split("\n", most)
-        rest = body.pop()
-        if rest:
-            if not crlf and text.isascii():
-                # One byte a character: the lines end where the rest begins
-                # (splitting the bytes again cost as much as the rows).
-                data = data[: len(data) - len(rest)]
-            else:
-                data = _first_lines(data, most)
-                crlf = data.count(b"\r\n") if crlf else 0
-        # A line that may need cutting goes to the per-line path, which
-        # counts a CR too: with CRs removed, one character less is the safe bound.
-        longest = MAX_LINE_CHARS - 1 if crlf else MAX_LINE_CHARS
-        if max(map(len, body)) > longest:
-            data = _first_lines(data, next(i for i, line in enumerate(body) if len(line) > longest))
-            continue
-        taken = len(body)
-        # Each row: its number, a tab, the line (without CR), a newline between rows.
-        size = (len(data) - crlf - taken) + _digits(number + 1, number + taken) + 2 * taken
-        if size > room:
-            # Rows are a little longer than their lines: keep proportionally fewer.
-            data = _first_lines(data, max(0, min(taken - 1, taken * room // size)))
-            continue
-        if number + taken <= _PREFIXED_ROWS:
-            pieces: list[str] = [""] * (2 * taken)
-            pieces[0::2] = _row_heads()[number + 1 : number + taken + 1]
-            pieces[0] = pieces[0][1:]  # no newline before the block's first row
-            pieces[1::2] = body
-            rows = "".join(pieces)
-        else:
-            numbers = range(number + 1, number + taken + 1)
-            rows = "\n".join([f"{n}\t{line}" for n, line in zip(numbers, body, strict=True)])
-        lines.consume(len(data))
-        return rows, taken, size
+    rfind = buf.rfind
+    while start < end:
+        start = rfind(b"\n", start, start + most + 1) + 1
+        if not start:
+            return False
+    return True
+
+
+def _bulk_rows(lines: _Lines, number: int, most: int, room: int) -> tuple[list[str], int] | None:
+    """The next complete lines in the buffer, decoded, when they need no care.
+
+    Returns ``(lines, UTF-8 bytes of their rows incl. separators)`` for at
+    most `most` lines, numbered from ``number + 1``, and consumes them; or
+    None (nothing consumed) so that the line-by-line path handles the next
+    line: one that may need cutting, holds invalid UTF-8, or would pass the
+    output cap on its own. The block is decoded and split once; splitting
+    the bytes into lines first cost as much again.
+    """
+    found = lines.block(room, most)
+    if found is None:
+        return None
+    buf, start, end = found
+    with memoryview(buf) as view:
+        while end > start:
+            try:
+                text = str(view[start:end], "utf-8")
+            except UnicodeDecodeError as exc:
+                # Keep the lines before the bad one; the per-line path replaces it.
+                end = buf.rfind(b"\n", start, start + exc.start) + 1
+                continue
+            crlf = buf.count(b"\r\n", start, end) if buf.find(b"\r", start, end) >= 0 else 0
+            if crlf:
+                text = text.replace("\r\n", "\n")
+            # At most `most` lines: what follows them is left in one last piece,
+            # which is empty when the block holds no more (it ends with a newline).
+            body = text.split("\n", most)
+            rest = body.pop()
+            if rest:
+                if not crlf and text.isascii():
+                    # One byte a character: the lines end where the rest begins
+                    # (splitting the bytes again cost as much as the rows).
+                    end -= len(rest)
+                else:
+                    end = _end_of_lines(view[:end], start, most)
+                    crlf = buf.count(b"\r\n", start, end) if crlf else 0
+            # A line that may need cutting goes to the per-line path, which
+            # counts a CR too: with CRs removed, one character less is the safe bound.
+            longest = MAX_LINE_CHARS - 1 if crlf else MAX_LINE_CHARS
+            # No line has more bytes than that (UTF-8 has at least one byte a
+            # character) settles it at a third of the cost of measuring every line.
+            if not _lines_within(buf, start, end, longest) and max(map(len, body)) > longest:
+                first_long = next(i for i, line in enumerate(body) if len(line) > longest)
+                end = _end_of_lines(view[:end], start, first_long)
+                continue
+            taken = len(body)
+            # Each row: its number, a tab, the line (without CR), a newline between rows.
+            size = (end - start - crlf - taken) + _digits(number + 1, number + taken) + 2 * taken
+            if size > room:
+                # Rows are a little longer than their lines: keep proportionally fewer.
+                keep = max(0, min(taken - 1, taken * room // size))
+                end = _end_of_lines(view[:end], start, keep)
+                continue
+            lines.consume(end - start)
+            return body, size
     return None
+
+
+def _numbered(number: int, body: list[str]) -> str:
+    """The rows of `body`, its lines numbered from ``number + 1``, joined by newlines."""
+    taken = len(body)
+    if number + taken <= _PREFIXED_ROWS:
+        pieces: list[str] = [""] * (2 * taken)
+        pieces[0::2] = _row_heads()[number + 1 : number + taken + 1]
+        pieces[0] = pieces[0][1:]  # no newline before the first row
+        pieces[1::2] = body
+        return "".join(pieces)
+    numbers = range(number + 1, number + taken + 1)
+    return "\n".join([f"{n}\t{line}" for n, line in zip(numbers, body, strict=True)])

@@ -235,20 +235,25 @@ class _Head:
     empty one is), so the head reads as the file would as long as the
     window stays inside it; a read at the head's end raises instead of
     looking like the end of the file. The chunks are sliced from the head
-    as the file's own reads would return them, without copying it whole.
+    as the file's own reads would return them; a read of the whole head
+    gives the head itself (a copy of it cost as much in page faults as
+    building the rows). The window reader only reads what it is given.
     """
 
     def __init__(self, data: bytes | bytearray) -> None:
-        self._view = memoryview(data)
+        self._data = data
         self._pos = 0
 
-    def read(self, size: int = -1, /) -> bytes:
-        if self._pos >= len(self._view):
+    def read(self, size: int = -1, /) -> bytes | bytearray:
+        data, pos = self._data, self._pos
+        if pos >= len(data):
             raise _PastHead
-        end = len(self._view) if size < 0 else self._pos + size
-        chunk = bytes(self._view[self._pos : end])
-        self._pos += len(chunk)
-        return chunk
+        end = len(data) if size < 0 else min(pos + size, len(data))
+        self._pos = end
+        if pos == 0 and end == len(data):
+            return data
+        with memoryview(data) as view:
+            return bytes(view[pos:end])
 
     def seek(self, offset: int, whence: int = 0, /) -> int:
         if whence != 0:

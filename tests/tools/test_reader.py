@@ -685,3 +685,44 @@ def test_whole_blocks_of_rows_read_like_one_line_at_a_time(
         patch.setattr(window_module, "_bulk_rows", lambda *args: None)
         single = window_module.read_window(io.BytesIO(data), offset=offset, limit=limit)
     assert bulk == single
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=_WINDOW_LINES,
+    ending=st.sampled_from([b"\n", b"\r\n"]),
+    offset=st.integers(0, 4),
+    limit=st.integers(1, 40),
+    piece_bytes=st.integers(1, 160),
+    output_bytes=st.integers(1, 900) | st.just(256 * 1024),
+)
+def test_a_window_decoded_in_small_pieces_reads_like_one_line_at_a_time(
+    lines: list[str],
+    ending: bytes,
+    offset: int,
+    limit: int,
+    piece_bytes: int,
+    output_bytes: int,
+) -> None:
+    """A window whose lines span many bulk pieces gives the line-by-line window.
+
+    The bulk path decodes at most `_BULK_BYTES` at a time and numbers the
+    lines of all its pieces in one go; a piece boundary anywhere (inside a
+    line too) must not change a row, its number, the cap or the count.
+    """
+    import io
+
+    from lionfactory.tools import _reader_window as window_module
+
+    data = b"".join(line.encode("utf-8", "surrogatepass") + ending for line in lines)
+    windows = []
+    for bulk in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(window_module, "MAX_OUTPUT_BYTES", output_bytes)
+            if bulk:
+                patch.setattr(window_module, "_BULK_BYTES", piece_bytes)
+            else:  # every line by the line-by-line path
+                patch.setattr(window_module, "_bulk_rows", lambda *args: None)
+            windows.append(window_module.read_window(io.BytesIO(data), offset=offset, limit=limit))
+    in_pieces, line_by_line = windows
+    assert in_pieces == line_by_line
