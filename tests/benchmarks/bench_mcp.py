@@ -263,9 +263,12 @@ Profile findings (``python -X importtime -m lionfactory mcp serve``, and
   a line-break regular expression over all 45 KB (the fourth round's 9%:
   0.33 ms of cProfile self-time a reply; 1.5-2 ms of wall time in
   ``timeit`` at load 14): a stored event now goes out as its frame's bytes
-  (`lionfactory.mcp._events.sse_frame`, the same bytes). The HTTP row did
-  not move measurably with it (0.79x before and after, back to back, at
-  load 12-19). Against both servers the official client closes each SSE
+  (`lionfactory.mcp._events.sse_frame`, the same bytes). The HTTP row shows
+  no effect through its noise: 0.55x, 0.79x and 1.05x without it, 0.79x,
+  0.75x and 0.61x with it (six runs of one session, load 4-19, old and new
+  trees alternated), so it does not reach 1x; what the row leaves on the
+  table is the client's share and the per-session and resumability costs
+  above. Against both servers the official client closes each SSE
   response after the result event, before its last chunk, so every call
   opens a new TCP connection.
 """
