@@ -236,6 +236,41 @@ Profile findings (``python -X importtime -m lionfactory mcp serve``, and
   size count (a second JSON dump of each 45 KB reply, about 0.1 ms) and the
   priming event it makes the SDK send on every stream, and the result's
   validation into ``CallToolResult`` (30 us).
+* Ninth round (one captured HTTP reply of each server; cProfile of both
+  servers under a raw keep-alive driver; client and server CPU from
+  ``/proc`` and ``getrusage`` over 20 sessions of 30 reads; a shared 2-core
+  machine at load 5-19). What the client receives: the bare server's reply
+  is 41.6 KB and carries the file twice as well (the text block, and
+  ``structuredContent`` ``{"result": text}``, which ``MCPServer`` makes of
+  a ``str`` return); ours is 45.0 KB (the text block is the JSON of the
+  reader's nine fields, 22,129 characters, and ``structuredContent`` is
+  those fields: the numbered rows, 21,395 characters, the hash, the line
+  count). The specification asks a tool that returns structured content to
+  also return its serialized JSON in a text block ("SHOULD", for clients
+  that read only ``content``), so the text stays, and the size (8% more)
+  does not explain the gap. The comparison is unchanged, with these known
+  differences: ours keeps its streams resumable (an event store, and a
+  priming event before each reply, one more SSE event and one more write
+  per call, which the bare server, without a store, never sends); it lists
+  the coding toolkit's tools, and the official client fetches that listing
+  on a session's first call and checks every reply against the reader's
+  nine-field ``outputSchema``; and it builds a branch per session. A
+  session's first call cost ours 16-20 ms of server CPU and 20-28 ms of
+  client CPU, the bare server 4.5-11 and 8-15. Per read, the client spent
+  about what the server did (2.5-5.8 ms each at these loads, noisy): 4.4-5.8
+  ms on our replies, 2.6-5.3 on the bare server's. Both servers' replies
+  went through sse_starlette's encoding, which splits each event's data on
+  a line-break regular expression over all 45 KB (the fourth round's 9%:
+  0.33 ms of cProfile self-time a reply; 1.5-2 ms of wall time in
+  ``timeit`` at load 14): a stored event now goes out as its frame's bytes
+  (`lionfactory.mcp._events.sse_frame`, the same bytes). The HTTP row shows
+  no effect through its noise: 0.55x, 0.79x and 1.05x without it, 0.79x,
+  0.75x and 0.61x with it (six runs of one session, load 4-19, old and new
+  trees alternated), so it does not reach 1x; what the row leaves on the
+  table is the client's share and the per-session and resumability costs
+  above. Against both servers the official client closes each SSE
+  response after the result event, before its last chunk, so every call
+  opens a new TCP connection.
 """
 
 from __future__ import annotations

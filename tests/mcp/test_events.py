@@ -6,8 +6,9 @@ from typing import Any
 
 from mcp import types
 from mcp.server.streamable_http import EventMessage
+from sse_starlette.event import ServerSentEvent, ensure_bytes
 
-from lionfactory.mcp._events import BoundedEventStore
+from lionfactory.mcp._events import BoundedEventStore, sse_frame
 
 
 def note(i: int, size: int = 10) -> Any:
@@ -85,13 +86,23 @@ async def test_the_transport_sends_the_kept_json_without_dumping_again() -> None
     transport = StreamableHTTPServerTransport(None, event_store=store)
     message = note(1)
     event_id = await store.store_event("a", message)
-    assert transport._create_event_data(EventMessage(message, event_id)) == {
-        "event": "message",
-        "data": store.json_of(event_id),
-        "id": event_id,
-    }
+    # Already framed, and framed as sse_starlette frames the SDK's event.
+    sdk_event = {"event": "message", "data": store.json_of(event_id), "id": event_id}
+    sent = transport._create_event_data(EventMessage(message, event_id))
+    assert sent == ensure_bytes(sdk_event, ServerSentEvent.DEFAULT_SEPARATOR)
+    assert ensure_bytes(sent, ServerSentEvent.DEFAULT_SEPARATOR) == sent  # passed through as is
     # An event the store no longer holds is dumped as the SDK dumps it.
     other = note(2)
     assert transport._create_event_data(EventMessage(other, "gone"))["data"] == (
         other.model_dump_json(by_alias=True, exclude_unset=True)
     )
+
+
+def test_a_frame_is_the_bytes_sse_starlette_makes_of_the_event() -> None:
+    sep = ServerSentEvent.DEFAULT_SEPARATOR
+    for data in ('{"text":"caf\u00e9 \\n \u2028 \U0001f600"}', "", '{"a":1}' * 5_000):
+        expected = ensure_bytes({"event": "message", "data": data, "id": "e1"}, sep)
+        assert sse_frame(data, "e1") == expected
+    # A line break would make several data lines: left to sse_starlette's encoding.
+    assert sse_frame("one\ntwo", "e1") is None and sse_frame("one\rtwo", "e1") is None
+    assert sse_frame("{}", "e\n1") is None
