@@ -144,14 +144,26 @@ def _cached_pages(path: Path) -> int | None:
 
 
 async def test_a_file_not_in_the_page_cache_is_read_in_a_worker_thread(workspace: Path) -> None:
+    """A no-wait read of pages not in the cache fails, and the reader goes to a thread.
+
+    Not on every try: a no-wait read that misses still starts the kernel's
+    readahead, and when the disk answers before the kernel looks at the
+    page again the read returns the data without having waited (seen here
+    in 11 of 200 tries on a virtio disk). So each try drops the pages and
+    reads; every answer must be right, and the thread must have been taken
+    at least once in ten tries (all ten filled at once: odds near 1e-13).
+    """
     path = workspace / "cold.txt"
     path.write_text("".join(f"line {i}\n" for i in range(2000)))
-    if not _drop_from_page_cache(path):
-        pytest.skip("the pages could not be dropped here (tmpfs keeps them), or no fincore")
     reader = reader_tool(workspace_root=workspace)
-    waited, result = await needs_a_thread(lambda: reader(action="read", path="cold.txt"))
-    assert waited
-    assert result["success"] and result["total_lines"] == 2000
+    threaded = 0
+    for _ in range(10):
+        if not _drop_from_page_cache(path):
+            pytest.skip("the pages could not be dropped here (tmpfs keeps them), or no fincore")
+        waited, result = await needs_a_thread(lambda: reader(action="read", path="cold.txt"))
+        assert result["success"] and result["total_lines"] == 2000
+        threaded += waited
+    assert threaded
 
 
 @pytest.mark.parametrize("case", ["large", "link", "fifo", "directory", "key", "missing"])
