@@ -56,6 +56,35 @@ def test_a_file_that_grows_after_its_fstat_is_refused_not_cut(workspace: Path) -
             read_capped(stream, "log", 10)
 
 
+def test_a_file_that_grows_while_it_is_read_is_read_on_to_the_cap(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read stops at the size `fstat` gave only when nothing follows it.
+
+    The file grows right after `read_capped`'s own ``fstat``, the moment a
+    writer could slip in; what it wrote is read too, up to the cap.
+    """
+    path = workspace / "log"
+    path.write_bytes(b"a" * 5)
+    stream, _ = open_regular(Workspace.at(workspace).locate("log"), max_bytes=100)
+    real_fstat = os.fstat
+
+    def fstat_then_grow(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        monkeypatch.setattr(os, "fstat", real_fstat)
+        with open(path, "ab") as writer:
+            writer.write(b"b" * 20)
+        return st
+
+    monkeypatch.setattr(os, "fstat", fstat_then_grow)
+    with stream:
+        assert read_capped(stream, "log", 100) == b"a" * 5 + b"b" * 20
+        stream.seek(0)
+        path.write_bytes(b"c" * 101)
+        with pytest.raises(FileRefused, match="larger than 100 bytes"):
+            read_capped(stream, "log", 100)
+
+
 def test_workspace_refusals_pass_through(workspace: Path) -> None:
     (workspace / "out").symlink_to("/etc/hostname")
     with pytest.raises(PathRefused):
