@@ -44,7 +44,7 @@ import attrs
 from lionfactory._call import current_call
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, server_isolation, workspace_isolation
-from lionfactory._os.regular import FileRefused, open_regular
+from lionfactory._os.regular import FileRefused, read_regular
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory.tools._lsp import LspClient, LspError, char_column
 
@@ -320,21 +320,12 @@ def _read_text(
             says why); otherwise that is None too.
     """
     try:
-        stream, st = open_regular(workspace.locate(str(path)), max_bytes=_MAX_SYNC_BYTES)
-        with stream:
-            # The size `fstat` gave and a byte more, not the cap: a read of the
-            # cap allocates its 5 MB first, which took half the time of reading
-            # a 600-line file. A file that grew since then is read on to the cap.
-            data = stream.read(st.st_size + 1)
-            if len(data) > st.st_size:
-                data += stream.read(_MAX_SYNC_BYTES + 1 - len(data))
+        data, st = read_regular(workspace.locate(str(path)), _MAX_SYNC_BYTES)
     except PathRefused:
         if strict:
             raise
         return None
     except (OSError, FileRefused):
-        return None
-    if len(data) > _MAX_SYNC_BYTES:
         return None
     try:
         return data.decode("utf-8"), (st.st_mtime_ns, st.st_size)
