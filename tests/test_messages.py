@@ -568,20 +568,34 @@ def test_messages_from_json_fill_what_a_hand_written_record_leaves_out() -> None
     assert message.__pydantic_fields_set__ == {"role", "content"}
 
 
+_REFUSED_WHOLE = [
+    b'[{"role": "user", "content": "a\\ud800"}]',  # a lone surrogate
+    b'[{"role": "user", "content": "x", "extra": 1}]',
+    b'[{"role": "robot", "content": "x"}]',
+    b'[{"role": "user", "content": 5}]',
+    b'[{"role": "user", "tool_calls": [{"name": "t", "oops": 1}]}]',
+    b'{"role": "user"}',
+    b"[1]",
+    b"not json",
+]
+"""Arrays `TypeAdapter(list[Message])` refuses, as a record written whole."""
+
+_REFUSED_COMPACT = [
+    b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "tool": 5}]',
+    b'[{"id": "x", "role": "robot", "created_at": "2026-01-01T00:00:00Z"}]',
+    b'[{"id": "x", "role": "user", "created_at": "then"}]',
+    b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "oops": 1}]',
+    b'[{"id": "x", "created_at": "2026-01-01T00:00:00Z"}]',
+    b'[{"role": "user", "content": "a\\ud800"}]',
+]
+"""Arrays it refuses, as a compact record (`messages_to_compact_json`'s form)."""
+
+
 @pytest.mark.parametrize(
-    "data",
-    [
-        b'[{"role": "user", "content": "a\\ud800"}]',  # a lone surrogate
-        b'[{"role": "user", "content": "x", "extra": 1}]',
-        b'[{"role": "robot", "content": "x"}]',
-        b'[{"role": "user", "content": 5}]',
-        b'[{"role": "user", "tool_calls": [{"name": "t", "oops": 1}]}]',
-        b'{"role": "user"}',
-        b"[1]",
-        b"not json",
-    ],
+    ("data", "compact"),
+    [*((data, False) for data in _REFUSED_WHOLE), *((data, True) for data in _REFUSED_COMPACT)],
 )
-def test_messages_from_json_refuse_what_validation_refuses(data: bytes) -> None:
+def test_messages_from_json_refuse_what_validation_refuses(data: bytes, compact: bool) -> None:
     from pydantic import TypeAdapter
 
     from lionfactory._messages import messages_from_json
@@ -589,7 +603,7 @@ def test_messages_from_json_refuse_what_validation_refuses(data: bytes) -> None:
     with pytest.raises(ValidationError):
         TypeAdapter(list[Message]).validate_json(data)
     with pytest.raises(ValidationError):
-        messages_from_json(data)
+        messages_from_json(data, defaults_left_out=compact)
 
 
 def test_compact_json_leaves_out_defaults_and_reads_back_the_same_messages() -> None:
@@ -649,26 +663,4 @@ def test_compact_json_needs_what_the_compact_writer_always_writes(data: bytes) -
         [message] = messages_from_json(data)
         assert message.content == "hi" and message.id
     with pytest.raises(ValidationError, match="Field required"):
-        messages_from_json(data, defaults_left_out=True)
-
-
-@pytest.mark.parametrize(
-    "data",
-    [
-        b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "tool": 5}]',
-        b'[{"id": "x", "role": "robot", "created_at": "2026-01-01T00:00:00Z"}]',
-        b'[{"id": "x", "role": "user", "created_at": "then"}]',
-        b'[{"id": "x", "role": "user", "created_at": "2026-01-01T00:00:00Z", "oops": 1}]',
-        b'[{"id": "x", "created_at": "2026-01-01T00:00:00Z"}]',
-        b'[{"role": "user", "content": "a\\ud800"}]',
-    ],
-)
-def test_compact_json_refuses_what_validation_refuses(data: bytes) -> None:
-    from pydantic import TypeAdapter
-
-    from lionfactory._messages import messages_from_json
-
-    with pytest.raises(ValidationError):
-        TypeAdapter(list[Message]).validate_json(data)
-    with pytest.raises(ValidationError):
         messages_from_json(data, defaults_left_out=True)
