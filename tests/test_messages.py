@@ -534,21 +534,30 @@ def _as_json(messages: list[Message]) -> bytes:
     return TypeAdapter(list[Message]).dump_json(messages)
 
 
+def _varied_messages() -> list[Message]:
+    """Messages of every role, with fields left at their defaults and fields set, text not ASCII."""
+    return [
+        Message(role="system", content="sys"),
+        Message(role="user", content="", sender="a", recipient="b", channel="c"),
+        Message(
+            role="assistant",
+            tool_calls=(
+                ToolCall(name="t", arguments={"x": [1, {"y": None}]}),
+                ToolCall(name="u", arguments_error="bad"),
+            ),
+            metadata={"k": {"n": None}},
+        ),
+        Message(role="tool", content='{"ok": true}', call_id="c1", tool="t"),
+        Message(role="user", content="héllo ✓ \u2028"),
+    ]
+
+
 def test_messages_from_json_are_the_messages_validation_builds() -> None:
     from pydantic import TypeAdapter
 
     from lionfactory._messages import messages_from_json
 
-    messages = [
-        Message(role="system", content="sys"),
-        Message(role="user", content="héllo ✓", sender="a", recipient="b", channel="c"),
-        Message(
-            role="assistant",
-            tool_calls=(ToolCall(name="t", arguments={"x": [1, {"y": None}]}),),
-            metadata={"k": {"n": 1}},
-        ),
-        Message(role="tool", content='{"ok": true}', call_id="c1", tool="t"),
-    ]
+    messages = _varied_messages()
     data = _as_json(messages)
     got = messages_from_json(data)
     expected = TypeAdapter(list[Message]).validate_json(data)
@@ -610,19 +619,7 @@ def test_compact_json_leaves_out_defaults_and_reads_back_the_same_messages() -> 
     from lionfactory import _messages
     from lionfactory._messages import messages_from_json, messages_to_compact_json
 
-    messages = [
-        Message(role="system", content="sys"),
-        Message(role="user", content="", sender="a", recipient="b", channel="c"),
-        Message(
-            role="assistant",
-            tool_calls=(
-                ToolCall(name="t", arguments={"x": [1, {"y": None}]}),
-                ToolCall(name="u", arguments_error="bad"),
-            ),
-            metadata={"k": {"n": None}},
-        ),
-        Message(role="tool", content='{"ok": true}', call_id="c1", tool="t"),
-    ]
+    messages = _varied_messages()
     messages_to_compact_json(messages)
     ids_before = len(_messages._IDS)
     data = messages_to_compact_json(messages)
