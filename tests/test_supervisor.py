@@ -528,3 +528,13 @@ async def test_a_signal_ignored_where_the_supervisor_starts_stays_ignored_in_its
     assert ignored & (1 << (signal.SIGUSR2 - 1))
     assert not ignored & (1 << (signal.SIGPIPE - 1))
     assert int(status_field(result.stdout, "SigCgt"), 16) == 0
+
+
+def test_the_host_reads_a_runners_answer_in_the_format_the_runner_packs_it() -> None:
+    """The wire format is written twice: the runner's script is never imported by the package."""
+    from lionfactory._os import supervisor, supervisor_main
+
+    assert supervisor._ANSWER.format == supervisor_main.ANSWER.format
+    packed = supervisor_main.ANSWER.pack(9 << 8, 4242)
+    assert supervisor._ANSWER.unpack(packed) == (9 << 8, 4242)
+    assert supervisor_main.read_answer(packed) == {"status": 9 << 8, "pid": 4242}
