@@ -612,6 +612,25 @@ def prewarm_secrets(isolation: Isolation) -> None:
         _WATCH.prewarm([str(tree) for tree in trees])
 
 
+def secrets_walked(isolation: Isolation) -> None:
+    """Block until the first walk of a confined isolation's toolchain trees is done.
+
+    The first confined launch waits for that walk before anything starts
+    (it needs every credential file to hide), so waiting here first costs a
+    caller nothing it would not wait for anyway; it lets a caller that
+    allows something else a few seconds (the first snapshot's wait) start
+    that clock once launching can begin, not while the walk still runs.
+    Once walked, this reads the queued events and returns.
+    """
+    if not isolation.confined:
+        return
+    for tree in _toolchain_trees(isolation.policy, _effective_exposed(isolation.policy)):
+        try:
+            _tree_secrets(tree)
+        except OSError:
+            return  # the launch asks again and reports it
+
+
 def _prefix_secrets(policy: Policy, shown: Iterable[Path]) -> tuple[tuple[Path, bool], ...]:
     """What to hide again inside the shown toolchain trees: (path, is a folder).
 

@@ -46,7 +46,7 @@ import attrs
 
 from lionfactory._call import current_call
 from lionfactory._checkpoints import Checkpoint, CheckpointEntry, RewindOptions, RewindReport
-from lionfactory._os.isolation import Isolation
+from lionfactory._os.isolation import Isolation, secrets_walked
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._restore import (
     Op,
@@ -375,7 +375,7 @@ class Checkpointer:
                     base.first_seen.setdefault(path, found_entry)
                 state = (last or State(None, base=base.id)).with_paths(found)
                 return self._record(store, tool, state, extra, paths)
-            waited = paths is None and await base.wait(self.limits.first_snapshot_wait)
+            waited = paths is None and await self._wait_base(base)
             if waited and base.snap is not None:
                 # Just taken, while this call waited: it is the state before the call.
                 snap = base.snap
@@ -436,6 +436,19 @@ class Checkpointer:
         entry = CheckpointEntry(checkpoint, {**extra, "before": state.to_data(), "paths": paths})
         self.branch.checkpoint_log.add(entry)
         return entry
+
+    async def _wait_base(self, base: BaseSnapshot) -> bool:
+        """Wait for the first snapshot, `Limits.first_snapshot_wait` seconds of its own.
+
+        The clock starts once confined programs can launch: the first launch
+        of a process waits for the walk of the toolchain's trees for
+        credentials (seconds on a loaded machine), and the snapshot's git and
+        this call's command both wait for it alike, so that wait is neither
+        the snapshot's slowness nor a delay this call would have avoided.
+        """
+        if self.isolation is not None and self.isolation.confined:
+            await anyio.to_thread.run_sync(secrets_walked, self.isolation, abandon_on_cancel=True)
+        return await base.wait(self.limits.first_snapshot_wait)
 
     def _start_base(self, store: SnapshotStore, *, now: bool) -> BaseSnapshot:
         # The module function, not a bound method: the process-wide table of first

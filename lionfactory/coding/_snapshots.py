@@ -124,7 +124,9 @@ class Limits:
         max_store_bytes: the store's size above which the oldest are pruned.
         first_snapshot_wait: seconds a call that needs a full snapshot (bash,
             a job, a merge) waits for the workspace's first snapshot, taken
-            in the background, before it runs with a partial checkpoint.
+            in the background, before it runs with a partial checkpoint;
+            counted from when confined programs can launch (the first launch
+            of a process waits for the toolchain's credential walk first).
     """
 
     max_file_bytes: int = 20 * 1024 * 1024

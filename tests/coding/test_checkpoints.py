@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -842,6 +843,44 @@ async def test_a_command_that_outruns_the_first_snapshot_gets_a_partial_checkpoi
     await bash(branch, "rm made.txt")
     report = await branch.rewind(branch.checkpoints[-1].id, scope="code")
     assert report.restored == ("made.txt",)
+
+
+async def test_the_first_snapshot_wait_starts_once_the_toolchain_walk_is_done(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first command of the process is not partial because the credential walk was slow.
+
+    The first confined launch waits for the walk of the toolchain's trees
+    (seconds under load, over the whole venv and pyenv); the snapshot's git
+    waits for it too. Here the walk of a toolchain tree takes 4 s and the
+    snapshot is allowed 2 s: counted from the call, the command would run
+    with a partial checkpoint; counted from when launching can begin, the
+    snapshot of a small tree is done in time.
+    """
+    from lionfactory._os import isolation as isolation_module
+
+    toolchain = tmp_path / "toolchain"
+    (toolchain / "bin").mkdir(parents=True)
+    watch = isolation_module._WATCH
+    walk = watch._walk_apart
+    walks: list[float] = []
+
+    def slow_walk(fd: int, top: str, *, apart: bool = False) -> Any:
+        if top == str(toolchain):
+            time.sleep(4.0)
+            walks.append(time.monotonic())
+        return walk(fd, top, apart=apart)
+
+    monkeypatch.setattr(watch, "_walk_apart", slow_walk)
+    (workspace / "a.txt").write_text("a\n")
+    branch = kit_branch(workspace, tools=["bash", "checkpoint"], exposed_paths=[toolchain])
+    branch.checkpoint_log.rewinder.limits = Limits(first_snapshot_wait=2.0)  # type: ignore[union-attr]
+    await bash(branch, "echo made > made.txt")
+    assert walks, "the toolchain tree was walked while the call waited"
+    [entry] = branch.checkpoint_log.entries
+    assert "partial" not in entry.data, entry.data["partial"]
+    report = await branch.rewind(entry.checkpoint.id, scope="code")
+    assert report.deleted == ("made.txt",)
 
 
 async def test_closing_the_branch_cancels_its_first_snapshot(workspace: Path) -> None:
