@@ -114,26 +114,38 @@ def _accepts_only_text(schema: Mapping[str, Any]) -> bool:
 def parse_assignments(
     items: Sequence[str], properties: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Turn ``key=value`` words into tool arguments.
+    """Turn ``key=value`` words, or one JSON object, into tool arguments.
 
     A value is parsed as JSON when it parses (``10``, ``true``, ``null``,
     ``["a", "b"]``, ``{"k": 1}``), else it is the plain string. A property
     whose schema accepts only a string keeps the text as typed, so
     ``path=2024`` stays ``"2024"`` and ``content=true`` stays ``"true"``.
 
+    A single word that starts with ``{`` is the call's arguments as one
+    JSON object, exactly as a model sends them (a call copied from a log
+    or a transcript); no ``key=value`` word starts with ``{``, since a key
+    is a field name.
+
     Args:
-        items: the words, each ``key=value`` (the value may be empty).
+        items: the words, each ``key=value`` (the value may be empty), or
+            one JSON object.
         properties: the tool's ``inputSchema["properties"]``, if known.
 
     Raises:
-        ValueError: a word has no ``=``, an empty key, or repeats a key.
+        ValueError: a word has no ``=``, an empty key, or repeats a key; a
+            JSON object that does not parse, or is not an object.
     """
+    if len(items) == 1 and items[0].lstrip().startswith("{"):
+        return _json_arguments(items[0])
     properties = properties or {}
     out: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"arguments are key=value words, got {item!r}")
+            raise ValueError(
+                f"arguments are key=value words or one JSON object, got {item!r}"
+                + (" (a JSON object is the only argument)" if item.lstrip()[:1] == "{" else "")
+            )
         if key in out:
             raise ValueError(f"argument {key!r} given twice")
         schema = properties.get(key)
@@ -145,6 +157,17 @@ def parse_assignments(
         except ValueError:
             out[key] = text
     return out
+
+
+def _json_arguments(text: str) -> dict[str, Any]:
+    """The call's arguments given as one JSON object word (see `parse_assignments`)."""
+    try:
+        arguments = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise ValueError(f"the arguments are not a valid JSON object: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"the arguments must be one JSON object, got {type(arguments).__name__}")
+    return arguments
 
 
 def cli_factories(
@@ -240,12 +263,18 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Run one call of a built-in tool. Arguments are key=value words; values that parse "
             "as JSON (numbers, true/false, null, lists, objects) are passed as JSON, others as "
-            "text, and a field that only takes text always gets the text. Exit status: 0 on "
-            "success, 1 when the tool reports a failure, 2 on invalid input."
+            "text, and a field that only takes text always gets the text. One JSON object "
+            'instead (\'{"path": "a.py"}\') is the arguments as a model sends them. Exit '
+            "status: 0 on success, 1 when the tool reports a failure, 2 on invalid input."
         ),
     )
     call.add_argument("tool", metavar="TOOL", help=f"one of: {', '.join(BUILTIN_TOOLS)}")
-    call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="the tool's arguments")
+    call.add_argument(
+        "arguments",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="the tool's arguments (or one JSON object)",
+    )
     _add_workspace(call)
     call.add_argument("--json", action="store_true", help="print the whole response as JSON")
     call.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -226,6 +227,43 @@ def test_a_text_only_field_keeps_its_text() -> None:
 def test_a_repeated_key_is_refused() -> None:
     with pytest.raises(ValueError, match="'a' given twice"):
         parse_assignments(["a=1", "a=2"])
+
+
+def test_one_json_object_is_the_arguments_as_a_model_sends_them() -> None:
+    """A call copied from a transcript: types as written, text fields included."""
+    properties = {"path": {"type": "string"}, "limit": {"type": "integer"}}
+    assert parse_assignments(['  {"path": "a=b.py", "limit": 5}'], properties) == {
+        "path": "a=b.py",
+        "limit": 5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (['{"path": "a.py"'], "not a valid JSON object"),
+        (["[" * 100_000], "key=value words or one JSON object"),
+        (["{" * 100_000], "not a valid JSON object"),
+        (['{"path": "a.py"}', "limit=1"], "a JSON object is the only argument"),
+        (["a.py"], "key=value words or one JSON object, got 'a.py'"),
+    ],
+)
+def test_malformed_arguments_are_refused_with_what_to_do(words: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_assignments(words)
+
+
+def test_call_takes_a_json_object_and_refuses_a_broken_one(tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text("# Title\n")
+    ok = run_cli("call", "reader", '{"action": "read", "path": "notes.md"}', cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "# Title" in ok.stdout
+    broken = run_cli("call", "reader", '{"path": ', cwd=tmp_path)
+    assert broken.returncode == 2
+    assert "not a valid JSON object" in broken.stderr
+    unknown = run_cli("call", "reader", '{"action": "read", "pth": "notes.md"}', cwd=tmp_path)
+    assert unknown.returncode == 2, unknown.stdout
+    assert "pth" in unknown.stderr + unknown.stdout
 
 
 def test_the_package_and_the_cli_do_not_import_the_mcp_sdk() -> None:
