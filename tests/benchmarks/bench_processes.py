@@ -10,7 +10,11 @@
   the containment argv a call would run without the supervisor (a fresh
   ``bwrap`` each);
   for information, the same through ``anyio.open_process`` directly, the
-  floor of any anyio-based runner on this machine;
+  floor of any anyio-based runner on this machine; and against the same N
+  calls of lionagi's own ``bash_tool`` (the framework lionfactory improves
+  on; the ``lionagi`` extra, installed with ``dev``), whose
+  ``subprocess.run`` in a worker thread neither isolates the command nor
+  makes sure nothing outlives it (target: at most 1.0x, ahead of it);
 * M concurrent ``sleep S`` calls through ``branch.act_many`` (target: the
   wall time stays under 2 x S, i.e. the calls really run in parallel);
 * for each isolation mechanism available here (bwrap, landlock): N sequential
@@ -76,6 +80,15 @@ def run(size: Size) -> list[Row]:
                 if result["return_code"] != 0:
                     raise RuntimeError(f"bash true failed: {result}")
 
+        lionagi_bash = _lionagi_bash()
+
+        async def through_lionagi() -> None:
+            assert lionagi_bash is not None
+            for _ in range(n):
+                result = await lionagi_bash(command="true", cwd=root)
+                if result["return_code"] != 0:
+                    raise RuntimeError(f"lionagi's bash true failed: {result}")
+
         async def async_floor() -> None:
             # What any anyio-based runner pays: spawn with pipes, wait, close.
             for _ in range(n):
@@ -120,15 +133,16 @@ def run(size: Size) -> list[Row]:
             plain()  # warm up: the first exec pays for loading `true`
             best_first, one_plain = await first_call()
             await through_tool()
-            best = await interleaved(
-                {
-                    "plain": plain,
-                    "contained": raw_contained,
-                    "tool": through_tool,
-                    "floor": async_floor,
-                },
-                repeat,
-            )
+            subjects: dict[str, Any] = {
+                "plain": plain,
+                "contained": raw_contained,
+                "tool": through_tool,
+                "floor": async_floor,
+            }
+            if lionagi_bash is not None:
+                await through_lionagi()  # its first call imports and builds its worker
+                subjects["lionagi"] = through_lionagi
+            best = await interleaved(subjects, repeat)
             wall, ok = await concurrent()
             best["first"], best["one_plain"] = best_first, one_plain
             return best, wall, ok
@@ -172,6 +186,20 @@ def run(size: Size) -> list[Row]:
         info_row(
             BENCH, f"{n} x anyio.open_process(true) + wait", best["floor"], "s", baseline=base
         ),
+        *(
+            [
+                ratio_row(
+                    BENCH,
+                    f"{n} sequential standalone bash_tool() `true` vs lionagi's bash_tool",
+                    tool_time,
+                    best["lionagi"],
+                    "s",
+                    1.0,
+                )
+            ]
+            if "lionagi" in best
+            else [info_row(BENCH, "lionagi row skipped: lionagi is not installed", 0.0, "note")]
+        ),
         budget_row(
             BENCH,
             f"{m} concurrent `sleep {pause:g}` (act_many)",
@@ -183,6 +211,15 @@ def run(size: Size) -> list[Row]:
         check_row(BENCH, f"{m} concurrent sleeps all succeeded", ok, "all ok"),
         *isolated,
     ]
+
+
+def _lionagi_bash() -> Any:
+    """The bash tool function of lionagi (async, keyword arguments), or None without lionagi."""
+    try:
+        from lionagi.tools.code.bash import BashTool
+    except ImportError:
+        return None
+    return BashTool().to_tool().func_callable
 
 
 def _isolated(mechanism: str, root: str, n: int, plain: float, repeat: int) -> list[Row]:
