@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import copy
 import functools
 import itertools
 import json
@@ -247,9 +248,10 @@ def _kept_text(value: str) -> str:
     return encodable(shorten(value, 1_000))
 
 
-_set = object.__setattr__
-# The setters of `BaseModel`'s own slots, called directly: a third faster than
-# ``object.__setattr__`` finding them by name, three times a record.
+# The setters of `BaseModel`'s own slots and of its ``__dict__``, called
+# directly: a third faster than ``object.__setattr__`` finding them by name,
+# four times a record.
+_set_dict: Callable[[BaseModel, dict[str, Any]], None] = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set: Callable[[BaseModel, set[str]], None] = BaseModel.__dict__[
     "__pydantic_fields_set__"
 ].__set__
@@ -276,7 +278,7 @@ def _assembled(cls: type[_Model], values: dict[str, Any], given: set[str]) -> _M
     collector to traverse, and its pauses are about 30% of act's overhead.
     """
     instance = cls.__new__(cls)
-    _set(instance, "__dict__", values)
+    _set_dict(instance, values)
     _set_fields_set(instance, given)
     _set_extra(instance, None)
     _set_private(instance, None)
@@ -412,10 +414,16 @@ def _stored_messages() -> TypeAdapter[list[_StoredMessage]]:
 
 
 @functools.cache
-def _compact_messages_in() -> TypeAdapter[list[Any]]:
+def _compact_messages_in() -> pydantic_core.SchemaValidator:
     """The validator of a `messages_to_compact_json` list, built on first use.
 
-    `_StoredMessage` with the fields that writer always writes required.
+    `_StoredMessage` with the fields that writer always writes required, and
+    every other field taking its default where it is left out: pydantic
+    fills them in as it builds each message's dict, in field order, which
+    cost a third of what merging each dict over the defaults afterwards did
+    (a new dict per message, grown past its first size). The schema is
+    pydantic's own for the typed dict, each optional field's schema wrapped
+    in its default, so what is there is validated exactly as before.
     """
     fields = {
         name: Required[kind] if name in ("id", "role", "created_at") else kind
@@ -424,7 +432,24 @@ def _compact_messages_in() -> TypeAdapter[list[Any]]:
     typed_dict: Any = TypedDict  # its fields are computed, which type checkers cannot follow
     compact = typed_dict("_CompactMessage", fields, total=False)
     compact.__pydantic_config__ = ConfigDict(extra="forbid")
-    return TypeAdapter(list[compact])  # type: ignore[valid-type]
+    schema: Any = copy.deepcopy(TypeAdapter(list[compact]).core_schema)  # type: ignore[valid-type]
+    record = schema.get("items_schema", {})
+    if (
+        schema.get("type") != "list"
+        or record.get("type") != "typed-dict"
+        or list(record.get("fields", ())) != list(Message.model_fields)
+    ):  # pragma: no cover - a pydantic release that lays the schema out otherwise
+        raise RuntimeError("the compact message schema is not the typed dict it was built as")
+    cs = pydantic_core.core_schema
+    for name, field in record["fields"].items():
+        if not field["required"]:
+            field["schema"] = (
+                # A dict of its own per message, as validation makes.
+                cs.with_default_schema(field["schema"], default_factory=dict)
+                if name == "metadata"
+                else cs.with_default_schema(field["schema"], default=_DEFAULTS[name])
+            )
+    return pydantic_core.SchemaValidator(schema)
 
 
 def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) -> list[Message]:
@@ -450,13 +475,8 @@ def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) ->
     """
     records: list[Any]
     if defaults_left_out:
-        # Each message's fields over the defaults: the defaults' order is the
-        # fields' (metadata, the last, comes last either way), and the
-        # metadata a dict of its own, as validation makes.
-        records = [
-            {**_DEFAULTS, "metadata": {}, **fields}
-            for fields in _compact_messages_in().validate_json(data)
-        ]
+        # Every field there, in field order: the validator fills in the defaults.
+        records = _compact_messages_in().validate_json(data)
     else:
         records = cast("list[Any]", _stored_messages().validate_json(data))
     n = len(records)
@@ -470,7 +490,7 @@ def messages_from_json(data: bytes | str, *, defaults_left_out: bool = False) ->
     # `_assembled`, one step at a time over the whole record: each step is one
     # call into C per message (a Python loop over them took a quarter longer).
     out = list(map(Message.__new__, itertools.repeat(Message, n)))
-    _exhaust(map(_set, out, itertools.repeat("__dict__", n), records))
+    _exhaust(map(_set_dict, out, records))
     _exhaust(map(_set_fields_set, out, itertools.repeat(_GIVEN_ALL, n)))
     _exhaust(map(_set_extra, out, itertools.repeat(None, n)))
     _exhaust(map(_set_private, out, itertools.repeat(None, n)))
@@ -482,13 +502,12 @@ _exhaust: Callable[[Iterator[Any]], Any] = functools.partial(collections.deque, 
 """Run an iterator to its end, keeping nothing (``deque(it, maxlen=0)``)."""
 
 _DEFAULTS: dict[str, Any] = {
-    name: None if name in ("id", "role", "created_at") else field.default
+    name: field.default
     for name, field in Message.model_fields.items()
-    if name != "metadata"
+    if name not in ("id", "role", "created_at", "metadata")
 }
-"""The defaults of the fields `messages_to_compact_json` may leave out, in field order, but
-the metadata (whose default is a new dict). The id, role and creation time are always there:
-their entries are placeholders the message's own values replace."""
+"""The defaults of the fields `messages_to_compact_json` may leave out, but the metadata (whose
+default is a new dict). The id, role and creation time are always there."""
 
 
 @functools.cache
@@ -700,6 +719,52 @@ def _message_tokens(message: Message) -> int:
     for call in message.tool_calls:
         chars += len(call.name) + len(encode_json(call.arguments))
     return _MESSAGE_OVERHEAD + -(-chars // _CHARS_PER_TOKEN)
+
+
+_KEY_TYPES = {list, tuple}
+"""What a sort key may be for `_appended_first_key`: a `state` tuple, or a list from JSON."""
+_INT = {int}
+
+
+def _appended_first_key(
+    keys: list[tuple[int, ...]], active: list[int], summaries: dict[int, tuple[int, ...]]
+) -> tuple[int, ...] | None:
+    """The first sort key, as a tuple, if `from_state` would find these parts in append order.
+
+    That is: no summaries, the view every record index in order (exact
+    ints: a float index is left to the general path, which refuses it), the
+    first key ``(-1, 0)`` or ``(0,)`` and every later one a list or tuple
+    holding just its own record index. Otherwise None, and the general
+    path decides, raising what it raises. Each check is one call into C
+    over the parts (no tuple per key, no sort); none raises or consumes
+    anything (iterators and other types get None). `from_state` still
+    checks the ids and the roles.
+    """
+    n = len(keys)
+    if not (
+        n
+        and type(keys) is list
+        and type(active) is list
+        and type(summaries) is dict
+        and not summaries
+        and type(keys[0]) in _KEY_TYPES
+    ):
+        return None
+    first = tuple(keys[0])
+    if first != (-1, 0) and first != (0,):
+        return None
+    if not (set(map(type, active)) <= _INT and active == list(range(n))):
+        return None
+    rest = keys[1:]
+    # Each later key holds at least one item and, flattened, they are
+    # exactly 1, 2, ..., n - 1: so each holds one, its own index.
+    if not (
+        set(map(type, rest)) <= _KEY_TYPES
+        and min(map(len, rest), default=1) >= 1
+        and list(itertools.chain.from_iterable(rest)) == list(range(1, n))
+    ):
+        return None
+    return first
 
 
 class MessageLog:
@@ -1134,17 +1199,33 @@ class MessageLog:
             raise ValueError("inconsistent message log state: keys or view out of range")
         log = cls.__new__(cls)
         log._record = list(record)
+        # Estimated when first asked (`_count`), not for every restored message.
+        log._tokens = []
+        log._counted = 0
+        log._active_tokens = 0
+        log._shared = False
+        first = _appended_first_key(keys, active, summaries)
+        if first is not None:
+            # What the steps below make of such a state, without a tuple per
+            # key (all but the first dropped again) or sorting the view.
+            index = dict(zip(map(_id_of, record), range(n), strict=True))
+            if len(index) != n:
+                raise ValueError("inconsistent message log state: duplicate message ids")
+            if first == ((-1, 0) if record[0].role == "system" else (0,)) and "system" not in map(
+                _role_of, itertools.islice(record, 1, None)
+            ):
+                log._keys = [first]
+                log._index = index
+                log._active = list(active)
+                log._summaries = {}
+                log._append_order = True
+                return log
         log._keys = list(map(tuple, keys))
         log._index = dict(zip(map(_id_of, record), range(n), strict=True))
         if len(log._index) != n:
             raise ValueError("inconsistent message log state: duplicate message ids")
         log._active = sorted(set(active), key=log._keys.__getitem__)
         log._summaries = {int(k): tuple(v) for k, v in summaries.items()}
-        # Estimated when first asked (`_count`), not for every restored message.
-        log._tokens = []
-        log._counted = 0
-        log._active_tokens = 0
-        log._shared = False
         log._append_order = (
             not log._summaries
             and log._active == list(range(n))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from typing import Any
 
 import pytest
 from _test_helpers import ids_passed_to
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lionfactory import Message, MessageLog, ToolCall, estimate_tokens
+from lionfactory import Message, MessageLog, ToolCall, _messages, estimate_tokens
 
 
 def log_with(n: int, system: str | None = "sys") -> tuple[MessageLog, list[Message]]:
@@ -260,6 +261,78 @@ def test_a_log_rebuilt_from_its_state_knows_whether_it_is_in_append_order() -> N
     # Keys that sort the view the other way round: not what appending gives.
     shuffled = MessageLog.from_state(record, [keys[0], *reversed(keys[1:])], active, summaries)
     assert not shuffled.in_append_order()
+
+
+_FOUR = {
+    "system": MessageLog(
+        [
+            Message(role="system", content="s"),
+            *(Message(role="user", content=f"m{i}") for i in range(3)),
+        ]
+    ),
+    "plain": MessageLog([Message(role="user", content=f"m{i}") for i in range(4)]),
+}
+_LATE_SYSTEM = Message(role="system", content="late")
+
+
+def _state_variants(kind: str) -> dict[str, tuple[Any, Any, Any, Any]]:
+    """States of a four-message log, with a system message first or not (`kind`).
+
+    As JSON gives them (keys as lists), and spoilt in the ways a store's
+    writer could spoil them. Fresh containers each call, the same messages.
+    """
+    record, keys, active, summaries = _FOUR[kind].state()
+    lists = [list(k) for k in keys]
+    n = len(record)
+    other_first = [0] if kind == "system" else [-1, 0]
+    return {
+        "state": (record, keys, active, summaries),
+        "lists": (record, lists, active, {}),
+        "float index": (record, lists, [*active[:-1], float(n - 1)], {}),
+        "bool index": (record, lists, [0, True, *active[2:]], {}),
+        "float key": (record, [*lists[:-1], [float(n - 1)]], active, {}),
+        "float first key": (record, [[float(x) for x in lists[0]], *lists[1:]], active, {}),
+        "dict key": (record, [*lists[:-1], {n - 1: 0}], active, {}),
+        "str key": (record, [*lists[:-1], str(n - 1)], active, {}),
+        "int key": (record, [*lists[:-1], n - 1], active, {}),
+        "empty key": (record, [*lists[:-1], []], active, {}),
+        "two indices in a key": (record, [*lists[:-2], [n - 2, n - 1], []], active, {}),
+        "iterator key": (record, [*lists[:-1], iter([n - 1])], active, {}),
+        "other first key": (record, [other_first, *lists[1:]], active, {}),
+        "view short": (record, lists, active[:-1], {}),
+        "view reversed": (record, lists, active[::-1], {}),
+        "view as a tuple": (record, lists, tuple(active), {}),
+        "a summary": (record, lists, active, {n - 1: (0,)}),
+        "summaries as a list": (record, lists, active, []),
+        "duplicate ids": ([record[0]] * n, lists, active, {}),
+        "a late system message": (
+            [*record[:-1], _LATE_SYSTEM],
+            lists,
+            active,
+            {},
+        ),
+        "keys as a tuple": (record, tuple(lists), active, {}),
+    }
+
+
+def _rebuilt(state: tuple[Any, Any, Any, Any]) -> object:
+    """Everything `from_state` makes of `state`: the log's every slot, or the error."""
+    try:
+        log = MessageLog.from_state(*state)
+    except Exception as exc:
+        return type(exc), str(exc)
+    return [(name, repr(getattr(log, name))) for name in MessageLog.__slots__]
+
+
+@pytest.mark.parametrize("kind", ["system", "plain"])
+@pytest.mark.parametrize("variant", list(_state_variants("plain")))
+def test_from_state_in_append_order_takes_a_short_cut_to_the_same_log_or_error(
+    kind: str, variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _rebuilt(_state_variants(kind)[variant])
+    # The general path alone: the short cut's check finding nothing to cut short.
+    monkeypatch.setattr(_messages, "_appended_first_key", lambda *parts: None)
+    assert fast == _rebuilt(_state_variants(kind)[variant])
 
 
 def _apply(log: MessageLog, op: tuple[str, int, int]) -> MessageLog:
