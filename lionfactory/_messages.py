@@ -240,16 +240,21 @@ class ToolCall(BaseModel):
         return None if value is None else _kept_text(value)
 
 
+_KEPT_TEXT = 1_000
+"""The characters of a call's id, tool name or arguments error the log keeps."""
+
+
 def _kept_text(value: str) -> str:
     """A call's id, tool name or arguments error as the log keeps it: short and encodable."""
     # No tool name is longer than 64 characters: a longer one can never
     # match, and the log keeps only a recognisable prefix of it.
-    return encodable(shorten(value, 1_000))
+    return encodable(shorten(value, _KEPT_TEXT))
 
 
 _set = object.__setattr__
 # The setters of `BaseModel`'s own slots, called directly: a third faster than
-# ``object.__setattr__`` finding them by name, three times a record.
+# ``object.__setattr__`` finding them by name, four times a record.
+_set_dict: Callable[[BaseModel, dict[str, Any]], None] = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set: Callable[[BaseModel, set[str]], None] = BaseModel.__dict__[
     "__pydantic_fields_set__"
 ].__set__
@@ -276,7 +281,7 @@ def _assembled(cls: type[_Model], values: dict[str, Any], given: set[str]) -> _M
     collector to traverse, and its pauses are about 30% of act's overhead.
     """
     instance = cls.__new__(cls)
-    _set(instance, "__dict__", values)
+    _set_dict(instance, values)
     _set_fields_set(instance, given)
     _set_extra(instance, None)
     _set_private(instance, None)
@@ -334,8 +339,10 @@ def new_tool_call(name: str, arguments: dict[str, Any], call_id: str | None = No
         return _assembled(
             ToolCall,
             {
-                "id": _new_call_id() if call_id is None else call_id,
-                "name": _kept_text(name),
+                # `_new_call_id` and `_kept_text`'s common case (a short ASCII
+                # name is kept as it is), inline: every `Branch.act` runs this.
+                "id": "call_" + _new_id()[:24] if call_id is None else call_id,
+                "name": name if len(name) <= _KEPT_TEXT and name.isascii() else _kept_text(name),
                 "arguments": arguments,
                 "arguments_error": None,
             },
@@ -567,7 +574,7 @@ def call_message(calls: tuple[ToolCall, ...], metadata: dict[str, Any]) -> Messa
             "sender": None,
             "recipient": None,
             "channel": None,
-            "created_at": _now(),
+            "created_at": datetime.now(UTC),  # `_now`, without its frame
             "metadata": metadata,
         },
         _GIVEN_CALL_MESSAGE,
@@ -581,7 +588,7 @@ def tool_message(call: ToolCall, content: str, metadata: dict[str, Any]) -> Mess
     and every metadata key plain strings (a tool writes the metadata, a host
     the call id; anything else goes through validation, which refuses it).
     """
-    if type(call.id) is not str or not _str_keys(metadata):
+    if type(call.id) is not str or (metadata and not _str_keys(metadata)):
         return Message(
             role="tool", content=content, call_id=call.id, tool=call.name, metadata=metadata
         )
@@ -597,7 +604,7 @@ def tool_message(call: ToolCall, content: str, metadata: dict[str, Any]) -> Mess
             "sender": None,
             "recipient": None,
             "channel": None,
-            "created_at": _now(),
+            "created_at": datetime.now(UTC),  # `_now`, without its frame
             "metadata": metadata,
         },
         _GIVEN_TOOL_MESSAGE,
