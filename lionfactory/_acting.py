@@ -8,7 +8,6 @@ the tool message back.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import uuid
@@ -23,7 +22,8 @@ from lionfactory._approvals import (
     PendingCall,
     answer_message,
     answer_payload,
-    approving,
+    give_approval,
+    withdraw_approval,
 )
 from lionfactory._call import CallContext, enter_call, leave_call
 from lionfactory._echo import echo, shorten
@@ -231,7 +231,12 @@ def _ended(
     failed: bool,
 ) -> ActionResult:
     """The `ActionResult` of `call`; an error's type is the one its payload names."""
-    return ActionResult(
+    # The class's own ``__init__``, called with the new instance: calling
+    # the class with keywords goes through ``type.__call__``, which packs
+    # them in a dict for ``__init__`` to unpack again (a third of the cost).
+    action = _new(ActionResult)
+    _init_result(
+        action,
         call_id=call.id,
         tool=call.name if isinstance(call, ToolCall) else call.tool,
         arguments=dict(call.arguments),
@@ -244,6 +249,12 @@ def _ended(
         pending=pending,
         failed=failed,
     )
+    return action
+
+
+_new = object.__new__
+_init_result = ActionResult.__init__
+_init_context = CallContext.__init__
 
 
 async def execute_call(
@@ -263,28 +274,33 @@ async def execute_call(
             arguments): its hooks' asks are answered. The approval covers
             this call alone, never what its handler then does.
     """
-    context = CallContext(call_id=call.id, tool=call.name, branch_id=branch_id, approved=approved)
+    context = _new(CallContext)  # as `_ended` builds its result: no keywords dict
+    _init_context(context, call_id=call.id, tool=call.name, branch_id=branch_id, approved=approved)
     tool = tools.get(call.name)
-    # The call runs here rather than in a coroutine of its own (one frame
-    # fewer for every `Branch.act`); an unapproved call's scope is a shared no-op.
-    scope = (
-        approving(Approval(branch_id, call.id, call.name, dict(call.arguments)))
-        if approved
-        else _UNAPPROVED
-    )
     result: dict[str, Any] | None = None
-    with scope:
-        exception = _refused(tools, tool, call)
-        if tool is not None and exception is None:
-            token = enter_call(context)  # `call_context`, without its scope object
-            try:
-                result = await tool.invoke(call.arguments)
-            except (ToolError, ApprovalRequired) as exc:
-                exception = exc
-            except Exception as exc:
-                exception = _unexpected(call, exc)
-            finally:
-                leave_call(token)
+    exception: BaseException | None = None
+    if tool is None or call.arguments_error is not None:
+        exception = _refused(tools, call)
+    else:
+        # The call runs here rather than in a coroutine of its own, its
+        # approval and context entered as `approving` and `call_context`
+        # would, without their scope objects: every `Branch.act` runs this.
+        approval = (
+            give_approval(Approval(branch_id, call.id, call.name, dict(call.arguments)))
+            if approved
+            else None
+        )
+        token = enter_call(context)
+        try:
+            result = await tool.invoke(call.arguments)
+        except (ToolError, ApprovalRequired) as exc:
+            exception = exc
+        except Exception as exc:
+            exception = _unexpected(call, exc)
+        finally:
+            leave_call(token)
+            if approval is not None:
+                withdraw_approval(approval)
     if isinstance(exception, ApprovalRequired):
         if not approved or isinstance(exception, StepsHeld):
             return _held(call, exception, context)
@@ -368,12 +384,8 @@ class _Explained(Exception):
         self.cause = cause
 
 
-_UNAPPROVED = contextlib.nullcontext()
-"""The approval scope of a call no one approved: nothing is set (stateless, so shared)."""
-
-
-def _refused(tools: Mapping[str, Tool], tool: Tool | None, call: ToolCall) -> BaseException | None:
-    """Why `call` cannot run (arguments that were not JSON, an unknown `tool`), or None."""
+def _refused(tools: Mapping[str, Tool], call: ToolCall) -> ToolInputError | UnknownToolError:
+    """Why `call` cannot run: its arguments were not JSON, or no tool has its name."""
     if call.arguments_error is not None:
         return ToolInputError(
             call.name,
@@ -382,9 +394,7 @@ def _refused(tools: Mapping[str, Tool], tool: Tool | None, call: ToolCall) -> Ba
             f"JSON object.",
             [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
         )
-    if tool is None:
-        return UnknownToolError(call.name, list(tools))
-    return None
+    return UnknownToolError(call.name, list(tools))
 
 
 def _unexpected(call: ToolCall, exc: Exception) -> _Explained:

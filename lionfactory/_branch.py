@@ -476,7 +476,9 @@ class Branch:
         A framework host that asks before running (the Agents SDK) approves
         a call the branch never held; the approval covers that call alone.
         """
-        call = new_tool_call(name, arguments_object(name, arguments), call_id)
+        # `arguments_object`'s common case (a dict, copied) without its call.
+        owned = dict(arguments) if type(arguments) is dict else arguments_object(name, arguments)
+        call = new_tool_call(name, owned, call_id)
         if call.id and call.id not in self._pending:
             # `_unique_ids`'s answer for one call whose id nothing holds, without
             # its call and the containers it builds: every act takes this path.
