@@ -238,7 +238,8 @@ def _ended(
     _init_result(
         action,
         call_id=call.id,
-        tool=call.name if isinstance(call, ToolCall) else call.tool,
+        # PendingCall's plain class check: ToolCall's (a pydantic model) goes through ABCMeta.
+        tool=call.tool if isinstance(call, PendingCall) else call.name,
         arguments=dict(call.arguments),
         result=result,
         error=error,
@@ -274,9 +275,10 @@ async def execute_call(
             arguments): its hooks' asks are answered. The approval covers
             this call alone, never what its handler then does.
     """
+    name = call.name  # read once: a model's attribute reads are slow ones
     context = _new(CallContext)  # as `_ended` builds its result: no keywords dict
-    _init_context(context, call_id=call.id, tool=call.name, branch_id=branch_id, approved=approved)
-    tool = tools.get(call.name)
+    _init_context(context, call_id=call.id, tool=name, branch_id=branch_id, approved=approved)
+    tool = tools.get(name)
     result: dict[str, Any] | None = None
     exception: BaseException | None = None
     if tool is None or call.arguments_error is not None:
@@ -336,7 +338,7 @@ async def execute_call(
     message = _tool_message(call, content, context)
     # The tool judging the response is the one registered now, as it always
     # was (a handler may have replaced its own tool).
-    judge = tools.get(call.name)
+    judge = tools.get(name)
     return _ended(
         call,
         message,

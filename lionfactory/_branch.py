@@ -479,7 +479,8 @@ class Branch:
         # `arguments_object`'s common case (a dict, copied) without its call.
         owned = dict(arguments) if type(arguments) is dict else arguments_object(name, arguments)
         call = new_tool_call(name, owned, call_id)
-        if call.id and call.id not in self._pending:
+        made_id = call.id  # read once: a model's attribute reads are slow ones
+        if made_id and made_id not in self._pending:
             # `_unique_ids`'s answer for one call whose id nothing holds, without
             # its call and the containers it builds: every act takes this path.
             calls: tuple[ToolCall, ...] = (call,)

@@ -252,6 +252,7 @@ def _kept_text(value: str) -> str:
 
 
 _set = object.__setattr__
+_new = object.__new__
 # The setters of `BaseModel`'s own slots, called directly: a third faster than
 # ``object.__setattr__`` finding them by name, four times a record.
 _set_dict: Callable[[BaseModel, dict[str, Any]], None] = BaseModel.__dict__["__dict__"].__set__
@@ -280,7 +281,10 @@ def _assembled(cls: type[_Model], values: dict[str, Any], given: set[str]) -> _M
     of the ten objects `Branch.act` leaves in the log for the garbage
     collector to traverse, and its pauses are about 30% of act's overhead.
     """
-    instance = cls.__new__(cls)
+    # ``object.__new__`` itself (the models define no ``__new__``, a test
+    # checks): ``cls.__new__`` is read through pydantic's metaclass, whose
+    # ``__getattr__`` makes every class attribute read a slow one.
+    instance = _new(cls)
     _set_dict(instance, values)
     _set_fields_set(instance, given)
     _set_extra(instance, None)
@@ -588,18 +592,19 @@ def tool_message(call: ToolCall, content: str, metadata: dict[str, Any]) -> Mess
     and every metadata key plain strings (a tool writes the metadata, a host
     the call id; anything else goes through validation, which refuses it).
     """
-    if type(call.id) is not str or (metadata and not _str_keys(metadata)):
+    call_id = call.id
+    if type(call_id) is not str or (metadata and not _str_keys(metadata)):
         return Message(
-            role="tool", content=content, call_id=call.id, tool=call.name, metadata=metadata
+            role="tool", content=content, call_id=call_id, tool=call.name, metadata=metadata
         )
     return _assembled(
         Message,
         {
             "id": _new_id(),
             "role": "tool",
-            "content": encodable(content),
+            "content": content if content.isascii() else encodable(content),
             "tool_calls": (),
-            "call_id": call.id,
+            "call_id": call_id,
             "tool": call.name,
             "sender": None,
             "recipient": None,
@@ -851,11 +856,13 @@ class MessageLog:
             self._writable()
         index = len(self._record)
         if message.role != "system":
-            # `_add_record` inlined (every `Branch.act` appends twice); the key is implied.
-            if message.id in self._index:
-                raise ValueError(f"message id {message.id!r} is already in the log")
+            # `_add_record` inlined (every `Branch.act` appends twice); the key is
+            # implied. The id is read once: a model's attribute reads are slow ones.
+            message_id = message.id
+            if message_id in self._index:
+                raise ValueError(f"message id {message_id!r} is already in the log")
             self._record.append(message)
-            self._index[message.id] = index
+            self._index[message_id] = index
             self._active.append(index)
         elif self._pinned_index() is not None:
             raise ValueError("the log already has a system message; use set_system() to replace it")
