@@ -22,9 +22,10 @@ from lionfactory._approvals import (
     PendingCall,
     answer_message,
     answer_payload,
-    approving,
+    give_approval,
+    withdraw_approval,
 )
-from lionfactory._call import CallContext, call_context
+from lionfactory._call import CallContext, enter_call, leave_call
 from lionfactory._echo import echo, shorten
 from lionfactory._messages import (
     Message,
@@ -112,7 +113,11 @@ def error_payload(error: str, exception: BaseException) -> dict[str, Any]:
     return payload
 
 
-@attrs.frozen
+# Not slotted: a frozen slotted attrs class sets each of its eleven fields
+# through ``object.__setattr__``, while a dict class writes them into its
+# ``__dict__`` directly, half the cost, and every `Branch.act` builds one. The
+# fields, immutability, equality and hash are the same.
+@attrs.frozen(slots=False)
 class ActionResult:
     """The outcome of one tool call run by a branch.
 
@@ -226,9 +231,15 @@ def _ended(
     failed: bool,
 ) -> ActionResult:
     """The `ActionResult` of `call`; an error's type is the one its payload names."""
-    return ActionResult(
+    # The class's own ``__init__``, called with the new instance: calling
+    # the class with keywords goes through ``type.__call__``, which packs
+    # them in a dict for ``__init__`` to unpack again (a third of the cost).
+    action = _new(ActionResult)
+    _init_result(
+        action,
         call_id=call.id,
-        tool=call.name if isinstance(call, ToolCall) else call.tool,
+        # PendingCall's plain class check: ToolCall's (a pydantic model) goes through ABCMeta.
+        tool=call.tool if isinstance(call, PendingCall) else call.name,
         arguments=dict(call.arguments),
         result=result,
         error=error,
@@ -239,6 +250,12 @@ def _ended(
         pending=pending,
         failed=failed,
     )
+    return action
+
+
+_new = object.__new__
+_init_result = ActionResult.__init__
+_init_context = CallContext.__init__
 
 
 async def execute_call(
@@ -258,13 +275,34 @@ async def execute_call(
             arguments): its hooks' asks are answered. The approval covers
             this call alone, never what its handler then does.
     """
-    context = CallContext(call_id=call.id, tool=call.name, branch_id=branch_id, approved=approved)
-    if approved:
-        approval = Approval(branch_id, call.id, call.name, dict(call.arguments))
-        with approving(approval):
-            result, exception = await _invoke(tools, call, context)
+    name = call.name  # read once: a model's attribute reads are slow ones
+    context = _new(CallContext)  # as `_ended` builds its result: no keywords dict
+    _init_context(context, call_id=call.id, tool=name, branch_id=branch_id, approved=approved)
+    tool = tools.get(name)
+    result: dict[str, Any] | None = None
+    exception: BaseException | None = None
+    if tool is None or call.arguments_error is not None:
+        exception = _refused(tools, call)
     else:
-        result, exception = await _invoke(tools, call, context)
+        # The call runs here rather than in a coroutine of its own, its
+        # approval and context entered as `approving` and `call_context`
+        # would, without their scope objects: every `Branch.act` runs this.
+        approval = (
+            give_approval(Approval(branch_id, call.id, call.name, dict(call.arguments)))
+            if approved
+            else None
+        )
+        token = enter_call(context)
+        try:
+            result = await tool.invoke(call.arguments)
+        except (ToolError, ApprovalRequired) as exc:
+            exception = exc
+        except Exception as exc:
+            exception = _unexpected(call, exc)
+        finally:
+            leave_call(token)
+            if approval is not None:
+                withdraw_approval(approval)
     if isinstance(exception, ApprovalRequired):
         if not approved or isinstance(exception, StepsHeld):
             return _held(call, exception, context)
@@ -298,6 +336,9 @@ async def execute_call(
         content = json.dumps(payload, ensure_ascii=False, default=str)
         exception = cause
     message = _tool_message(call, content, context)
+    # The tool judging the response is the one registered now, as it always
+    # was (a handler may have replaced its own tool).
+    judge = tools.get(name)
     return _ended(
         call,
         message,
@@ -305,17 +346,14 @@ async def execute_call(
         error,
         result=result,
         exception=exception,
-        failed=error is not None or _reports_failure(tools.get(call.name), result),
+        failed=error is not None
+        or (reports_failure(result) if judge is None else judge.reports_failure(result)),
     )
 
 
 def _tool_message(call: ToolCall, content: str, context: CallContext) -> Message:
     """The tool message answering `call`, with the facts its tool left in `context`."""
     return tool_message(call, content, dict(context.metadata))
-
-
-def _reports_failure(tool: Tool | None, result: dict[str, Any] | None) -> bool:
-    return reports_failure(result) if tool is None else tool.reports_failure(result)
 
 
 def _held(call: ToolCall, asked: ApprovalRequired, context: CallContext) -> ActionResult:
@@ -348,30 +386,24 @@ class _Explained(Exception):
         self.cause = cause
 
 
-async def _invoke(
-    tools: Mapping[str, Tool], call: ToolCall, context: CallContext
-) -> tuple[dict[str, Any] | None, BaseException | None]:
-    """The tool's response, or the exception whose text the model reads instead."""
+def _refused(tools: Mapping[str, Tool], call: ToolCall) -> ToolInputError | UnknownToolError:
+    """Why `call` cannot run: its arguments were not JSON, or no tool has its name."""
     if call.arguments_error is not None:
-        return None, ToolInputError(
+        return ToolInputError(
             call.name,
             f"The arguments of your call to {echo(call.name)} were not valid JSON: "
             f"{call.arguments_error}. Call the tool again with its arguments as one "
             f"JSON object.",
             [{"loc": [], "msg": call.arguments_error, "type": "json_invalid", "input": ""}],
         )
-    tool = tools.get(call.name)
-    if tool is None:
-        return None, UnknownToolError(call.name, list(tools))
-    with call_context(context):
-        try:
-            return await tool.invoke(call.arguments), None
-        except (ToolError, ApprovalRequired) as exc:
-            return None, exc
-        except Exception as exc:
-            logger.warning("tool %r raised", call.name, exc_info=True)
-            return None, _Explained(
-                f"Tool {echo(call.name)} failed unexpectedly: {type(exc).__name__}: "
-                f"{shorten(str(exc), 2_000)}. Try different arguments or another approach.",
-                exc,
-            )
+    return UnknownToolError(call.name, list(tools))
+
+
+def _unexpected(call: ToolCall, exc: Exception) -> _Explained:
+    """What the model reads about a tool that raised an unexpected exception (logged here)."""
+    logger.warning("tool %r raised", call.name, exc_info=True)
+    return _Explained(
+        f"Tool {echo(call.name)} failed unexpectedly: {type(exc).__name__}: "
+        f"{shorten(str(exc), 2_000)}. Try different arguments or another approach.",
+        exc,
+    )

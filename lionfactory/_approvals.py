@@ -30,7 +30,7 @@ import contextlib
 import contextvars
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -48,7 +48,9 @@ __all__ = [
     "answer_payload",
     "approval_for",
     "approving",
+    "give_approval",
     "hook_name",
+    "withdraw_approval",
     "without_approval",
 ]
 
@@ -170,6 +172,14 @@ def approval_for(tool: str, arguments: Mapping[str, Any]) -> bool:
         and context.call_id == approval.call_id
         and context.tool == tool
     )
+
+
+# `approving` as two calls, for `execute_call`, which enters the approval
+# and the call context in one ``try`` (an unapproved call enters no scope).
+give_approval: Callable[[Approval], contextvars.Token[Approval | None]] = _approval.set
+"""Give `approval`; `withdraw_approval` with the token takes it back."""
+withdraw_approval: Callable[[contextvars.Token[Approval | None]], None] = _approval.reset
+"""Take back the approval `give_approval` gave (its token)."""
 
 
 @contextlib.contextmanager

@@ -476,10 +476,20 @@ class Branch:
         A framework host that asks before running (the Agents SDK) approves
         a call the branch never held; the approval covers that call alone.
         """
-        call = new_tool_call(name, arguments_object(name, arguments), call_id)
-        calls, renamed = self._unique_ids((call,))
-        self.messages.append(call_message(calls, _id_metadata(renamed)))
-        (call,) = calls
+        # `arguments_object`'s common case (a dict, copied) without its call.
+        owned = dict(arguments) if type(arguments) is dict else arguments_object(name, arguments)
+        call = new_tool_call(name, owned, call_id)
+        made_id = call.id  # read once: a model's attribute reads are slow ones
+        if made_id and made_id not in self._pending:
+            # `_unique_ids`'s answer for one call whose id nothing holds, without
+            # its call and the containers it builds: every act takes this path.
+            calls: tuple[ToolCall, ...] = (call,)
+            metadata: dict[str, Any] = {}
+        else:
+            calls, renamed = self._unique_ids((call,))
+            (call,) = calls
+            metadata = _id_metadata(renamed)
+        self.messages.append(call_message(calls, metadata))
         # `_execute`'s two steps, here without its extra coroutine: every act runs this.
         result = await execute_call(self.id, self._tools, call, approved=approved)
         if result.pending is None:

@@ -24,6 +24,8 @@ __all__ = [
     "call_context",
     "current_call",
     "current_progress",
+    "enter_call",
+    "leave_call",
     "on_branch_collected",
     "reporting_progress",
 ]
@@ -62,6 +64,15 @@ _current: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
 def current_call() -> CallContext | None:
     """Return the context of the tool call running now, or `None` outside `Branch.act`."""
     return _current.get()
+
+
+# `call_context` as two calls, for the one caller that runs every call
+# (`execute_call`): the contextvar's own methods, so entering and leaving
+# the call costs no Python frame (its scope object cost four).
+enter_call: Callable[[CallContext], contextvars.Token[CallContext | None]] = _current.set
+"""Make `context` the current call; `leave_call` with the token ends it."""
+leave_call: Callable[[contextvars.Token[CallContext | None]], None] = _current.reset
+"""End the call `enter_call` began (its token)."""
 
 
 def call_context(context: CallContext) -> _CallScope:

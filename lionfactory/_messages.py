@@ -241,13 +241,18 @@ class ToolCall(BaseModel):
         return None if value is None else _kept_text(value)
 
 
+_KEPT_TEXT = 1_000
+"""The characters of a call's id, tool name or arguments error the log keeps."""
+
+
 def _kept_text(value: str) -> str:
     """A call's id, tool name or arguments error as the log keeps it: short and encodable."""
     # No tool name is longer than 64 characters: a longer one can never
     # match, and the log keeps only a recognisable prefix of it.
-    return encodable(shorten(value, 1_000))
+    return encodable(shorten(value, _KEPT_TEXT))
 
 
+_new = object.__new__
 # The setters of `BaseModel`'s own slots and of its ``__dict__``, called
 # directly: a third faster than ``object.__setattr__`` finding them by name,
 # four times a record.
@@ -277,7 +282,10 @@ def _assembled(cls: type[_Model], values: dict[str, Any], given: set[str]) -> _M
     of the ten objects `Branch.act` leaves in the log for the garbage
     collector to traverse, and its pauses are about 30% of act's overhead.
     """
-    instance = cls.__new__(cls)
+    # ``object.__new__`` itself (the models define no ``__new__``, a test
+    # checks): ``cls.__new__`` is read through pydantic's metaclass, whose
+    # ``__getattr__`` makes every class attribute read a slow one.
+    instance = _new(cls)
     _set_dict(instance, values)
     _set_fields_set(instance, given)
     _set_extra(instance, None)
@@ -336,8 +344,10 @@ def new_tool_call(name: str, arguments: dict[str, Any], call_id: str | None = No
         return _assembled(
             ToolCall,
             {
-                "id": _new_call_id() if call_id is None else call_id,
-                "name": _kept_text(name),
+                # `_new_call_id` and `_kept_text`'s common case (a short ASCII
+                # name is kept as it is), inline: every `Branch.act` runs this.
+                "id": "call_" + _new_id()[:24] if call_id is None else call_id,
+                "name": name if len(name) <= _KEPT_TEXT and name.isascii() else _kept_text(name),
                 "arguments": arguments,
                 "arguments_error": None,
             },
@@ -586,7 +596,7 @@ def call_message(calls: tuple[ToolCall, ...], metadata: dict[str, Any]) -> Messa
             "sender": None,
             "recipient": None,
             "channel": None,
-            "created_at": _now(),
+            "created_at": datetime.now(UTC),  # `_now`, without its frame
             "metadata": metadata,
         },
         _GIVEN_CALL_MESSAGE,
@@ -600,23 +610,24 @@ def tool_message(call: ToolCall, content: str, metadata: dict[str, Any]) -> Mess
     and every metadata key plain strings (a tool writes the metadata, a host
     the call id; anything else goes through validation, which refuses it).
     """
-    if type(call.id) is not str or not _str_keys(metadata):
+    call_id = call.id
+    if type(call_id) is not str or (metadata and not _str_keys(metadata)):
         return Message(
-            role="tool", content=content, call_id=call.id, tool=call.name, metadata=metadata
+            role="tool", content=content, call_id=call_id, tool=call.name, metadata=metadata
         )
     return _assembled(
         Message,
         {
             "id": _new_id(),
             "role": "tool",
-            "content": encodable(content),
+            "content": content if content.isascii() else encodable(content),
             "tool_calls": (),
-            "call_id": call.id,
+            "call_id": call_id,
             "tool": call.name,
             "sender": None,
             "recipient": None,
             "channel": None,
-            "created_at": _now(),
+            "created_at": datetime.now(UTC),  # `_now`, without its frame
             "metadata": metadata,
         },
         _GIVEN_TOOL_MESSAGE,
@@ -909,11 +920,13 @@ class MessageLog:
             self._writable()
         index = len(self._record)
         if message.role != "system":
-            # `_add_record` inlined (every `Branch.act` appends twice); the key is implied.
-            if message.id in self._index:
-                raise ValueError(f"message id {message.id!r} is already in the log")
+            # `_add_record` inlined (every `Branch.act` appends twice); the key is
+            # implied. The id is read once: a model's attribute reads are slow ones.
+            message_id = message.id
+            if message_id in self._index:
+                raise ValueError(f"message id {message_id!r} is already in the log")
             self._record.append(message)
-            self._index[message.id] = index
+            self._index[message_id] = index
             self._active.append(index)
         elif self._pinned_index() is not None:
             raise ValueError("the log already has a system message; use set_system() to replace it")

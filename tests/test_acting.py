@@ -103,3 +103,39 @@ async def test_outcome_names_a_typed_failure_and_agrees_with_failed(tmp_path: Pa
     assert (done.outcome, done.failed, done.ok) == ("done", False, True)
     assert (missing.outcome, missing.failed, missing.ok) == ("failed", True, True)
     assert (invalid.outcome, invalid.failed, invalid.ok) == ("error", True, False)
+
+
+async def test_an_action_result_stays_frozen_and_a_call_leaves_no_context_behind() -> None:
+    """`execute_call` enters the call (and an approval) without scope objects: both end with it."""
+    import attrs
+
+    from lionfactory import function_tool
+    from lionfactory._approvals import approval_for
+    from lionfactory._call import current_call
+
+    seen: list[tuple[str | None, bool]] = []
+
+    def hook(tool: str, arguments: dict[str, Any]) -> None:
+        """Record the call context and whether this very call is approved (hooks see it)."""
+        context = current_call()
+        seen.append((None if context is None else context.tool, approval_for(tool, arguments)))
+
+    async def probe(fail: bool) -> dict[str, Any]:
+        """Raise if asked."""
+        if fail:
+            raise RuntimeError("boom")
+        return {"success": True}
+
+    branch = Branch()
+    branch.register(attrs.evolve(function_tool(probe), pre=(hook,)))
+    done = await branch.act("probe", {"fail": False})
+    failed = await branch.act("probe", {"fail": True})
+    approved = await branch._act("probe", {"fail": False}, None, approved=True)
+    assert (done.outcome, failed.outcome, approved.outcome) == ("done", "error", "done")
+    assert failed.error_type == "RuntimeError"
+    assert seen == [("probe", False), ("probe", False), ("probe", True)]
+    assert current_call() is None
+    assert not approval_for("probe", {"fail": False})
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        done.error = "changed"  # type: ignore[misc]
+    assert done == attrs.evolve(done)

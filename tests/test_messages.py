@@ -530,6 +530,10 @@ def test_tool_message_refuses_what_validation_refuses() -> None:
 def test_a_copy_of_an_assembled_record_leaves_the_shared_fields_set_alone() -> None:
     from lionfactory._messages import call_message, new_tool_call
 
+    # Records are assembled with ``object.__new__``: what the models' own would be.
+    assert ToolCall.__new__ is object.__new__
+    assert Message.__new__ is object.__new__
+
     first = call_message((new_tool_call("noop", {}),), {})
     second = call_message((new_tool_call("noop", {}),), {})
     changed = first.model_copy(update={"content": "edited"})
