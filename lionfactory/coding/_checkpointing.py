@@ -723,6 +723,9 @@ class Checkpointer:
         now = await store.manifest(now_state)
         external = await self._external(store, entry, root, now_state)
         skipped: set[str] = {s.rsplit(": ", 1)[0] for s in snap.skipped}
+        # What the snapshot left out (a file grown past the limits, say) is not
+        # known as it is now: never compared, read or written, only reported.
+        left_out = set(skipped)
         conflicts: list[str] = []
         ops: list[Op] = []
         forced = set(force)
@@ -732,6 +735,8 @@ class Checkpointer:
             if want == have and path not in uncertain:
                 continue
             if paths is not None and not _selected(path, paths):
+                continue
+            if path in left_out:
                 continue
             if not self._restorable(store.workspace, path, want, have):
                 skipped.add(path)

@@ -1,0 +1,239 @@
+"""Attacks on checkpoints and rewind: plant with a confined `bash`, trigger with a rewind.
+
+Whatever a confined command can write (deep trees, FIFOs, sparse giants,
+links, names that are not UTF-8) is untrusted input to the snapshot and the
+restore: a rewind must neither fail untyped, hang, write outside, nor leave a
+path it did not put back unreported.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from lionfactory import Branch
+from lionfactory.coding import coding_toolkit
+from lionfactory.coding._snapshots import Limits
+
+
+def kit_branch(root: Path, **limits: Any) -> Branch:
+    branch = Branch("You write code.")
+    branch.register(coding_toolkit, workspace_root=root, notify=False)
+    # A loaded machine can take longer than the default 5 s over a first
+    # snapshot; a partial checkpoint is not what these tests attack.
+    branch.checkpoint_log.rewinder.limits = Limits(first_snapshot_wait=120.0, **limits)  # type: ignore[union-attr]
+    return branch
+
+
+async def bash(branch: Branch, command: str) -> None:
+    result = await branch.act("bash", {"command": command})
+    assert result.ok, result.error
+    assert result.result["return_code"] == 0, result.result
+
+
+def remove_chain(parent: Path) -> None:
+    """Remove the chain of nested ``d`` folders under `parent`, one descriptor at a time.
+
+    What a test leaves must not break the next session: pytest's clean-up of
+    old temporary folders recurses (``shutil.rmtree``) and so does not get
+    through a tree nested past the recursion limit.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open(parent, flags)
+    depth = 0
+    while True:
+        try:
+            deeper = os.open("d", flags, dir_fd=fd)
+        except FileNotFoundError:
+            break
+        os.close(fd)
+        fd, depth = deeper, depth + 1
+    for _ in range(depth):
+        up = os.open("..", flags, dir_fd=fd)
+        os.close(fd)
+        fd = up
+        os.rmdir("d", dir_fd=fd)
+    os.close(fd)
+
+
+@pytest.fixture
+def chained(workspace: Path) -> Any:
+    yield workspace
+    remove_chain(workspace)
+
+
+async def test_a_tree_nested_deeper_than_the_recursion_limit_is_rewound(chained: Path) -> None:
+    workspace = chained
+    # Python 3.11's os.walk recursed once per level: 1,100 nested folders
+    # made every rewind raise RecursionError (no typed answer, nothing restored).
+    (workspace / "keep.txt").write_text("orig\n")
+    branch = kit_branch(workspace)
+    await bash(
+        branch,
+        "python3 -c \"import os\nfor _ in range(1100):\n os.mkdir('d'); os.chdir('d')\n\" "
+        "&& echo changed > keep.txt",
+    )
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "keep.txt").read_text() == "orig\n"
+    assert report.restored == ("keep.txt",)
+    # The empty folders the command created are gone, each reported.
+    assert not (workspace / "d").exists()
+    assert "d" in report.deleted
+    await branch.aclose()
+
+
+async def test_a_tree_nested_past_path_max_neither_raises_nor_escapes(chained: Path) -> None:
+    workspace = chained
+    (workspace / "keep.txt").write_text("orig\n")
+    branch = kit_branch(workspace)
+    await bash(
+        branch,
+        "python3 -c \"import os\nfor _ in range(3000):\n os.mkdir('d'); os.chdir('d')\n\" "
+        "&& echo changed > keep.txt",
+    )
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "keep.txt").read_text() == "orig\n"
+    assert "keep.txt" in report.restored
+    await branch.aclose()
+
+
+async def test_a_tracked_file_grown_sparse_to_terabytes_is_reported_not_hashed(
+    workspace: Path,
+) -> None:
+    # `truncate -s` makes a 1 TB file in no time; hashing it held the call's
+    # snapshot (and so the call) for git's whole ten-minute timeout.
+    (workspace / "keep.txt").write_text("orig\n")
+    (workspace / "big.dat").write_text("small\n")
+    branch = kit_branch(workspace)
+    with trio.fail_after(120):
+        await bash(branch, "echo one > keep.txt && truncate -s 1T big.dat")
+        report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "keep.txt").read_text() == "orig\n"
+    # Left as it is (never read into memory to be compared), and reported.
+    assert (workspace / "big.dat").stat().st_size == 1 << 40
+    assert report.skipped == ("big.dat",)
+    assert report.restored == ("keep.txt",)
+    await branch.aclose()
+
+
+async def test_a_changed_file_over_the_changed_limit_is_left_alone_and_reported(
+    workspace: Path,
+) -> None:
+    (workspace / "data.bin").write_bytes(b"v1\n")
+    branch = kit_branch(workspace, max_changed_bytes=1 << 20)
+    await bash(branch, "echo v2 > data.bin")
+    await bash(branch, "head -c 2000000 /dev/zero > data.bin")
+    await bash(branch, "echo small > other.txt")
+    # The store still holds v2 for it: the rewind to v1 must not read what
+    # is there now to compare (a terabyte, say), nor call it a conflict.
+    preview = await branch.rewind(branch.checkpoints[0].id, scope="code", dry_run=True)
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert preview.skipped == report.skipped == ("data.bin",)
+    assert preview.conflicts == report.conflicts == ()
+    assert (workspace / "data.bin").stat().st_size == 2_000_000
+    assert report.deleted == ("other.txt",)
+    # Once it is small again, it is captured and rewound as any file.
+    await bash(branch, "echo v3 > data.bin")
+    await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "data.bin").read_bytes() == b"v1\n"
+    await branch.aclose()
+
+
+async def test_a_tracked_file_replaced_by_a_fifo_is_reported_and_never_opened(
+    workspace: Path,
+) -> None:
+    # git refuses to add a FIFO and keeps the old entry: the snapshot said the
+    # file was unchanged, and the rewind neither restored nor reported it.
+    (workspace / "a.txt").write_text("orig\n")
+    branch = kit_branch(workspace)
+    await bash(branch, "rm a.txt && mkfifo a.txt")
+    with trio.fail_after(60):
+        report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert report.skipped == ("a.txt",)
+    assert report.restored == ()
+    assert (workspace / "a.txt").is_fifo()
+    await branch.aclose()
+
+
+async def test_a_name_that_is_not_utf8_is_reported_not_silently_left(workspace: Path) -> None:
+    # git's output is read as UTF-8 with replacement: the mangled name named no
+    # file, so a file created after the target survived the rewind unreported.
+    (workspace / "keep.txt").write_text("orig\n")
+    branch = kit_branch(workspace)
+    await bash(branch, "printf x > $'bad\\xff' && echo one > keep.txt")
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "keep.txt").read_text() == "orig\n"
+    assert report.skipped == ("bad\ufffd",)
+    assert b"bad\xff" in os.listdir(os.fsencode(workspace))
+    await branch.aclose()
+
+
+async def test_a_link_to_outside_planted_where_a_file_is_restored_is_replaced_not_followed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("theirs\n")
+    (workspace / "a.txt").write_text("orig\n")
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "b.txt").write_text("b\n")
+    branch = kit_branch(workspace)
+    await bash(
+        branch,
+        f"rm a.txt && ln -s {outside} a.txt && rm -r sub && ln -s {tmp_path} sub",
+    )
+    # A tracked folder turned into a link made `git add` die on the whole
+    # pathspec ("beyond a symbolic link"): the snapshot recorded none of the
+    # call's changes, and the rewind put back nothing and reported nothing.
+    assert set(branch.checkpoints[0].files_changed) == {"a.txt", "sub", "sub/b.txt"}
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert outside.read_text() == "theirs\n"
+    assert not (tmp_path / "b.txt").exists()
+    assert not (workspace / "a.txt").is_symlink()
+    assert (workspace / "a.txt").read_text() == "orig\n"
+    assert (workspace / "sub" / "b.txt").read_text() == "b\n"
+    assert set(report.restored) == {"a.txt", "sub/b.txt"}
+    await branch.aclose()
+
+
+@pytest.mark.parametrize("name", ["new\nline", " lead", "tab\tx", "back\\slash", 'quo"te'])
+async def test_awkward_names_are_captured_and_deleted_by_a_rewind(
+    workspace: Path, name: str
+) -> None:
+    (workspace / "a.txt").write_text("orig\n")
+    branch = kit_branch(workspace)
+    (workspace / "stage").write_text(name)
+    await bash(branch, 'touch -- "$(cat stage)" && echo one > a.txt')
+    assert name in branch.checkpoints[0].files_changed
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert not (workspace / name).exists()
+    assert name in report.deleted
+    assert (workspace / "a.txt").read_text() == "orig\n"
+    await branch.aclose()
+
+
+async def test_a_folder_replaced_by_a_file_blinds_no_other_change(workspace: Path) -> None:
+    (workspace / "a.txt").write_text("orig\n")
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "b.txt").write_text("b\n")
+    branch = kit_branch(workspace)
+    await bash(branch, "echo changed > a.txt && rm -r sub && echo file > sub")
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "a.txt").read_text() == "orig\n"
+    assert (workspace / "sub" / "b.txt").read_text() == "b\n"
+    assert set(report.restored) == {"a.txt", "sub/b.txt"}
+    await branch.aclose()
+
+
+async def test_a_file_replaced_by_a_folder_comes_back_as_the_file(workspace: Path) -> None:
+    (workspace / "a.txt").write_text("orig\n")
+    branch = kit_branch(workspace)
+    await bash(branch, "rm a.txt && mkdir -p a.txt/in && echo z > a.txt/in/f")
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "a.txt").read_text() == "orig\n"
+    assert "a.txt/in/f" in report.deleted
+    assert report.conflicts == ()
+    await branch.aclose()
