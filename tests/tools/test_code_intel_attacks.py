@@ -8,6 +8,8 @@ timed out after 10 s with "retry", which could never help.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 import trio
 
 from lionfactory import Branch
+from lionfactory._os.mechanisms import mechanism_problem
 from lionfactory.coding import coding_toolkit
 from lionfactory.tools._code_intel import ty_command
 
@@ -33,9 +36,11 @@ def project(workspace: Path) -> Path:
     return workspace
 
 
-def kit(root: Path) -> Branch:
+def kit(root: Path, isolation: str = "auto") -> Branch:
     branch = Branch("You write code.")
-    branch.register(coding_toolkit, workspace_root=root, notify=False, checkpoints=False)
+    branch.register(
+        coding_toolkit, workspace_root=root, notify=False, checkpoints=False, isolation=isolation
+    )
     return branch
 
 
@@ -87,19 +92,13 @@ async def test_a_planted_config_is_a_typed_answer_at_once(
     await branch.aclose()
 
 
-async def test_a_folder_named_like_a_config_does_not_stop_ty(project: Path) -> None:
-    branch = kit(project)
-    await bash(branch, "mkdir ty.toml pyproject.toml")
-    with trio.fail_after(60):
-        assert (await hover(branch))["text"] == "def helper(x: int) -> int"
-    await branch.aclose()
-
-
 async def test_a_config_planted_while_the_server_runs_stops_it_and_a_fix_brings_it_back(
     project: Path,
 ) -> None:
     branch = kit(project)
     with trio.fail_after(60):
+        # A folder of a config's name ty skips: it does not stop ty.
+        await bash(branch, "mkdir ty.toml")
         assert (await hover(branch))["text"] == "def helper(x: int) -> int"
         await bash(branch, "mkfifo pyproject.toml")
         started = time.monotonic()
@@ -132,4 +131,37 @@ async def test_an_edit_under_a_planted_config_does_not_wait_for_a_blocked_server
     # No engine can run here: the edit stands on its own, with no stale
     # "not reported in time" diagnostics after the whole wait.
     assert edited.result.get("diagnostics") is None
+    await branch.aclose()
+
+
+@pytest.fixture
+def secret_home() -> Any:
+    """A module in the home directory, which the toolkit's confinement hides."""
+    folder = Path(tempfile.mkdtemp(dir=Path.home(), prefix=".lionfactory-test-"))
+    (folder / "secretmod.py").write_text('SECRET = "hunter2"\n')
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "landlock"])
+async def test_a_ty_config_naming_a_folder_outside_reads_no_more_than_bash_may(
+    project: Path, secret_home: Path, isolation: str
+) -> None:
+    if mechanism_problem(isolation) is not None:
+        pytest.skip(f"{isolation}: {mechanism_problem(isolation)}")
+    (project / "pkg" / "leak.py").write_text("from secretmod import SECRET\n\nSECRET\n")
+    branch = kit(project, isolation)
+    config = f'[environment]\nextra-paths = ["{secret_home}"]\n'
+    await bash(branch, f"cat > ty.toml <<'EOF'\n{config}EOF")
+    peek = await branch.act("bash", {"command": f"cat {secret_home}/secretmod.py"})
+    assert peek.ok and peek.result["return_code"] != 0, "the confinement hides the home"
+    with trio.fail_after(60):
+        found = await branch.act(
+            "code_nav", {"action": "hover", "path": "pkg/leak.py", "line": 3, "symbol": "SECRET"}
+        )
+    assert found.ok, found.error
+    # ty runs confined as the commands do: the module is not found, so its
+    # value (a literal type would show it) never reaches the model.
+    assert "hunter2" not in str(found.result)
+    assert found.result["text"] == "Unknown"
     await branch.aclose()
