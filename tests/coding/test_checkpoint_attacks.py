@@ -223,3 +223,82 @@ async def test_a_file_and_a_folder_swapped_come_back_as_they_were(
     assert set(report.restored) == {"a.txt", "sub/b.txt"}
     assert report.conflicts == ()
     await branch.aclose()
+
+
+async def test_a_rewind_never_writes_through_a_hard_link_out_of_the_workspace(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # A package manager's cache (uv, pnpm) links its files into a project; a
+    # restore wrote such a file in place, so the cache outside changed too.
+    cache = tmp_path / "cache.py"
+    cache.write_text("cached\n")
+    branch, _ = await rewound(workspace, {"a.py": "v1\n"}, "echo v2 > a.py")
+    await bash(branch, "echo v3 > a.py")
+    (workspace / "a.py").unlink()
+    os.link(cache, workspace / "a.py")  # a link the command did not make
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code", force=("a.py",))
+    assert report.restored == ("a.py",)
+    assert (workspace / "a.py").read_text() == "v1\n"
+    assert cache.read_text() == "cached\n"
+    assert (workspace / "a.py").stat().st_nlink == 1
+    await branch.aclose()
+
+
+async def test_a_rewind_never_writes_a_protected_file_through_a_hard_link(
+    workspace: Path,
+) -> None:
+    branch, _ = await rewound(
+        workspace, {".env": "SECRET=1\n", "a.txt": "orig\n"}, "echo planted > a.txt"
+    )
+    # `ln .env a.txt`: the rewind wrote the checkpoint's a.txt into .env.
+    await bash(branch, "rm a.txt && ln .env a.txt")
+    report = await branch.rewind(branch.checkpoints[-2].id, scope="code")
+    assert (workspace / ".env").read_text() == "SECRET=1\n"
+    assert (workspace / "a.txt").read_text() == "planted\n"
+    assert report.restored == ("a.txt",)
+    await branch.aclose()
+
+
+@pytest.mark.parametrize("target", ["link", "file", "absent"])
+@pytest.mark.parametrize("swap", ["folder", "gone"])
+def test_a_path_swapped_just_after_its_check_is_a_conflict_not_an_error(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, target: str, swap: str
+) -> None:
+    # Something else (a job of the branch, the user) swaps the file for a
+    # folder, or removes it, between the restore's check and its change:
+    # IsADirectoryError or FileNotFoundError came out of the rewind, untyped,
+    # halfway through its operations.
+    from lionfactory.coding import _restore
+    from lionfactory.coding._restore import Op, apply_op
+    from lionfactory.coding._snapshots import EXECUTABLE, REGULAR, SYMLINK, Entry, blob_id
+
+    (workspace / "a").write_bytes(b"old")
+    checked = _restore._entry_in
+
+    def racing(dir_fd: int, name: str) -> Any:
+        found = checked(dir_fd, name)
+        os.unlink(name, dir_fd=dir_fd)
+        if swap == "folder":
+            os.mkdir(name, dir_fd=dir_fd)
+            (workspace / name / "theirs").write_text("x")
+        return found
+
+    monkeypatch.setattr(_restore, "_entry_in", racing)
+    data = b"new"
+    mode = {"link": SYMLINK, "file": EXECUTABLE, "absent": None}[target]
+    op = Op(
+        "a", Entry(REGULAR, blob_id(b"old")), None if mode is None else Entry(mode, blob_id(data))
+    )
+    root_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        outcome = apply_op(root_fd, op, {blob_id(data): data})
+    finally:
+        os.close(root_fd)
+    if swap == "folder":
+        assert outcome == "conflict"
+        assert (workspace / "a" / "theirs").read_text() == "x"
+    else:
+        # Gone: a deletion is done; a write that finds no file is a conflict,
+        # or (a link) puts the link where nothing is.
+        assert outcome == {"absent": "already", "file": "conflict", "link": "done"}[target]
+    assert [n for n in os.listdir(workspace) if n.startswith(".lionfactory")] == []
