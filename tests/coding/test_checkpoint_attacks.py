@@ -166,11 +166,17 @@ async def test_a_name_that_is_not_utf8_is_reported_not_silently_left(workspace: 
     await branch.aclose()
 
 
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A file beside the workspace, never to be written by a rewind."""
+    path = tmp_path / "outside.txt"
+    path.write_text("theirs\n")
+    return path
+
+
 async def test_a_link_to_outside_planted_where_a_file_is_restored_is_replaced_not_followed(
-    workspace: Path, tmp_path: Path
+    workspace: Path, tmp_path: Path, outside: Path
 ) -> None:
-    outside = tmp_path / "outside.txt"
-    outside.write_text("theirs\n")
     branch, report = await rewound(
         workspace,
         {"a.txt": "orig\n", "sub/b.txt": "b\n"},
@@ -226,20 +232,18 @@ async def test_a_file_and_a_folder_swapped_come_back_as_they_were(
 
 
 async def test_a_rewind_never_writes_through_a_hard_link_out_of_the_workspace(
-    workspace: Path, tmp_path: Path
+    workspace: Path, outside: Path
 ) -> None:
     # A package manager's cache (uv, pnpm) links its files into a project; a
     # restore wrote such a file in place, so the cache outside changed too.
-    cache = tmp_path / "cache.py"
-    cache.write_text("cached\n")
     branch, _ = await rewound(workspace, {"a.py": "v1\n"}, "echo v2 > a.py")
     await bash(branch, "echo v3 > a.py")
     (workspace / "a.py").unlink()
-    os.link(cache, workspace / "a.py")  # a link the command did not make
+    os.link(outside, workspace / "a.py")  # the cache's link, not the command's
     report = await branch.rewind(branch.checkpoints[0].id, scope="code", force=("a.py",))
     assert report.restored == ("a.py",)
     assert (workspace / "a.py").read_text() == "v1\n"
-    assert cache.read_text() == "cached\n"
+    assert outside.read_text() == "theirs\n"
     assert (workspace / "a.py").stat().st_nlink == 1
     await branch.aclose()
 
