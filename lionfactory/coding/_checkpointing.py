@@ -65,6 +65,7 @@ from lionfactory.coding._snapshots import (
     SnapshotError,
     SnapshotStore,
     State,
+    UnlistedFolders,
     valid_path,
 )
 
@@ -407,11 +408,18 @@ class Checkpointer:
             if paths is not None and last is not None and last.tree is not None:
                 state = last.with_paths(store.snapshot_paths(paths))
             else:
-                snap = await store.snapshot()
-                state = snap.state
-                extra["skipped"] = list(snap.skipped)
-                if snap.unsettled:
-                    extra["unsettled"] = list(snap.unsettled)
+                try:
+                    snap = await store.snapshot()
+                except UnlistedFolders as exc:
+                    # The call runs with a partial checkpoint (a rewind to it
+                    # says why), never over a snapshot that missed folders.
+                    extra["partial"] = exc.message
+                    state = State(None)
+                else:
+                    state = snap.state
+                    extra["skipped"] = list(snap.skipped)
+                    if snap.unsettled:
+                        extra["unsettled"] = list(snap.unsettled)
                 if paths is not None:
                     state = state.with_paths(store.snapshot_paths(paths))
         entry = self._record(store, tool, state, extra, paths)
@@ -513,11 +521,18 @@ class Checkpointer:
                         p for p, e in after.overlay if dict(before.overlay).get(p, _MISSING) != e
                     )
                 else:
-                    snap = await store.snapshot()
-                    after = snap.state
-                    changed = sorted(await store.changed_between(before, after))
-                    if snap.unsettled:
-                        data["unsettled"] = sorted({*data.get("unsettled", ()), *snap.unsettled})
+                    try:
+                        snap = await store.snapshot()
+                    except UnlistedFolders:
+                        # Not known (see `before`): the next full snapshot says.
+                        after, changed = State(None), []
+                    else:
+                        after = snap.state
+                        changed = sorted(await store.changed_between(before, after))
+                        if snap.unsettled:
+                            data["unsettled"] = sorted(
+                                {*data.get("unsettled", ()), *snap.unsettled}
+                            )
         opened = self._jobs_open.setdefault(root, {})
         if job_started and job_id is not None:
             opened[job_id] = entry.checkpoint.id

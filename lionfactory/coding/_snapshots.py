@@ -45,6 +45,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import stat
 import threading
@@ -73,6 +74,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotStore",
     "State",
+    "UnlistedFolders",
     "state_directory",
 ]
 
@@ -101,6 +103,10 @@ _CONFIG = (
 
 class SnapshotError(ToolFailure):
     """A snapshot or restore could not be done; `message` says why and what to do."""
+
+
+class UnlistedFolders(SnapshotError):
+    """git could not list some folders: a snapshot of the rest would say they are empty."""
 
 
 def state_directory() -> Path:
@@ -628,8 +634,11 @@ class SnapshotStore:
 
     async def _listing(self) -> str:
         args = ["ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard"]
+        warnings: list[str] = []
         try:
-            return await self._check(args, "list the workspace's changes", max_bytes=1 << 28)
+            out = await self._check(
+                args, "list the workspace's changes", max_bytes=1 << 28, warnings=warnings
+            )
         except SnapshotError:
             index = self.directory / "index"
             if not index.exists():
@@ -637,7 +646,25 @@ class SnapshotStore:
             # A seeded index git cannot read here (split, sparse, a newer
             # version): start from an empty one.
             index.unlink()
-            return await self._check(args, "list the workspace's changes", max_bytes=1 << 28)
+            warnings.clear()
+            out = await self._check(
+                args, "list the workspace's changes", max_bytes=1 << 28, warnings=warnings
+            )
+        unlisted = [m for w in warnings for m in _UNLISTED.findall(w)]
+        if unlisted:
+            # Landlock cannot hide one name of a folder it lets be listed, so a
+            # folder holding a protected name (``.env``) is not listable by the
+            # snapshot's git: taken as empty, its files would be "created after"
+            # every checkpoint, and a rewind would delete them all.
+            shown = ", ".join(sorted({"the workspace root" if d == "." else d for d in unlisted}))
+            raise UnlistedFolders(
+                f"The checkpoint snapshot could not list {shown} under this confinement "
+                f"(a folder holding a protected name such as .env cannot be listed under "
+                f"landlock), so it cannot record what this call changes. Use "
+                f"isolation='bwrap' where it works, or move the protected file into a "
+                f"folder of its own."
+            )
+        return out
 
     def snapshot_paths(self, paths: Iterable[str]) -> dict[str, Entry | None]:
         """The current entries of `paths` (relative, POSIX), hashed in-process.
@@ -899,6 +926,7 @@ class SnapshotStore:
         git: Git | None = None,
         tolerate: bool = False,
         max_bytes: int = 16 * 1024 * 1024,
+        warnings: list[str] | None = None,
     ) -> str:
         runner = git or self.git
         try:
@@ -907,6 +935,8 @@ class SnapshotStore:
             )
         except GitError as exc:
             raise SnapshotError(f"Could not {what}: {exc.message}") from None
+        if warnings is not None:
+            warnings.append(result.stderr)
         full = any(sign in result.stderr for sign in _DISK_FULL)
         if (
             full
@@ -927,6 +957,9 @@ class SnapshotStore:
             raise SnapshotError(f"Could not {what} (git exit {result.returncode}: {detail}).")
         return result.stdout
 
+
+_UNLISTED = re.compile(r"could not open directory '(.*?)/?': ")
+"""git's warning for a folder it cannot list (it goes on, as if the folder were empty)."""
 
 _DISK_FULL = ("No space left", "Out of diskspace", "ENOSPC")
 """How git says the disk is full."""

@@ -16,8 +16,9 @@ import pytest
 import trio
 
 from lionfactory import Branch, RewindReport
+from lionfactory._os.mechanisms import mechanism_problem
 from lionfactory.coding import coding_toolkit
-from lionfactory.coding._snapshots import Limits
+from lionfactory.coding._snapshots import Limits, SnapshotError
 
 
 def kit_branch(root: Path, **limits: Any) -> Branch:
@@ -306,3 +307,31 @@ def test_a_path_swapped_just_after_its_check_is_a_conflict_not_an_error(
         # or (a link) puts the link where nothing is.
         assert outcome == {"absent": "already", "file": "conflict", "link": "done"}[target]
     assert [n for n in os.listdir(workspace) if n.startswith(".lionfactory")] == []
+
+
+@pytest.mark.skipif(mechanism_problem("landlock") is not None, reason="landlock unavailable")
+async def test_a_folder_the_snapshot_cannot_list_never_turns_a_rewind_into_deleting_it(
+    workspace: Path,
+) -> None:
+    # Under landlock the snapshot's git cannot list a folder holding a
+    # protected name: the snapshot took the workspace for empty, and after
+    # `rm .env` a rewind to it deleted every file as "created after" it.
+    for name, text in {".env": "S=1\n", "a.txt": "orig\n", "src/main.py": "print(1)\n"}.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text)
+    branch = Branch("You write code.")
+    branch.register(coding_toolkit, workspace_root=workspace, notify=False, isolation="landlock")
+    branch.checkpoint_log.rewinder.limits = Limits(first_snapshot_wait=120.0)  # type: ignore[union-attr]
+    await bash(branch, "rm .env")
+    with pytest.raises(SnapshotError, match="could not list the workspace root"):
+        await branch.rewind(branch.checkpoints[0].id, scope="code", dry_run=True)
+    with pytest.raises(SnapshotError, match="partial"):
+        await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert (workspace / "a.txt").read_text() == "orig\n"
+    assert (workspace / "src" / "main.py").read_text() == "print(1)\n"
+    # With the folder listable again, checkpoints are whole.
+    await bash(branch, "echo changed > a.txt")
+    report = await branch.rewind(branch.checkpoints[1].id, scope="code")
+    assert report.restored == ("a.txt",)
+    assert (workspace / "a.txt").read_text() == "orig\n"
+    await branch.aclose()
