@@ -65,6 +65,7 @@ from lionfactory.coding._snapshots import (
     SnapshotError,
     SnapshotStore,
     State,
+    UnlistedFolders,
     valid_path,
 )
 
@@ -407,11 +408,18 @@ class Checkpointer:
             if paths is not None and last is not None and last.tree is not None:
                 state = last.with_paths(store.snapshot_paths(paths))
             else:
-                snap = await store.snapshot()
-                state = snap.state
-                extra["skipped"] = list(snap.skipped)
-                if snap.unsettled:
-                    extra["unsettled"] = list(snap.unsettled)
+                try:
+                    snap = await store.snapshot()
+                except UnlistedFolders as exc:
+                    # The call runs with a partial checkpoint (a rewind to it
+                    # says why), never over a snapshot that missed folders.
+                    extra["partial"] = exc.message
+                    state = State(None)
+                else:
+                    state = snap.state
+                    extra["skipped"] = list(snap.skipped)
+                    if snap.unsettled:
+                        extra["unsettled"] = list(snap.unsettled)
                 if paths is not None:
                     state = state.with_paths(store.snapshot_paths(paths))
         entry = self._record(store, tool, state, extra, paths)
@@ -513,11 +521,18 @@ class Checkpointer:
                         p for p, e in after.overlay if dict(before.overlay).get(p, _MISSING) != e
                     )
                 else:
-                    snap = await store.snapshot()
-                    after = snap.state
-                    changed = sorted(await store.changed_between(before, after))
-                    if snap.unsettled:
-                        data["unsettled"] = sorted({*data.get("unsettled", ()), *snap.unsettled})
+                    try:
+                        snap = await store.snapshot()
+                    except UnlistedFolders:
+                        # Not known (see `before`): the next full snapshot says.
+                        after, changed = State(None), []
+                    else:
+                        after = snap.state
+                        changed = sorted(await store.changed_between(before, after))
+                        if snap.unsettled:
+                            data["unsettled"] = sorted(
+                                {*data.get("unsettled", ()), *snap.unsettled}
+                            )
         opened = self._jobs_open.setdefault(root, {})
         if job_started and job_id is not None:
             opened[job_id] = entry.checkpoint.id
@@ -723,6 +738,9 @@ class Checkpointer:
         now = await store.manifest(now_state)
         external = await self._external(store, entry, root, now_state)
         skipped: set[str] = {s.rsplit(": ", 1)[0] for s in snap.skipped}
+        # What the snapshot left out (a file grown past the limits, say) is not
+        # known as it is now: never compared, read or written, only reported.
+        left_out = set(skipped)
         conflicts: list[str] = []
         ops: list[Op] = []
         forced = set(force)
@@ -732,6 +750,8 @@ class Checkpointer:
             if want == have and path not in uncertain:
                 continue
             if paths is not None and not _selected(path, paths):
+                continue
+            if path in left_out:
                 continue
             if not self._restorable(store.workspace, path, want, have):
                 skipped.add(path)

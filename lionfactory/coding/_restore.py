@@ -192,12 +192,19 @@ def apply_op(root_fd: int, op: Op, blobs: Mapping[str, bytes]) -> OpOutcome:
         # The editor's write path removes its temporary file: the path is as it was.
         if exc.errno in _FULL:
             return "nospace"
+        if exc.errno == errno.ENOENT and op.target is None:
+            return "already"  # removed by someone else since the check
+        if exc.errno in _RACED:
+            # Changed since the check (a folder or a link where the file was):
+            # nothing was written there, and it is someone else's change.
+            return "conflict"
         raise
     finally:
         os.close(dir_fd)
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+_RACED = (errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ELOOP)
 
 
 def _change(
@@ -221,7 +228,9 @@ def _change(
     if original is None and op.expect is not None:
         # A link becomes a file: the link goes first (commit replaces files only).
         os.unlink(name, dir_fd=dir_fd)
-    commit(dir_fd, name, data, original=original)
+    # Never through a hard link: its other names may be outside the workspace
+    # or protected (a rewind replaces this name only).
+    commit(dir_fd, name, data, original=original, in_place=False)
     fd = open_child(dir_fd, name, os.O_RDONLY)
     try:
         mode = stat.S_IMODE(os.fstat(fd).st_mode)

@@ -45,12 +45,13 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import stat
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotStore",
     "State",
+    "UnlistedFolders",
     "state_directory",
 ]
 
@@ -103,6 +105,10 @@ class SnapshotError(ToolFailure):
     """A snapshot or restore could not be done; `message` says why and what to do."""
 
 
+class UnlistedFolders(SnapshotError):
+    """git could not list some folders: a snapshot of the rest would say they are empty."""
+
+
 def state_directory() -> Path:
     """The library's state directory: ``$LIONFACTORY_STATE_DIR``, else the XDG state home."""
     named = os.environ.get(STATE_ENV)
@@ -118,6 +124,11 @@ class Limits:
 
     Attributes:
         max_file_bytes: a new file larger than this is not captured.
+        max_changed_bytes: a tracked file that changed and is now larger than
+            this is not captured either (its last captured content stands, and
+            a rewind leaves it alone and reports it): a confined command can
+            grow a file to terabytes with one ``truncate -s``, and hashing
+            that would hold every call's snapshot for git's whole timeout.
         max_new_files: a new top-level directory holding more new files than
             this (a dependency cache, a build tree) is not captured.
         keep: checkpoints kept per workspace store; older ones are pruned.
@@ -130,6 +141,7 @@ class Limits:
     """
 
     max_file_bytes: int = 20 * 1024 * 1024
+    max_changed_bytes: int = 1024**3
     max_new_files: int = 20_000
     keep: int = 500
     max_store_bytes: int = 2 * 1024**3
@@ -495,8 +507,16 @@ class SnapshotStore:
             if self.workspace.is_hidden(path) or not valid_path(path):
                 skipped.append(f"{path}: a protected name")
                 continue
+            if "\ufffd" in path and not _lexists(root / path):
+                # git's output is read as UTF-8 with replacement: a name that is
+                # not UTF-8 arrives mangled, names no file and cannot be added.
+                # Reported, so a rewind says it left the file as it is.
+                skipped.append(f"{path}: a name that is not valid UTF-8")
+                continue
             if tag == "?":
                 new.append(path)
+            elif (why := self._uncapturable(root / path)) is not None:
+                skipped.append(f"{path}: {why}")
             else:
                 chosen[path] = None
         counts: dict[str, int] = {}
@@ -520,6 +540,17 @@ class SnapshotStore:
             for top, count in counts.items()
             if top and count > self.limits.max_new_files
         )
+        # A path beneath a link (a tracked folder a command replaced by a link)
+        # makes `git add` die on the whole pathspec ("beyond a symbolic link")
+        # and record none of the call's changes: such a path is gone from the
+        # work tree as git sees it, so it leaves the index on its own.
+        beyond = _beneath_links(root, chosen)
+        for path in beyond:
+            del chosen[path]
+        for part in _chunks(beyond, 200):
+            await self._check(
+                ["update-index", "--force-remove", "--", *part], "record the removed files"
+            )
         if chosen:
             spec = self.directory / "tmp" / f"pathspec-{secrets.token_hex(6)}"
             _write_bytes(spec, b"".join(os.fsencode(p) + b"\0" for p in chosen))
@@ -538,7 +569,7 @@ class SnapshotStore:
             finally:
                 with contextlib.suppress(OSError):
                     spec.unlink()
-        if chosen or self.last_tree is None:
+        if chosen or beyond or self.last_tree is None:
             tree = (await self._check(["write-tree"], "write the snapshot")).strip()
         else:
             tree = self.last_tree
@@ -549,10 +580,31 @@ class SnapshotStore:
         return FullSnapshot(
             tree=tree,
             dirs=await self._empty_dirs() if dirs else (),
-            changed=tuple(chosen),
+            changed=(*chosen, *beyond),
             skipped=tuple(skipped),
             unsettled=unsettled,
         )
+
+    def _uncapturable(self, path: Path) -> str | None:
+        """Why the changed tracked path `path` cannot be recorded as it is now, or None.
+
+        git refuses to add a FIFO, a socket or a device and keeps the path's
+        old entry, so a snapshot would claim the old content is still there
+        and a rewind would neither restore nor report the path. Hashing a
+        file grown past `Limits.max_changed_bytes` would hold the snapshot
+        for git's whole timeout. Either is reported instead (``skipped``).
+        """
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None  # deleted: git records that
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            return None
+        if not is_regular(st):
+            return "not a regular file, a link or a folder"
+        if st.st_size > self.limits.max_changed_bytes:
+            return f"over {self.limits.max_changed_bytes:,} bytes"
+        return None
 
     async def _empty_dirs(self) -> tuple[str, ...]:
         """The empty folders among the untracked ones (``mkdir -p`` leaves them)."""
@@ -569,7 +621,7 @@ class SnapshotStore:
             top = item.rstrip("/")
             if not valid_path(top) or self.workspace.is_hidden(top):
                 continue
-            for dirpath, dirs, files in os.walk(root / top):
+            for dirpath, dirs, files in _walk(str(root / top)):
                 relative = Path(dirpath).relative_to(root).as_posix()
                 if ".git" in dirs or ".git" in files:
                     dirs.clear()  # a nested repository
@@ -582,8 +634,11 @@ class SnapshotStore:
 
     async def _listing(self) -> str:
         args = ["ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard"]
+        warnings: list[str] = []
         try:
-            return await self._check(args, "list the workspace's changes", max_bytes=1 << 28)
+            out = await self._check(
+                args, "list the workspace's changes", max_bytes=1 << 28, warnings=warnings
+            )
         except SnapshotError:
             index = self.directory / "index"
             if not index.exists():
@@ -591,7 +646,25 @@ class SnapshotStore:
             # A seeded index git cannot read here (split, sparse, a newer
             # version): start from an empty one.
             index.unlink()
-            return await self._check(args, "list the workspace's changes", max_bytes=1 << 28)
+            warnings.clear()
+            out = await self._check(
+                args, "list the workspace's changes", max_bytes=1 << 28, warnings=warnings
+            )
+        unlisted = [m for w in warnings for m in _UNLISTED.findall(w)]
+        if unlisted:
+            # Landlock cannot hide one name of a folder it lets be listed, so a
+            # folder holding a protected name (``.env``) is not listable by the
+            # snapshot's git: taken as empty, its files would be "created after"
+            # every checkpoint, and a rewind would delete them all.
+            shown = ", ".join(sorted({"the workspace root" if d == "." else d for d in unlisted}))
+            raise UnlistedFolders(
+                f"The checkpoint snapshot could not list {shown} under this confinement "
+                f"(a folder holding a protected name such as .env cannot be listed under "
+                f"landlock), so it cannot record what this call changes. Use "
+                f"isolation='bwrap' where it works, or move the protected file into a "
+                f"folder of its own."
+            )
+        return out
 
     def snapshot_paths(self, paths: Iterable[str]) -> dict[str, Entry | None]:
         """The current entries of `paths` (relative, POSIX), hashed in-process.
@@ -853,6 +926,7 @@ class SnapshotStore:
         git: Git | None = None,
         tolerate: bool = False,
         max_bytes: int = 16 * 1024 * 1024,
+        warnings: list[str] | None = None,
     ) -> str:
         runner = git or self.git
         try:
@@ -861,6 +935,8 @@ class SnapshotStore:
             )
         except GitError as exc:
             raise SnapshotError(f"Could not {what}: {exc.message}") from None
+        if warnings is not None:
+            warnings.append(result.stderr)
         full = any(sign in result.stderr for sign in _DISK_FULL)
         if (
             full
@@ -881,6 +957,9 @@ class SnapshotStore:
             raise SnapshotError(f"Could not {what} (git exit {result.returncode}: {detail}).")
         return result.stdout
 
+
+_UNLISTED = re.compile(r"could not open directory '(.*?)/?': ")
+"""git's warning for a folder it cannot list (it goes on, as if the folder were empty)."""
 
 _DISK_FULL = ("No space left", "Out of diskspace", "ENOSPC")
 """How git says the disk is full."""
@@ -941,6 +1020,35 @@ def valid_path(path: str) -> bool:
     return True
 
 
+def _beneath_links(root: Path, paths: Iterable[str]) -> list[str]:
+    """The `paths` with a link among their parent folders (each folder checked once)."""
+    links: dict[str, bool] = {}
+    found: list[str] = []
+    for path in paths:
+        prefix = ""
+        for part in path.split("/")[:-1]:
+            prefix = f"{prefix}/{part}" if prefix else part
+            known = links.get(prefix)
+            if known is None:
+                try:
+                    known = stat.S_ISLNK(os.lstat(root / prefix).st_mode)
+                except OSError:
+                    known = False
+                links[prefix] = known
+            if known:
+                found.append(path)
+                break
+    return found
+
+
+def _lexists(path: Path) -> bool:
+    try:
+        os.lstat(path)
+    except OSError:
+        return False
+    return True
+
+
 def _now_ns() -> int:
     return time.time_ns()
 
@@ -990,6 +1098,37 @@ def _folder_bytes(folder: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
     return total
+
+
+def _walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk(top)` (top-down, links to folders listed but not entered), without recursion.
+
+    Python 3.11's `os.walk` recurses once per level, so a tree a confined
+    command nested a thousand folders deep raised `RecursionError` out of
+    every snapshot taken for a rewind. A folder that cannot be listed (one
+    nested past ``PATH_MAX``) is left out, as `os.walk` leaves it.
+    """
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        dirs: list[str] = []
+        files: list[str] = []
+        links: set[str] = set()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
+                    if is_dir and entry.is_symlink():
+                        links.add(entry.name)
+        except OSError:
+            continue
+        yield folder, dirs, files
+        # The caller may prune `dirs` (a nested repository), as with `os.walk`.
+        stack.extend(os.path.join(folder, d) for d in reversed(dirs) if d not in links)
 
 
 def _remove_tree(folder: Path) -> None:

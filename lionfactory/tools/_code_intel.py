@@ -27,6 +27,7 @@ import difflib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ from lionfactory.tools._lsp import LspClient, LspError, char_column
 __all__ = [
     "EDIT_WAIT_SECONDS",
     "CodeIntel",
+    "ConfigRefused",
     "Diagnostic",
     "EditDiagnostics",
     "ENGINES",
@@ -97,6 +99,46 @@ def engine_command(engine: str) -> tuple[str, ...] | None:
 def ty_command() -> tuple[str, ...] | None:
     """``ty server`` from the running interpreter's environment, else ``PATH``; None without ty."""
     return engine_command("ty")
+
+
+CONFIG_FILES = ("ty.toml", "pyproject.toml", ".venv/pyvenv.cfg")
+"""The files at the workspace root that ty reads as it starts and reloads when they change."""
+_MAX_CONFIG_BYTES = 4_000_000
+
+
+class ConfigRefused(LspError):
+    """ty is not started: a configuration file it reads is not a plain file (no retry helps)."""
+
+
+def config_problem(root: Path) -> str | None:
+    """Why ty must not be started on `root`, or None.
+
+    A confined command can put a FIFO, a link to ``/dev/zero`` or a
+    gigabyte file where ty reads its configuration: ty then blocks on it
+    (or reads without end), and every request times out as if a retry
+    could help. Each such file must be a regular file (links followed, as
+    ty follows them) of a sane size; a folder of that name ty skips, so it
+    passes.
+    """
+    for name in CONFIG_FILES:
+        try:
+            st = os.stat(root / name)
+        except OSError:
+            continue  # absent (or unreachable): ty skips it as well
+        if stat.S_ISDIR(st.st_mode):
+            continue  # ty reads no folder as a file: it skips it
+        if not stat.S_ISREG(st.st_mode):
+            return (
+                f"{name} in the workspace is not a regular file (a FIFO, a device or a "
+                f"socket), and ty would block reading it; replace it with a regular file "
+                f"or remove it"
+            )
+        if st.st_size > _MAX_CONFIG_BYTES:
+            return (
+                f"{name} in the workspace is {st.st_size:,} bytes, too large for a "
+                f"configuration file; shrink it or remove it"
+            )
+    return None
 
 
 def path_uri(path: Path) -> str:
@@ -400,6 +442,8 @@ class CodeIntel:
     def warm(self, key: Any = None) -> None:
         """Start the server for `key` (default: the current branch) without waiting for it."""
         key = self.key() if key is None else key
+        if config_problem(self.root) is not None:
+            return  # `server` says why
         server = self._servers.get(key)
         if server is not None and server.popen.poll() is None and server.client.gone is None:
             return
@@ -488,11 +532,21 @@ class CodeIntel:
         """The running, initialised server of the current branch (started if needed).
 
         Raises:
-            LspError: it could not start or does not answer ``initialize``.
+            LspError: it could not start or does not answer ``initialize``, or
+                a configuration file it would read is not a plain file
+                (`config_problem`).
         """
         key = self.key()
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
+            problem = config_problem(self.root)
+            if problem is not None:
+                # A server already running may be blocked on it (ty reloads a
+                # changed configuration): it goes, and none starts until fixed.
+                stale = self._servers.pop(key, None)
+                if stale is not None:
+                    await stale.aclose()
+                raise ConfigRefused(problem)
             server = self._servers.get(key)
             if server is not None and (server.popen.poll() is not None or server.client.gone):
                 # Crashed: reap it and start over once.

@@ -17,6 +17,7 @@ import attrs
 from lionfactory._os.workspace import Workspace
 from lionfactory.tools._code_intel import (
     CodeIntel,
+    ConfigRefused,
     Server,
     _read_text,
     uri_path,
@@ -344,7 +345,13 @@ async def semantic_rows(
         )
         return await engine.at(path, symbol, line, method), None
     except LspError as exc:
+        # A refused configuration stays refused until someone fixes it: no retry.
+        then = (
+            "use engine='ast' meanwhile"
+            if isinstance(exc, ConfigRefused)
+            else "retry, or use engine='ast'"
+        )
         raise SemanticFailure(
-            f"the {intel.engine} engine could not answer ({exc}); retry, or use engine='ast'.",
+            f"the {intel.engine} engine could not answer ({exc}); {then}.",
             engine_failed=True,
         ) from None

@@ -275,6 +275,7 @@ def commit(
     *,
     original: Original | None,
     steps: WriteSteps = DEFAULT_STEPS,
+    in_place: bool = True,
 ) -> os.stat_result:
     """Put `data` at `name` in the directory `dir_fd`, if the file is still as read.
 
@@ -287,6 +288,10 @@ def commit(
         original: the file as read, or None when it did not exist (then it
             must still not exist).
         steps: the operations, replaceable for fault-injection tests.
+        in_place: a file with other hard links is written in place, so that
+            its other names see the edit; False replaces this name only (a
+            rewind: the other names may be outside the workspace, a package
+            cache's files linked into a virtual environment, say).
 
     Returns:
         The stat of the written file (for evidence).
@@ -298,7 +303,7 @@ def commit(
         OSError: a step failed; the original is untouched and no temporary
             file is left behind.
     """
-    if original is not None and original.st.st_nlink > 1:
+    if in_place and original is not None and original.st.st_nlink > 1:
         return _write_in_place(dir_fd, name, data, original, steps)
     fd, temp = steps.open_temp(dir_fd, name)
     try:
