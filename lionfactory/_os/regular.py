@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FileRefused",
+    "is_directory",
     "is_regular",
     "open_regular",
     "read_capped",
@@ -68,6 +69,11 @@ def is_regular(st: os.stat_result) -> bool:
     decided here too.
     """
     return stat.S_ISREG(st.st_mode)
+
+
+def is_directory(st: os.stat_result) -> bool:
+    """Whether `st` is of a directory (what `is_regular` is for, on the other side of it)."""
+    return stat.S_ISDIR(st.st_mode)
 
 
 def regular_stat(fd: int, shown: str) -> os.stat_result:

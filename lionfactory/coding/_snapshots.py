@@ -61,7 +61,7 @@ import attrs
 
 from lionfactory._os.change_watch import change_watch
 from lionfactory._os.isolation import Isolation, snapshot_isolation
-from lionfactory._os.regular import is_regular
+from lionfactory._os.regular import is_directory, is_regular
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._git import Git, GitError
 from lionfactory.coding._gitdirs import git_dirs
@@ -598,7 +598,7 @@ class SnapshotStore:
             st = os.lstat(path)
         except OSError:
             return None  # deleted: git records that
-        if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+        if is_directory(st) or stat.S_ISLNK(st.st_mode):
             return None
         if not is_regular(st):
             return "not a regular file, a link or a folder"

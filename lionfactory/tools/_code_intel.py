@@ -27,7 +27,6 @@ import difflib
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ import attrs
 from lionfactory._call import current_call
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, server_isolation, workspace_isolation
-from lionfactory._os.regular import FileRefused, read_regular
+from lionfactory._os.regular import FileRefused, is_directory, is_regular, read_regular
 from lionfactory._os.workspace import PathRefused, Workspace
 from lionfactory.tools._lsp import LspClient, LspError, char_column
 
@@ -125,9 +124,9 @@ def config_problem(root: Path) -> str | None:
             st = os.stat(root / name)
         except OSError:
             continue  # absent (or unreachable): ty skips it as well
-        if stat.S_ISDIR(st.st_mode):
+        if is_directory(st):
             continue  # ty reads no folder as a file: it skips it
-        if not stat.S_ISREG(st.st_mode):
+        if not is_regular(st):
             return (
                 f"{name} in the workspace is not a regular file (a FIFO, a device or a "
                 f"socket), and ty would block reading it; replace it with a regular file "
