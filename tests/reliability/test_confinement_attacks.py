@@ -209,13 +209,20 @@ def test_loopback_listener_is_reachable_with_network_loopback(
 # The child forks a grandchild that leaves the session (setsid), lets go of
 # the output pipes (so an unconfined call is not held until its timeout) and sleeps,
 # prints the grandchild's pid as the host sees it (first NSpid entry when
-# /proc is the host's), and exits at once.
+# /proc is the host's), and exits. It exits only once the grandchild has left
+# the session (a byte on a pipe says so): exiting at once let the call end,
+# and its process group be killed, before the grandchild's setsid() on a
+# loaded machine, so the grandchild died with the group and the unconfined
+# control found no survivor.
 SURVIVOR = (
     '{py} -c "import os, sys, time\n'
+    "r, w = os.pipe()\n"
     "pid = os.fork()\n"
     "if pid == 0:\n"
     "    os.setsid(); n = os.open(os.devnull, os.O_RDWR); os.dup2(n, 1); os.dup2(n, 2)\n"
+    "    os.write(w, b'x'); os.close(w); os.close(r)\n"
     "    time.sleep(300); os._exit(0)\n"
+    "os.close(w); os.read(r, 1)\n"
     'print(pid)" {marker}'
 )
 
