@@ -608,8 +608,12 @@ def prewarm_secrets(isolation: Isolation) -> None:
     command.
     """
     if isolation.confined:
-        trees = _toolchain_trees(isolation.policy, _effective_exposed(isolation.policy))
-        _WATCH.prewarm([str(tree) for tree in trees])
+        _WATCH.prewarm([str(tree) for tree in _exposed_toolchains(isolation)])
+
+
+def _exposed_toolchains(isolation: Isolation) -> list[Path]:
+    """The toolchain trees `isolation` shows, whose credential files it hides again."""
+    return _toolchain_trees(isolation.policy, _effective_exposed(isolation.policy))
 
 
 def secrets_walked(isolation: Isolation) -> None:
@@ -624,7 +628,7 @@ def secrets_walked(isolation: Isolation) -> None:
     """
     if not isolation.confined:
         return
-    for tree in _toolchain_trees(isolation.policy, _effective_exposed(isolation.policy)):
+    for tree in _exposed_toolchains(isolation):
         try:
             _tree_secrets(tree)
         except OSError:

@@ -1030,11 +1030,7 @@ def _beneath_links(root: Path, paths: Iterable[str]) -> list[str]:
             prefix = f"{prefix}/{part}" if prefix else part
             known = links.get(prefix)
             if known is None:
-                try:
-                    known = stat.S_ISLNK(os.lstat(root / prefix).st_mode)
-                except OSError:
-                    known = False
-                links[prefix] = known
+                known = links[prefix] = os.path.islink(root / prefix)
             if known:
                 found.append(path)
                 break
@@ -1042,11 +1038,8 @@ def _beneath_links(root: Path, paths: Iterable[str]) -> list[str]:
 
 
 def _lexists(path: Path) -> bool:
-    try:
-        os.lstat(path)
-    except OSError:
-        return False
-    return True
+    """`os.path.lexists`, for the async listing (one ``lstat``, as `_uncapturable` makes)."""
+    return os.path.lexists(path)
 
 
 def _now_ns() -> int:
@@ -1132,12 +1125,19 @@ def _walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
 
 
 def _remove_tree(folder: Path) -> None:
-    for dirpath, dirs, files in os.walk(folder, topdown=False):
-        for name in files:
+    """Remove `folder` and what it holds, at any depth; a link is removed, never followed.
+
+    Through `_walk`, not ``os.walk``: a sandbox's worktree is what confined
+    commands wrote, and a tree nested a thousand deep made the recursive
+    walk raise `RecursionError` out of the sandbox's cleanup.
+    """
+    folders: list[str] = []
+    for dirpath, dirs, files in _walk(str(folder)):
+        folders.append(dirpath)
+        for name in (*files, *(d for d in dirs if os.path.islink(os.path.join(dirpath, d)))):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(dirpath, name))
-        for name in dirs:
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.join(dirpath, name))
-    with contextlib.suppress(OSError):
-        os.rmdir(folder)
+    # `_walk` lists each folder before the folders in it: reversed, each goes after its own.
+    for dirpath in reversed(folders):
+        with contextlib.suppress(OSError):
+            os.rmdir(dirpath)

@@ -102,6 +102,37 @@ async def test_a_tree_nested_past_the_recursion_limit_is_rewound(chained: Path, 
     await branch.aclose()
 
 
+def test_a_tree_nested_past_the_recursion_limit_is_removed_without_following_links(
+    tmp_path: Path,
+) -> None:
+    """What removes a sandbox's worktree and the store's scratch: any depth, no link followed.
+
+    The recursive walk it used raised `RecursionError` on a tree 1,100 deep
+    (what one confined command makes), out of the sandbox's cleanup.
+    """
+    from lionfactory.coding._snapshots import _remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.txt").write_text("kept\n")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "link").symlink_to(outside, target_is_directory=True)
+    bottom = tree
+    for _ in range(1100):  # not mkdir(parents=True): it recurses too
+        bottom = bottom / "d"
+        bottom.mkdir()
+    (bottom / "file.txt").write_text("x\n")
+    try:
+        _remove_tree(tree)
+    finally:
+        if tree.exists():  # left for pytest's recursive clean-up, it would break it
+            (bottom / "file.txt").unlink(missing_ok=True)
+            remove_chain(tree)
+    assert not os.path.lexists(tree)
+    assert (outside / "kept.txt").read_text() == "kept\n"
+
+
 async def test_a_tracked_file_grown_sparse_to_terabytes_is_reported_not_hashed(
     workspace: Path,
 ) -> None:
