@@ -19,7 +19,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     waits for the process to end, and the interpreter's orderly teardown of
     a few hundred modules took a tenth of a second or more on a busy
     machine. Nothing is left to tear down by then: output is flushed here,
-    worker threads are idle, and child processes were reaped by the tools.
+    worker threads are idle, child processes were reaped by the tools, and
+    what still runs in the background (a job, a first snapshot's git) is
+    ended by the exit hooks, which `os._exit` would skip.
     """
     # Being the program, the process is ours: the cyclic collector waits
     # while the command loads (the modules, the tools' classes and models
@@ -32,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     status = run(argv, collector_paused=paused)
     if argv is None:
+        from lionfactory._os.at_exit import run_exit_hooks
+
+        run_exit_hooks()
         for stream in (sys.stdout, sys.stderr):
             # A closed pipe or stream: nothing more can be said on it.
             with contextlib.suppress(OSError, ValueError):

@@ -675,6 +675,13 @@ def _call(
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:
         _print_result(result)
+    if result.get("job_id") is not None and result.get("return_code") is None:
+        # Nothing a call started outlives its process (the exit hooks end it).
+        print(
+            "lionfactory: the background job ends when this command does; to keep jobs "
+            "across calls, serve the tools (lionfactory mcp serve --toolkit standalone)",
+            file=sys.stderr,
+        )
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -122,6 +122,28 @@ def processes_tagged(tag: str) -> list[int]:
     return found
 
 
+def processes_in(folder: Path) -> list[int]:
+    """Live (non-zombie) processes whose working directory is `folder` or beneath it, any namespace.
+
+    What a test's own processes share when their argv cannot be tagged (a
+    snapshot's git, a sandbox's bwrap): each test's temporary folder is its own.
+    """
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(f"/proc/{name}/cwd"))
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        state = data[data.rindex(b")") + 2 :].split()[0]
+        if cwd.is_relative_to(folder) and state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
 def git(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> str:
     """Run the test's own git in `cwd` (it must succeed) and return what it printed.
 

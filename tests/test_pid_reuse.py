@@ -44,17 +44,47 @@ def reap_orphans(ours):
         os.waitpid(info.si_pid, 0)
 
 
-def victim_at(number, ours):
+def numbers():
+    return {name for name in os.listdir("/proc") if name.isdigit()}
+
+
+def quiet(seconds=0.3, limit=20):
+    # Wait until no process of this namespace starts or ends for `seconds`: a
+    # new supervisor prepares the next command's namespace as it starts (a
+    # few forks), and a fork then, between the steering and the victim's
+    # fork, takes the steered number.
+    deadline = time.monotonic() + limit
+    last, since = numbers(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = numbers()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return
+
+
+def victim_at(number, ours, replace=None):
     # Other processes of this namespace may take numbers at any moment (an
     # unconfined job's supervisor prepares the next command's namespace
     # after each command), so a steered fork can land past `number`: then
     # the number is steered to again once it is free, until the deadline.
-    deadline = time.monotonic() + 10
+    # A live process of ours that took the number holds it for as long as it
+    # runs (a supervisor's prepared namespace does): `replace` ends it and
+    # returns the numbers of what replaced it.
+    deadline = time.monotonic() + 30
+    held_since = None
     while time.monotonic() < deadline:
+        quiet()
         reap_orphans(ours)
         if os.path.exists(f"/proc/{number}"):
+            held_since = held_since or time.monotonic()
+            if replace is not None and time.monotonic() - held_since > 1:
+                print(f"HELD {number}: replacing")
+                ours, held_since = replace(), None
             time.sleep(0.01)
             continue
+        held_since = None
         with open("/proc/sys/kernel/ns_last_pid", "w") as knob:
             knob.write(str(number - 1))
         victim = subprocess.Popen(
@@ -66,6 +96,15 @@ def victim_at(number, ours):
         victim.kill()
         victim.wait()
     sys.exit(3)
+
+
+def killed(supervisor):
+    # The supervisor's sandbox dies (out of memory, say): its whole group.
+    os.killpg(supervisor.popen.pid, 9)
+    deadline = time.monotonic() + 30
+    while supervisor.alive and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not supervisor.alive
 
 
 if scenario in ("direct", "contained"):
@@ -80,15 +119,20 @@ if scenario in ("direct", "contained"):
 else:
     isolation = workspace_isolation(scenario, root)
     first = table.supervisor(isolation, root)
-    # The supervisor's sandbox dies (out of memory, say): its whole group.
-    os.killpg(first.popen.pid, 9)
-    deadline = time.monotonic() + 30
-    while first.alive and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert not first.alive
+    killed(first)
     second = table.supervisor(isolation, root)
     assert second is not first and second.alive
-    victim = victim_at(first.popen.pid, {second.popen.pid})
+    replacing = [second]
+
+    def replace():
+        # One of the replacement's processes took the number as it started:
+        # it dies too, and is replaced in turn (the route under test again).
+        killed(replacing[-1])
+        replacing.append(table.supervisor(isolation, root))
+        assert replacing[-1].alive
+        return {replacing[-1].popen.pid}
+
+    victim = victim_at(first.popen.pid, {second.popen.pid}, replace)
 jobs._kill_all_at_exit()
 table.close()
 time.sleep(0.2)

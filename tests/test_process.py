@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from _test_helpers import eventually
+from _test_helpers import eventually, processes_in
 
 from lionfactory._os.process import (
     DEFAULT_MAX_BYTES,
@@ -299,17 +299,63 @@ async def test_a_chatty_writer_loses_nothing_and_keeps_its_order(tmp_path: Path)
     assert b"".join(seen).count(b"\n") == 3000
 
 
-def test_a_garbled_info_pipe_names_no_process() -> None:
+def test_a_garbled_info_file_names_no_process() -> None:
     from lionfactory._os import process
 
     for data in (b"", b"{", b'{"child-pid": "7"}', b'{"child-pid": 1}', b"[]", b'{"x": 5}'):
-        read, write = os.pipe()
-        os.write(write, data)
-        os.close(write)
+        report = os.memfd_create("info")
+        os.write(report, data)  # the offset moves on: the report is read from 0
         try:
-            assert process._reported_pid(read) is None, data
+            assert process._reported_pid(report) is None, data
         finally:
-            os.close(read)
+            os.close(report)
+    report = os.memfd_create("info")
+    os.write(report, b'{"child-pid": 4242}')
+    assert process._reported_pid(report) == 4242
+    os.close(report)
+
+
+_DIES_MID_LAUNCH = """
+import os, subprocess, sys
+from pathlib import Path
+from lionfactory._os.isolation import workspace_isolation
+
+cwd = Path(sys.argv[1])
+launch = workspace_isolation(sys.argv[2], cwd).launch(
+    ["true"], cwd=cwd, env=None, report_first_process=True
+)
+# This process ends before bwrap reports which process it made: what it
+# reads the report from is gone by then (closed first, so that it always is).
+os.close(launch.first_process)
+subprocess.Popen(launch.argv, env=launch.env, cwd=cwd, pass_fds=launch.pass_fds,
+                 start_new_session=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("mechanism", ["none", "bwrap"])
+async def test_a_launcher_that_ends_mid_launch_leaves_no_sandbox_process_waiting(
+    tmp_path: Path, mechanism: str
+) -> None:
+    # bwrap reports its sandbox's first process (--info-fd) after making it
+    # and before letting it go on: a report pipe whose reader had gone
+    # killed bwrap with SIGPIPE there, and the first process waited forever.
+    from lionfactory._os import isolation
+
+    if isolation.containment() != "bwrap":
+        pytest.skip("bwrap launches need bwrap")
+    place = tmp_path / "launched"
+    place.mkdir()
+    done = await trio.run_process(
+        [sys.executable, "-c", _DIES_MID_LAUNCH, str(place), mechanism],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0
+    try:
+        await eventually(lambda: not processes_in(place), 10)
+    finally:
+        for pid in processes_in(place):
+            os.kill(pid, 9)
 
 
 def _running_with(marker: str) -> list[int]:

@@ -705,9 +705,9 @@ class Launch:
             handed to the child and closed by the caller once it started.
         graceful: the wrapper is a subreaper that must get ``SIGTERM``
             (and a moment) before the group kill, to kill what it adopted.
-        first_process: the read end of a pipe on which bwrap reports the
-            host pid of the sandbox's first process (``--info-fd``), when
-            asked for; the caller closes it.
+        first_process: a memory file in which bwrap reports the host pid
+            of the sandbox's first process (``--info-fd``), when asked for;
+            the caller reads it from offset 0 and closes it.
     """
 
     argv: tuple[str, ...]
@@ -905,12 +905,20 @@ def _contained(
 
 
 def _reporting(launch: Launch) -> Launch:
-    """A bwrap `launch` with ``--info-fd`` on a new pipe (see `Isolation.launch`)."""
-    read, write = os.pipe2(os.O_CLOEXEC)
-    # Only the reader never blocks: bwrap writes its few bytes at once.
-    os.set_blocking(read, False)
-    argv = (launch.argv[0], "--info-fd", str(write), *launch.argv[1:])
-    return attrs.evolve(launch, argv=argv, pass_fds=(*launch.pass_fds, write), first_process=read)
+    """A bwrap `launch` with ``--info-fd`` on a new memory file (see `Isolation.launch`).
+
+    A file, not a pipe: bwrap writes its report after it has made the
+    sandbox's first process and before it lets that process go on, so a
+    pipe whose reader was gone (this process ended while a launch was under
+    way) killed bwrap with SIGPIPE there, and left the first process
+    waiting for it forever. A write to a file cannot fail that way.
+    """
+    report = os.memfd_create("lionfactory-bwrap-info", os.MFD_CLOEXEC)
+    # bwrap gets a descriptor of its own (pass_fds, closed by the caller once
+    # it started); `report` is read, from offset 0, once bwrap has exited.
+    child = os.dup(report)
+    argv = (launch.argv[0], "--info-fd", str(child), *launch.argv[1:])
+    return attrs.evolve(launch, argv=argv, pass_fds=(*launch.pass_fds, child), first_process=report)
 
 
 def _seccomp_fd() -> int:

@@ -348,13 +348,13 @@ async def _wait_group_gone(pgid: int, *, zombies_count: bool = True) -> None:
 
 
 def _reported_pid(fd: int) -> int | None:
-    """The ``child-pid`` bwrap wrote on its info pipe, or None when it wrote none.
+    """The ``child-pid`` bwrap wrote in its info file, or None when it wrote none.
 
     The sandboxed program may have written there too; a pid it names is
     only waited for if it is in the call's own process group (and killed).
     """
     try:
-        data = os.read(fd, 4096)
+        data = os.pread(fd, 4096, 0)
         pid = json.loads(data)["child-pid"]
     except (OSError, ValueError, TypeError, KeyError):
         return None

@@ -46,6 +46,7 @@ import attrs
 
 from lionfactory._call import current_call
 from lionfactory._checkpoints import Checkpoint, CheckpointEntry, RewindOptions, RewindReport
+from lionfactory._os.at_exit import at_exit
 from lionfactory._os.isolation import Isolation, secrets_walked
 from lionfactory._os.workspace import Workspace
 from lionfactory.coding._restore import (
@@ -262,6 +263,17 @@ class BaseSnapshot:
 
     async def cancel(self) -> None:
         """Cancel it and wait (bounded) for its thread to end."""
+        if self._stop():
+            await self.wait(30.0)
+
+    def cancel_now(self, seconds: float) -> None:
+        """Cancel it and block at most `seconds` until its thread has ended (at exit)."""
+        if self._stop():
+            self._go.set()  # a thread still in its start delay goes on, and stops at once
+            self._done.wait(seconds)
+
+    def _stop(self) -> bool:
+        """Ask it to stop, without blocking (any thread); whether its thread was started."""
         import trio
 
         self._cancelled = True
@@ -271,16 +283,32 @@ class BaseSnapshot:
         if never:
             self.error = "cancelled: every branch waiting for it was closed"
             self._done.set()
-            return
+            return False
         token, scope = self._token, self._scope
         if token is not None and scope is not None and not self.finished:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(scope.cancel)  # thread-safe, and it does not block
-        await self.wait(30.0)
+        return True
 
 
 _BASES: dict[Path, BaseSnapshot] = {}
 """The first snapshot of each workspace root taken in the background, in this process."""
+
+
+_EXIT_CANCEL_SECONDS = 5.0
+"""Seconds the process's exit waits for a cancelled first snapshot's thread to end."""
+
+
+@at_exit
+def _cancel_first_snapshots() -> None:
+    # Its thread dies with the process, and the git it runs, with the
+    # sandbox around it, would go on for init to reap; cancelled, the git is
+    # killed with its process group. The store keeps what was recorded, and
+    # the next process takes the snapshot again.
+    for base in list(_BASES.values()):
+        if not base.finished:
+            base.cancel_now(_EXIT_CANCEL_SECONDS)
+
 
 _FIRST_SNAPSHOT_DELAY = 0.05
 """Seconds a first snapshot started by an editor call waits before its work (see `start`)."""

@@ -157,8 +157,8 @@ over to the next call (use cwd, or chain with &&). stdin is empty.
 
 _COMMON = """
 timeout is in milliseconds (default {default:,}, at most {maximum:,}; larger values
-are clamped). On timeout the command and every process it started are killed and
-timed_out is true, unless on_timeout="background": then it goes on as a background
+are clamped). On timeout timed_out is true and the command and every process it
+started are killed, unless on_timeout="background": then it goes on as a background
 job and the answer carries its job_id.
 background=true starts the command as a background job and answers at once with a
 job_id: read its output, wait for it, or kill it with the jobs tool. Use it for
@@ -269,8 +269,17 @@ class BashResponse(BaseModel):
 
     @classmethod
     def reports_failure(cls, data: Mapping[str, Any]) -> bool:
-        """A command failed when it exited non-zero, never ran, timed out or was refused."""
-        return data.get("return_code") != 0 or bool(data.get("timed_out") or data.get("error"))
+        """A command failed when it exited non-zero, never ran, timed out or was refused.
+
+        One that runs on as a background job (``job_id``, no exit code yet,
+        also after on_timeout="background") has not failed: it did what was
+        asked, and how it ends is the job's to say.
+        """
+        if data.get("error"):
+            return True
+        if data.get("return_code") is None and data.get("job_id") is not None:
+            return False  # started, or moved there by on_timeout="background"
+        return data.get("return_code") != 0 or bool(data.get("timed_out"))
 
 
 def _operator_message(operator: str) -> str:

@@ -43,7 +43,6 @@ Decisions:
 
 from __future__ import annotations
 
-import atexit
 import codecs
 import contextlib
 import functools
@@ -68,6 +67,7 @@ import attrs
 from pydantic import Field
 
 from lionfactory._call import current_call, current_progress, on_branch_collected
+from lionfactory._os.at_exit import at_exit
 from lionfactory._os.isolation import Isolation, private_directory
 from lionfactory._os.process import LaunchError, _check_program
 from lionfactory._os.rehide import hide_appeared
@@ -571,7 +571,7 @@ def _close_collected(branch_id: uuid.UUID) -> None:
 on_branch_collected(_close_collected)
 
 
-@atexit.register
+@at_exit
 def _kill_all_at_exit() -> None:
     for job in list(_LIVE):
         job.signal_kill()  # never a reaped job's number

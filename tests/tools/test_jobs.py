@@ -69,6 +69,20 @@ async def test_background_answers_at_once_with_a_job_id(workspace: Path) -> None
     await branch.aclose()
 
 
+async def test_a_started_job_is_not_a_failed_call_and_a_failed_start_is(workspace: Path) -> None:
+    branch = make_branch(workspace)
+    started = await branch.act("bash", {"command": SLEEPER, "background": True})
+    # It did what was asked; MCP's isError and the CLI's exit status follow `outcome`.
+    assert started.outcome == "done", started.result
+    never = await branch.act("bash", {"command": "no-such-program-x", "background": True})
+    assert never.outcome == "failed", never.result
+    moved = await branch.act(
+        "bash", {"command": SLEEPER, "timeout": 300, "on_timeout": "background"}
+    )
+    assert moved.result["job_id"] and moved.outcome == "done", moved.result
+    await branch.aclose()
+
+
 async def test_output_and_return_code_once_done(workspace: Path) -> None:
     branch = make_branch(workspace)
     started = await act(

@@ -1,0 +1,121 @@
+"""Nothing a served call started outlives ``lionfactory mcp serve`` (or ``lionfactory call``).
+
+The command ends with `os._exit` once it is done, which skips `atexit`: a
+background job, or the git of a first snapshot still being taken, went on
+after the server had gone, for init to reap (a job of ``sleep 60`` for a
+minute). Each route ends the command its own way: the official client
+closes a stdio server's input, an HTTP server gets SIGTERM, ``call`` returns.
+Real servers, real bwrap, real git; a process of the test's is one whose
+working directory is in the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _test_helpers import eventually, processes_in
+from conftest import SOURCE_ROOT, http_server, stdio_parameters
+from mcp import Client
+
+from lionfactory._os.isolation import containment
+
+pytestmark = pytest.mark.skipif(
+    containment() != "bwrap", reason="the default toolkits' processes run under bwrap here"
+)
+
+JOB = {"command": "sleep 60", "background": True}
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The served workspace; the checkpoint store goes beside it, in the test's folder."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    (root / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    monkeypatch.setenv("LIONFACTORY_STATE_DIR", str(tmp_path / "state"))
+    yield root
+    for pid in processes_in(tmp_path):  # a failed run's leftovers
+        os.kill(pid, 9)
+
+
+def served(workspace: Path, *extra: str) -> Client:
+    parameters = stdio_parameters(workspace, *extra)
+    assert parameters.env is not None
+    parameters.env["LIONFACTORY_STATE_DIR"] = os.environ["LIONFACTORY_STATE_DIR"]
+    return Client(parameters)
+
+
+@pytest.mark.parametrize("toolkit", ["standalone", "coding"])
+async def test_a_background_job_ends_with_a_stdio_server(workspace: Path, toolkit: str) -> None:
+    async with served(workspace, "--toolkit", toolkit) as client:
+        started = await client.call_tool("bash", JOB)
+        assert not started.is_error, started.structured_content
+        assert started.structured_content["job_id"]
+        assert processes_in(workspace)
+    # The client waited for the server's process to end: nothing of its is left.
+    assert processes_in(workspace.parent) == []
+
+
+@pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)2\.:ResourceWarning")
+async def test_a_background_job_ends_with_an_http_server_on_sigterm(workspace: Path) -> None:
+    async with (
+        http_server(workspace, "--toolkit", "standalone") as url,
+        Client(url, mode="legacy") as client,
+    ):
+        started = await client.call_tool("bash", JOB)
+        assert not started.is_error, started.structured_content
+        assert processes_in(workspace)
+    # http_server sent SIGTERM and waited for the server to exit.
+    assert processes_in(workspace.parent) == []
+
+
+def test_a_background_job_ends_with_the_call_command(workspace: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lionfactory", "call", "--json", "bash", json.dumps(JOB)],
+        cwd=workspace,
+        env={**os.environ, "PYTHONPATH": SOURCE_ROOT},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["job_id"]
+    assert "the background job ends when this command does" in done.stderr
+    assert processes_in(workspace.parent) == []
+
+
+async def test_a_first_snapshot_under_way_ends_with_a_stdio_server(workspace: Path) -> None:
+    # Enough files that the first snapshot's git runs for a while after the
+    # editor call that started it has answered.
+    for folder in range(100):
+        place = workspace / f"pkg{folder}"
+        place.mkdir()
+        for index in range(200):
+            (place / f"m{index}.txt").write_text(f"{folder} {index}\n" * 8, encoding="utf-8")
+
+    def git_running() -> bool:
+        return any(b"git" in _cmdline(pid) for pid in processes_in(workspace.parent))
+
+    async with served(workspace, "--toolkit", "coding") as client:
+        wrote = await client.call_tool(
+            "editor", {"action": "write", "file_path": "new.txt", "content": "x\n"}
+        )
+        assert not wrote.is_error, wrote.structured_content
+        # The first snapshot's git is running when the client closes the session.
+        await eventually(git_running, 30)
+    assert processes_in(workspace.parent) == []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read()
+    except OSError:
+        return b""
