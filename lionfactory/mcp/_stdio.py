@@ -45,6 +45,8 @@ import json
 import logging
 import os
 import select
+import signal
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -674,7 +676,14 @@ async def serve_stdio(
     resources: WorkspaceResources | None = None,
     handshake: Handshake | None = None,
 ) -> None:
-    """Serve `served` on a stdio pair until end of file on `stdin`.
+    """Serve `served` on a stdio pair until end of file on `stdin`, or SIGTERM.
+
+    SIGTERM ends it as end of file does (when it runs in the main thread,
+    the only one that can receive signals): clients built on the TypeScript
+    SDK before 1.24.3 close a stdio server with SIGTERM alone, and later
+    ones send it when the server has not exited 2 s after its input closed.
+    Killed by the signal's default action, the server could run no exit
+    hook, and a background job it had started went on without it.
 
     What one connection can make the server hold is bounded: at most
     `max_in_flight` tool calls run at once (a further call is refused at once
@@ -726,6 +735,8 @@ async def serve_stdio(
         async with anyio.create_task_group() as group:
             if watch is not None:
                 group.start_soon(connection.watch_resources)
+            if threading.current_thread() is threading.main_thread():
+                group.start_soon(_end_on_sigterm, group.cancel_scope)
             while (lines := await source.read_lines()) is not None:
                 for line in lines:
                     if line.strip():
@@ -736,3 +747,11 @@ async def serve_stdio(
             group.cancel_scope.cancel()
     except* _ClientGone:
         pass  # the client stopped reading: it has gone, and so does the server
+
+
+async def _end_on_sigterm(scope: anyio.CancelScope) -> None:
+    """Cancel `scope` (the server: its calls, then the loop) when SIGTERM arrives."""
+    with anyio.open_signal_receiver(signal.SIGTERM) as received:
+        async for _ in received:
+            scope.cancel()
+            return

@@ -3,8 +3,9 @@
 The command ends with `os._exit` once it is done, which skips `atexit`: a
 background job, or the git of a first snapshot still being taken, went on
 after the server had gone, for init to reap (a job of ``sleep 60`` for a
-minute). Each route ends the command its own way: the official client
-closes a stdio server's input, an HTTP server gets SIGTERM, ``call`` returns.
+minute). Each route ends the command its own way: the official Python client
+closes a stdio server's input, TypeScript clients send it SIGTERM, an HTTP
+server gets SIGTERM, ``call`` returns.
 Real servers, real bwrap, real git; a process of the test's is one whose
 working directory is in the test's temporary folder.
 """
@@ -19,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _test_helpers import eventually, processes_in
-from conftest import SOURCE_ROOT, http_server, stdio_parameters
+from _test_helpers import eventually, processes_in, stopped
+from conftest import SOURCE_ROOT, http_server, serve_command, stdio_parameters
 from mcp import Client
 
 from lionfactory._os.isolation import containment
@@ -30,6 +31,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 JOB = {"command": "sleep 60", "background": True}
+CALL_JOB = {"name": "bash", "arguments": JOB}
+HELLO = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "clientInfo": {"name": "test", "version": "1"},
+}
 
 
 @pytest.fixture
@@ -60,6 +67,42 @@ async def test_a_background_job_ends_with_a_stdio_server(workspace: Path, toolki
         assert started.structured_content["job_id"]
         assert processes_in(workspace)
     # The client waited for the server's process to end: nothing of its is left.
+    assert processes_in(workspace.parent) == []
+
+
+@pytest.mark.parametrize("toolkit", ["standalone", "coding"])
+def test_a_background_job_ends_with_a_stdio_server_on_sigterm(
+    workspace: Path, toolkit: str
+) -> None:
+    # How a client on the TypeScript SDK before 1.24.3 closes a stdio server
+    # (later ones too, when it has not exited 2 s after its input closed).
+    server = subprocess.Popen(
+        serve_command(workspace, "--toolkit", toolkit),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SOURCE_ROOT},
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        for message in (
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": CALL_JOB},
+        ):
+            server.stdin.write(json.dumps(message).encode() + b"\n")
+            server.stdin.flush()
+            if "id" in message:
+                reply = json.loads(server.stdout.readline())
+                assert "result" in reply, reply
+        assert reply["result"]["isError"] is False, reply
+        assert processes_in(workspace)
+        server.terminate()
+        # It ends as at the end of its input: calls cancelled, hooks run, status 0.
+        assert server.wait(timeout=30) == 0
+    finally:
+        stopped(server)
+        server.stdin.close()
+        server.stdout.close()
     assert processes_in(workspace.parent) == []
 
 
