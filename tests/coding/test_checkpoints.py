@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _test_helpers import git, mechanism_params
+from _test_helpers import git, mechanism_params, processes_in
 
 from lionfactory import Branch, Checkpoint, RewindReport
 from lionfactory._os.beneath import DIRECTORY_FLAGS
@@ -894,6 +894,75 @@ async def test_closing_the_branch_cancels_its_first_snapshot(workspace: Path) ->
     await branch.aclose()
     assert base.finished
     assert base.error is not None and "cancelled" in base.error
+
+
+_EXITS_DURING_SNAPSHOT = """
+import os, sys, time
+from pathlib import Path
+
+import trio
+
+from lionfactory import Branch
+from lionfactory.coding import coding_toolkit
+
+root = Path(sys.argv[1])
+
+
+def gits():
+    found = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(os.readlink(f"/proc/{name}/cwd")).is_relative_to(root.parent):
+                with open(f"/proc/{name}/cmdline", "rb") as file:
+                    if file.read().startswith(b"git"):
+                        found.add(name)
+        except OSError:
+            pass
+    return found
+
+
+async def main():
+    branch = Branch()
+    branch.register(coding_toolkit, workspace_root=root, notify=False)
+    done = await branch.act("editor", {"action": "write", "file_path": "n.py", "content": "x\\n"})
+    assert done.ok, done.error
+    # The snapshot runs several gits, with Python between them: wait for one
+    # that has run for a while (hashing the tree), not one about to end.
+    deadline = time.monotonic() + 60
+    seen = {}
+    while not any(time.monotonic() - since > 0.3 for since in seen.values()):
+        assert time.monotonic() < deadline, "no long snapshot git was seen"
+        now = gits()
+        seen = {pid: seen.get(pid, time.monotonic()) for pid in now}
+        await trio.sleep(0.01)
+
+
+trio.run(main)
+sys.exit(0)  # with the branch open and its first snapshot's git running
+"""
+
+
+def test_a_program_that_ends_during_its_first_snapshot_leaves_no_process(
+    workspace: Path,
+) -> None:
+    # The snapshot's thread dies with the interpreter; cancelled at exit, its
+    # git (and the sandbox around it) ends with it instead of going on for init.
+    git(workspace, "init", "-q")
+    large_tree(workspace, 12_000)
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITS_DURING_SNAPSHOT, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        # The store beside the workspace, where the search for leftovers looks too.
+        env={**os.environ, "LIONFACTORY_STATE_DIR": str(workspace.parent / "state")},
+    )
+    assert done.returncode == 0, done.stderr
+    try:
+        assert processes_in(workspace.parent) == []
+    finally:
+        for pid in processes_in(workspace.parent):
+            os.kill(pid, 9)
 
 
 # -- a full disk ------------------------------------------------------------------
