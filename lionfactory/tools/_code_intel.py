@@ -211,9 +211,12 @@ class Server:
     popen: subprocess.Popen[bytes]
     client: LspClient
     root: Path
-    init_id: int
     cache: Path | None
     graceful: bool
+    init_id: int = attrs.field(
+        init=False, default=attrs.Factory(lambda self: self.client.next_id(), takes_self=True)
+    )
+    """The id of the ``initialize`` request: `initialize` sends it, `started` waits for it."""
     ready: bool = False
     pulls: bool = False
     """The server answers ``textDocument/diagnostic`` (diagnostics on request)."""
@@ -224,6 +227,35 @@ class Server:
     def pid(self) -> int:
         """The process id of the server (or of its isolation wrapper)."""
         return self.popen.pid
+
+    def initialize(self) -> None:
+        """Send the ``initialize`` request; `started` waits for its answer.
+
+        A write that fails (the server already exited, or its pipe is full)
+        is not raised here: `started` then reports that no answer came.
+        """
+        uri = path_uri(self.root)
+        with contextlib.suppress(LspError):
+            self.client.write_now(
+                {
+                    "jsonrpc": "2.0",
+                    "id": self.init_id,
+                    "method": "initialize",
+                    "params": {
+                        "processId": os.getpid(),
+                        "rootUri": uri,
+                        "workspaceFolders": [{"uri": uri, "name": self.root.name or "root"}],
+                        "capabilities": {
+                            "general": {"positionEncodings": ["utf-16"]},
+                            "textDocument": {
+                                "publishDiagnostics": {"versionSupport": True},
+                                "hover": {"contentFormat": ["plaintext", "markdown"]},
+                            },
+                        },
+                        "clientInfo": {"name": "lionfactory"},
+                    },
+                }
+            )
 
     async def started(self, timeout: float = _INIT_TIMEOUT) -> None:
         """Wait for the answer to ``initialize``, then say ``initialized``.
@@ -493,38 +525,9 @@ class CodeIntel:
         os.set_blocking(in_w, False)
         os.set_blocking(out_r, False)
         client = LspClient(write_fd=in_w, read_fd=out_r)
-        init_id = client.next_id()
-        uri = path_uri(self.root)
-        server = Server(
-            popen=popen,
-            client=client,
-            root=self.root,
-            init_id=init_id,
-            cache=cache,
-            graceful=graceful,
-        )
+        server = Server(popen=popen, client=client, root=self.root, cache=cache, graceful=graceful)
         server._finalizer = weakref.finalize(server, _reap, popen)
-        with contextlib.suppress(LspError):
-            client.write_now(
-                {
-                    "jsonrpc": "2.0",
-                    "id": init_id,
-                    "method": "initialize",
-                    "params": {
-                        "processId": os.getpid(),
-                        "rootUri": uri,
-                        "workspaceFolders": [{"uri": uri, "name": self.root.name or "root"}],
-                        "capabilities": {
-                            "general": {"positionEncodings": ["utf-16"]},
-                            "textDocument": {
-                                "publishDiagnostics": {"versionSupport": True},
-                                "hover": {"contentFormat": ["plaintext", "markdown"]},
-                            },
-                        },
-                        "clientInfo": {"name": "lionfactory"},
-                    },
-                }
-            )
+        server.initialize()
         return server
 
     async def server(self) -> Server:

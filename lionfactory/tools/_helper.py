@@ -1,26 +1,34 @@
 """What the tools that drive a helper program (search, code_check, ast_search) share.
 
-The factory body (workspace, binary finder, confinement) and the few phrases
-their responses have in common, so the three tools word a count, a missing
-program and the matches the ignore rules left out the same way.
+What sets one tool apart (`HelperSpec`), the factory body that builds it
+from that and the factory's options (workspace, binary finder, confinement),
+and the few phrases their responses have in common, so the three tools word a
+count, a missing program and the matches the ignore rules left out the same way.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel
+import attrs
 
-from lionfactory._os.binaries import BinaryFinder, finder_or_default
+from lionfactory._os.binaries import finder_or_default
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, workspace_isolation
 from lionfactory._os.workspace import Workspace
 from lionfactory._tool import Tool, ToolHints
 from lionfactory.tools._targets import PathTargets
 
-__all__ = ["HelperReport", "count", "helper_tool", "left_out_ignored", "not_installed"]
+__all__ = [
+    "HelperReport",
+    "HelperSpec",
+    "count",
+    "helper_tool",
+    "left_out_ignored",
+    "not_installed",
+]
 
 
 class HelperReport:
@@ -37,22 +45,43 @@ class HelperReport:
         return data.get("status") in ("error", "unavailable")
 
 
+@attrs.frozen
+class HelperSpec:
+    """What sets one helper tool apart; its factory's options do the rest (`helper_tool`).
+
+    The request and response models are the ones the handler's ``__call__``
+    takes and returns: named once, they cannot differ from what the handler
+    reads and answers.
+
+    Attributes:
+        name: the tool's name.
+        title: the tool's title; every helper tool only reads (`ToolHints.reading`).
+        description: the text the model reads (the confinement adds its note).
+        handler: the handler class, built as ``handler(workspace, finder,
+            confinement)``; its ``async __call__(self, request: Request) ->
+            Response`` names the models.
+        path_field: the request field that names the paths a call reads.
+    """
+
+    name: str
+    title: str
+    description: str
+    handler: type[Any]
+    path_field: str = "path"
+
+
 def helper_tool(
-    *,
-    name: str,
-    description: str,
-    request_model: type[BaseModel],
-    handler: Callable[[Workspace, BinaryFinder, Isolation], Any],
+    spec: HelperSpec,
     workspace_root: str | os.PathLike[str] | None,
     protected_names: Iterable[str] | None,
     isolation: str | Isolation,
+    env_policy: EnvPolicy | None,
     binaries: object,
-    response_model: type[BaseModel],
-    hints: ToolHints,
-    env_policy: EnvPolicy | None = None,
-    path_field: str = "path",
 ) -> Tool:
     """The factory body the helper-binary tools share: workspace, finder, confinement.
+
+    The options after `spec` are the factory's own, in the order of its
+    signature (which the three factories share).
 
     Raises:
         ValueError: the workspace root is not a directory.
@@ -62,14 +91,15 @@ def helper_tool(
     finder = finder_or_default(binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     confinement = workspace_isolation(isolation, workspace.root, env_policy=env_policy)
+    models = get_type_hints(spec.handler.__call__)
     return Tool(
-        name=name,
-        description=confinement.annotate(description),
-        request_model=request_model,
-        handler=handler(workspace, finder, confinement),
-        response_model=response_model,
-        hints=hints,
-        targets=PathTargets(workspace, path_field),
+        name=spec.name,
+        description=confinement.annotate(spec.description),
+        request_model=models["request"],
+        handler=spec.handler(workspace, finder, confinement),
+        response_model=models["return"],
+        hints=ToolHints.reading(spec.title),
+        targets=PathTargets(workspace, spec.path_field),
     )
 
 

@@ -46,9 +46,10 @@ from lionfactory._os.isolation import Isolation
 from lionfactory._os.process import LaunchError, ProcessResult, run_process
 from lionfactory._os.project import ProjectView
 from lionfactory._os.workspace import PathRefused, Workspace
-from lionfactory._tool import Tool, ToolHints
+from lionfactory._tool import Tool
 from lionfactory.tools._helper import (
     HelperReport,
+    HelperSpec,
     count,
     helper_tool,
     left_out_ignored,
@@ -285,6 +286,14 @@ class _AstSearchHandler:
         )
 
 
+_SPEC = HelperSpec(
+    name="ast_search",
+    title="Search code by syntax",
+    description=_DESCRIPTION,
+    handler=_AstSearchHandler,
+)
+
+
 def ast_search_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
@@ -316,16 +325,4 @@ def ast_search_tool(
         TypeError: an option of the wrong type.
         ConfigurationError: the requested isolation cannot work here.
     """
-    return helper_tool(
-        name="ast_search",
-        description=_DESCRIPTION,
-        request_model=AstSearchRequest,
-        handler=_AstSearchHandler,
-        workspace_root=workspace_root,
-        protected_names=protected_names,
-        isolation=isolation,
-        binaries=_binaries,
-        response_model=AstSearchResponse,
-        hints=ToolHints.reading("Search code by syntax"),
-        env_policy=env_policy,
-    )
+    return helper_tool(_SPEC, workspace_root, protected_names, isolation, env_policy, _binaries)

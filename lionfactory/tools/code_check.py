@@ -53,9 +53,10 @@ from lionfactory._os.global_excludes import project_view
 from lionfactory._os.isolation import Isolation
 from lionfactory._os.project import ProjectView
 from lionfactory._os.workspace import PathRefused, Workspace
-from lionfactory._tool import Tool, ToolHints
+from lionfactory._tool import Tool
 from lionfactory.tools._helper import (
     HelperReport,
+    HelperSpec,
     count,
     helper_tool,
     left_out_ignored,
@@ -397,6 +398,15 @@ class _CodeCheckHandler:
         )
 
 
+_SPEC = HelperSpec(
+    name="code_check",
+    title="Check code with ruff",
+    description=_DESCRIPTION,
+    handler=_CodeCheckHandler,
+    path_field="paths",
+)
+
+
 def code_check_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
@@ -428,17 +438,4 @@ def code_check_tool(
         TypeError: an option of the wrong type.
         ConfigurationError: the requested isolation cannot work here.
     """
-    return helper_tool(
-        name="code_check",
-        description=_DESCRIPTION,
-        request_model=CodeCheckRequest,
-        handler=_CodeCheckHandler,
-        workspace_root=workspace_root,
-        protected_names=protected_names,
-        isolation=isolation,
-        binaries=_binaries,
-        response_model=CodeCheckResponse,
-        hints=ToolHints.reading("Check code with ruff"),
-        env_policy=env_policy,
-        path_field="paths",
-    )
+    return helper_tool(_SPEC, workspace_root, protected_names, isolation, env_policy, _binaries)

@@ -37,8 +37,8 @@ from collections.abc import Iterable
 from lionfactory._os.binaries import BinaryFinder
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation
-from lionfactory._tool import Tool, ToolHints
-from lionfactory.tools._helper import helper_tool
+from lionfactory._tool import Tool
+from lionfactory.tools._helper import HelperSpec, helper_tool
 from lionfactory.tools._search_handler import SearchHandler
 from lionfactory.tools._search_models import (
     DEFAULT_FIND_RESULTS,
@@ -74,6 +74,14 @@ at most {MAX_RESULTS}); `total` says how many were found and `truncated` whether
 some were left out. Results are sorted by path, then line."""
 
 
+_SPEC = HelperSpec(
+    name="search",
+    title="Search the workspace",
+    description=_DESCRIPTION,
+    handler=SearchHandler,
+)
+
+
 def search_tool(
     *,
     workspace_root: str | os.PathLike[str] | None = None,
@@ -107,16 +115,4 @@ def search_tool(
         TypeError: an option of the wrong type.
         ConfigurationError: the requested isolation cannot work here.
     """
-    return helper_tool(
-        name="search",
-        description=_DESCRIPTION,
-        request_model=SearchRequest,
-        handler=SearchHandler,
-        workspace_root=workspace_root,
-        protected_names=protected_names,
-        isolation=isolation,
-        binaries=_binaries,
-        response_model=SearchResponse,
-        hints=ToolHints.reading("Search the workspace"),
-        env_policy=env_policy,
-    )
+    return helper_tool(_SPEC, workspace_root, protected_names, isolation, env_policy, _binaries)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from lionfactory._os.binaries import BinaryFinder
+from lionfactory._tool import ToolHints
 from lionfactory.errors import ToolInputError
 from lionfactory.tools.ast_search import (
     AstSearchMatch,
@@ -186,6 +187,8 @@ async def test_unknown_language_is_rejected(workspace: Path) -> None:
 def test_models_describe_every_field() -> None:
     tool = ast_search_tool()
     assert (tool.name, tool.request_model) == ("ast_search", AstSearchRequest)
+    assert tool.response_model is AstSearchResponse
+    assert tool.hints == ToolHints.reading("Search code by syntax")
     for model in (AstSearchRequest, AstSearchResponse, AstSearchMatch):
         assert all(field.description for field in model.model_fields.values())
 

@@ -12,6 +12,7 @@ import pytest
 
 from lionfactory._os.binaries import BinaryFinder
 from lionfactory._os.environment import EnvPolicy
+from lionfactory._tool import ToolHints
 from lionfactory.errors import ToolInputError
 from lionfactory.tools.code_check import (
     CodeCheckRequest,
@@ -162,6 +163,8 @@ async def test_only_ruff_is_accepted(workspace: Path) -> None:
 def test_models_describe_every_field() -> None:
     tool = code_check_tool()
     assert (tool.name, tool.request_model) == ("code_check", CodeCheckRequest)
+    assert tool.response_model is CodeCheckResponse
+    assert tool.hints == ToolHints.reading("Check code with ruff")
     for model in (CodeCheckRequest, CodeCheckResponse, CodeDiagnostic):
         assert all(field.description for field in model.model_fields.values())
 

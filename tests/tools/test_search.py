@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lionfactory._os.binaries import BinaryFinder
+from lionfactory._tool import ToolHints
 from lionfactory.errors import ToolInputError
 from lionfactory.tools.search import SearchRequest, SearchResponse, search_tool
 
@@ -282,6 +283,8 @@ def test_tool_schema_states_the_defaults() -> None:
     tool = search_tool()
     assert tool.name == "search"
     assert tool.request_model is SearchRequest
+    assert tool.response_model is SearchResponse
+    assert tool.hints == ToolHints.reading("Search the workspace")
     description = tool.schema()["function"]["parameters"]["properties"]["max_results"][
         "description"
     ]
