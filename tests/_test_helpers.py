@@ -22,6 +22,7 @@ from typing import IO, Any
 import pytest
 import trio
 
+from lionfactory import Branch
 from lionfactory._os.isolation import mechanism_problem
 
 
@@ -205,3 +206,40 @@ def ids_passed_to(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> lis
 
     monkeypatch.setattr(owner, name, noting)
     return ids
+
+
+def sandbox_branch(
+    tmp_path: Path, isolation: str, files: Mapping[str, str], **options: Any
+) -> tuple[Branch, Path]:
+    """A coding-toolkit branch with bash and sandbox on a new repository committing `files`.
+
+    Names in `files` starting with ``.env`` are written but left untracked.
+    """
+    from lionfactory.coding import coding_toolkit
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    tracked = [name for name in files if not name.startswith(".env")]
+    git(repo, "add", *tracked)
+    git(repo, "-c", "user.name=Setup", "-c", "user.email=setup@example.com", "commit", "-qm", "i")
+    branch = Branch()
+    branch.register(
+        coding_toolkit,
+        workspace_root=repo,
+        tools=["bash", "sandbox"],
+        isolation=isolation,
+        notify=False,
+        **options,
+    )
+    return branch, repo
+
+
+async def act(branch: Branch, tool: str, **arguments: Any) -> dict[str, Any]:
+    """`branch.act`'s result for a call that must succeed as a call."""
+    result = await branch.act(tool, arguments)
+    assert result.ok, result.error
+    out: dict[str, Any] = result.result
+    return out

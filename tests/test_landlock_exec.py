@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from _test_helpers import processes_tagged
@@ -97,3 +98,61 @@ def test_the_program_gets_sigpipe_and_sigxfsz_at_their_defaults(flags: tuple[str
     ignored = int(line.split()[1], 16)
     for number in (signal.SIGPIPE, signal.SIGXFSZ):
         assert not ignored & (1 << (number - 1)), signal.Signals(number).name
+
+
+def _confined(*flags: str, command: list[str]) -> subprocess.CompletedProcess[str]:
+    argv = [PY, "-I", "-S", str(HELPER), "-r", "/", *flags, "-n", "full", "-p", "--", *command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def hiding(tmp_path: Path) -> Path:
+    """A folder holding a protected file, a listed file and a subfolder."""
+    if landlock_abi() < 1:
+        pytest.skip("no Landlock")
+    folder = tmp_path / "f"
+    (folder / "sub").mkdir(parents=True)
+    (folder / ".env").write_text("TOKEN=s3cret\n")
+    (folder / "a.txt").write_text("a\n")
+    (folder / "sub" / "b.txt").write_text("b\n")
+    return folder
+
+
+def test_a_folder_holding_a_hidden_file_is_listed_and_the_file_stays_unreadable(
+    hiding: Path,
+) -> None:
+    flags = ("-d", str(hiding / ".env"))
+    listed = _confined(*flags, command=["ls", "-a", str(hiding)])
+    assert listed.stdout.split() == [".", "..", ".env", "a.txt", "sub"], listed
+    read = _confined(*flags, command=["cat", str(hiding / ".env")])
+    assert read.returncode != 0 and "s3cret" not in read.stdout, read
+    assert _confined(*flags, command=["cat", str(hiding / "a.txt")]).stdout == "a\n"
+    # Listing only: nothing beside the hidden file becomes writable.
+    made = _confined(*flags, command=["touch", str(hiding / "new")])
+    assert made.returncode != 0 and not (hiding / "new").exists()
+
+
+def test_no_folder_above_a_hidden_directory_lists_the_names_inside_it(hiding: Path) -> None:
+    (hiding / "sub" / "keys").mkdir()
+    (hiding / "sub" / "keys" / "id_secret_name").write_text("k\n")
+    flags = ("-d", str(hiding / ".env"), "-d", str(hiding / "sub" / "keys"))
+    # Listing is inherited beneath a folder, so no folder above the hidden
+    # directory may be listable: each would list inside it too.
+    for folder in (hiding / "sub" / "keys", hiding / "sub", hiding):
+        listed = _confined(*flags, command=["ls", "-a", str(folder)])
+        assert listed.returncode != 0 and "id_secret_name" not in listed.stdout, listed
+    found = _confined(*flags, command=["find", str(hiding)])
+    assert "id_secret_name" not in found.stdout, found
+    assert _confined(*flags, command=["cat", str(hiding / "sub" / "b.txt")]).stdout == "b\n"
+
+
+def test_a_hidden_file_in_an_exposed_tree_leaves_the_tree_listed(hiding: Path) -> None:
+    # The checkpoint snapshot's case: the workspace shown read-only inside a
+    # hidden parent, its protected file hidden again.
+    flags = ("-d", str(hiding.parent), "-x", str(hiding), "-d", str(hiding / ".env"))
+    listed = _confined(*flags, command=["ls", "-a", str(hiding)])
+    assert listed.stdout.split() == [".", "..", ".env", "a.txt", "sub"], listed
+    read = _confined(*flags, command=["cat", str(hiding / ".env")])
+    assert read.returncode != 0 and "s3cret" not in read.stdout, read
+    above = _confined(*flags, command=["ls", str(hiding.parent)])
+    assert above.returncode != 0, above

@@ -50,6 +50,8 @@ Landlock rules only *add* access beneath a directory; nothing can be taken
 away below a granted one. A hidden path is therefore carved out by granting
 read access to each of its siblings (listed now), recursively up to the
 read-only root: entries created later beside a hidden path stay unreadable.
+The folders on the way get listing only, where that lists nothing hidden
+(see `_read_rules`).
 
 Exit status 126 means the confinement could not be applied (the message is on
 stderr); 127 that the program could not be executed.
@@ -131,13 +133,26 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _read_roots(root: str, hidden: list[str]) -> list[str]:
-    """`root` minus the hidden paths, as a list of readable subtrees (siblings of hidden)."""
+def _read_rules(root: str, hidden: list[str]) -> list[tuple[str, int]]:
+    """`root` minus the hidden paths, as (path, access) rules: siblings of hidden paths readable.
+
+    A folder that holds a hidden path gets listing only (``READ_DIR``) when no
+    hidden directory lies anywhere beneath it, so ``ls``, git and type
+    checkers see a hidden file's name (as under bwrap, whose ``/dev/null``
+    over it keeps the name) while its bytes stay unreadable: ``READ_DIR``
+    never opens a file. Where a hidden directory lies beneath, the folder
+    gets no rule at all: Landlock rules are inherited by everything below,
+    so ``READ_DIR`` on the folder would list inside the hidden directory too
+    (its file names leak), and no rule can take that back. A hidden path
+    that does not exist now counts as a file: bwrap does not hide it at all.
+    """
     if any(_under(root, h) for h in hidden):
         return []
     if not any(_under(h, root) for h in hidden):
-        return [root]
-    out: list[str] = []
+        return [(root, _READ)]
+    out: list[tuple[str, int]] = []
+    if not any(_under(h, root) and os.path.isdir(h) for h in hidden):
+        out.append((root, _READ_DIR))
     try:
         entries = os.scandir(root)
     except OSError:
@@ -146,7 +161,7 @@ def _read_roots(root: str, hidden: list[str]) -> list[str]:
         for entry in entries:
             # A symlink gets no rule: what it names is reached through its target's own rule.
             if not entry.is_symlink():
-                out.extend(_read_roots(entry.path, hidden))
+                out.extend(_read_rules(entry.path, hidden))
     return out
 
 
@@ -202,13 +217,13 @@ def _restrict(
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
     ruleset = _syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     for root in reads:
-        for path in _read_roots(root, hidden):
-            _add_path(ruleset, path, _READ)
+        for path, access in _read_rules(root, hidden):
+            _add_path(ruleset, path, access)
     for path in exposed:
         # A credential file inside an exposed toolchain prefix stays hidden.
         inside = [h for h in hidden if h != path and _under(h, path)]
-        for sub in _read_roots(path, inside):
-            _add_path(ruleset, sub, _READ)
+        for sub, access in _read_rules(path, inside):
+            _add_path(ruleset, sub, access)
     device = _READ_FILE | _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
     device |= _IOCTL_DEV if abi >= 5 else 0
     for path in _DEVICES:

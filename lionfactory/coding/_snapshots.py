@@ -652,17 +652,17 @@ class SnapshotStore:
             )
         unlisted = [m for w in warnings for m in _UNLISTED.findall(w)]
         if unlisted:
-            # Landlock cannot hide one name of a folder it lets be listed, so a
-            # folder holding a protected name (``.env``) is not listable by the
-            # snapshot's git: taken as empty, its files would be "created after"
-            # every checkpoint, and a rewind would delete them all.
+            # Landlock's listing right reaches everything beneath a folder, so a
+            # folder above a hidden folder is not listable by the snapshot's git
+            # (a hidden file leaves its folder listable): taken as empty, its
+            # files would be "created after" every checkpoint, and a rewind
+            # would delete them all.
             shown = ", ".join(sorted({"the workspace root" if d == "." else d for d in unlisted}))
             raise UnlistedFolders(
                 f"The checkpoint snapshot could not list {shown} under this confinement "
-                f"(a folder holding a protected name such as .env cannot be listed under "
-                f"landlock), so it cannot record what this call changes. Use "
-                f"isolation='bwrap' where it works, or move the protected file into a "
-                f"folder of its own."
+                f"(a folder holding a hidden folder cannot be listed under landlock), so it "
+                f"cannot record what this call changes. Use isolation='bwrap' where it "
+                f"works, or move the hidden folder out of the workspace."
             )
         return out
 

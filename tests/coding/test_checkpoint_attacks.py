@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from lionfactory import Branch, RewindReport
+from lionfactory._os.isolation import default_hidden, workspace_isolation
 from lionfactory._os.mechanisms import mechanism_problem
 from lionfactory.coding import coding_toolkit
 from lionfactory.coding._snapshots import Limits, SnapshotError
@@ -340,20 +341,30 @@ def test_a_path_swapped_just_after_its_check_is_a_conflict_not_an_error(
     assert [n for n in os.listdir(workspace) if n.startswith(".lionfactory")] == []
 
 
+def landlock_branch(
+    workspace: Path, files: dict[str, str], hidden: tuple[Path, ...] = ()
+) -> Branch:
+    for name, text in files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text)
+    isolation = workspace_isolation("landlock", workspace, hidden=(*default_hidden(), *hidden))
+    branch = Branch("You write code.")
+    branch.register(coding_toolkit, workspace_root=workspace, notify=False, isolation=isolation)
+    branch.checkpoint_log.rewinder.limits = Limits(first_snapshot_wait=120.0)  # type: ignore[union-attr]
+    return branch
+
+
 @pytest.mark.skipif(mechanism_problem("landlock") is not None, reason="landlock unavailable")
 async def test_a_folder_the_snapshot_cannot_list_never_turns_a_rewind_into_deleting_it(
     workspace: Path,
 ) -> None:
     # Under landlock the snapshot's git cannot list a folder holding a
-    # protected name: the snapshot took the workspace for empty, and after
-    # `rm .env` a rewind to it deleted every file as "created after" it.
-    for name, text in {".env": "S=1\n", "a.txt": "orig\n", "src/main.py": "print(1)\n"}.items():
-        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-        (workspace / name).write_text(text)
-    branch = Branch("You write code.")
-    branch.register(coding_toolkit, workspace_root=workspace, notify=False, isolation="landlock")
-    branch.checkpoint_log.rewinder.limits = Limits(first_snapshot_wait=120.0)  # type: ignore[union-attr]
-    await bash(branch, "rm .env")
+    # hidden folder (listing it would list inside the hidden one too): the
+    # snapshot took the workspace for empty, and after `rm -r keys` a rewind
+    # to it deleted every file as "created after" it.
+    files = {"keys/id": "S=1\n", "a.txt": "orig\n", "src/main.py": "print(1)\n"}
+    branch = landlock_branch(workspace, files, hidden=(workspace / "keys",))
+    await bash(branch, "rm -r keys")
     with pytest.raises(SnapshotError, match="could not list the workspace root"):
         await branch.rewind(branch.checkpoints[0].id, scope="code", dry_run=True)
     with pytest.raises(SnapshotError, match="partial"):
@@ -365,4 +376,26 @@ async def test_a_folder_the_snapshot_cannot_list_never_turns_a_rewind_into_delet
     report = await branch.rewind(branch.checkpoints[1].id, scope="code")
     assert report.restored == ("a.txt",)
     assert (workspace / "a.txt").read_text() == "orig\n"
+    await branch.aclose()
+
+
+@pytest.mark.skipif(mechanism_problem("landlock") is not None, reason="landlock unavailable")
+async def test_under_landlock_a_protected_file_at_the_root_leaves_checkpoints_whole(
+    workspace: Path,
+) -> None:
+    # The root holding .env is listed (its name shown, its bytes not), so
+    # the checkpoint is complete and a rewind puts back what a command did.
+    files = {".env": "S=1\n", "a.txt": "orig\n", "src/main.py": "print(1)\n"}
+    branch = landlock_branch(workspace, files)
+    await bash(branch, "echo changed > a.txt && rm src/main.py && echo new > b.txt")
+    # A partial checkpoint would refuse both (SnapshotError).
+    dry = await branch.rewind(branch.checkpoints[0].id, scope="code", dry_run=True)
+    assert sorted(dry.restored) == ["a.txt", "src/main.py"], dry
+    report = await branch.rewind(branch.checkpoints[0].id, scope="code")
+    assert sorted(report.restored) == ["a.txt", "src/main.py"]
+    assert report.deleted == ("b.txt",)
+    assert (workspace / "a.txt").read_text() == "orig\n"
+    assert (workspace / "src" / "main.py").read_text() == "print(1)\n"
+    assert not (workspace / "b.txt").exists()
+    assert (workspace / ".env").read_text() == "S=1\n"
     await branch.aclose()

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
-from _test_helpers import git, mechanism_params
+from _test_helpers import act, git, mechanism_params, sandbox_branch
 
 from lionfactory import Branch
-from lionfactory.coding import coding_toolkit
 from lionfactory.coding._git import FALLBACK_IDENTITY
 
 
@@ -38,28 +36,7 @@ def no_identity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 @pytest.fixture(params=mechanism_params())
 def kit(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Branch, Path]:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "app.txt").write_text("hello\n")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=Setup", "-c", "user.email=setup@example.com", "commit", "-qm", "i")
-    branch = Branch()
-    branch.register(
-        coding_toolkit,
-        workspace_root=repo,
-        tools=["bash", "sandbox"],
-        isolation=request.param,
-        notify=False,
-    )
-    return branch, repo
-
-
-async def act(branch: Branch, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await branch.act(tool, arguments)
-    assert result.ok, result.error
-    out: dict[str, Any] = result.result
-    return out
+    return sandbox_branch(tmp_path, request.param, {"app.txt": "hello\n"})
 
 
 async def test_git_commit_in_the_worktree_uses_the_documented_default_author(

@@ -18,7 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lionfactory import Branch
+from lionfactory._os.isolation import default_hidden
+from lionfactory._os.mechanisms import mechanism_problem
 from lionfactory.coding import coding_toolkit
+from lionfactory.tools.bash import bash_tool
 from lionfactory.tools.code_nav import code_nav_tool
 from lionfactory.tools.editor import editor_tool
 from lionfactory.tools.reader import reader_tool
@@ -143,3 +146,22 @@ async def test_reader_editor_and_sandbox_cannot_run_a_command_through_git_config
     await tools["sandbox"](action="create")
     await tools["sandbox"](action="discard")
     assert not marker.exists()
+
+
+@pytest.mark.skipif(mechanism_problem("bwrap") is not None, reason="bwrap unavailable")
+async def test_a_hidden_file_cannot_be_linked_under_another_name_for_the_reader(
+    workspace: Path,
+) -> None:
+    """Plant with bash (`ln .env notes.txt`), trigger with the reader: nothing to show."""
+    (workspace / ".env").write_text("TOKEN=s3cret\n")
+    bash = bash_tool(
+        workspace_root=workspace,
+        isolation="bwrap",
+        hidden_paths=[*default_hidden(), workspace / ".env"],
+    )
+    planted = await bash(command="ln .env notes.txt; cat notes.txt .env")
+    # The hidden file is a mount of /dev/null: a link to it crosses devices.
+    assert "Invalid cross-device link" in planted["stderr"], planted
+    assert "s3cret" not in planted["stdout"]
+    read = await reader_tool(workspace_root=workspace)(action="read", path="notes.txt")
+    assert read["success"] is False and "s3cret" not in str(read)

@@ -405,6 +405,25 @@ async def test_the_toolkit_server_is_confined_and_ends_with_its_branch(
     assert ty_servers() & started == set()
 
 
+@pytest.mark.skipif(mechanism_problem("landlock") is not None, reason="landlock unavailable")
+async def test_under_landlock_a_protected_file_at_the_root_leaves_the_project_listed(
+    project: Path,
+) -> None:
+    # The confined server could not list a root holding .env, so it found
+    # no `pkg` and a definition stopped at the import line.
+    (project / ".env").write_text("TOKEN=s3cret\n")
+    branch = Branch()
+    branch.register(coding_toolkit, workspace_root=project, isolation="landlock", checkpoints=False)
+    result = await branch.act(
+        "code_nav",
+        {"action": "find_definition", "path": "pkg/app.py", "symbol": "helper", "line": 8},
+    )
+    assert result.ok, result.error
+    assert result.result["engine"] == "ty"
+    assert result.result["rows"] == ["pkg/util.py:1: def helper(x: int) -> int:"]
+    await branch.aclose()
+
+
 def test_the_cli_calls_code_nav_on_ty(project: Path) -> None:
     import json
     import subprocess
