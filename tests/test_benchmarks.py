@@ -12,6 +12,7 @@ import json
 import math
 import platform
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,13 +39,19 @@ NAMES = (
 
 
 def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(RUN), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    # -X faulthandler: a run stuck past the timeout is ended with SIGABRT, and
+    # the failure shows where each of its threads was (a hang is a bug to find).
+    argv = [sys.executable, "-X", "faulthandler", str(RUN), *args]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            out, err = process.communicate(timeout=30)
+            pytest.fail(f"{' '.join(args)} ran past 120 s; its threads:\n{err[-20000:]}")
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 def tiny_report(name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ count, a missing program and the matches the ignore rules left out the same way.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any, get_type_hints
@@ -91,7 +92,7 @@ def helper_tool(
     finder = finder_or_default(binaries)
     workspace = Workspace.at(workspace_root, protected=protected_names)
     confinement = workspace_isolation(isolation, workspace.root, env_policy=env_policy)
-    models = get_type_hints(spec.handler.__call__)
+    models = _models(spec)
     return Tool(
         name=spec.name,
         description=confinement.annotate(spec.description),
@@ -124,3 +125,10 @@ def not_installed(program: str, package: str) -> str:
         f"{program} is not installed; install it with pip install 'lionfactory[code]' "
         f"(or pip install {package})."
     )
+
+
+@functools.cache
+def _models(spec: HelperSpec) -> dict[str, Any]:
+    # Once per tool: a clone rebuilds every tool, and resolving the handler's
+    # annotations (strings, under postponed evaluation) is the slow part.
+    return get_type_hints(spec.handler.__call__)
