@@ -400,3 +400,31 @@ def test_building_a_workspace_policy_resolves_no_derived_toolchain_path_again(
     monkeypatch.setattr(os.path, "realpath", counting)
     workspace_isolation("none", tmp_path)
     assert not derived & set(asked), sorted(derived & set(asked))
+
+
+@pytest.mark.skipif(mechanism_problem("landlock") is not None, reason="landlock unavailable")
+def test_landlock_refuses_to_hide_a_path_inside_the_workspace_and_auto_says_it_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Landlock only adds access beneath a folder: in the writable workspace a
+    # hidden .env stays readable to commands, so asking for it is refused
+    # rather than silently not done.
+    (tmp_path / ".env").write_text("TOKEN=1\n")
+    inside = [tmp_path / ".env"]
+    with pytest.raises(ConfigurationError, match=r"cannot hide .*\.env.*isolation='bwrap'"):
+        bash_tool(workspace_root=tmp_path, isolation="landlock", hidden_paths=inside)
+    outside = tmp_path.parent / f"{tmp_path.name}-secret"
+    tool = bash_tool(workspace_root=tmp_path, isolation="landlock", hidden_paths=[outside])
+    assert "cannot hide" not in tool.description
+    # "auto" without bwrap still confines with landlock, and says what it cannot do.
+    from lionfactory._os import isolation as isolation_module
+
+    real = isolation_module.mechanism_problem
+    monkeypatch.setattr(
+        isolation_module,
+        "mechanism_problem",
+        lambda m, network="none": "not here (the test)" if m == "bwrap" else real(m, network),
+    )
+    auto = bash_tool(workspace_root=tmp_path, isolation="auto", hidden_paths=inside)
+    assert "isolation: landlock" in auto.description
+    assert "Landlock cannot hide" in auto.description and ".env" in auto.description

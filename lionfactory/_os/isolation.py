@@ -1028,6 +1028,18 @@ def _landlock_argv(policy: Policy) -> list[str]:
     return [*argv, "--"]
 
 
+def _hidden_in_writable(policy: Policy) -> tuple[Path, ...]:
+    """The hidden paths inside a writable root, which only bwrap can hide (over a bind)."""
+    return tuple(
+        h for h in policy.hidden if any(h != w and _under(h, w) for w in policy.writable)
+    )
+
+
+def _listed(paths: Sequence[Path]) -> str:
+    shown = ", ".join(str(p) for p in paths[:5])
+    return shown if len(paths) <= 5 else f"{shown} and {len(paths) - 5} more"
+
+
 def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
     """Choose the mechanism for `policy`: the factory-time step of every tool that runs programs.
 
@@ -1042,7 +1054,9 @@ def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
 
     Raises:
         ConfigurationError: an explicitly requested mechanism cannot work
-            here, or an inherited isolation would be widened.
+            here (``"landlock"`` with a hidden path inside a writable root
+            too: it cannot hide it), or an inherited isolation would be
+            widened.
         ValueError: an unknown name.
     """
     if isinstance(requested, Isolation):
@@ -1058,12 +1072,30 @@ def resolve_isolation(requested: str | Isolation, policy: Policy) -> Isolation:
                 f"isolation={requested!r} cannot work here: {problem}. Use isolation='auto' "
                 f"to take the strongest available mechanism."
             )
+        unhidden = _hidden_in_writable(policy) if requested == "landlock" else ()
+        if unhidden:
+            raise ConfigurationError(
+                f"isolation='landlock' cannot hide {_listed(unhidden)}: it lies inside a "
+                f"writable folder, and Landlock only adds access beneath a folder, so "
+                f"everything in a writable one stays readable. Use isolation='bwrap' (or "
+                f"'auto'), or move it out of the workspace."
+            )
         return Isolation(requested, policy, requested, binary=_binary_for(requested))  # type: ignore[arg-type]
     skipped: list[str] = []
     for mechanism in ("bwrap", "landlock"):
         problem = mechanism_problem(mechanism, policy.network)
         if problem is None:
-            notice = f"auto chose {mechanism}: {'; '.join(skipped)}." if skipped else None
+            notes = [f"auto chose {mechanism}: {'; '.join(skipped)}."] if skipped else []
+            unhidden = _hidden_in_writable(policy) if mechanism == "landlock" else ()
+            if unhidden:
+                # Asked for the strongest mechanism there is, the caller gets
+                # it, and is told (as the model is, in the tools' descriptions)
+                # what it cannot do, rather than no confinement at all.
+                notes.append(
+                    f"Landlock cannot hide {_listed(unhidden)} inside the writable "
+                    f"workspace: commands can read it."
+                )
+            notice = " ".join(notes) or None
             return Isolation(
                 mechanism,
                 policy,

@@ -342,12 +342,16 @@ def test_a_path_swapped_just_after_its_check_is_a_conflict_not_an_error(
 
 
 def landlock_branch(
-    workspace: Path, files: dict[str, str], hidden: tuple[Path, ...] = ()
+    workspace: Path,
+    files: dict[str, str],
+    hidden: tuple[Path, ...] = (),
+    requested: str = "landlock",
 ) -> Branch:
     for name, text in files.items():
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
         (workspace / name).write_text(text)
-    isolation = workspace_isolation("landlock", workspace, hidden=(*default_hidden(), *hidden))
+    isolation = workspace_isolation(requested, workspace, hidden=(*default_hidden(), *hidden))
+    assert isolation.mechanism == "landlock"
     branch = Branch("You write code.")
     branch.register(coding_toolkit, workspace_root=workspace, notify=False, isolation=isolation)
     branch.checkpoint_log.rewinder.limits = Limits(first_snapshot_wait=120.0)  # type: ignore[union-attr]
@@ -356,14 +360,24 @@ def landlock_branch(
 
 @pytest.mark.skipif(mechanism_problem("landlock") is not None, reason="landlock unavailable")
 async def test_a_folder_the_snapshot_cannot_list_never_turns_a_rewind_into_deleting_it(
-    workspace: Path,
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Under landlock the snapshot's git cannot list a folder holding a
     # hidden folder (listing it would list inside the hidden one too): the
     # snapshot took the workspace for empty, and after `rm -r keys` a rewind
-    # to it deleted every file as "created after" it.
+    # to it deleted every file as "created after" it. Only "auto" on a
+    # machine without bwrap gets there (an explicit "landlock" refuses a
+    # hidden path inside the workspace, which it cannot hide from commands).
+    from lionfactory._os import isolation as isolation_module
+
+    def no_bwrap(mechanism: str, network: str = "none") -> str | None:
+        return (
+            "not here (the test)" if mechanism == "bwrap" else mechanism_problem(mechanism, network)
+        )
+
+    monkeypatch.setattr(isolation_module, "mechanism_problem", no_bwrap)
     files = {"keys/id": "S=1\n", "a.txt": "orig\n", "src/main.py": "print(1)\n"}
-    branch = landlock_branch(workspace, files, hidden=(workspace / "keys",))
+    branch = landlock_branch(workspace, files, hidden=(workspace / "keys",), requested="auto")
     await bash(branch, "rm -r keys")
     with pytest.raises(SnapshotError, match="could not list the workspace root"):
         await branch.rewind(branch.checkpoints[0].id, scope="code", dry_run=True)
