@@ -1030,9 +1030,7 @@ def _landlock_argv(policy: Policy) -> list[str]:
 
 def _hidden_in_writable(policy: Policy) -> tuple[Path, ...]:
     """The hidden paths inside a writable root, which only bwrap can hide (over a bind)."""
-    return tuple(
-        h for h in policy.hidden if any(h != w and _under(h, w) for w in policy.writable)
-    )
+    return tuple(h for h in policy.hidden if any(h != w and _under(h, w) for w in policy.writable))
 
 
 def _listed(paths: Sequence[Path]) -> str:
