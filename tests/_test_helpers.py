@@ -106,21 +106,12 @@ def stopped(process: subprocess.Popen[bytes]) -> None:
 
 def processes_tagged(tag: str) -> list[int]:
     """Live (non-zombie) processes whose argv holds `tag`: seen from the host, any namespace."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                argv = cmdline.read()
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                data = stat.read()
-        except OSError:
-            continue
-        state = data[data.rindex(b")") + 2 :].split()[0]
-        if tag.encode() in argv and state not in (b"Z", b"X"):
-            found.append(int(name))
-    return found
+
+    def tagged(pid: str) -> bool:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return tag.encode() in cmdline.read()
+
+    return _live_processes(tagged)
 
 
 def processes_in(folder: Path) -> list[int]:
@@ -129,18 +120,23 @@ def processes_in(folder: Path) -> list[int]:
     What a test's own processes share when their argv cannot be tagged (a
     snapshot's git, a sandbox's bwrap): each test's temporary folder is its own.
     """
+    return _live_processes(lambda pid: Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(folder))
+
+
+def _live_processes(chosen: Callable[[str], bool]) -> list[int]:
+    """The live (non-zombie) processes `chosen` picks by ``/proc`` number (gone ones: skipped)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            cwd = Path(os.readlink(f"/proc/{name}/cwd"))
+            if not chosen(name):
+                continue
             with open(f"/proc/{name}/stat", "rb") as stat:
                 data = stat.read()
         except OSError:
             continue
-        state = data[data.rindex(b")") + 2 :].split()[0]
-        if cwd.is_relative_to(folder) and state not in (b"Z", b"X"):
+        if data[data.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X"):
             found.append(int(name))
     return found
 

@@ -133,7 +133,9 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _read_rules(root: str, hidden: list[str]) -> list[tuple[str, int]]:
+def _read_rules(
+    root: str, hidden: list[str], folders: list[str] | None = None
+) -> list[tuple[str, int]]:
     """`root` minus the hidden paths, as (path, access) rules: siblings of hidden paths readable.
 
     A folder that holds a hidden path gets listing only (``READ_DIR``) when no
@@ -145,13 +147,16 @@ def _read_rules(root: str, hidden: list[str]) -> list[tuple[str, int]]:
     so ``READ_DIR`` on the folder would list inside the hidden directory too
     (its file names leak), and no rule can take that back. A hidden path
     that does not exist now counts as a file: bwrap does not hide it at all.
+    `folders`, the hidden paths that are directories, is found once, at the top.
     """
+    if folders is None:
+        folders = [h for h in hidden if os.path.isdir(h)]
     if any(_under(root, h) for h in hidden):
         return []
     if not any(_under(h, root) for h in hidden):
         return [(root, _READ)]
     out: list[tuple[str, int]] = []
-    if not any(_under(h, root) and os.path.isdir(h) for h in hidden):
+    if not any(_under(h, root) for h in folders):
         out.append((root, _READ_DIR))
     try:
         entries = os.scandir(root)
@@ -161,7 +166,7 @@ def _read_rules(root: str, hidden: list[str]) -> list[tuple[str, int]]:
         for entry in entries:
             # A symlink gets no rule: what it names is reached through its target's own rule.
             if not entry.is_symlink():
-                out.extend(_read_rules(entry.path, hidden))
+                out.extend(_read_rules(entry.path, hidden, folders))
     return out
 
 
