@@ -104,6 +104,27 @@ def stopped(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+def open_descriptors() -> set[tuple[str, str]]:
+    """This process's open descriptors, each as (number, what it is open on).
+
+    Compared as sets, not counted: a finalizer may close a descriptor of an
+    earlier test at any moment (a standalone tool's supervisor is closed when
+    the tool is collected), and a count then drops by one while nothing
+    leaked. What a leak leaves is a pair that was not there before: a pipe
+    or socket names its own inode, so a new one never matches an old one.
+    """
+    pairs = set()
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
+            pairs.add((name, os.readlink(f"/proc/self/fd/{name}")))
+    return pairs
+
+
+def opened_since(before: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The descriptors open now that were not open (on the same thing) in `before`."""
+    return open_descriptors() - before
+
+
 def processes_tagged(tag: str) -> list[int]:
     """Live (non-zombie) processes whose argv holds `tag`: seen from the host, any namespace."""
 

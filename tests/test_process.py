@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from _test_helpers import eventually, processes_in
+from _test_helpers import eventually, open_descriptors, opened_since, processes_in
 
 from lionfactory._os.process import (
     DEFAULT_MAX_BYTES,
@@ -226,9 +226,9 @@ async def test_no_file_descriptor_leaks(tmp_path: Path) -> None:
         await run_process([PY, "-c", "import time; time.sleep(60)"], cwd=tmp_path, timeout=0.2)
 
     await run_some()  # warm up lazily opened descriptors (trio's wakeup fds, ...)
-    before = len(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     await run_some()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert opened_since(before) == set()
 
 
 async def test_a_launch_failure_leaks_no_file_descriptor(tmp_path: Path) -> None:
@@ -238,9 +238,9 @@ async def test_a_launch_failure_leaks_no_file_descriptor(tmp_path: Path) -> None
                 await run_process([str(tmp_path / "missing")], cwd=tmp_path, timeout=30)
 
     await fail_some()
-    before = len(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     await fail_some()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert opened_since(before) == set()
 
 
 async def test_an_endless_writer_is_killed_at_its_deadline_and_the_loop_keeps_running(
@@ -473,9 +473,9 @@ async def test_a_cancelled_run_leaves_no_descriptor_and_no_process(tmp_path: Pat
         return groups
 
     await cancel_some("warm-up")
-    before = len(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     groups = await cancel_some("counted")
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert opened_since(before) == set()
     assert not any(group_exists(pgid) for pgid in groups)
 
 

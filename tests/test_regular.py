@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _test_helpers import open_descriptors, opened_since
 
 from lionfactory._os.regular import FileRefused, open_regular, read_capped, read_regular
 from lionfactory._os.workspace import PathRefused, Workspace
@@ -37,11 +38,11 @@ def test_refuses_with_one_wording(workspace: Path, make, kind: str, words: str) 
 
 def test_a_refusal_closes_the_descriptor(workspace: Path) -> None:
     (workspace / "d").mkdir()
-    before = len(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     for _ in range(20):
         with pytest.raises(FileRefused):
             open_regular(Workspace.at(workspace).locate("d"))
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert opened_since(before) == set()
 
 
 def test_a_file_that_grows_after_its_fstat_is_refused_not_cut(workspace: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 import trio
+from _test_helpers import open_descriptors, opened_since
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -157,10 +158,6 @@ FLOOD = (
 )
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 @pytest.mark.slow
 async def test_64_concurrent_calls_printing_10_mb_each_use_bounded_memory(workspace: Path):
     """640 MB through 64 concurrent calls: all finish, each keeps its cap, memory stays small."""
@@ -170,7 +167,7 @@ async def test_64_concurrent_calls_printing_10_mb_each_use_bounded_memory(worksp
     # The tool keeps the supervisor its first call starts (its socket and
     # pidfd stay open while the tool lives): counted once, before the flood.
     await bash(command="true")
-    fds = open_fds()
+    fds = open_descriptors()
 
     async def one() -> None:
         answers.append(await bash(command=f"{PY} -I -S flood.py", timeout=120_000))
@@ -192,5 +189,5 @@ async def test_64_concurrent_calls_printing_10_mb_each_use_bounded_memory(worksp
     # Unbounded capture would hold 640 MB; the caps allow 64 x 100 KB kept
     # plus pipe chunks in flight.
     assert peak < 48_000_000, f"peak traced memory {peak:,} bytes"
-    assert open_fds() == fds
+    assert opened_since(fds) == set()
     json.dumps(answers)
