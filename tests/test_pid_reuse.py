@@ -6,6 +6,10 @@ Each scenario runs in a private PID namespace (``unshare --pid --fork
 number a finished job or a dead supervisor had. Then every route that ends
 processes runs (``jobs kill``, the branch's close, the kill at interpreter
 exit, a supervisor replaced after it died): the victim must still be running.
+
+"direct" and "contained" start their job with no supervisor, as `bash` does
+where its unconfined supervisor cannot serve a job (no namespaces inside it):
+the only route where a job's own process is our child, named by its number.
 """
 
 from __future__ import annotations

@@ -35,6 +35,11 @@ ahead and, once its runner has emptied it, reused for the next command
 (``--reuse-namespaces``), so a standalone call costs a message and a
 ``posix_spawn`` instead of a ``bwrap`` start. If the supervisor itself is
 killed, its outer namespace's init dies and takes every command with it.
+Background jobs of the unconfined tools start there too (`Supervisor.submit`,
+each in a namespace of its own, which its runner empties when the job
+ends): so they die with the host process when it is killed with SIGKILL,
+which a job started directly under bwrap (no parent-death signal, see
+`lionfactory._os.isolation`) would outlive.
 There the host does not go through the supervisor for each command: the
 supervisor lends it a prepared namespace's first process (the *runner*,
 with a pidfd of it), the host sends the runner the command and reads its
@@ -462,6 +467,8 @@ class RemoteProcess:
     sock: socket.socket
     pid: int
     returncode: int | None = None
+    # Whether it has a PID namespace of its own (None: the report did not say).
+    namespace: bool | None = None
 
     @classmethod
     def first_report(cls, sock: socket.socket) -> RemoteProcess:
@@ -481,7 +488,10 @@ class RemoteProcess:
         if "pid" not in report:
             sock.close()
             raise SupervisorGone("no start report")
-        process = cls(sock, int(report["pid"]))
+        namespace = report.get("namespace")
+        process = cls(
+            sock, int(report["pid"]), namespace=namespace if isinstance(namespace, bool) else None
+        )
         sock.setblocking(False)
         return process
 

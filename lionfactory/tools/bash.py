@@ -75,6 +75,14 @@ Decisions (argv mode, where no kernel mechanism is the boundary):
   the tool is dropped). Where the kernel refuses unprivileged namespaces,
   only the command's process group is killed; the description and every
   answer then say that a process leaving the group can outlive the call.
+* **Background jobs start under the same supervisor** (``background=True``
+  and ``on_timeout="background"`` alike), each in a namespace of its own,
+  so a job ends with the supervisor's owner: on ``jobs kill``, the branch's
+  close (outside a branch, the tool's drop), at exit, and when this process
+  dies of SIGKILL (the supervisor kills its commands when its socket to us
+  closes; bwrap alone has no parent-death kill here). Where the supervisor
+  cannot give commands a namespace of their own, a job starts directly in
+  one as before, and dies with this process only through its exit hooks.
 """
 
 from __future__ import annotations
@@ -666,9 +674,10 @@ class _BashHandler:
         if supervisor.command_namespaces is False and not supervisor.isolation.confined:
             # The kernel refused this command a namespace of its own inside
             # the supervisor's: what it left there dies with that namespace
-            # now, and later calls each get a namespace of their own again.
+            # now (once no job runs there any more), and later calls each
+            # get a namespace of their own again.
             self.owned.prepared = False
-            await anyio.to_thread.run_sync(supervisor.close)
+            await anyio.to_thread.run_sync(self._owner(table).set_aside, supervisor)
         return result
 
     async def _supervisor(self, owner: BranchJobs, isolation: Isolation) -> Supervisor:
@@ -688,13 +697,45 @@ class _BashHandler:
         isolation = self.isolation
         if isolation is None or not self.owned.prepared or not isolation.wraps:
             return None
-        call = current_call()
-        owner = table if call is not None and call.branch_id is not None else self.owned.table
         try:
-            return await self._supervisor(owner, isolation)
+            return await self._supervisor(self._owner(table), isolation)
         except OSError:
             self.owned.prepared = False  # e.g. no memfd: a namespace per call, as before
             return None
+
+    def _owner(self, table: BranchJobs) -> BranchJobs:
+        """Who owns the unconfined supervisor: the branch's `table`, else the tool itself."""
+        call = current_call()
+        return table if call is not None and call.branch_id is not None else self.owned.table
+
+    async def _job_supervisor(self, table: BranchJobs) -> Supervisor | None:
+        """The supervisor an unconfined job starts under; None: directly, as before.
+
+        The one the foreground calls use (`_unconfined_supervisor`), so a job
+        dies with it when this process dies, even of SIGKILL. Only where it
+        gives each command a PID namespace of its own: a job without one
+        would share the supervisor's with every later command, and a
+        ``setsid`` child of it would outlive ``jobs kill``. A supervisor
+        that has not started a command yet is asked for a namespace first
+        (the one it lends serves the next foreground call).
+        """
+        if self.isolation is not None and self.isolation.confined:
+            return None  # the branch's confinement: `BranchJobs.start` picks it
+        supervisor = await self._unconfined_supervisor(table)
+        if supervisor is None:
+            return None
+        if supervisor.command_namespaces is None:
+            try:
+                runner = await supervisor.lend()
+            except SupervisorGone:
+                return None
+            if runner is not None:
+                supervisor.give_back(runner)
+        if supervisor.command_namespaces is False:
+            self.owned.prepared = False
+            await anyio.to_thread.run_sync(self._owner(table).set_aside, supervisor)
+            return None
+        return supervisor
 
     def _kept_texts(
         self, table: BranchJobs, ids: dict[str, str], stdout: str, stderr: str
@@ -713,6 +754,7 @@ class _BashHandler:
 
     async def _as_job(self, request: BashRequest, prepared: _Prepared) -> BashResponse:
         table = self.registry.current()
+        supervisor = await self._job_supervisor(table)
         try:
             job = await anyio.to_thread.run_sync(
                 lambda: table.start(
@@ -721,6 +763,7 @@ class _BashHandler:
                     cwd=prepared.cwd,
                     env=prepared.env,
                     isolation=self.isolation,
+                    supervisor=supervisor,
                 )
             )
         except JobLimit as exc:

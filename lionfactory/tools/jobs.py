@@ -27,6 +27,18 @@ Decisions:
   (under bwrap or Landlock's PID namespace, the whole confinement);
   `Branch.aclose()` kills every job of the branch and removes its kept
   output; at interpreter exit every job still running is killed.
+* **A job starts under a supervisor** (`lionfactory._os.supervisor`), which
+  kills every command it started when its socket to this process closes:
+  so a job dies with this process even when it is killed with SIGKILL and no
+  exit hook runs. A confined job runs in the branch's confinement; an
+  unconfined one (``"none"``) under the supervisor that prepares the PID
+  namespaces of the same tool's foreground calls (the branch's, or the
+  tool's own outside any branch), in a namespace of its own there, so a
+  ``setsid`` child or a double-forked daemon dies with the job. Where that
+  supervisor cannot serve it (the kernel refuses commands a namespace
+  inside it, or it cannot start), the job starts directly, in a bwrap PID
+  namespace of its own where one can be had: it then dies with this process
+  only through the exit hooks.
 * **A credential that appears while a job runs** (``cargo login`` writing
   into an exposed toolchain) is checked for before the branch's next
   command or ``jobs`` call. Under bwrap it is then hidden inside the
@@ -133,10 +145,12 @@ class _Output:
 class _Job:
     """A background process and where its output goes.
 
-    A job started directly is named by its pidfd and by its own unreaped
-    process: it is reaped only after its group was killed, and never
-    signalled by number after that, so a finished job's old pid, reused by
-    an unrelated process, is never killed.
+    A job a supervisor started is reached only through its report socket
+    (kill, status); its pid is one of the supervisor's namespace, never
+    signalled from here. A job started directly is named by its pidfd and
+    by its own unreaped process: it is reaped only after its group was
+    killed, and never signalled by number after that, so a finished job's
+    old pid, reused by an unrelated process, is never killed.
     """
 
     id: str
@@ -149,7 +163,8 @@ class _Job:
     ended: float | None = None
     killed: bool = False
     pidfd: int = -1
-    # The supervisor that started it (a confined job): its network is the job's.
+    # The supervisor that started it. A confined job lives in its sandbox,
+    # whose network is the job's; an unconfined one shares the host's.
     supervisor: Supervisor | None = None
     lock: threading.Lock = attrs.Factory(threading.Lock)
 
@@ -300,6 +315,23 @@ class BranchJobs:
                 _SUPERVISORS.add(running)
             return running
 
+    def set_aside(self, supervisor: Supervisor) -> None:
+        """Start no more commands through `supervisor`; close it unless a job still runs there.
+
+        A job under it keeps running until it ends or is killed; the
+        supervisor is closed with this table then (or at exit, or when its
+        socket to us closes).
+        """
+        with self.lock:
+            for isolation, running in list(self.supervisors.items()):
+                if running is supervisor:
+                    del self.supervisors[isolation]
+            if any(job.supervisor is supervisor and job.running for job in list(_LIVE)):
+                self.retired.append(supervisor)
+                return
+        supervisor.close()
+        _SUPERVISORS.discard(supervisor)
+
     def _dir(self) -> Path:
         if self.directory is None or not self.directory.is_dir():
             # Outside the workspace and private to this user: kept output is
@@ -359,8 +391,16 @@ class BranchJobs:
         cwd: Path,
         env: Mapping[str, str] | None,
         isolation: Isolation | None,
+        supervisor: Supervisor | None = None,
     ) -> _Job:
         """Start `argv` in the background (blocking: call it in a worker thread).
+
+        A confined job starts under the branch's supervisor for `isolation`.
+        An unconfined one starts under `supervisor` when one is given (the
+        unconfined supervisor the caller's foreground commands use, whose
+        commands each get a PID namespace of its own), else directly, in a
+        PID namespace of its own where `isolation` wraps it (also when that
+        supervisor turns out to be gone).
 
         Raises:
             JobLimit: the branch holds `MAX_JOBS` jobs already.
@@ -375,13 +415,32 @@ class BranchJobs:
                 f"output stays readable until then), then start this one again."
             )
         if isolation is not None and isolation.confined:
-            return self._start_supervised(command, argv, cwd=cwd, env=env, isolation=isolation)
+            # Before the supervisor starts: a missing program costs no sandbox.
+            _check_program(argv[0], cwd, env)
+            try:
+                return self._start_supervised(
+                    command, argv, cwd=cwd, env=env, supervisor=self.supervisor(isolation, cwd)
+                )
+            except SupervisorGone as exc:
+                raise LaunchError(argv[0], f"the branch's supervisor is gone ({exc})") from None
+        if supervisor is not None:
+            # Under the supervisor, the job dies with it when this process
+            # does, however it ends: the supervisor kills every command when
+            # its socket to us closes, SIGKILL included, where no exit hook
+            # runs. A job started directly would be left to init then.
+            _check_program(argv[0], cwd, env)
+            with contextlib.suppress(SupervisorGone):  # it did not start: directly, then
+                return self._start_supervised(
+                    command, argv, cwd=cwd, env=env, supervisor=supervisor
+                )
         launch_argv, launch_env, tmpdir = list(argv), env, None
         pass_fds: tuple[int, ...] = ()
         if isolation is not None and isolation.wraps:
             # Unconfined, but in a PID namespace of its own where the kernel
             # allows one (as a foreground call): a ``setsid`` child or a
-            # double-forked daemon dies with the job.
+            # double-forked daemon dies with the job. Only while this process
+            # lives, though: bwrap has no --die-with-parent here (see
+            # `_bwrap_argv`), so the supervised start above is preferred.
             _check_program(argv[0], cwd, env)
             launch = isolation.launch(argv, cwd=cwd, env=env)
             launch_argv, launch_env, pass_fds = list(launch.argv), launch.env, launch.pass_fds
@@ -426,20 +485,25 @@ class BranchJobs:
         *,
         cwd: Path,
         env: Mapping[str, str] | None,
-        isolation: Isolation,
+        supervisor: Supervisor,
     ) -> _Job:
-        _check_program(argv[0], cwd, env)
-        supervisor = self.supervisor(isolation, cwd)
+        """Start `argv` (whose program the caller checked) as a job through `supervisor`.
+
+        Raises:
+            SupervisorGone: the supervisor did not start the command.
+        """
         output, fd = self.new_output(command, prefix="job")
         try:
             sock = supervisor.submit(argv, cwd=cwd, env=env, stdout=fd, stderr=fd)
             process = RemoteProcess.first_report(sock)
-        except SupervisorGone as exc:
+        except SupervisorGone:
             self._drop(output.id, "the job did not start")
             self.dropped.pop(output.id, None)
-            raise LaunchError(argv[0], f"the branch's supervisor is gone ({exc})") from None
+            raise
         finally:
             os.close(fd)
+        if process.namespace is not None:
+            supervisor.command_namespaces = process.namespace
         job = _Job(output.id, command, process, output, _now(), supervisor=supervisor)
         output.job = job
         self.jobs[job.id] = job
@@ -797,7 +861,7 @@ async def _port_open(job: _Job, port: int) -> bool:
     network, where the probe is made directly.
     """
     supervisor = job.supervisor
-    if supervisor is None:
+    if supervisor is None or not supervisor.isolation.confined:
         return await anyio.to_thread.run_sync(_host_port_open, port)
     if not supervisor.alive:
         return False

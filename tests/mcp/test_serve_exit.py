@@ -5,15 +5,19 @@ background job, or the git of a first snapshot still being taken, went on
 after the server had gone, for init to reap (a job of ``sleep 60`` for a
 minute). Each route ends the command its own way: the official Python client
 closes a stdio server's input, TypeScript clients send it SIGTERM, an HTTP
-server gets SIGTERM, ``call`` returns.
+server gets SIGTERM, ``call`` returns. A server killed with SIGKILL runs no
+hook at all: its jobs end because their supervisor kills its commands when
+its socket to the server closes.
 Real servers, real bwrap, real git; a process of the test's is one whose
 working directory is in the test's temporary folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -72,38 +76,26 @@ async def test_a_background_job_ends_with_a_stdio_server(workspace: Path, toolki
 
 
 @pytest.mark.parametrize("toolkit", ["standalone", "coding"])
-def test_a_background_job_ends_with_a_stdio_server_on_sigterm(
-    workspace: Path, toolkit: str
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGKILL"])
+def test_a_background_job_ends_with_a_stdio_server_on_a_signal(
+    workspace: Path, toolkit: str, name: str
 ) -> None:
-    # How a client on the TypeScript SDK before 1.24.3 closes a stdio server
-    # (later ones too, when it has not exited 2 s after its input closed).
-    server = subprocess.Popen(
-        serve_command(workspace, "--toolkit", toolkit),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": SOURCE_ROOT},
-    )
-    assert server.stdin is not None and server.stdout is not None
-    try:
-        for message in (
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": CALL_JOB},
-        ):
-            server.stdin.write(json.dumps(message).encode() + b"\n")
-            server.stdin.flush()
-            if "id" in message:
-                reply = json.loads(server.stdout.readline())
-                assert "result" in reply, reply
-        assert reply["result"]["isError"] is False, reply
-        assert processes_in(workspace)
-        server.terminate()
-        # It ends as at the end of its input: calls cancelled, hooks run, status 0.
-        assert server.wait(timeout=30) == 0
-    finally:
-        stopped(server)
-        server.stdin.close()
-        server.stdout.close()
+    """SIGTERM: as at the end of its input; SIGKILL: through the job's supervisor alone.
+
+    SIGTERM is how a client on the TypeScript SDK before 1.24.3 closes a
+    stdio server (later ones too, when it has not exited 2 s after its input
+    closed): calls are cancelled, the exit hooks run, the status is 0.
+    SIGKILL runs no hook: the supervisor the job runs under kills it when its
+    socket to the server closes, and its PID namespace ends with it.
+    """
+    with _serving_a_job(workspace, toolkit) as server:
+        server.send_signal(getattr(signal, name))
+        assert server.wait(timeout=30) == (0 if name == "SIGTERM" else -signal.SIGKILL)
+    if name == "SIGTERM":
+        assert processes_in(workspace.parent) == []  # its hooks ended the job before it exited
+    deadline = time.monotonic() + 30
+    while processes_in(workspace.parent) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polled: nothing reports another process's end
     assert processes_in(workspace.parent) == []
 
 
@@ -169,3 +161,33 @@ def _cmdline(pid: int) -> bytes:
             return file.read()
     except OSError:
         return b""
+
+
+@contextlib.contextmanager
+def _serving_a_job(workspace: Path, toolkit: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A stdio server of `toolkit`, initialized by hand, whose `JOB` is running."""
+    server = subprocess.Popen(
+        serve_command(workspace, "--toolkit", toolkit),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SOURCE_ROOT},
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        for message in (
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": CALL_JOB},
+        ):
+            server.stdin.write(json.dumps(message).encode() + b"\n")
+            server.stdin.flush()
+            if "id" in message:
+                reply = json.loads(server.stdout.readline())
+                assert "result" in reply, reply
+        assert reply["result"]["isError"] is False, reply
+        assert processes_in(workspace)
+        yield server
+    finally:
+        stopped(server)
+        server.stdin.close()
+        server.stdout.close()
