@@ -62,7 +62,9 @@ same. An unknown tool name is a protocol error (``INVALID_PARAMS``).
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -937,5 +939,32 @@ async def _serve_http(
     config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
     if on_ready is not None:
         on_ready(f"http://{shown}:{bound}/mcp")
-    with sock:
-        await uvicorn.Server(config).serve(sockets=[sock])
+    served = uvicorn.Server(config)
+    with sock, _sigterm_ends(served):
+        await served.serve(sockets=[sock])
+
+
+@contextmanager
+def _sigterm_ends(served: Any) -> Iterator[None]:
+    """While `served` (a ``uvicorn.Server``) runs, SIGTERM ends it in order; the process lives on.
+
+    uvicorn shuts down gracefully on SIGTERM (calls in flight are cancelled,
+    sessions closed), then puts back the handler it found and raises the
+    signal again, so that the process dies of it. With the default handler
+    that killed ``python -m lionfactory`` before its exit hooks ran, and
+    what they end went on without the server: a first snapshot's git, a
+    job started outside a supervisor. Found handling SIGTERM itself, uvicorn
+    raises it into `served`'s own handler, which only asks an ended server
+    to end; `serve` returns and the command ends as stdio's does on SIGTERM:
+    hooks run, status 0. Installed before `serve` starts, the same handler
+    also ends a server that gets SIGTERM before uvicorn installs its own.
+    Signals reach only the main thread: elsewhere uvicorn handles none.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, served.handle_exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

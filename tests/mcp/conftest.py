@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 from _test_helpers import drained, stopped
 from mcp import StdioServerParameters
@@ -82,6 +83,15 @@ def stdio_parameters(workspace: Path, *extra: str) -> StdioServerParameters:
 @asynccontextmanager
 async def http_server(workspace: Path, *extra: str) -> AsyncIterator[str]:
     """Run ``lionfactory mcp serve --transport http --port 0`` on `workspace`; yield its URL."""
+    async with http_process(workspace, *extra) as (url, _):
+        yield url
+
+
+@asynccontextmanager
+async def http_process(
+    workspace: Path, *extra: str
+) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
+    """`http_server`'s URL and process; on the way out, SIGTERM unless the process has ended."""
     command = serve_command(workspace, "--transport", "http", "--port", "0", *extra)
     async with await anyio.open_process(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
@@ -94,9 +104,10 @@ async def http_server(workspace: Path, *extra: str) -> AsyncIterator[str]:
         line = seen.decode().splitlines()[0]
         assert "serving MCP at http://127.0.0.1:" in line, line
         try:
-            yield line.rsplit(" ", 1)[1]
+            yield line.rsplit(" ", 1)[1], process
         finally:
-            process.terminate()
+            if process.returncode is None:
+                process.terminate()
             with anyio.fail_after(10):
                 await process.wait()
 

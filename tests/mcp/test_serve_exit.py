@@ -24,9 +24,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 from _test_helpers import eventually, processes_in, stopped
-from conftest import SOURCE_ROOT, http_server, serve_command, stdio_parameters
+from conftest import SOURCE_ROOT, http_process, serve_command, stdio_parameters
 from mcp import Client
 
 from lionfactory._os.isolation import containment
@@ -100,15 +101,25 @@ def test_a_background_job_ends_with_a_stdio_server_on_a_signal(
 
 
 @pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)2\.:ResourceWarning")
-async def test_a_background_job_ends_with_an_http_server_on_sigterm(workspace: Path) -> None:
+@pytest.mark.parametrize("toolkit", ["standalone", "coding"])
+async def test_a_background_job_ends_with_an_http_server_on_sigterm(
+    workspace: Path, toolkit: str
+) -> None:
+    """SIGTERM while the session is open, as a process manager stops a server.
+
+    uvicorn shuts down in order and then raised SIGTERM again into the
+    default handler, so the process died of it before its exit hooks ran.
+    """
     async with (
-        http_server(workspace, "--toolkit", "standalone") as url,
+        http_process(workspace, "--toolkit", toolkit) as (url, server),
         Client(url, mode="legacy") as client,
     ):
         started = await client.call_tool("bash", JOB)
         assert not started.is_error, started.structured_content
         assert processes_in(workspace)
-    # http_server sent SIGTERM and waited for the server to exit.
+        server.terminate()
+        with anyio.fail_after(30):
+            assert await server.wait() == 0
     assert processes_in(workspace.parent) == []
 
 
@@ -127,7 +138,9 @@ def test_a_background_job_ends_with_the_call_command(workspace: Path) -> None:
     assert processes_in(workspace.parent) == []
 
 
-async def test_a_first_snapshot_under_way_ends_with_a_stdio_server(workspace: Path) -> None:
+@pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)2\.:ResourceWarning")
+@pytest.mark.parametrize("route", ["stdio, input closed", "http, SIGTERM"])
+async def test_a_first_snapshot_under_way_ends_with_the_server(workspace: Path, route: str) -> None:
     # Enough files that the first snapshot's git runs for a while after the
     # editor call that started it has answered.
     for folder in range(100):
@@ -145,13 +158,25 @@ async def test_a_first_snapshot_under_way_ends_with_a_stdio_server(workspace: Pa
         seen.update({pid: seen.get(pid, time.monotonic()) for pid in now})
         return any(time.monotonic() - seen[pid] > 0.3 for pid in now)
 
-    async with served(workspace, "--toolkit", "coding") as client:
+    async def start_the_snapshot(client: Client) -> None:
         wrote = await client.call_tool(
             "editor", {"action": "write", "file_path": "new.txt", "content": "x\n"}
         )
         assert not wrote.is_error, wrote.structured_content
-        # The first snapshot's git is running when the client closes the session.
         await eventually(long_git_running, 60)
+
+    if route.startswith("stdio"):
+        async with served(workspace, "--toolkit", "coding") as client:
+            await start_the_snapshot(client)  # then the client closes the server's input
+    else:
+        async with (
+            http_process(workspace, "--toolkit", "coding") as (url, server),
+            Client(url, mode="legacy") as client,
+        ):
+            await start_the_snapshot(client)
+            server.terminate()
+            with anyio.fail_after(30):
+                assert await server.wait() == 0
     assert processes_in(workspace.parent) == []
 
 
