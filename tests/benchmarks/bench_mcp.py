@@ -295,6 +295,10 @@ BENCH = "mcp"
 REFERENCE_PACKAGE = "@modelcontextprotocol/server-filesystem"
 FILE_BYTES = 20 * 1024
 
+HTTP_ROUNDS = 2
+"""Server processes of each side in the HTTP comparison: one in each order."""
+
+
 SIZES: dict[Size, dict[str, Any]] = {
     "tiny": {
         "spawns": 1,
@@ -303,6 +307,7 @@ SIZES: dict[Size, dict[str, Any]] = {
         "session_reads": 5,
         "reference": False,
         "era_reads": 30,
+        "http_rounds": 1,  # the smoke test only needs figures
     },
     "full": {
         "spawns": 5,
@@ -311,6 +316,7 @@ SIZES: dict[Size, dict[str, Any]] = {
         "session_reads": 30,
         "reference": True,
         "era_reads": 300,
+        "http_rounds": HTTP_ROUNDS,
     },
 }
 
@@ -549,10 +555,6 @@ async def _wait_for_port(process: Any, port: int, deadline: float = 30.0) -> Non
             return
 
 
-HTTP_ROUNDS = 2
-"""Server processes of each side in the HTTP comparison: one in each order."""
-
-
 async def http_rounds(
     servers: list[tuple[Callable[[int], list[str]], str, dict[str, Any]]],
     sessions: int,
@@ -784,6 +786,7 @@ def run(size: Size) -> list[Row]:
                 ],
                 n,
                 k,
+                params["http_rounds"],
             )
             port = _free_port()
             http_argv = [*serve, "--transport", "http", "--port", str(port)]
