@@ -65,7 +65,14 @@ def test_example_test_file_passes_under_pytest_as_a_user_would_run_it(
         text=True,
         timeout=300,
         check=False,
-        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        # Its temporary folders go in this test's: in the shared root it
+        # removed the oldest runs' folders (pytest keeps three), seconds of
+        # deleting other runs' trees.
+        env={
+            **os.environ,
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PYTEST_DEBUG_TEMPROOT": str(tmp_path),
+        },
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " passed" in proc.stdout and "failed" not in proc.stdout
