@@ -711,7 +711,12 @@ def serve_mcp(
 
     Each client session gets its own Branch built from `source` (see
     `create_mcp_server`). stdio runs on trio; HTTP runs uvicorn, which needs
-    asyncio, so that transport runs on anyio's asyncio backend.
+    asyncio, so that transport runs on anyio's asyncio backend. Called in
+    the main thread of a program that left SIGTERM to its default action,
+    either transport returns on SIGTERM once its calls are cancelled and its
+    sessions closed, so the program's exit hooks still run; a handler the
+    program installed itself gets the signal instead (HTTP: after uvicorn's
+    orderly shutdown).
 
     Args:
         source: a template Branch, a factory, or factories with kwargs.
@@ -937,10 +942,10 @@ async def _serve_http(
     app = _ending_sessions(app, server, stored_sessions)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
-    if on_ready is not None:
-        on_ready(f"http://{shown}:{bound}/mcp")
     served = uvicorn.Server(config)
     with sock, _sigterm_ends(served):
+        if on_ready is not None:
+            on_ready(f"http://{shown}:{bound}/mcp")
         await served.serve(sockets=[sock])
 
 
@@ -958,9 +963,14 @@ def _sigterm_ends(served: Any) -> Iterator[None]:
     to end; `serve` returns and the command ends as stdio's does on SIGTERM:
     hooks run, status 0. Installed before `serve` starts, the same handler
     also ends a server that gets SIGTERM before uvicorn installs its own.
-    Signals reach only the main thread: elsewhere uvicorn handles none.
+    A handler the program installed itself is left alone: uvicorn raises
+    the signal into it, as the program asked. Signals reach only the main
+    thread: elsewhere uvicorn handles none.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
     previous = signal.signal(signal.SIGTERM, served.handle_exit)

@@ -679,11 +679,13 @@ async def serve_stdio(
     """Serve `served` on a stdio pair until end of file on `stdin`, or SIGTERM.
 
     SIGTERM ends it as end of file does (when it runs in the main thread,
-    the only one that can receive signals): clients built on the TypeScript
-    SDK before 1.24.3 close a stdio server with SIGTERM alone, and later
-    ones send it when the server has not exited 2 s after its input closed.
-    Killed by the signal's default action, the server could run no exit
-    hook, and a background job it had started went on without it.
+    the only one that can receive signals, and the program left SIGTERM to
+    its default action; a handler of the program's own is left to get it):
+    clients built on the TypeScript SDK before 1.24.3 close a stdio server
+    with SIGTERM alone, and later ones send it when the server has not
+    exited 2 s after its input closed. Killed by the signal's default
+    action, the server could run no exit hook, and a background job it had
+    started went on without it.
 
     What one connection can make the server hold is bounded: at most
     `max_in_flight` tool calls run at once (a further call is refused at once
@@ -735,7 +737,10 @@ async def serve_stdio(
         async with anyio.create_task_group() as group:
             if watch is not None:
                 group.start_soon(connection.watch_resources)
-            if threading.current_thread() is threading.main_thread():
+            if (
+                threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            ):
                 group.start_soon(_end_on_sigterm, group.cancel_scope)
             while (lines := await source.read_lines()) is not None:
                 for line in lines:

@@ -21,8 +21,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -216,3 +219,60 @@ def _serving_a_job(workspace: Path, toolkit: str) -> Iterator[subprocess.Popen[b
         stopped(server)
         server.stdin.close()
         server.stdout.close()
+
+
+PROGRAM = """
+import signal, sys
+from lionfactory import Branch
+from lionfactory.mcp import serve_mcp
+from lionfactory.tools import reader_tool
+
+got = []
+signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+branch = Branch("served")
+branch.register(reader_tool, workspace_root=sys.argv[2])
+ready = lambda where: print("ready", where, file=sys.stderr, flush=True)
+serve_mcp(branch, transport=sys.argv[1], port=0, on_ready=ready)
+print("returned after", got, file=sys.stderr, flush=True)
+"""
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_programs_own_sigterm_handler_gets_the_signal(workspace: Path, transport: str) -> None:
+    """`serve_mcp` ends on SIGTERM only where the program left it to the default action."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", PROGRAM, transport, str(workspace)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SOURCE_ROOT},
+    )
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    try:
+        ready = server.stderr.readline().decode()
+        assert ready.startswith("ready "), ready
+
+        def answered(request: dict[str, Any]) -> None:
+            assert server.stdin is not None and server.stdout is not None
+            server.stdin.write(json.dumps(request).encode() + b"\n")
+            server.stdin.flush()
+            assert "result" in json.loads(server.stdout.readline())
+
+        # Any answer: the server runs, and handles signals if it does, by now.
+        if transport == "http":
+            with pytest.raises(urllib.error.HTTPError):
+                urllib.request.urlopen(ready.split()[1], timeout=30)
+        else:
+            answered({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO})
+        server.terminate()
+        if transport == "stdio":
+            # Its handler took the signal: the server goes on answering.
+            answered({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            server.stdin.close()  # now it ends, at the end of its input
+        # Over HTTP, uvicorn shut down in order and raised the signal into it.
+        assert server.wait(timeout=30) == 0
+        assert server.stderr.read().decode().splitlines()[-1] == "returned after [15]"
+    finally:
+        stopped(server)
+        for stream in (server.stdin, server.stdout, server.stderr):
+            stream.close()
