@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import difflib
 import os
 import shutil
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
@@ -45,7 +46,7 @@ from lionfactory._call import current_call
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, server_isolation, workspace_isolation
 from lionfactory._os.regular import FileRefused, is_directory, is_regular, read_regular
-from lionfactory._os.workspace import PathRefused, Workspace
+from lionfactory._os.workspace import PathRefused, Workspace, starts_like_private_key
 from lionfactory.tools._lsp import LspClient, LspError, char_column
 
 __all__ = [
@@ -58,10 +59,34 @@ __all__ = [
     "build_code_intel",
     "engine_command",
     "ty_command",
+    "while_checking",
 ]
 
 EDIT_WAIT_SECONDS = 1.5
 """The longest an edit waits for the server's diagnostics of the new text."""
+
+_WHILE_CHECKING: contextvars.ContextVar[Callable[[], Awaitable[None]] | None] = (
+    contextvars.ContextVar("lionfactory_while_checking", default=None)
+)
+
+
+@contextlib.contextmanager
+def while_checking(work: Callable[[], Awaitable[None]]) -> Iterator[None]:
+    """Have an edit made inside run `work` while its diagnostics are checked, if it waits for any.
+
+    `EditDiagnostics.after` awaits `work()` once the new text is sent, before
+    it waits for the server's answer: the server checks in a process of its
+    own (milliseconds), so what the event loop does meanwhile adds nothing
+    to the call. `work` may not run at all (not a Python file, no server, a
+    failed change): the caller runs it afterwards then, so it must be safe to
+    call again once it has run.
+    """
+    token = _WHILE_CHECKING.set(work)
+    try:
+        yield
+    finally:
+        _WHILE_CHECKING.reset(token)
+
 
 MAX_PER_FILE = 20
 MAX_OTHER_FILES = 5
@@ -406,6 +431,31 @@ def _read_text(
         return None
 
 
+def _written_text(
+    workspace: Workspace, path: Path, data: bytes, st: os.stat_result
+) -> tuple[str, tuple[int, int]] | None:
+    """What `_read_text` would give for `path` holding `data` (stat `st`), without reading it.
+
+    The same refusals: a path the workspace refuses, content over the sync
+    cap, a private key, text that is not UTF-8. A file that is no longer
+    the one written (another inode, size or mtime: an appender's late tail
+    the editor carried over, another program's write) is read after all.
+    """
+    try:
+        workspace.locate(str(path))
+        now = os.stat(path)
+    except (PathRefused, OSError):
+        return _read_text(workspace, path)
+    if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
+        return _read_text(workspace, path)
+    if len(data) > _MAX_SYNC_BYTES or starts_like_private_key(data):
+        return None
+    try:
+        return data.decode("utf-8"), (st.st_mtime_ns, st.st_size)
+    except UnicodeDecodeError:
+        return None
+
+
 @attrs.define(eq=False)
 class _Pending:
     """An edit whose diagnostics had not arrived when the edit returned."""
@@ -473,11 +523,14 @@ class CodeIntel:
     def warm(self, key: Any = None) -> None:
         """Start the server for `key` (default: the current branch) without waiting for it."""
         key = self.key() if key is None else key
-        if config_problem(self.root) is not None:
-            return  # `server` says why
         server = self._servers.get(key)
+        # A running server first: the toolkit warms at every Python call, and
+        # the configuration check (a `stat` per file ty reads) is `server`'s
+        # to make before each use; here it only keeps a new one from starting.
         if server is not None and server.popen.poll() is None and server.client.gone is None:
             return
+        if config_problem(self.root) is not None:
+            return  # `server` says why
         self._servers[key] = self._launch()
 
     def _launch(self) -> Server:
@@ -968,9 +1021,25 @@ class EditDiagnostics:
         thread of its own, whose round trip (a worker's wake-up, then the
         event loop's) on a loaded machine costs more than the read.
         """
+        self.settle_written(token, {})
+
+    def settle_written(
+        self, token: _Before | None, written: Mapping[Path, tuple[bytes, os.stat_result]]
+    ) -> None:
+        """`settle`, taking each file the editor reports in `written` as it wrote it.
+
+        The bytes pass the same refusals a read would (`_written_text`);
+        a file missing from `written` (a patch's) is read.
+        """
         if token is None or token.server is None:
             return
-        token.settled = {path: _read_text(self.intel.workspace, path) for path in token.edited}
+        workspace = self.intel.workspace
+        token.settled = {
+            path: _read_text(workspace, path)
+            if (known := written.get(path)) is None
+            else _written_text(workspace, path, *known)
+            for path in token.edited
+        }
 
     async def after(self, token: _Before | None) -> dict[str, Any] | None:
         """The diagnostics delta of the edit `before` saw coming (None: not Python, no engine)."""
@@ -1006,6 +1075,9 @@ class EditDiagnostics:
                 uri, version, lines = opened
                 files.append(attrs.evolve(f, uri=uri, version=version, new_lines=lines))
             edited = [f for f in files if not f.other]
+            work = _WHILE_CHECKING.get()
+            if work is not None:
+                await work()
             fresh = await server.client.pump(
                 lambda: all(server.current(f.uri, f.version) is not None for f in edited),
                 timeout=max(0.0, deadline - time.monotonic()),
