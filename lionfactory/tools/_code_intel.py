@@ -47,6 +47,7 @@ from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, server_isolation, workspace_isolation
 from lionfactory._os.regular import FileRefused, is_directory, is_regular, read_regular
 from lionfactory._os.workspace import PathRefused, Workspace, starts_like_private_key
+from lionfactory.tools._editor_files import WrittenFile
 from lionfactory.tools._lsp import LspClient, LspError, char_column
 
 __all__ = [
@@ -436,19 +437,32 @@ def _written_text(
 ) -> tuple[str, tuple[int, int]] | None:
     """What `_read_text` would give for `path` holding `data` (stat `st`), without reading it.
 
-    The same refusals: a path the workspace refuses, content over the sync
-    cap, a private key, text that is not UTF-8. A file that is no longer
-    the one written (another inode, size or mtime: an appender's late tail
-    the editor carried over, another program's write) is read after all.
+    A file that is no longer the one written (another inode, size or mtime:
+    an appender's late tail the editor carried over, another program's
+    write) is read after all; otherwise `_known_text`.
     """
     try:
-        workspace.locate(str(path))
         now = os.stat(path)
-    except (PathRefused, OSError):
+    except OSError:
         return _read_text(workspace, path)
     if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
         return _read_text(workspace, path)
-    if len(data) > _MAX_SYNC_BYTES or starts_like_private_key(data):
+    return _known_text(workspace, path, data, st)
+
+
+def _known_text(
+    workspace: Workspace, path: Path, data: bytes, st: os.stat_result | None
+) -> tuple[str, tuple[int, int]] | None:
+    """`data`, the content of `path` the editor read or wrote, as `_read_text` would give it.
+
+    The same refusals: a path the workspace refuses, content over the sync
+    cap, a private key, text that is not UTF-8.
+    """
+    try:
+        workspace.locate(str(path))
+    except PathRefused:
+        return None
+    if st is None or len(data) > _MAX_SYNC_BYTES or starts_like_private_key(data):
         return None
     try:
         return data.decode("utf-8"), (st.st_mtime_ns, st.st_size)
@@ -592,6 +606,9 @@ class CodeIntel:
                 (`config_problem`).
         """
         key = self.key()
+        ready = self.ready_server(key)
+        if ready is not None:
+            return ready
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
             problem = config_problem(self.root)
@@ -618,6 +635,29 @@ class CodeIntel:
                 await server.aclose()
                 raise
             return server
+
+    def ready_server(self, key: Any = None) -> Server | None:
+        """The running, initialised server of `key` (default: the current branch), or None.
+
+        None also when the workspace's configuration is refused or a start is
+        under way: `server` then starts, waits or refuses. Otherwise this is
+        what `server` returns at once, without its start lock
+        (nothing starts) or a cancel scope: the editor asks at every Python
+        edit, and each of those cost tens of microseconds of event-loop work.
+        """
+        key = self.key() if key is None else key
+        server = self._servers.get(key)
+        lock = self._starting.get(key)
+        if (
+            server is None
+            or not server.ready
+            or (lock is not None and lock.locked())
+            or server.popen.poll() is not None
+            or server.client.gone is not None
+            or config_problem(self.root) is not None
+        ):
+            return None
+        return server
 
     async def close_branch(self, branch_id: Any) -> None:
         """Shut down the server of branch `branch_id` (nothing of it keeps running)."""
@@ -948,7 +988,9 @@ class EditDiagnostics:
         if not python:
             return None
         started = time.monotonic()
-        server = None
+        server = self.intel.ready_server()
+        if server is not None:
+            return _Before(server, [], started, edited=python)
         try:
             # A server still starting gets the edit's budget, no more; it goes
             # on starting for the next call.
@@ -1023,21 +1065,29 @@ class EditDiagnostics:
         """
         self.settle_written(token, {})
 
-    def settle_written(
-        self, token: _Before | None, written: Mapping[Path, tuple[bytes, os.stat_result]]
-    ) -> None:
+    def settle_written(self, token: _Before | None, written: Mapping[Path, WrittenFile]) -> None:
         """`settle`, taking each file the editor reports in `written` as it wrote it.
 
-        The bytes pass the same refusals a read would (`_written_text`);
-        a file missing from `written` (a patch's) is read.
+        The bytes pass the same refusals a read would (`_written_text`); a
+        file missing from `written` (a patch's) is read. An edit, which the
+        editor ran without `prepare`, gives the text before it as well.
         """
         if token is None or token.server is None:
             return
         workspace = self.intel.workspace
+        if token.read is None:
+            olds = [(p, known) for p in token.edited if (known := written.get(p)) is not None]
+            if len(olds) < len(token.edited) or any(k.old is None for _, k in olds):
+                return  # the text before the change is unknown: `after` says nothing
+            token.read = {
+                path: _known_text(workspace, path, known.old, known.old_st)
+                for path, known in olds
+                if known.old is not None
+            }
         token.settled = {
             path: _read_text(workspace, path)
             if (known := written.get(path)) is None
-            else _written_text(workspace, path, *known)
+            else _written_text(workspace, path, known.data, known.st)
             for path in token.edited
         }
 

@@ -54,6 +54,7 @@ from lionfactory.tools._editor_files import (
     LateChange,
     Original,
     WriteSteps,
+    WrittenFile,
     commit,
     directory_lock,
     remove_stale_temps,
@@ -213,8 +214,8 @@ class EditorResponse(BaseModel):
 # --- operations (blocking; run in worker threads) -------------------------------
 
 _Outcome = tuple[EditorResponse, FileEvidence | None]
-Written = dict[Path, tuple[bytes, os.stat_result]]
-"""Each file a change wrote: the bytes written and its stat just after (`EditorDiagnostics`)."""
+Written = dict[Path, WrittenFile]
+"""Each file a change wrote, as the editor knows it (`EditorDiagnostics`)."""
 _Done = TypeVar("_Done", bound=tuple[EditorResponse, Any])
 """What a change returns: its response first (a file's evidence, or a patch's list)."""
 
@@ -236,10 +237,12 @@ class EditorDiagnostics(Protocol):
     the hook has it, so a hook may leave that read to it), ``settle(token)``
     right after the change succeeded (to read the new content). A hook with
     ``settle_written(token, written)`` gets that instead of ``settle``, with
-    `Written`: the files the change wrote as the editor wrote them (a
+    `Written`: the files the change wrote as the editor knows them (a
     ``write`` or an ``edit``; empty for a patch), so it need not read back
-    bytes the editor holds. An error any of them raises is ignored: the
-    change goes ahead, or stands.
+    bytes the editor holds; for an ``edit``, which reads the file itself,
+    such a hook gets no ``prepare`` either: `WrittenFile.old` is the content
+    the edit replaced. An error any of them raises is ignored: the change
+    goes ahead, or stands.
     """
 
     async def before(self, paths: Iterable[Path]) -> Any:
@@ -382,7 +385,7 @@ def _write(
         # A failed write removes the directories it created for the file.
         release_created(created, remove=not done)
     if written_out is not None:
-        written_out[loc.path] = (data, written)
+        written_out[loc.path] = WrittenFile(data, written)
     evidence = _evidence(loc.path, written, data) if want_evidence else None
     verb = "Created" if original is None else "Wrote"
     message = f"{verb} {shown!r} ({len(data):,} bytes, {_lines(data)} lines)."
@@ -649,7 +652,7 @@ def _mutate(
                 finally:
                     os.close(read.fd)
                 if written_out is not None:
-                    written_out[loc.path] = (change.data, written)
+                    written_out[loc.path] = WrittenFile(change.data, written, read.data, read.st)
                 return _success(loc, read.data, change, written, want_evidence, expected_hash)
             return _failure(_changed_during(shown, "edited"))
     finally:
@@ -1289,14 +1292,16 @@ class _EditorHandler:
         a hook with ``settle_written``: reading the file back, just written,
         cost a tenth of a millisecond per edit.
         """
+        settle_written = getattr(self.diagnostics, "settle_written", None)
+        told = token is not None and settle_written is not None and change in (_write, _mutate)
         prepare = getattr(self.diagnostics, "prepare", None)
-        if token is not None and prepare is not None:
+        # An edit reads the file it changes: `settle_written` gets those bytes.
+        if token is not None and prepare is not None and not (told and change is _mutate):
             # Diagnostics never stop an edit: without what `prepare` read, `after` says nothing.
             with contextlib.suppress(Exception):
                 prepare(token)
-        settle_written = getattr(self.diagnostics, "settle_written", None)
         written: Written | None = None
-        if token is not None and settle_written is not None and change in (_write, _mutate):
+        if told:
             written = {}
             outcome = change(*args, written)
         else:
