@@ -882,13 +882,14 @@ class SnapshotStore:
         if state.tree is None:
             return False
         self.ensure()
-        ref = self.git_dir / "refs" / "checkpoints" / state.tree
-        if ref.exists():
+        # Text, not `Path` joins: every checkpointed call asks (see `write_blob`).
+        ref = f"{self.directory}/store.git/refs/checkpoints/{state.tree}"
+        if os.path.exists(ref):
             if touch:
                 with contextlib.suppress(OSError):
                     os.utime(ref)
             return False
-        _write_bytes(ref, f"{state.tree}\n".encode())
+        _write_bytes(Path(ref), f"{state.tree}\n".encode())
         return True
 
     async def prune(self) -> tuple[str, ...]:

@@ -752,8 +752,15 @@ class CodeIntel:
         return reports[-1] if len(reports) == 1 else _merge(reports)
 
     def _delta(
-        self, server: Server, files: list[_FileDelta], *, fresh: bool, waited: int
+        self,
+        server: Server,
+        files: list[_FileDelta],
+        *,
+        fresh: bool,
+        waited: int,
+        olds: Mapping[str, tuple[list[Diagnostic], _LineMap]] | None = None,
     ) -> dict[str, Any]:
+        """The delta of `files`; `olds`: `_old_errors` of the edited ones by URI, if known."""
         introduced: list[Diagnostic] = []
         resolved: list[Diagnostic] = []
         remaining: list[Diagnostic] = []
@@ -762,8 +769,9 @@ class CodeIntel:
             if raw_now is None and f.other:
                 continue  # not asked in time: nothing known about it
             now = self._wanted(f.shown, f.new_lines, raw_now or [])
-            old = self._wanted(f.shown, f.old_lines or [], f.before)
-            new_in, gone = _compare(old, now, f.old_lines, f.new_lines)
+            known = olds.get(f.uri) if olds is not None and not f.other else None
+            old, mapping = known if known is not None else self._old_errors(f)
+            new_in, gone = _compare(old, now, f.old_lines, f.new_lines, mapping)
             introduced += new_in
             resolved += gone
             if not f.other:
@@ -779,6 +787,12 @@ class CodeIntel:
             waited=waited,
             first=[f.shown for f in files if not f.other],
         )
+
+    def _old_errors(self, f: _FileDelta) -> tuple[list[Diagnostic], _LineMap]:
+        """`f`'s errors before the change, and the map of its lines through the change."""
+        old = self._wanted(f.shown, f.old_lines or [], f.before)
+        mapping = _LineMap.of(f.old_lines, f.new_lines) if f.old_lines is not None else _NO_LINES
+        return old, mapping
 
     def _wanted(self, shown: str, lines: list[str], raw: list[dict[str, Any]]) -> list[Diagnostic]:
         found = [d for r in raw if (d := _diagnostic(shown, lines, r)) is not None]
@@ -872,14 +886,17 @@ def _compare(
     now: list[Diagnostic],
     old_lines: list[str] | None,
     new_lines: list[str],
+    mapping: _LineMap | None = None,
 ) -> tuple[list[Diagnostic], list[Diagnostic]]:
     """(introduced, resolved): `now` against `old` carried through the edit's line diff.
 
     First an exact multiset match on (mapped line, code, message); then the
     old errors whose lines the edit changed or that moved are matched by
     (code, message) alone, so a reformatted or moved line keeps its error.
+    `mapping` is that diff's `_LineMap`, when the caller has it already.
     """
-    mapping = _LineMap.of(old_lines, new_lines) if old_lines is not None else _NO_LINES
+    if mapping is None:
+        mapping = _LineMap.of(old_lines, new_lines) if old_lines is not None else _NO_LINES
     exact: collections.Counter[tuple[int | None, str, str]] = collections.Counter(
         (mapping.get(d.line), d.code, d.message) for d in old
     )
@@ -1128,6 +1145,9 @@ class EditDiagnostics:
             work = _WHILE_CHECKING.get()
             if work is not None:
                 await work()
+            # The errors before the change need only the old text and the
+            # new: worked out while the server checks, not after its answer.
+            olds = {f.uri: self.intel._old_errors(f) for f in edited}
             fresh = await server.client.pump(
                 lambda: all(server.current(f.uri, f.version) is not None for f in edited),
                 timeout=max(0.0, deadline - time.monotonic()),
@@ -1151,7 +1171,7 @@ class EditDiagnostics:
                 waited=waited,
                 first=[],
             )
-        return self.intel._delta(server, files, fresh=True, waited=waited)
+        return self.intel._delta(server, files, fresh=True, waited=waited, olds=olds)
 
 
 def build_code_intel(
