@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -385,7 +386,8 @@ async def test_close_leaves_no_process(project: Path) -> None:
 # -- in the coding toolkit -------------------------------------------------------
 
 
-async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> None:
+def fake_toolkit(project: Path, mode: str, *extra: str) -> Any:
+    """A `coding_toolkit` branch on `project` whose type checker is the fake server in `mode`."""
     from lionfactory import Branch
     from lionfactory.coding import coding_toolkit
 
@@ -394,8 +396,13 @@ async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> 
         coding_toolkit,
         workspace_root=project,
         isolation="none",
-        _code_server=(sys.executable, str(FAKE), "late", "2.0"),
+        _code_server=(sys.executable, str(FAKE), mode, *extra),
     )
+    return branch
+
+
+async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> None:
+    branch = fake_toolkit(project, "late", "2.0")
     try:
         assert (await branch.act("reader", {"action": "read", "path": "mod.py"})).ok
         edited = await branch.act(
@@ -557,17 +564,7 @@ async def test_work_while_checking_runs_once_the_new_text_is_sent(project: Path)
 
 async def test_a_toolkit_edit_with_diagnostics_has_its_checkpoint_recorded(project: Path) -> None:
     """The record taken during the diagnostics wait is the call's, complete as it returns."""
-    from lionfactory import Branch
-    from lionfactory.coding import coding_toolkit
-
-    branch = Branch()
-    branch.register(
-        coding_toolkit,
-        workspace_root=project,
-        isolation="none",
-        notify=False,
-        _code_server=(sys.executable, str(FAKE), "normal"),
-    )
+    branch = fake_toolkit(project, "normal")
     try:
         assert (await branch.act("reader", {"action": "read", "path": "mod.py"})).ok
         for old, new in (("x = 1", "x = 2"), ("x = 2", "x = 3")):
