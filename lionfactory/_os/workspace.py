@@ -67,6 +67,7 @@ __all__ = [
     "protected_matcher",
     "protected_rule",
     "refuse_private_key",
+    "starts_like_private_key",
 ]
 
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -262,10 +263,14 @@ def protected_matcher(patterns: frozenset[str]) -> re.Pattern[str]:
     return re.compile("|".join(alternatives) or "(?!)")
 
 
+def starts_like_private_key(data: bytes | bytearray) -> bool:
+    """Whether file content `data` (its start suffices) begins with a private-key header."""
+    return _PRIVATE_KEY_HEADER.match(data[:_KEY_SNIFF]) is not None
+
+
 def refuse_private_key(fd: int, shown: str) -> None:
     """Raise `PathRefused` when the open regular file `fd` starts like a private key."""
-    head = os.pread(fd, _KEY_SNIFF, 0)
-    if _PRIVATE_KEY_HEADER.match(head):
+    if starts_like_private_key(os.pread(fd, _KEY_SNIFF, 0)):
         raise PathRefused(
             shown,
             f"{shown!r} holds a private key (it starts with a private-key header); "
@@ -414,7 +419,7 @@ class Location:
         found = _beneath.read_cached(
             str(self.workspace.root), self.parts, most, head_over=head_over, head=head
         )
-        if found is None or _PRIVATE_KEY_HEADER.match(found[1][:_KEY_SNIFF]):
+        if found is None or starts_like_private_key(found[1]):
             return None
         return found
 

@@ -577,6 +577,11 @@ class Checkpointer:
             self._forget(await store.prune())
         return ended
 
+    def first_snapshot_pending(self, workspace: Workspace) -> bool:
+        """Whether the first full snapshot of `workspace` in this process is not done yet."""
+        base = _BASES.get(workspace.root)
+        return base is not None and not base.finished
+
     async def close_ended_jobs(self) -> None:
         """Close the window of every job of this branch that ended by itself since last asked.
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import difflib
 import os
 import shutil
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
@@ -45,7 +46,8 @@ from lionfactory._call import current_call
 from lionfactory._os.environment import EnvPolicy
 from lionfactory._os.isolation import Isolation, server_isolation, workspace_isolation
 from lionfactory._os.regular import FileRefused, is_directory, is_regular, read_regular
-from lionfactory._os.workspace import PathRefused, Workspace
+from lionfactory._os.workspace import PathRefused, Workspace, starts_like_private_key
+from lionfactory.tools._editor_files import WrittenFile
 from lionfactory.tools._lsp import LspClient, LspError, char_column
 
 __all__ = [
@@ -58,10 +60,34 @@ __all__ = [
     "build_code_intel",
     "engine_command",
     "ty_command",
+    "while_checking",
 ]
 
 EDIT_WAIT_SECONDS = 1.5
 """The longest an edit waits for the server's diagnostics of the new text."""
+
+_WHILE_CHECKING: contextvars.ContextVar[Callable[[], Awaitable[None]] | None] = (
+    contextvars.ContextVar("lionfactory_while_checking", default=None)
+)
+
+
+@contextlib.contextmanager
+def while_checking(work: Callable[[], Awaitable[None]]) -> Iterator[None]:
+    """Have an edit made inside run `work` while its diagnostics are checked, if it waits for any.
+
+    `EditDiagnostics.after` awaits `work()` once the new text is sent, before
+    it waits for the server's answer: the server checks in a process of its
+    own (milliseconds), so what the event loop does meanwhile adds nothing
+    to the call. `work` may not run at all (not a Python file, no server, a
+    failed change): the caller runs it afterwards then, so it must be safe to
+    call again once it has run.
+    """
+    token = _WHILE_CHECKING.set(work)
+    try:
+        yield
+    finally:
+        _WHILE_CHECKING.reset(token)
+
 
 MAX_PER_FILE = 20
 MAX_OTHER_FILES = 5
@@ -406,6 +432,44 @@ def _read_text(
         return None
 
 
+def _written_text(
+    workspace: Workspace, path: Path, data: bytes, st: os.stat_result
+) -> tuple[str, tuple[int, int]] | None:
+    """What `_read_text` would give for `path` holding `data` (stat `st`), without reading it.
+
+    A file that is no longer the one written (another inode, size or mtime:
+    an appender's late tail the editor carried over, another program's
+    write) is read after all; otherwise `_known_text`.
+    """
+    try:
+        now = os.stat(path)
+    except OSError:
+        return _read_text(workspace, path)
+    if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
+        return _read_text(workspace, path)
+    return _known_text(workspace, path, data, st)
+
+
+def _known_text(
+    workspace: Workspace, path: Path, data: bytes, st: os.stat_result | None
+) -> tuple[str, tuple[int, int]] | None:
+    """`data`, the content of `path` the editor read or wrote, as `_read_text` would give it.
+
+    The same refusals: a path the workspace refuses, content over the sync
+    cap, a private key, text that is not UTF-8.
+    """
+    try:
+        workspace.locate(str(path))
+    except PathRefused:
+        return None
+    if st is None or len(data) > _MAX_SYNC_BYTES or starts_like_private_key(data):
+        return None
+    try:
+        return data.decode("utf-8"), (st.st_mtime_ns, st.st_size)
+    except UnicodeDecodeError:
+        return None
+
+
 @attrs.define(eq=False)
 class _Pending:
     """An edit whose diagnostics had not arrived when the edit returned."""
@@ -473,11 +537,14 @@ class CodeIntel:
     def warm(self, key: Any = None) -> None:
         """Start the server for `key` (default: the current branch) without waiting for it."""
         key = self.key() if key is None else key
-        if config_problem(self.root) is not None:
-            return  # `server` says why
         server = self._servers.get(key)
+        # A running server first: the toolkit warms at every Python call, and
+        # the configuration check (a `stat` per file ty reads) is `server`'s
+        # to make before each use; here it only keeps a new one from starting.
         if server is not None and server.popen.poll() is None and server.client.gone is None:
             return
+        if config_problem(self.root) is not None:
+            return  # `server` says why
         self._servers[key] = self._launch()
 
     def _launch(self) -> Server:
@@ -539,6 +606,9 @@ class CodeIntel:
                 (`config_problem`).
         """
         key = self.key()
+        ready = self.ready_server(key)
+        if ready is not None:
+            return ready
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
             problem = config_problem(self.root)
@@ -565,6 +635,29 @@ class CodeIntel:
                 await server.aclose()
                 raise
             return server
+
+    def ready_server(self, key: Any = None) -> Server | None:
+        """The running, initialised server of `key` (default: the current branch), or None.
+
+        None also when the workspace's configuration is refused or a start is
+        under way: `server` then starts, waits or refuses. Otherwise this is
+        what `server` returns at once, without its start lock
+        (nothing starts) or a cancel scope: the editor asks at every Python
+        edit, and each of those cost tens of microseconds of event-loop work.
+        """
+        key = self.key() if key is None else key
+        server = self._servers.get(key)
+        lock = self._starting.get(key)
+        if (
+            server is None
+            or not server.ready
+            or (lock is not None and lock.locked())
+            or server.popen.poll() is not None
+            or server.client.gone is not None
+            or config_problem(self.root) is not None
+        ):
+            return None
+        return server
 
     async def close_branch(self, branch_id: Any) -> None:
         """Shut down the server of branch `branch_id` (nothing of it keeps running)."""
@@ -659,8 +752,15 @@ class CodeIntel:
         return reports[-1] if len(reports) == 1 else _merge(reports)
 
     def _delta(
-        self, server: Server, files: list[_FileDelta], *, fresh: bool, waited: int
+        self,
+        server: Server,
+        files: list[_FileDelta],
+        *,
+        fresh: bool,
+        waited: int,
+        olds: Mapping[str, tuple[list[Diagnostic], _LineMap]] | None = None,
     ) -> dict[str, Any]:
+        """The delta of `files`; `olds`: `_old_errors` of the edited ones by URI, if known."""
         introduced: list[Diagnostic] = []
         resolved: list[Diagnostic] = []
         remaining: list[Diagnostic] = []
@@ -669,8 +769,9 @@ class CodeIntel:
             if raw_now is None and f.other:
                 continue  # not asked in time: nothing known about it
             now = self._wanted(f.shown, f.new_lines, raw_now or [])
-            old = self._wanted(f.shown, f.old_lines or [], f.before)
-            new_in, gone = _compare(old, now, f.old_lines, f.new_lines)
+            known = olds.get(f.uri) if olds is not None and not f.other else None
+            old, mapping = known if known is not None else self._old_errors(f)
+            new_in, gone = _compare(old, now, f.old_lines, f.new_lines, mapping)
             introduced += new_in
             resolved += gone
             if not f.other:
@@ -686,6 +787,12 @@ class CodeIntel:
             waited=waited,
             first=[f.shown for f in files if not f.other],
         )
+
+    def _old_errors(self, f: _FileDelta) -> tuple[list[Diagnostic], _LineMap]:
+        """`f`'s errors before the change, and the map of its lines through the change."""
+        old = self._wanted(f.shown, f.old_lines or [], f.before)
+        mapping = _LineMap.of(f.old_lines, f.new_lines) if f.old_lines is not None else _NO_LINES
+        return old, mapping
 
     def _wanted(self, shown: str, lines: list[str], raw: list[dict[str, Any]]) -> list[Diagnostic]:
         found = [d for r in raw if (d := _diagnostic(shown, lines, r)) is not None]
@@ -779,14 +886,17 @@ def _compare(
     now: list[Diagnostic],
     old_lines: list[str] | None,
     new_lines: list[str],
+    mapping: _LineMap | None = None,
 ) -> tuple[list[Diagnostic], list[Diagnostic]]:
     """(introduced, resolved): `now` against `old` carried through the edit's line diff.
 
     First an exact multiset match on (mapped line, code, message); then the
     old errors whose lines the edit changed or that moved are matched by
     (code, message) alone, so a reformatted or moved line keeps its error.
+    `mapping` is that diff's `_LineMap`, when the caller has it already.
     """
-    mapping = _LineMap.of(old_lines, new_lines) if old_lines is not None else _NO_LINES
+    if mapping is None:
+        mapping = _LineMap.of(old_lines, new_lines) if old_lines is not None else _NO_LINES
     exact: collections.Counter[tuple[int | None, str, str]] = collections.Counter(
         (mapping.get(d.line), d.code, d.message) for d in old
     )
@@ -895,7 +1005,9 @@ class EditDiagnostics:
         if not python:
             return None
         started = time.monotonic()
-        server = None
+        server = self.intel.ready_server()
+        if server is not None:
+            return _Before(server, [], started, edited=python)
         try:
             # A server still starting gets the edit's budget, no more; it goes
             # on starting for the next call.
@@ -968,9 +1080,33 @@ class EditDiagnostics:
         thread of its own, whose round trip (a worker's wake-up, then the
         event loop's) on a loaded machine costs more than the read.
         """
+        self.settle_written(token, {})
+
+    def settle_written(self, token: _Before | None, written: Mapping[Path, WrittenFile]) -> None:
+        """`settle`, taking each file the editor reports in `written` as it wrote it.
+
+        The bytes pass the same refusals a read would (`_written_text`); a
+        file missing from `written` (a patch's) is read. An edit, which the
+        editor ran without `prepare`, gives the text before it as well.
+        """
         if token is None or token.server is None:
             return
-        token.settled = {path: _read_text(self.intel.workspace, path) for path in token.edited}
+        workspace = self.intel.workspace
+        if token.read is None:
+            olds = [(p, known) for p in token.edited if (known := written.get(p)) is not None]
+            if len(olds) < len(token.edited) or any(k.old is None for _, k in olds):
+                return  # the text before the change is unknown: `after` says nothing
+            token.read = {
+                path: _known_text(workspace, path, known.old, known.old_st)
+                for path, known in olds
+                if known.old is not None
+            }
+        token.settled = {
+            path: _read_text(workspace, path)
+            if (known := written.get(path)) is None
+            else _written_text(workspace, path, known.data, known.st)
+            for path in token.edited
+        }
 
     async def after(self, token: _Before | None) -> dict[str, Any] | None:
         """The diagnostics delta of the edit `before` saw coming (None: not Python, no engine)."""
@@ -1006,6 +1142,12 @@ class EditDiagnostics:
                 uri, version, lines = opened
                 files.append(attrs.evolve(f, uri=uri, version=version, new_lines=lines))
             edited = [f for f in files if not f.other]
+            work = _WHILE_CHECKING.get()
+            if work is not None:
+                await work()
+            # The errors before the change need only the old text and the
+            # new: worked out while the server checks, not after its answer.
+            olds = {f.uri: self.intel._old_errors(f) for f in edited}
             fresh = await server.client.pump(
                 lambda: all(server.current(f.uri, f.version) is not None for f in edited),
                 timeout=max(0.0, deadline - time.monotonic()),
@@ -1029,7 +1171,7 @@ class EditDiagnostics:
                 waited=waited,
                 first=[],
             )
-        return self.intel._delta(server, files, fresh=True, waited=waited)
+        return self.intel._delta(server, files, fresh=True, waited=waited, olds=olds)
 
 
 def build_code_intel(

@@ -114,6 +114,24 @@ DEFAULT_STEPS = WriteSteps()
 
 
 @attrs.frozen
+class WrittenFile:
+    """A file a change wrote, as the editor knows it (for a diagnostics hook's ``settle_written``).
+
+    Attributes:
+        data: the bytes written.
+        st: the file's ``fstat`` just after the write.
+        old: the bytes the change replaced, when it read them (an edit);
+            None when it did not (a whole-file write, a new file).
+        old_st: their ``fstat`` when read (None with `old`).
+    """
+
+    data: bytes = attrs.field(repr=False)
+    st: os.stat_result
+    old: bytes | None = attrs.field(default=None, repr=False)
+    old_st: os.stat_result | None = None
+
+
+@attrs.frozen
 class Original:
     """The file as it was read: an open descriptor, its stat, and what was read.
 

@@ -201,6 +201,9 @@ class LspClient:
 
     async def pump(self, done: Callable[[], bool], *, timeout: float) -> bool:
         """Read and file messages until `done()` holds or `timeout` passes; whether it holds."""
+        if done():
+            # Already there (an edit's errors before it, say): no cancel scope to set up.
+            return True
         with anyio.move_on_after(timeout):
             while not done():
                 if self._gone is not None:

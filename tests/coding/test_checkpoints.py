@@ -1047,3 +1047,66 @@ async def test_a_rewind_on_a_full_workspace_disk_reports_and_leaves_nothing_part
     again = await branch.rewind(first, scope="code")
     assert again.restored == ("a.txt",)
     assert (workspace / "a.txt").read_text() == "original\n"
+
+
+# -- the record of an edit, taken while the type checker checks it ------------------
+
+
+def checkpointer_of(branch: Branch) -> Any:
+    return branch.checkpoint_log.rewinder
+
+
+async def test_an_edits_record_taken_while_checking_is_not_taken_again(tmp_path: Path) -> None:
+    """`_RecordAfter.early` records the change; the call's end then records nothing more."""
+    from lionfactory._os.workspace import Workspace
+    from lionfactory.coding._checkpointing import CallPlan
+    from lionfactory.coding._toolkit import _RecordAfter
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    branch = kit_branch(root)
+    try:
+        await ok(branch, "editor", action="write", file_path="a.py", content="x = 1\n")
+        await bash(branch, "touch b")  # waits for the first snapshot that edit started
+        checkpointer = checkpointer_of(branch)
+        workspace = Workspace.at(root)
+        assert not checkpointer.first_snapshot_pending(workspace)
+        entry = await checkpointer.before(workspace, "editor", ["a.py"])
+        (root / "a.py").write_text("x = 2\n")
+        record = _RecordAfter(checkpointer, workspace, entry, CallPlan(("a.py",)))
+        await record.early()
+        taken = branch.checkpoint_log.entries[-1]
+        assert taken.checkpoint.files_changed == ("a.py",)
+        assert taken.data["after"]["overlay"][0][0] == "a.py"
+        # Another program's change after the record is not this call's.
+        (root / "a.py").write_text("x = 3\n")
+        await record(None)
+        assert branch.checkpoint_log.entries[-1] is taken
+    finally:
+        await branch.aclose()
+
+
+async def test_an_edit_over_a_pending_first_snapshot_is_recorded_as_it_ends(
+    tmp_path: Path,
+) -> None:
+    """While the first snapshot is pending, `early` leaves the record to the call's end."""
+    from lionfactory._os.workspace import Workspace
+    from lionfactory.coding._checkpointing import CallPlan
+    from lionfactory.coding._toolkit import _RecordAfter
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    branch = kit_branch(root)
+    try:
+        checkpointer = checkpointer_of(branch)
+        workspace = Workspace.at(root)
+        entry = await checkpointer.before(workspace, "editor", ["a.py"])
+        assert checkpointer.first_snapshot_pending(workspace)
+        (root / "a.py").write_text("x = 1\n")
+        record = _RecordAfter(checkpointer, workspace, entry, CallPlan(("a.py",)))
+        await record.early()
+        assert "after" not in branch.checkpoint_log.entries[-1].data
+        await record(None)
+        assert branch.checkpoint_log.entries[-1].checkpoint.files_changed == ("a.py",)
+    finally:
+        await branch.aclose()

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -385,7 +386,8 @@ async def test_close_leaves_no_process(project: Path) -> None:
 # -- in the coding toolkit -------------------------------------------------------
 
 
-async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> None:
+def fake_toolkit(project: Path, mode: str, *extra: str) -> Any:
+    """A `coding_toolkit` branch on `project` whose type checker is the fake server in `mode`."""
     from lionfactory import Branch
     from lionfactory.coding import coding_toolkit
 
@@ -394,8 +396,13 @@ async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> 
         coding_toolkit,
         workspace_root=project,
         isolation="none",
-        _code_server=(sys.executable, str(FAKE), "late", "2.0"),
+        _code_server=(sys.executable, str(FAKE), mode, *extra),
     )
+    return branch
+
+
+async def test_a_late_report_rides_on_the_next_toolkit_result(project: Path) -> None:
+    branch = fake_toolkit(project, "late", "2.0")
     try:
         assert (await branch.act("reader", {"action": "read", "path": "mod.py"})).ok
         edited = await branch.act(
@@ -477,3 +484,98 @@ async def test_a_huge_hover_is_cut(project: Path) -> None:
     assert result["success"] is True
     assert len(result["text"]) < 4100
     assert result["text"].endswith("[hover cut at 4,000 characters]")
+
+
+# -- what the editor knows and what runs meanwhile --------------------------------
+
+
+def test_written_bytes_stand_for_a_read_until_the_file_changes(tmp_path: Path) -> None:
+    """The editor's bytes are used while the file is the one written; a later change is read."""
+    import subprocess
+
+    from lionfactory.tools._code_intel import _written_text
+
+    workspace = Workspace.at(tmp_path)
+    path = tmp_path / "a.py"
+    path.write_bytes(b"x = 1\n")
+    st = path.stat()
+    # Same inode, size and mtime: taken as written, not read (the file says "x = 1").
+    assert _written_text(workspace, path, b"x = 2\n", st) == (
+        "x = 2\n",
+        (st.st_mtime_ns, st.st_size),
+    )
+    # Another program appends: the file is read, as the editor's read-back did.
+    subprocess.run(["sh", "-c", f"printf 'y = 2\\n' >> '{path}'"], check=True)
+    assert _written_text(workspace, path, b"x = 1\n", st) == (
+        "x = 1\ny = 2\n",
+        (path.stat().st_mtime_ns, path.stat().st_size),
+    )
+    # Replaced by another file of the same size: another inode, read.
+    subprocess.run(["sh", "-c", f"printf 'x = 9\\ny = 2\\n' > '{path}.new'"], check=True)
+    os.replace(f"{path}.new", path)
+    assert _written_text(workspace, path, b"x = 1\ny = 2\n", st)[0] == "x = 9\ny = 2\n"  # type: ignore[index]
+
+
+def test_written_bytes_pass_the_refusals_of_a_read(tmp_path: Path) -> None:
+    from lionfactory.tools._code_intel import _written_text
+
+    workspace = Workspace.at(tmp_path)
+    key = tmp_path / "key.py"
+    data = b"-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n"
+    key.write_bytes(data)
+    assert _written_text(workspace, key, data, key.stat()) is None
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b"x = '\xe9'\n")
+    assert _written_text(workspace, latin, b"x = '\xe9'\n", latin.stat()) is None
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.py"
+    outside.write_bytes(b"x = 1\n")
+    assert _written_text(workspace, outside, b"x = 1\n", outside.stat()) is None
+
+
+async def test_work_while_checking_runs_once_the_new_text_is_sent(project: Path) -> None:
+    """`while_checking` work runs after the server has the edit, before its diagnostics."""
+    from lionfactory.tools._code_intel import while_checking
+
+    intel = fake_intel(project, "normal")
+    seen: list[str] = []
+
+    async def work() -> None:
+        (server,) = intel._servers.values()
+        seen.append(server.docs[next(iter(server.docs))].text)
+
+    try:
+        with while_checking(work):
+            result = await edit(
+                intel,
+                project,
+                action="edit",
+                file_path="mod.py",
+                old_string="x = 1",
+                new_string="x = 2",
+            )
+            text = await edit(intel, project, action="write", file_path="notes.txt", content="a\n")
+    finally:
+        await intel.aclose()
+    assert result["diagnostics"]["fresh"] is True
+    assert text["success"] and text["diagnostics"] is None
+    # Once, for the Python edit (the text file waits for no diagnostics).
+    assert seen == [(project / "mod.py").read_text()]
+
+
+async def test_a_toolkit_edit_with_diagnostics_has_its_checkpoint_recorded(project: Path) -> None:
+    """The record taken during the diagnostics wait is the call's, complete as it returns."""
+    branch = fake_toolkit(project, "normal")
+    try:
+        assert (await branch.act("reader", {"action": "read", "path": "mod.py"})).ok
+        for old, new in (("x = 1", "x = 2"), ("x = 2", "x = 3")):
+            arguments = {"action": "edit", "file_path": "mod.py", "old_string": old}
+            edited = await branch.act("editor", {**arguments, "new_string": new})
+            assert edited.ok and edited.result["diagnostics"]["fresh"] is True, edited.result
+            entry = branch.checkpoint_log.entries[-1]
+            assert (entry.checkpoint.tool, entry.checkpoint.files_changed) == (
+                "editor",
+                ("mod.py",),
+            )
+            assert entry.data["after"]["overlay"] != entry.data["before"]["overlay"]
+    finally:
+        await branch.aclose()

@@ -107,3 +107,50 @@ async def test_prepare_reads_the_old_file_in_the_worker_thread(workspace: Path, 
     old = ["", "y = 1\n", "y = 2\n", "y = 3\n"]
     assert hook.prepared == [("b.py", text) for text in old]
     assert [text for _, text in hook.settled] == old[1:]
+
+
+class WrittenHook(Hook):
+    """A hook that takes the written files from the editor (`settle_written`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[dict[Path, Any]] = []
+        self.prepared = 0
+
+    def prepare(self, token: dict[str, Any]) -> None:
+        self.prepared += 1
+
+    def settle_written(self, token: dict[str, Any], written: dict[Path, Any]) -> None:
+        assert threading.get_ident() != self.loop_thread, "not on the event loop"
+        self.written.append(dict(written))
+
+
+async def test_settle_written_gets_the_bytes_and_stat_the_editor_wrote(workspace: Path):
+    hook = WrittenHook()
+    editor = editor_tool(workspace_root=workspace, diagnostics=hook)
+    path = (workspace / "b.py").resolve()
+    changes = [
+        ({"action": "write", "file_path": "b.py", "content": "y = 1\n"}, None, b"y = 1\n"),
+        (
+            {"action": "edit", "file_path": "b.py", "old_string": "1", "new_string": "2"},
+            b"y = 1\n",
+            b"y = 2\n",
+        ),
+    ]
+    for change, old, text in changes:
+        before = path.stat() if old is not None else None
+        assert (await editor(**change))["success"]
+        ((where, known),) = hook.written[-1].items()
+        now = path.stat()
+        assert (where, known.data, known.old) == (path, text, old)
+        st = known.st
+        assert (st.st_ino, st.st_size, st.st_mtime_ns) == (now.st_ino, now.st_size, now.st_mtime_ns)
+        if before is not None:
+            assert (known.old_st.st_ino, known.old_st.st_size) == (before.st_ino, before.st_size)
+    # The write was prepared for (it does not read the file it replaces); the edit was not.
+    assert hook.prepared == 1
+    patch = "*** Begin Patch\n*** Update File: b.py\n@@\n-y = 2\n+y = 3\n*** End Patch\n"
+    assert (await editor(action="apply_patch", patch=patch))["success"]
+    # A patch reports nothing (the hook reads its files itself); `settle` is not called.
+    assert (hook.written[-1], hook.prepared) == ({}, 2)
+    assert hook.settled == []
