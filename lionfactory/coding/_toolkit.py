@@ -407,9 +407,14 @@ class _RecordAfter:
     done: bool = False
 
     async def early(self) -> None:
-        """Take the record now, unless the first snapshot of the workspace is still pending."""
+        """Take the record now, unless the first snapshot of the workspace is still pending.
+
+        Shielded, as the record at the end is: a call cancelled meanwhile
+        would otherwise leave it half taken, to be taken again from the start.
+        """
         if not self.checkpointer.first_snapshot_pending(self.workspace):
-            await self(None)
+            with anyio.CancelScope(shield=True):
+                await self(None)
 
     async def __call__(self, result: Any) -> None:
         """Take the record (`Checkpointer.after`), unless it was taken already."""
