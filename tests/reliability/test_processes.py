@@ -189,5 +189,8 @@ async def test_64_concurrent_calls_printing_10_mb_each_use_bounded_memory(worksp
     # Unbounded capture would hold 640 MB; the caps allow 64 x 100 KB kept
     # plus pipe chunks in flight.
     assert peak < 48_000_000, f"peak traced memory {peak:,} bytes"
-    assert opened_since(fds) == set()
+    # No more than before: the supervisor keeps one prepared runner (a socket
+    # and a pidfd) for the next call, and which of the flood's runners it
+    # kept is arbitrary, so the descriptors may differ but not grow.
+    assert len(open_descriptors()) <= len(fds), opened_since(fds)
     json.dumps(answers)
