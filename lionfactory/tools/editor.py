@@ -1303,7 +1303,7 @@ class _EditorHandler:
         written: Written | None = None
         if told:
             written = {}
-            outcome = change(*args, written)
+            outcome = change(*args, written_out=written)
         else:
             outcome = change(*args)
         if token is None or not outcome[0].success:
