@@ -42,6 +42,7 @@ from the project's index is hashed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -366,6 +367,17 @@ class SnapshotStore:
     def git_dir(self) -> Path:
         """The bare repository."""
         return self.directory / "store.git"
+
+    # `git_dir`'s objects and checkpoint refs as text, joined once: every
+    # editor call with checkpoints looks up two blobs and a ref there, and
+    # `Path` joins at each cost more than the `stat` they lead to.
+    @functools.cached_property
+    def _objects_text(self) -> str:
+        return os.fspath(self.git_dir / "objects")
+
+    @functools.cached_property
+    def _checkpoint_refs_text(self) -> str:
+        return os.fspath(self.git_dir / "refs" / "checkpoints")
 
     @property
     def bases_dir(self) -> Path:
@@ -728,9 +740,7 @@ class SnapshotStore:
     def write_blob(self, data: bytes) -> str:
         """Store `data` as a loose object (if it is not there) and return its id."""
         oid = blob_id(data)
-        # Joined as text, not as `Path`s: this runs twice in every editor call
-        # with checkpoints, and the `Path` joins cost more than the `stat`.
-        folder = f"{self.directory}/store.git/objects/{oid[:2]}"
+        folder = f"{self._objects_text}/{oid[:2]}"
         target = f"{folder}/{oid[2:]}"
         if os.path.exists(target):
             return oid
@@ -882,8 +892,7 @@ class SnapshotStore:
         if state.tree is None:
             return False
         self.ensure()
-        # Text, not `Path` joins: every checkpointed call asks (see `write_blob`).
-        ref = f"{self.directory}/store.git/refs/checkpoints/{state.tree}"
+        ref = f"{self._checkpoint_refs_text}/{state.tree}"
         if os.path.exists(ref):
             if touch:
                 with contextlib.suppress(OSError):

@@ -23,11 +23,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 from _test_helpers import eventually, processes_in, stopped
 from conftest import SOURCE_ROOT, http_process, serve_command, stdio_parameters
@@ -113,17 +115,31 @@ async def test_a_background_job_ends_with_an_http_server_on_sigterm(
     uvicorn shuts down in order and then raised SIGTERM again into the
     default handler, so the process died of it before its exit hooks ran.
     """
+    async with _http_session(workspace, toolkit) as (client, server):
+        started = await client.call_tool("bash", JOB)
+        assert not started.is_error, started.structured_content
+        assert processes_in(workspace)
+        await _stopped_by_sigterm(server)
+    assert processes_in(workspace.parent) == []
+
+
+@asynccontextmanager
+async def _http_session(
+    workspace: Path, toolkit: str
+) -> AsyncIterator[tuple[Client, anyio.abc.Process]]:
+    """An HTTP server of `toolkit` and a handshake session open on it."""
     async with (
         http_process(workspace, "--toolkit", toolkit) as (url, server),
         Client(url, mode="legacy") as client,
     ):
-        started = await client.call_tool("bash", JOB)
-        assert not started.is_error, started.structured_content
-        assert processes_in(workspace)
-        server.terminate()
-        with anyio.fail_after(30):
-            assert await server.wait() == 0
-    assert processes_in(workspace.parent) == []
+        yield client, server
+
+
+async def _stopped_by_sigterm(server: anyio.abc.Process) -> None:
+    """SIGTERM, as a process manager stops a server: it ends in order, with status 0."""
+    server.terminate()
+    with anyio.fail_after(30):
+        assert await server.wait() == 0
 
 
 def test_a_background_job_ends_with_the_call_command(workspace: Path) -> None:
@@ -172,14 +188,9 @@ async def test_a_first_snapshot_under_way_ends_with_the_server(workspace: Path, 
         async with served(workspace, "--toolkit", "coding") as client:
             await start_the_snapshot(client)  # then the client closes the server's input
     else:
-        async with (
-            http_process(workspace, "--toolkit", "coding") as (url, server),
-            Client(url, mode="legacy") as client,
-        ):
+        async with _http_session(workspace, "coding") as (client, server):
             await start_the_snapshot(client)
-            server.terminate()
-            with anyio.fail_after(30):
-                assert await server.wait() == 0
+            await _stopped_by_sigterm(server)
     assert processes_in(workspace.parent) == []
 
 
