@@ -708,6 +708,10 @@ class Launch:
         first_process: a memory file in which bwrap reports the host pid
             of the sandbox's first process (``--info-fd``), when asked for;
             the caller reads it from offset 0 and closes it.
+        dies_with_parent: the wrapper kills the program when the thread
+            that starts it exits (asked for, and a wrapper can: bwrap's
+            ``--die-with-parent``, the exec helper's ``-D``); False for a
+            program started directly, whose caller sets that itself.
     """
 
     argv: tuple[str, ...]
@@ -716,6 +720,7 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
     graceful: bool = False
     first_process: int | None = None
+    dies_with_parent: bool = False
 
 
 @attrs.frozen(cache_hash=True)
@@ -819,6 +824,7 @@ class Isolation:
         cwd: Path,
         env: Mapping[str, str] | None,
         report_first_process: bool = False,
+        die_with_parent: bool = False,
     ) -> Launch:
         """Wrap `argv` in the mechanism; creates the private temp dir when the policy wants one.
 
@@ -831,10 +837,22 @@ class Isolation:
         is gone, so is everything in its PID namespace (the kernel kills the
         rest before the namespace's init finishes exiting), so a caller
         waits for that one process instead of scanning ``/proc``.
+
+        With `die_with_parent`, the wrapper kills the program when the
+        thread that starts it exits: the process's death, even by SIGKILL,
+        when that is the event loop's thread. Only for a child started on
+        that thread (`run_process`): a worker thread retires after ten idle
+        seconds, and the signal follows the *thread*, which killed long
+        commands when trio forked from one.
         """
         if not self.confined:
             return _contained(
-                tuple(argv), cwd, env, self.policy.pid_namespace, report_first_process
+                tuple(argv),
+                cwd,
+                env,
+                self.policy.pid_namespace,
+                report_first_process,
+                die_with_parent=die_with_parent,
             )
         tmpdir = None
         child_env = dict(os.environ if env is None else env)
@@ -851,7 +869,11 @@ class Isolation:
                 fd = _seccomp_fd()
                 fds = (fd,)
                 head[1:1] = ["--seccomp", str(fd)]
-            launch = Launch((*head, *argv), child_env, None, pass_fds=fds)
+            if die_with_parent:
+                head[1:1] = ["--die-with-parent"]
+            launch = Launch(
+                (*head, *argv), child_env, None, pass_fds=fds, dies_with_parent=die_with_parent
+            )
             return _reporting(launch) if report_first_process else launch
         if policy.private_tmp:
             # Landlock can only grant access to existing host directories.
@@ -859,7 +881,12 @@ class Isolation:
             child_env.update(dict.fromkeys(_TMP_VARS, str(tmpdir)))
             policy = policy.with_writable(tmpdir)
         graceful = policy.pid_namespace and not landlock_namespaces()
-        return Launch((*_landlock_argv(policy), *argv), child_env, tmpdir, graceful=graceful)
+        head = _landlock_argv(policy)
+        if die_with_parent:
+            head[_HELPER_OPTIONS:_HELPER_OPTIONS] = _helper_dies_with_us()
+        return Launch(
+            (*head, *argv), child_env, tmpdir, graceful=graceful, dies_with_parent=die_with_parent
+        )
 
 
 def containment() -> Literal["bwrap", "helper", "group"]:
@@ -884,6 +911,8 @@ def _contained(
     env: Mapping[str, str] | None,
     pid_namespace: bool,
     report_first_process: bool = False,
+    *,
+    die_with_parent: bool = False,
 ) -> Launch:
     how = containment() if pid_namespace else "group"
     if how == "bwrap":
@@ -892,16 +921,29 @@ def _contained(
         # bwrap's init is PID 1 and stays in the call's process group, like
         # under the confined mechanism; everything else is the host's.
         head = [binary, "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"]
+        if die_with_parent:
+            head.insert(1, "--die-with-parent")
         head += ["--chdir", str(cwd), "--"]
         if "PWD" not in (os.environ if env is None else env) and os.path.isfile(_ENV):
             # bwrap always sets PWD after its chdir; an environment given
             # without it must reach the program without it.
             head += [_ENV, "-u", "PWD", "--"]
-        launch = Launch((*head, *argv), env, None)
+        launch = Launch((*head, *argv), env, None, dies_with_parent=die_with_parent)
         return _reporting(launch) if report_first_process else launch
     if how == "helper":
-        return Launch((sys.executable, "-I", "-S", str(HELPER), "-P", "--", *argv), env, None)
+        dies = _helper_dies_with_us() if die_with_parent else []
+        helper = (sys.executable, "-I", "-S", str(HELPER), *dies, "-P", "--")
+        return Launch((*helper, *argv), env, None, dies_with_parent=die_with_parent)
     return Launch(argv, env, None)
+
+
+_HELPER_OPTIONS = 4
+"""Where the exec helper's options begin in its argv (after the interpreter, -I, -S, the script)."""
+
+
+def _helper_dies_with_us() -> list[str]:
+    """The exec helper's option to die with this process (it checks it was not orphaned already)."""
+    return ["-D", str(os.getpid())]
 
 
 def _reporting(launch: Launch) -> Launch:
@@ -936,10 +978,12 @@ def _seccomp_fd() -> int:
 
 
 def _bwrap_argv(binary: str, policy: Policy, cwd: Path) -> list[str]:
-    # No --die-with-parent: its parent-death signal fires when the *thread*
-    # that forked bwrap exits, and trio forks from worker threads that retire
-    # after ten idle seconds, which killed long commands. The process-group
-    # kill at the end of every call ends bwrap, and with it the PID namespace.
+    # No --die-with-parent here: its parent-death signal fires when the
+    # *thread* that forked bwrap exits, and trio forks from worker threads
+    # that retire after ten idle seconds, which killed long commands. `launch`
+    # adds it for a caller that forks on the event loop's thread. Otherwise
+    # the process-group kill at the end of every call ends bwrap, and with it
+    # the PID namespace.
     # No --new-session either: the sandbox's first process stays in the
     # call's process group, so the group kill reaches it (and the kernel then
     # ends its PID namespace). The call already runs in a session of its own

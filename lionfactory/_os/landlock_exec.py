@@ -3,7 +3,7 @@
 Run as a script, never imported by the package at call time:
 
     python -I -S landlock_exec.py [-r PATH]... [-d PATH]... [-w PATH]... [-x PATH]...
-        [-n none|loopback|full] [-p] -- PROGRAM ARG...
+        [-n none|loopback|full] [-p] [-D PID] -- PROGRAM ARG...
 
 or ``--probe-namespaces`` (exit 0 when namespaces can be entered here).
 
@@ -13,7 +13,12 @@ a writable root, ``-n`` the network mode, ``-p`` a private PID namespace,
 ``-P`` only the PID namespace (no Landlock, no capability drop: the
 unconfined ``"none"`` mechanism, which still must leave no process behind),
 ``-N`` never enter namespaces (what happens where the kernel refuses them;
-tests use it to exercise the subreaper on a machine that allows them).
+tests use it to exercise the subreaper on a machine that allows them),
+``-D PID`` die with the parent, whose process id is PID (SIGKILL when the
+thread that started the helper exits; at once when that has happened
+already): the init dies with the helper, so with a namespace nothing
+outlives the caller, even one killed by SIGKILL. As a subreaper only the
+program dies with the helper; what it started itself is reparented.
 
 Process tree with ``-p`` (or ``-P``) where namespaces can be entered::
 
@@ -484,6 +489,7 @@ def main(args: list[str]) -> None:
     exposed: list[str] = []
     writes: list[str] = []
     net, pid, only_pid, no_namespaces = "full", False, False, False
+    dies_with_parent = False
     lists = {"-r": reads, "-d": hidden, "-x": exposed, "-w": writes}
     options = iter(args)
     argv: list[str] = []
@@ -495,12 +501,17 @@ def main(args: list[str]) -> None:
             no_namespaces = True
         elif flag in ("-p", "-P"):
             pid, only_pid = True, only_pid or flag == "-P"
-        elif flag not in lists and flag != "-n":
+        elif flag not in lists and flag not in ("-n", "-D"):
             _fail(f"unknown option {flag}")
         elif (value := next(options, None)) is None:
             _fail(f"option {flag} needs a value")
         elif flag == "-n":
             net = value
+        elif flag == "-D":
+            if not value.isdigit():
+                _fail(f"option -D needs a process id, got {value!r}")
+            _die_with(int(value))
+            dies_with_parent = True
         else:
             lists[flag].append(value)
     if not argv:
@@ -537,9 +548,14 @@ def main(args: list[str]) -> None:
             # No namespaces: everything the program leaves is reparented to us.
             if _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
                 _fail("neither a PID namespace nor a child subreaper is available")
+            helper = os.getpid()
             program_pid = os.fork()
             if program_pid:
                 _reap_as_subreaper(program_pid)
+            if dies_with_parent:
+                # Killed by SIGKILL, the helper kills nothing it adopted; the
+                # program at least dies with it.
+                _die_with(helper)
     if only_pid:
         _exec(argv[0], argv)
     # Found before the rules apply: the lookup lazily imports modules that
@@ -553,6 +569,14 @@ def main(args: list[str]) -> None:
     except OSError as exc:
         _fail(f"could not apply Landlock rules: {exc}")
     _exec(program, argv)
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when `parent` (its parent when started) is gone."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        # The parent died before the signal was set, which then never comes.
+        os._exit(128 + signal.SIGKILL)
 
 
 def _exec(program: str, argv: list[str]) -> None:

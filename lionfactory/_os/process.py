@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -601,6 +602,26 @@ async def _exit_of(process: _Child | anyio.abc.Process) -> None:
 
 _PIDFD = hasattr(os, "pidfd_open")
 
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Any:
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` giving the child SIGKILL when `parent` (this process) dies."""
+    prctl = _prctl()  # looked up before the fork: the child only calls it
+
+    def set_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            # We died between the fork and the prctl: the signal never comes.
+            os._exit(128 + signal.SIGKILL)
+
+    return set_signal
+
 
 @contextlib.contextmanager
 def child_pipes() -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
@@ -638,8 +659,14 @@ async def run_process(
     isolation: Isolation | None = None,
     spill: tuple[Callable[[], BinaryIO], Callable[[], BinaryIO]] | None = None,
     on_output: Callable[[bytes], None] | None = None,
+    die_with_parent: bool = False,
 ) -> ProcessResult:
     """Run `argv` to completion or until `timeout`, then make sure its whole group is gone.
+
+    Where the child is started on the event loop's thread (Linux with
+    pidfds), a program run in a PID namespace (bwrap, the exec helper) is
+    killed when this process dies, even by SIGKILL, when no ``finally``
+    runs: the wrapper gets the parent-death signal, which costs nothing.
 
     Args:
         argv: the program and its arguments; never interpreted by a shell.
@@ -659,6 +686,13 @@ async def run_process(
             long output holds is lost.
         on_output: called with every chunk of either stream as it arrives
             (a progress count), on the event loop; it must be quick.
+        die_with_parent: also kill a program started directly (no PID
+            namespace: `isolation` None, or no way to make one here) when
+            this process dies. That costs a ``fork`` in place of ``vfork``,
+            a few milliseconds in a large process, so only a program that
+            can run for minutes asks (the checkpoint store's git). Without
+            pidfds the child is started in a worker thread, which retires
+            while idle and would take the signal with it: nothing is set.
 
     Returns:
         The `ProcessResult`. A timeout is a result (``timed_out=True``), not an error.
@@ -687,9 +721,14 @@ async def run_process(
         if any("\x00" in arg for arg in args):
             raise LaunchError(args[0], "embedded null byte")
         _check_program(args[0], Path(cwd), env)
-        launch = isolation.launch(args, cwd=Path(cwd), env=env, report_first_process=True)
+        launch = isolation.launch(
+            args, cwd=Path(cwd), env=env, report_first_process=True, die_with_parent=_PIDFD
+        )
         launch_argv, launch_env, tmpdir = list(launch.argv), launch.env, launch.tmpdir
         pass_fds, graceful, first_process = launch.pass_fds, launch.graceful, launch.first_process
+        die_with_parent = die_with_parent and not launch.dies_with_parent
+    # A direct child sets the signal itself, between fork and exec.
+    dying = {"preexec_fn": _dies_with(os.getpid())} if die_with_parent and _PIDFD else {}
     try:
         with child_pipes() as ((out_r, err_r), (out_w, err_w)):
             process = await _start(
@@ -701,8 +740,9 @@ async def run_process(
                 env=launch_env,
                 start_new_session=True,
                 pass_fds=pass_fds,
+                **dying,
             )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
         # ValueError: an argument with a NUL byte never reaches exec().
         _remove(tmpdir)
         if first_process is not None:

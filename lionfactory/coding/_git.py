@@ -182,12 +182,16 @@ class Git:
             checkpoint store, pinned with `at`), so no driver listing is read
             before content commands: its configuration names none, and git
             reads no other (``GIT_CONFIG_GLOBAL``/``NOSYSTEM``).
+        die_with_parent: git is killed when this process dies, even where
+            it runs outside any PID namespace (`run_process`'s option), for
+            a command that can run for minutes (a first snapshot).
     """
 
     runner: Runner = run_process
     env: Mapping[str, str] = attrs.field(factory=dict)
     isolation: Isolation | None = None
     own_config: bool = False
+    die_with_parent: bool = False
 
     def with_env(self, **extra: str) -> Git:
         """The same runner with more environment variables."""
@@ -216,8 +220,10 @@ class Git:
         extra_env: Mapping[str, str] | None = None,
     ) -> ProcessResult:
         # Confined only when the toolkit chose a mechanism: a test's fake runner
-        # need not know the keyword.
-        confined = {} if self.isolation is None else {"isolation": self.isolation}
+        # need not know the keyword (nor die_with_parent's).
+        confined: dict[str, Any] = {} if self.isolation is None else {"isolation": self.isolation}
+        if self.die_with_parent:
+            confined["die_with_parent"] = True
         try:
             return await self.runner(
                 argv,

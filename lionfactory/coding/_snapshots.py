@@ -355,9 +355,13 @@ class SnapshotStore:
         git_dir = directory / "store.git"
         found = git_dirs(workspace.root)
         readable = (workspace.root, *(() if found is None else (found[1] / "objects",)))
-        git = Git(isolation=_store_isolation(isolation, directory, readable), own_config=True).at(
-            git_dir, workspace.root
-        )
+        # A first snapshot's git can run for minutes: it must not outlive us
+        # when we are killed (SIGKILL runs no exit hook to cancel it).
+        git = Git(
+            isolation=_store_isolation(isolation, directory, readable),
+            own_config=True,
+            die_with_parent=True,
+        ).at(git_dir, workspace.root)
         git = git.with_env(GIT_INDEX_FILE=str(directory / "index"), GIT_LITERAL_PATHSPECS="1")
         store = cls(workspace=workspace, directory=directory, git=git, limits=limits or Limits())
         _STORES[workspace.root] = store

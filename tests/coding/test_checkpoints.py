@@ -965,6 +965,29 @@ def test_a_program_that_ends_during_its_first_snapshot_leaves_no_process(
             os.kill(pid, 9)
 
 
+async def test_the_store_git_dies_with_this_process_on_every_route(workspace: Path) -> None:
+    """A SIGKILL runs no exit hook: the store's git asks the runner to die with us.
+
+    Under a PID namespace the runner gives every program the parent-death
+    signal; the store asks for it where git runs directly too (no isolation).
+    """
+    import attrs
+
+    from lionfactory._os.process import run_process
+
+    git(workspace, "init", "-q")
+    store = SnapshotStore.for_workspace(branch_workspace(workspace), isolation=None)
+    asked: list[object] = []
+
+    async def recording(argv: Any, **options: Any) -> Any:
+        asked.append(options.get("die_with_parent"))
+        return await run_process(argv, **options)
+
+    result = await attrs.evolve(store.git, runner=recording).run(["version"], cwd=workspace)
+    assert result.returncode == 0 and result.stdout.startswith("git version")
+    assert asked and all(flag is True for flag in asked)
+
+
 # -- a full disk ------------------------------------------------------------------
 
 

@@ -7,7 +7,8 @@ minute). Each route ends the command its own way: the official Python client
 closes a stdio server's input, TypeScript clients send it SIGTERM, an HTTP
 server gets SIGTERM, ``call`` returns. A server killed with SIGKILL runs no
 hook at all: its jobs end because their supervisor kills its commands when
-its socket to the server closes.
+its socket to the server closes, and a snapshot's git because bwrap dies
+with the server (``--die-with-parent``) and takes its PID namespace along.
 Real servers, real bwrap, real git; a process of the test's is one whose
 working directory is in the test's temporary folder.
 """
@@ -94,15 +95,20 @@ def test_a_background_job_ends_with_a_stdio_server_on_a_signal(
     SIGKILL runs no hook: the supervisor the job runs under kills it when its
     socket to the server closes, and its PID namespace ends with it.
     """
-    with _serving_a_job(workspace, toolkit) as server:
+    with _serving(workspace, toolkit, CALL_JOB) as server:
+        assert processes_in(workspace)
         server.send_signal(getattr(signal, name))
         assert server.wait(timeout=30) == (0 if name == "SIGTERM" else -signal.SIGKILL)
     if name == "SIGTERM":
         assert processes_in(workspace.parent) == []  # its hooks ended the job before it exited
+    _all_gone(workspace.parent)
+
+
+def _all_gone(folder: Path) -> None:
     deadline = time.monotonic() + 30
-    while processes_in(workspace.parent) and time.monotonic() < deadline:
+    while processes_in(folder) and time.monotonic() < deadline:
         time.sleep(0.01)  # polled: nothing reports another process's end
-    assert processes_in(workspace.parent) == []
+    assert processes_in(folder) == []
 
 
 @pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)2\.:ResourceWarning")
@@ -158,8 +164,14 @@ def test_a_background_job_ends_with_the_call_command(workspace: Path) -> None:
 
 
 @pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)2\.:ResourceWarning")
-@pytest.mark.parametrize("route", ["stdio, input closed", "http, SIGTERM"])
+@pytest.mark.parametrize("route", ["stdio, input closed", "http, SIGTERM", "stdio, SIGKILL"])
 async def test_a_first_snapshot_under_way_ends_with_the_server(workspace: Path, route: str) -> None:
+    """Cancelled by the exit hooks; after SIGKILL, which runs none, git dies with the server.
+
+    The snapshot's git runs under bwrap with ``--die-with-parent`` (the
+    coding toolkit's default isolation): killed with the server, bwrap takes
+    its PID namespace, and git in it, along.
+    """
     # Enough files that the first snapshot's git runs for a while after the
     # editor call that started it has answered.
     for folder in range(100):
@@ -184,6 +196,19 @@ async def test_a_first_snapshot_under_way_ends_with_the_server(workspace: Path, 
         assert not wrote.is_error, wrote.structured_content
         await eventually(long_git_running, 60)
 
+    if route == "stdio, SIGKILL":
+        write = {"action": "write", "file_path": "new.txt", "content": "x\n"}
+        with _serving(workspace, "coding", {"name": "editor", "arguments": write}) as server:
+            await eventually(long_git_running, 60)
+            # Stopped, git cannot finish by itself before the check below
+            # (it would in a few seconds); SIGKILL ends a stopped process too.
+            for pid in processes_in(workspace.parent):
+                if _cmdline(pid).startswith(b"git"):
+                    os.kill(pid, signal.SIGSTOP)
+            server.kill()
+            server.wait()
+        await anyio.to_thread.run_sync(_all_gone, workspace.parent)
+        return
     if route.startswith("stdio"):
         async with served(workspace, "--toolkit", "coding") as client:
             await start_the_snapshot(client)  # then the client closes the server's input
@@ -203,8 +228,10 @@ def _cmdline(pid: int) -> bytes:
 
 
 @contextlib.contextmanager
-def _serving_a_job(workspace: Path, toolkit: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A stdio server of `toolkit`, initialized by hand, whose `JOB` is running."""
+def _serving(
+    workspace: Path, toolkit: str, call: dict[str, Any]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A stdio server of `toolkit`, initialized by hand, which has answered `call` (no error)."""
     server = subprocess.Popen(
         serve_command(workspace, "--toolkit", toolkit),
         stdin=subprocess.PIPE,
@@ -216,7 +243,7 @@ def _serving_a_job(workspace: Path, toolkit: str) -> Iterator[subprocess.Popen[b
         for message in (
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": CALL_JOB},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
         ):
             server.stdin.write(json.dumps(message).encode() + b"\n")
             server.stdin.flush()
@@ -224,7 +251,6 @@ def _serving_a_job(workspace: Path, toolkit: str) -> Iterator[subprocess.Popen[b
                 reply = json.loads(server.stdout.readline())
                 assert "result" in reply, reply
         assert reply["result"]["isError"] is False, reply
-        assert processes_in(workspace)
         yield server
     finally:
         stopped(server)
